@@ -1,0 +1,35 @@
+"""Fused (flash) attention time: forward, backward and decode against a KV cache.
+
+- Forward/backward: FLOPs (``workloads.ops.Attention``) at an achievable fraction of the dense
+  16-bit peak, quantized in waves: the kernel launches one block per (batch, query head,
+  ``attn_tile_q`` query rows), as FlashAttention-2 does (Dao 2023, sec. 3.2), and blocks run
+  ``n_sms`` at a time.
+- Decode (``seq_q`` shorter than one query tile): the kernel streams the KV cache once, split
+  along the keys so every SM has work (flash-decoding, Dao et al. 2023), so the time is the
+  cache's bytes at an achievable fraction of HBM bandwidth.
+- Either way, the memory floor of reading q, k, v and writing o holds, and the fixed per-kernel
+  overhead is added (``KernelTime.total_s``).
+"""
+
+from __future__ import annotations
+
+import math
+
+from gpuplan.hwmodels.efficiency import Efficiency
+from gpuplan.hwmodels.kernel_time import KernelTime
+from gpuplan.workloads.ops import Attention
+
+
+def attention_time(acc, op: Attention, eff: Efficiency) -> KernelTime:
+    """Time of one fused attention kernel (or ``op.count`` of them)."""
+    dtype = op.dtype if acc.supports(op.dtype) else "bf16"
+    memory_s = op.bytes / (acc.hbm_bytes_per_s * eff.hbm_fraction)
+    if op.seq_q < eff.attn_tile_q and op.pass_ == "fwd":
+        decode_s = op.bytes / (acc.hbm_bytes_per_s * eff.attn_decode_hbm_fraction)
+        return KernelTime(0.0, max(memory_s, decode_s), eff.kernel_overhead_s * op.count)
+    fraction = eff.attn_bwd_fraction if op.pass_ == "bwd" else eff.attn_fwd_fraction
+    blocks = op.batch * op.heads_q * math.ceil(op.seq_q / eff.attn_tile_q)
+    n_sms = acc.n_sms or 1
+    wave_factor = math.ceil(blocks / n_sms) * n_sms / blocks  # >= 1: idle SMs in the last wave
+    compute_s = op.flops * wave_factor / (acc.peak(dtype) * fraction)
+    return KernelTime(compute_s, memory_s, eff.kernel_overhead_s * op.count)

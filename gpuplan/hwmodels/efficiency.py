@@ -1,0 +1,103 @@
+"""Achievable fractions of datasheet peaks, and fixed overheads: the fitted half of the hardware model.
+
+Datasheet facts (``accelerators.csv``) say what the silicon could do; an ``Efficiency`` says how
+much of it real kernels reach and what each launch costs. The two never share a file. Values come
+from ``data/efficiency_prior.json`` (round numbers from public measurements, cited there, used
+before any calibration) overlaid by ``data/calibration_<device>.json`` when ``gpuplan validate
+calibrate`` has fitted one from committed measurements. A device with no calibration of its own
+borrows the H200 fit: its datasheet figures times the H200's achievable fractions. ``source``
+records which one a prediction used, so reports can say so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+REFERENCE_DEVICE = "h200"  # the device whose fit stands in for unmeasured devices
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Efficiency:
+    """Fitted efficiency parameters of the kernel models (fractions are of datasheet peaks)."""
+
+    source: str
+    # GEMM (hwmodels.gemm)
+    gemm_peak_fraction: dict[str, float]  # achievable fraction of dense peak, per dtype
+    gemm_k_overhead: float  # prologue/epilogue of one tile, in equivalent k elements
+    gemm_small_tile_penalty: float  # extra cost of a 64-wide tile relative to its FLOPs
+    hbm_fraction: float  # streaming fraction of datasheet HBM bandwidth
+    gemm_hbm_fraction: float  # fraction reached by a memory-bound GEMM (GEMV-like)
+    # attention (hwmodels.attention)
+    attn_fwd_fraction: float  # of the bf16 dense peak, flash forward
+    attn_bwd_fraction: float  # of the bf16 dense peak, flash backward
+    attn_decode_hbm_fraction: float  # of HBM bandwidth, a decode step reading the KV cache
+    attn_tile_q: int  # query rows per attention block
+    # elementwise (hwmodels.elementwise)
+    elementwise_hbm_fraction: dict[str, float]  # per op, of HBM bandwidth
+    # fixed costs (hwmodels.launch)
+    kernel_overhead_s: float  # device-side fixed cost of one kernel, as CUDA events see it
+    host_launch_s: float  # CPU time to issue one op in eager PyTorch
+    graph_launch_s: float  # gap between kernels replayed from a CUDA graph
+    # collectives (hwmodels.collectives)
+    collective_latency_s: float  # per algorithm step
+    collective_bw_fraction: float  # of the one-direction link bandwidth
+    collective_launch_s: float  # fixed cost of one collective call
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    def gemm_fraction(self, dtype: str) -> float:
+        return self.gemm_peak_fraction.get(dtype, self.gemm_peak_fraction["bf16"])
+
+    def elementwise_fraction(self, op: str) -> float:
+        return self.elementwise_hbm_fraction.get(op, self.elementwise_hbm_fraction["default"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _read_json(name: str) -> dict[str, Any] | None:
+    path = resources.files("gpuplan.hwmodels") / "data" / name
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text())
+
+
+def _from_dict(data: dict[str, Any]) -> Efficiency:
+    names = {f.name for f in dataclasses.fields(Efficiency)}
+    return Efficiency(**{k: v for k, v in data.items() if k in names})
+
+
+@functools.cache
+def prior_efficiency() -> Efficiency:
+    """The uncalibrated prior: round numbers from public measurements (sources in the file)."""
+    return _from_dict(_read_json("efficiency_prior.json"))
+
+
+@functools.cache
+def calibrated_efficiency(device_key: str) -> Efficiency | None:
+    """The fit for ``device_key`` from ``data/calibration_<key>.json``, or None if there is none."""
+    fitted = _read_json(f"calibration_{device_key}.json")
+    if fitted is None:
+        return None
+    merged = prior_efficiency().to_dict() | fitted["parameters"]
+    merged["source"] = fitted.get("source", f"calibration_{device_key}.json")
+    merged["provenance"] = fitted.get("provenance", {})
+    return _from_dict(merged)
+
+
+def efficiency_for(device_key: str) -> Efficiency:
+    """The device's own fit; else the reference device's fit (borrowed); else the prior."""
+    own = calibrated_efficiency(device_key)
+    if own is not None:
+        return own
+    borrowed = calibrated_efficiency(REFERENCE_DEVICE)
+    if borrowed is not None:
+        return dataclasses.replace(
+            borrowed, source=f"{borrowed.source} (fit on {REFERENCE_DEVICE}, applied to the "
+            f"{device_key} datasheet; not measured on {device_key})"
+        )
+    return prior_efficiency()

@@ -1,0 +1,63 @@
+"""GEMM time: tile and wave quantization over the SMs, a per-dtype achievable rate, and a memory floor.
+
+Model (after the wave-quantization account of NVIDIA's "Matrix Multiplication Background User's
+Guide", and LLMCompass, Zhang et al. ISCA 2024, sec. 4):
+- The output m x n is cut into tiles of ``tile_m x tile_n``; one SM computes one tile at a time,
+  so the tiles run in ``ceil(tiles / n_sms)`` waves and the last wave may leave SMs idle.
+- When there are fewer tiles than SMs, the library splits k (split-K) so that idle SMs share the
+  reduction; the split is bounded so each slice keeps at least ``MIN_K_SLICE`` of k.
+- A tile costs ``2 * tile_m * tile_n * (k_slice + k_overhead)`` FLOPs' worth of tensor-core time
+  at the achievable per-SM rate: ``k_overhead`` stands for the prologue (pipeline fill) and the
+  epilogue (writing C), which do not shrink with k.
+- The library picks the tile shape that runs fastest, as cuBLAS's heuristics try to.
+- Memory: every operand read once and the output written once, at the GEMV-reachable HBM rate.
+  This is the regime of small m (decode), where a GEMM is a bandwidth-bound GEMV.
+- ``KernelTime.total_s`` overlaps the two and adds the fixed per-kernel overhead.
+"""
+
+from __future__ import annotations
+
+import math
+
+from gpuplan.hwmodels.efficiency import Efficiency
+from gpuplan.hwmodels.kernel_time import KernelTime
+from gpuplan.workloads.dtypes import dtype_bytes
+
+MIN_K_SLICE = 256  # split-K never cuts k below this many elements per slice
+# Candidate tiles (tile_m, tile_n): Hopper cuBLAS/CUTLASS kernels use 128x256, 128x128 and
+# 64x128 CTA tiles for 16- and 8-bit inputs (CUTLASS 3 sm90 profiler kernel names).
+TILES = ((128, 256), (128, 128), (64, 128))
+OUT_DTYPE = {"fp8": "bf16", "int8": "fp32"}  # _scaled_mm writes bf16; _int_mm writes int32
+
+
+def gemm_time(acc, m: int, n: int, k: int, dtype: str, eff: Efficiency) -> KernelTime:
+    """Time of C[m, n] = A[m, k] @ B[k, n] in ``dtype`` on accelerator ``acc``."""
+    compute_s = min(_tiled_compute_s(acc, m, n, k, dtype, eff, tile) for tile in TILES)
+    return KernelTime(compute_s, gemm_memory_s(acc, m, n, k, dtype, eff), eff.kernel_overhead_s)
+
+
+def gemm_bytes(m: int, n: int, k: int, dtype: str) -> float:
+    """Fewest bytes a GEMM moves: A and B read once, C written once."""
+    out = OUT_DTYPE.get(dtype, dtype)
+    return (m * k + k * n) * dtype_bytes(dtype) + m * n * dtype_bytes(out)
+
+
+def gemm_memory_s(acc, m: int, n: int, k: int, dtype: str, eff: Efficiency) -> float:
+    return gemm_bytes(m, n, k, dtype) / (acc.hbm_bytes_per_s * eff.gemm_hbm_fraction)
+
+
+def _tiled_compute_s(acc, m, n, k, dtype, eff: Efficiency, tile: tuple[int, int]) -> float:
+    tile_m, tile_n = tile
+    n_sms = acc.n_sms or 1
+    tiles = math.ceil(m / tile_m) * math.ceil(n / tile_n)
+    split = max(1, min(n_sms // tiles, k // MIN_K_SLICE)) if tiles < n_sms else 1
+    waves = math.ceil(tiles * split / n_sms)
+    k_slice = math.ceil(k / split)
+    per_sm_flops_per_s = acc.peak(dtype) * eff.gemm_fraction(dtype) / n_sms
+    small = 1.0 + eff.gemm_small_tile_penalty * (tile_m < 128)  # narrower tiles reuse less
+    tile_flops = 2.0 * tile_m * tile_n * (k_slice + eff.gemm_k_overhead) * small
+    return waves * tile_flops / per_sm_flops_per_s
+
+
+def gemm_flops(m: int, n: int, k: int) -> float:
+    return 2.0 * m * n * k

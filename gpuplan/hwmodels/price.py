@@ -1,0 +1,29 @@
+"""Price any operator description on an accelerator: the one entry point of the hardware layer."""
+
+from __future__ import annotations
+
+from gpuplan.hwmodels.attention import attention_time
+from gpuplan.hwmodels.collectives import collective_time
+from gpuplan.hwmodels.efficiency import Efficiency
+from gpuplan.hwmodels.elementwise import elementwise_time
+from gpuplan.hwmodels.gemm import gemm_time
+from gpuplan.hwmodels.kernel_time import KernelTime
+from gpuplan.workloads.ops import Attention, Collective, Elementwise, Gemm, Memory, Op
+
+
+def price(op: Op, acc, eff: Efficiency) -> KernelTime:
+    """Time of ``op`` (all ``op.count`` repetitions) on accelerator ``acc``."""
+    if isinstance(op, Gemm):
+        return gemm_time(acc, op.m, op.n, op.k, op.dtype, eff).scaled(op.count)
+    if isinstance(op, Attention):
+        return attention_time(acc, op, eff)
+    if isinstance(op, Elementwise | Memory):
+        return elementwise_time(acc, op, eff)
+    if isinstance(op, Collective):
+        return collective_time(acc, op.op, op.world, op.bytes_per_rank, eff).scaled(op.count)
+    raise TypeError(f"no price for {type(op).__name__}")
+
+
+def kernel_count(op: Op) -> int:
+    """Kernels the op launches (an add's backward launches none)."""
+    return 0 if op.bytes == 0 and op.flops == 0 else op.count

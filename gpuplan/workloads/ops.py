@@ -1,0 +1,180 @@
+"""Operator descriptions: what one kernel computes, its FLOPs and the fewest bytes it must move.
+
+Plain frozen descriptions with no notion of hardware. ``count`` repeats an identical operator
+(the experts of an MoE layer, the layers of a stack). Conventions:
+- A GEMM multiplies A[m, k] by B[k, n]: ``2 m n k`` FLOPs.
+- Attention is a fused (flash) kernel: scores never reach memory (Dao et al. 2022). Forward
+  FLOPs are ``2 b h_q s_q s_kv_eff (d_qk + d_v)`` (QK^T and PV); the backward does five such
+  products against the forward's two, so 2.5x the forward (Dao 2023, FlashAttention-2, sec. 3.2).
+  Under a causal mask the mean key count per query, ``s_kv_eff``, is taken bottom-right aligned.
+- Elementwise ops move ``reads + writes`` tensors of ``tokens x hidden`` elements; the counts
+  per op and pass are in ``ELEMENTWISE_TENSORS`` and name the tensors in a comment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuplan.workloads.dtypes import dtype_bytes
+
+# (tensors read, tensors written) of tokens x hidden elements, per op and pass. Extra bytes
+# that are not full tensors (norm weights, per-row statistics, masks) are in _EXTRA_BYTES.
+ELEMENTWISE_TENSORS: dict[tuple[str, str], tuple[int, int]] = {
+    ("rmsnorm", "fwd"): (1, 1),  # x -> y
+    ("rmsnorm", "bwd"): (2, 1),  # x, dy -> dx
+    ("layernorm", "fwd"): (1, 1),
+    ("layernorm", "bwd"): (2, 1),
+    ("gelu", "fwd"): (1, 1),
+    ("gelu", "bwd"): (2, 1),  # x, dy -> dx
+    ("silu_mul", "fwd"): (2, 1),  # gate, up -> h   (hidden = the FFN width)
+    ("silu_mul", "bwd"): (3, 2),  # gate, up, dh -> dgate, dup
+    ("softmax", "fwd"): (1, 1),
+    ("softmax", "bwd"): (2, 1),  # y, dy -> dx
+    ("add", "fwd"): (2, 1),  # x, residual -> y
+    ("add", "bwd"): (0, 0),  # the gradient passes through: no kernel
+    ("dropout_add", "fwd"): (2, 1),  # x, residual -> y (+ a one-byte mask, below)
+    ("dropout_add", "bwd"): (1, 1),  # dy (+ mask) -> dx
+    ("rope", "fwd"): (1, 1),  # q or k -> rotated (hidden = heads x head_dim)
+    ("rope", "bwd"): (1, 1),
+    ("copy", "fwd"): (1, 1),  # a layout change or a dtype cast
+    ("copy", "bwd"): (1, 1),
+}
+ELEMENTWISE_OPS = ("layernorm", "rmsnorm", "gelu", "silu_mul", "softmax", "add", "dropout_add")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Gemm:
+    name: str
+    m: int
+    n: int
+    k: int
+    dtype: str
+    count: int = 1
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k * self.count
+
+    @property
+    def bytes(self) -> float:
+        e = dtype_bytes(self.dtype)
+        return (self.m * self.k + self.k * self.n + self.m * self.n) * e * self.count
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Attention:
+    name: str
+    batch: int
+    heads_q: int
+    heads_kv: int
+    seq_q: int
+    seq_kv: int
+    head_dim: int  # of queries and keys
+    v_head_dim: int
+    causal: bool
+    pass_: str  # "fwd" or "bwd"
+    dtype: str
+    count: int = 1
+
+    @property
+    def mean_keys_per_query(self) -> float:
+        """Keys each query attends to, on average (bottom-right aligned causal mask)."""
+        if not self.causal:
+            return float(self.seq_kv)
+        past = max(self.seq_kv - self.seq_q, 0)
+        return past + (min(self.seq_q, self.seq_kv) + 1) / 2.0
+
+    @property
+    def fwd_flops(self) -> float:
+        per_head = 2.0 * self.seq_q * self.mean_keys_per_query * (self.head_dim + self.v_head_dim)
+        return per_head * self.batch * self.heads_q * self.count
+
+    @property
+    def flops(self) -> float:
+        return self.fwd_flops * (2.5 if self.pass_ == "bwd" else 1.0)
+
+    @property
+    def bytes(self) -> float:
+        e = dtype_bytes(self.dtype)
+        q = self.batch * self.heads_q * self.seq_q * self.head_dim * e
+        o = self.batch * self.heads_q * self.seq_q * self.v_head_dim * e
+        kv = self.batch * self.heads_kv * self.seq_kv * (self.head_dim + self.v_head_dim) * e
+        lse = self.batch * self.heads_q * self.seq_q * 4  # fp32 log-sum-exp per row
+        if self.pass_ == "bwd":  # read q, k, v, o, do, lse; write dq, dk, dv
+            return (2 * q + 2 * kv + 2 * o + lse) * self.count
+        return (q + kv + o + lse) * self.count
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Elementwise:
+    name: str
+    op: str
+    tokens: int
+    hidden: int
+    pass_: str
+    dtype: str
+    count: int = 1
+
+    @property
+    def flops(self) -> float:
+        return 0.0  # negligible next to the bytes; the op is bandwidth-bound
+
+    @property
+    def bytes(self) -> float:
+        reads, writes = ELEMENTWISE_TENSORS[(self.op, self.pass_)]
+        elems = self.tokens * self.hidden
+        extra = elems if self.op == "dropout_add" else 0  # the one-byte keep mask
+        return ((reads + writes) * elems * dtype_bytes(self.dtype) + extra) * self.count
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Memory:
+    """A pure data-movement kernel given by its bytes: an embedding gather, an optimizer step,
+    a KV-cache append, a cross-entropy over the logits."""
+
+    name: str
+    op: str  # efficiency class: "embedding", "adamw", "copy", "cross_entropy", ...
+    bytes_moved: float
+    flops_done: float = 0.0
+    count: int = 1
+
+    @property
+    def flops(self) -> float:
+        return self.flops_done * self.count
+
+    @property
+    def bytes(self) -> float:
+        return self.bytes_moved * self.count
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Collective:
+    name: str
+    op: str  # all_reduce, all_gather, reduce_scatter, all_to_all, send_recv
+    world: int
+    bytes_per_rank: float  # each rank's input buffer
+    count: int = 1
+
+    @property
+    def flops(self) -> float:
+        return 0.0
+
+    @property
+    def bytes(self) -> float:
+        return self.bytes_per_rank * self.count
+
+
+Op = Gemm | Attention | Elementwise | Memory | Collective
+
+
+def op_class(op: Op) -> str:
+    """The kernel class a breakdown groups by."""
+    if isinstance(op, Gemm):
+        return "gemm"
+    if isinstance(op, Attention):
+        return "attention"
+    if isinstance(op, Collective):
+        return "communication"
+    if isinstance(op, Memory):
+        return op.op
+    return "elementwise"
