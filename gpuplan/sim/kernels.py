@@ -1,0 +1,49 @@
+"""One-kernel predictions with their breakdowns: GEMM, attention, elementwise, collective."""
+
+from __future__ import annotations
+
+from gpuplan.hwmodels.collectives import collective_time
+from gpuplan.hwmodels.gemm import gemm_time
+from gpuplan.sim.breakdown import Breakdown, Item, priced_items
+from gpuplan.workloads.operators import backward_of as backward_ops
+from gpuplan.workloads.ops import Attention, Elementwise, Gemm
+
+
+def gemm_breakdown(acc, eff, *, m: int, n: int, k: int, dtype: str) -> Breakdown:
+    kt = gemm_time(acc, m, n, k, dtype, eff)
+    op = Gemm(name="gemm", m=m, n=n, k=k, dtype=dtype)
+    item = Item(layer="model", category="gemm", op=f"gemm {m}x{n}x{k} {dtype}", phase="fwd",
+                time_s=kt.total_s, flops=op.flops, bytes=op.bytes, kernels=1, bound=kt.bound)
+    return Breakdown(items=(item,))
+
+
+def attention_breakdown(acc, eff, *, batch: int, heads_q: int, heads_kv: int, seq_q: int,
+                        seq_kv: int, head_dim: int, causal: bool, pass_: str,
+                        dtype: str) -> Breakdown:
+    op = Attention(name="attention", batch=batch, heads_q=heads_q, heads_kv=heads_kv,
+                   seq_q=seq_q, seq_kv=seq_kv, head_dim=head_dim, v_head_dim=head_dim,
+                   causal=causal, pass_="fwd", dtype=dtype)
+    ops = [op] + (backward_ops([op]) if pass_ == "fwd_bwd" else [])
+    return Breakdown(items=tuple(_items_by_pass(ops, acc, eff)))
+
+
+def elementwise_breakdown(acc, eff, *, op: str, tokens: int, hidden: int, pass_: str,
+                          dtype: str) -> Breakdown:
+    fwd = Elementwise(name=op, op=op, tokens=tokens, hidden=hidden, pass_="fwd", dtype=dtype)
+    ops = [fwd] + (backward_ops([fwd]) if pass_ == "fwd_bwd" else [])
+    return Breakdown(items=tuple(_items_by_pass(ops, acc, eff)))
+
+
+def collective_breakdown(acc, eff, *, op: str, world: int, bytes_per_rank: float) -> Breakdown:
+    kt = collective_time(acc, op, world, bytes_per_rank, eff)
+    item = Item(layer="parallel", category="communication", op=op, phase="fwd",
+                time_s=kt.total_s, bytes=bytes_per_rank, kernels=int(world > 1),
+                bound="latency" if kt.launch_s > kt.memory_s else "bandwidth")
+    return Breakdown(items=(item,))
+
+
+def _items_by_pass(ops, acc, eff) -> list[Item]:
+    items = []
+    for op in ops:
+        items += priced_items([op], acc, eff, phase=getattr(op, "pass_", "fwd"))
+    return items

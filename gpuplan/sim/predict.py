@@ -1,0 +1,103 @@
+"""Predict any case of the measurement-record contract (ARCHITECTURE.md) with its breakdown.
+
+``predict_breakdown(kind, device, params)`` returns the ``Breakdown``; ``predict_record(record)``
+returns the metrics the contract measures (``time_s``, and ``peak_bytes`` for ``layer`` and
+``train_step``), which is what ``gpuplan validate score`` compares.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from gpuplan.errors import GpuplanError, check_choice
+from gpuplan.hwmodels.accelerators import get_accelerator
+from gpuplan.hwmodels.efficiency import Efficiency, efficiency_for
+from gpuplan.sim import kernels, step
+from gpuplan.sim.breakdown import Breakdown
+from gpuplan.workloads.model import ModelConfig
+
+KINDS = ("gemm", "attention", "elementwise", "layer", "train_step", "decode_step",
+         "collective", "tp_mlp")
+
+
+def contract_model(p: Mapping[str, Any], *, layers: int = 1, vocab: int = 32000) -> ModelConfig:
+    """The contract's Llama-style block (RMSNorm, GQA with RoPE, SwiGLU, no biases)."""
+    return ModelConfig(name="contract-llama", n_layers=p.get("layers", layers),
+                       d_model=p["hidden"], n_heads=p["heads_q"], n_kv_heads=p["heads_kv"],
+                       d_ff=p["ffn"], vocab_size=p.get("vocab", vocab))
+
+
+def _gemm(acc, eff, p):
+    return kernels.gemm_breakdown(acc, eff, m=p["m"], n=p["n"], k=p["k"], dtype=p["dtype"])
+
+
+def _attention(acc, eff, p):
+    return kernels.attention_breakdown(
+        acc, eff, batch=p["batch"], heads_q=p["heads_q"], heads_kv=p["heads_kv"],
+        seq_q=p["seq_q"], seq_kv=p["seq_kv"], head_dim=p["head_dim"], causal=p["causal"],
+        pass_=p["pass"], dtype=p["dtype"])
+
+
+def _elementwise(acc, eff, p):
+    return kernels.elementwise_breakdown(acc, eff, op=p["op"], tokens=p["tokens"],
+                                         hidden=p["hidden"], pass_=p["pass"], dtype=p["dtype"])
+
+
+def _layer(acc, eff, p):
+    return step.layer_breakdown(acc, eff, contract_model(p), micro_batch=p["micro_batch"],
+                                seq=p["seq"], pass_=p["pass"], compiled=p["compiled"],
+                                dtype=p["dtype"])
+
+
+def _train_step(acc, eff, p):
+    check_choice("optimizer", p.get("optimizer", "adamw"), ("adamw",))
+    return step.train_step_breakdown(acc, eff, contract_model(p), micro_batch=p["micro_batch"],
+                                     seq=p["seq"], recompute=p["recompute"],
+                                     precision=p.get("precision", "bf16-mixed"))
+
+
+def _decode_step(acc, eff, p):
+    return step.decode_step_breakdown(acc, eff, contract_model(p), batch=p["batch"],
+                                      context=p["context"], cuda_graph=p["cuda_graph"],
+                                      dtype=p["dtype"])
+
+
+def _collective(acc, eff, p):
+    return kernels.collective_breakdown(acc, eff, op=p["op"], world=p["world"],
+                                        bytes_per_rank=p["bytes"])
+
+
+def _tp_mlp(acc, eff, p):
+    cfg = ModelConfig(name="contract-mlp", n_layers=1, d_model=p["hidden"], n_heads=1,
+                      n_kv_heads=1, d_ff=p["ffn"], vocab_size=1)
+    return step.tp_mlp_breakdown(acc, eff, cfg, tokens=p["tokens"], tp=p["tp"],
+                                 pass_=p["pass"], dtype=p["dtype"])
+
+
+_PREDICTORS: dict[str, Callable[[Any, Efficiency, Mapping[str, Any]], Breakdown]] = {
+    "gemm": _gemm, "attention": _attention, "elementwise": _elementwise, "layer": _layer,
+    "train_step": _train_step, "decode_step": _decode_step, "collective": _collective,
+    "tp_mlp": _tp_mlp,
+}
+
+
+def predict_breakdown(kind: str, device: str, params: Mapping[str, Any], *,
+                      eff: Efficiency | None = None) -> Breakdown:
+    """The predicted breakdown of one case of the record contract on ``device``."""
+    check_choice("kind", kind, KINDS)
+    acc = get_accelerator(device)
+    eff = eff or efficiency_for(acc.key)
+    try:
+        return _PREDICTORS[kind](acc, eff, params)
+    except KeyError as exc:
+        raise GpuplanError(f"{kind}: missing parameter {exc.args[0]!r}") from None
+
+
+def predict_record(record, *, eff: Efficiency | None = None) -> dict[str, float]:
+    """The metrics a record measures, predicted: ``time_s`` and, where measured, ``peak_bytes``."""
+    bd = predict_breakdown(record.kind, record.device, record.params, eff=eff)
+    out = {"time_s": bd.total_s}
+    if bd.peak_bytes is not None and record.kind in ("layer", "train_step"):
+        out["peak_bytes"] = bd.peak_bytes
+    return out

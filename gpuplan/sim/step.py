@@ -1,0 +1,148 @@
+"""One-GPU predictions of composite work: a decoder layer, a tensor-parallel MLP, a training step
+and a decode step, each as a ``Breakdown`` whose items sum to the predicted time.
+
+Execution assumptions, named:
+- kernels of one stream run back to back; the CPU issues them asynchronously, so its cost shows
+  only where it exceeds the GPU's (``hwmodels.launch``);
+- ``compiled`` means torch.compile's default mode: elementwise runs fused (``sim.compilation``),
+  no CUDA graph;
+- a training step under ``bf16-mixed`` is torch autocast over fp32 weights: each forward casts
+  every weight to bf16 once (cached for the pass), each weight gradient is cast back to fp32, and
+  fused AdamW reads parameter, gradient and both moments and writes parameter and moments
+  (28 bytes per parameter);
+- full recomputation re-runs each block's forward inside the backward (Chen et al. 2016;
+  Korthikanti et al. 2022 sec. 4.1);
+- a tensor-parallel MLP all-reduces its output in the forward and its input gradient in the
+  backward, not overlapped with compute (Shoeybi et al. 2019, fig. 3).
+"""
+
+from __future__ import annotations
+
+from gpuplan.hwmodels.collectives import collective_time
+from gpuplan.hwmodels.launch import launch_cost
+from gpuplan.sim.breakdown import Breakdown, Item, priced_items
+from gpuplan.sim.compilation import fuse_elementwise
+from gpuplan.workloads.dtypes import dtype_bytes
+from gpuplan.workloads.memory import layer_activation_bytes, training_state_bytes
+from gpuplan.workloads.model import ModelConfig
+from gpuplan.workloads.operators import (
+    backward_of,
+    embedding_backward,
+    embedding_forward,
+    head_backward,
+    head_forward,
+    layer_forward,
+    mlp_block,
+)
+from gpuplan.workloads.ops import Memory
+from gpuplan.workloads.params import count_params
+
+ADAMW_BYTES_PER_PARAM = 28  # fused AdamW: read p, g, m, v (4 x 4 B); write p, m, v (3 x 4 B)
+
+
+def _launch_item(items: list[Item], eff, *, cuda_graph: bool) -> Item:
+    cost = launch_cost(sum(i.kernels for i in items), sum(i.time_s for i in items), eff,
+                       cuda_graph=cuda_graph)
+    what = "graph replay gaps" if cuda_graph else "host issue time not hidden"
+    return Item(layer="runtime", category="launch", op=what, phase="step",
+                time_s=cost.total_s, bound="launch")
+
+
+def _with_launch(items: list[Item], eff, *, cuda_graph: bool = False, **kw) -> Breakdown:
+    return Breakdown(items=tuple(items + [_launch_item(items, eff, cuda_graph=cuda_graph)]), **kw)
+
+
+def layer_breakdown(acc, eff, cfg: ModelConfig, *, micro_batch: int, seq: int, pass_: str,
+                    compiled: bool, dtype: str = "bf16", tp: int = 1) -> Breakdown:
+    """One decoder block, forward or forward+backward, eager or compiled."""
+    fwd = layer_forward(cfg, batch=micro_batch, seq=seq, dtype=dtype, tp=tp)
+    fuse = fuse_elementwise if compiled else list
+    items = priced_items(fuse(fwd), acc, eff, phase="fwd")
+    if pass_ == "fwd_bwd":
+        items += priced_items(fuse(backward_of(fwd)), acc, eff, phase="bwd")
+    acts = layer_activation_bytes(cfg, tokens=micro_batch * seq, dtype=dtype, tp=tp)
+    return _with_launch(items, eff, memory_bytes={"activations": acts.total_bytes})
+
+
+def tp_mlp_breakdown(acc, eff, cfg: ModelConfig, *, tokens: int, tp: int, pass_: str,
+                     dtype: str = "bf16") -> Breakdown:
+    """Megatron column/row-parallel MLP on one of ``tp`` ranks, with its all-reduces."""
+    fwd = mlp_block(cfg, tokens=tokens, dtype=dtype, tp=tp)
+    reduce_bytes = tokens * cfg.d_model * dtype_bytes(dtype)
+    comm = collective_time(acc, "all_reduce", tp, reduce_bytes, eff)
+    items = priced_items(fwd, acc, eff, phase="fwd") + _all_reduce_items(comm, tp, "fwd")
+    if pass_ == "fwd_bwd":
+        items += priced_items(backward_of(fwd), acc, eff, phase="bwd")
+        items += _all_reduce_items(comm, tp, "bwd")
+    return _with_launch(items, eff)
+
+
+def _all_reduce_items(comm, tp: int, phase: str) -> list[Item]:
+    if tp == 1:
+        return []
+    return [Item(layer="parallel", category="communication", op="tp all_reduce", phase=phase,
+                 time_s=comm.total_s, kernels=1, bound="bandwidth")]
+
+
+def train_step_breakdown(acc, eff, cfg: ModelConfig, *, micro_batch: int, seq: int,
+                         recompute: str = "none", precision: str = "bf16-mixed",
+                         dtype: str = "bf16") -> Breakdown:
+    """Zero-grad, forward, backward and AdamW step of a whole model on one GPU."""
+    t, n_params = micro_batch * seq, count_params(cfg).total
+    layer_fwd = layer_forward(cfg, batch=micro_batch, seq=seq, dtype=dtype)
+    layer_bwd = backward_of(layer_fwd)
+    L = cfg.n_layers
+    items = priced_items(embedding_forward(cfg, tokens=t, dtype=dtype), acc, eff, phase="fwd")
+    items += priced_items(layer_fwd, acc, eff, phase="fwd", repeat=L)
+    items += priced_items(head_forward(cfg, tokens=t, dtype=dtype), acc, eff, phase="fwd")
+    items += priced_items(head_backward(cfg, tokens=t, dtype=dtype), acc, eff, phase="bwd")
+    if recompute == "full":
+        items += priced_items(layer_fwd, acc, eff, phase="recompute", layer="compile", repeat=L)
+    items += priced_items(layer_bwd, acc, eff, phase="bwd", repeat=L)
+    items += priced_items(embedding_backward(cfg, tokens=t, dtype=dtype), acc, eff, phase="bwd")
+    items += priced_items(_mixed_precision_ops(n_params, precision, recompute), acc, eff,
+                          phase="cast", layer="compile")
+    items += priced_items([Memory(name="adamw", op="adamw",
+                                  bytes_moved=ADAMW_BYTES_PER_PARAM * n_params)],
+                          acc, eff, phase="optimizer")
+    memory = train_memory_terms(cfg, micro_batch=micro_batch, seq=seq, recompute=recompute,
+                                precision=precision, dtype=dtype, n_params=n_params)
+    return _with_launch(items, eff, memory_bytes=memory)
+
+
+def _mixed_precision_ops(n_params: int, precision: str, recompute: str) -> list[Memory]:
+    """Weight casts (fp32 -> bf16) per forward pass and gradient casts (bf16 -> fp32)."""
+    if precision != "bf16-mixed":
+        return []
+    passes = 2 if recompute == "full" else 1
+    return [Memory(name="weight_cast", op="copy", bytes_moved=6 * n_params * passes),
+            Memory(name="grad_cast", op="copy", bytes_moved=6 * n_params)]
+
+
+def train_memory_terms(cfg: ModelConfig, *, micro_batch: int, seq: int, recompute: str,
+                       precision: str, dtype: str, n_params: int) -> dict[str, float]:
+    """Peak allocated memory of a training step, by term (at the start of the backward)."""
+    t = micro_batch * seq
+    state = training_state_bytes(n_params, precision)
+    kept = layer_activation_bytes(cfg, tokens=t, dtype=dtype, recompute=recompute)
+    terms = {
+        "weights": state.weights_bytes,
+        "gradients": state.grads_bytes,
+        "optimizer": state.optimizer_bytes,
+        "activations": cfg.n_layers * kept.total_bytes,
+        # bf16 logits, their fp32 upcast and fp32 log-softmax kept for the loss's backward
+        "logits": t * cfg.vocab_size * (2 + 4 + 4),
+    }
+    if precision == "bf16-mixed":
+        terms["weight_cast_cache"] = 2.0 * n_params  # autocast keeps bf16 copies for the pass
+    if recompute == "full":  # one block's full activations live while it is recomputed
+        terms["recompute_block"] = layer_activation_bytes(cfg, tokens=t, dtype=dtype).total_bytes
+    return terms
+
+
+def decode_step_breakdown(acc, eff, cfg: ModelConfig, *, batch: int, context: int,
+                          cuda_graph: bool, dtype: str = "bf16", tp: int = 1) -> Breakdown:
+    """One new token for each of ``batch`` sequences through ``cfg.n_layers`` blocks."""
+    ops = layer_forward(cfg, batch=batch, seq=1, dtype=dtype, context=context, tp=tp)
+    items = priced_items(ops, acc, eff, phase="fwd", repeat=cfg.n_layers)
+    return _with_launch(items, eff, cuda_graph=cuda_graph)

@@ -1,0 +1,118 @@
+"""Memory of a model: weights, gradients, optimizer state, activations kept for backward, KV cache.
+
+Training state per parameter (Rajbhandari et al. 2020, ZeRO, sec. 3.1, for Adam):
+- ``bf16-mixed`` as torch autocast runs it (the record contract's precision): fp32 weights that
+  are also the master copy (4 B), fp32 gradients (4 B), Adam's two fp32 moments (8 B): 16 B.
+- ``bf16-mixed-megatron`` (Megatron-LM's mixed precision, ZeRO's 2 + 2 + 12 accounting with fp32
+  gradient accumulation): bf16 weights (2), fp32 main gradients (4), fp32 master weights and
+  moments (12): 18 B.
+- ``bf16``: everything in bf16: 2 + 2 + 4 = 8 B.
+
+Activations kept for the backward of one block, per token, derived by listing the tensors that
+autograd saves in the Hugging Face Llama/GPT-2 modules with a flash attention kernel (no s x s
+score matrix is stored: Dao et al. 2022). With e bytes per element, h = d_model, f = FFN width,
+q/kv the query/key-value widths (heads x head_dim), tp the tensor-parallel degree:
+
+- outside the tensor-parallel region (divided by tp only under sequence parallelism):
+  the attention-norm input h, the q/k/v projection input h, the MLP-norm input h, the MLP input
+  h (4 h e), plus one fp32 reciprocal-RMS per norm and token (8 B); GPT-style dropout keeps a
+  one-byte mask after each residual branch (2 h).
+- inside it (divided by tp): q, k (after RoPE) and v; the attention output and its fp32
+  log-sum-exp; the contiguous copy of the output that feeds the output projection; SwiGLU's gate
+  and up outputs and its product (3 f), or GELU's input and output (2 f).
+This mirrors Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
+Models", eq. 1-2: 34 s b h + 5 a s^2 b) with the attention-core terms gone. Full recomputation
+keeps only each block's input (h e per token; Korthikanti sec. 4.1). Selective recomputation
+recomputes the attention core, which a flash kernel already never stores, so it equals none here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuplan.errors import check_choice
+from gpuplan.workloads.dtypes import dtype_bytes
+from gpuplan.workloads.model import ModelConfig
+
+RECOMPUTE = ("none", "selective", "full")
+# bytes per parameter: (weights, gradients, optimizer state), see the module docstring
+PRECISION_BYTES: dict[str, tuple[float, float, float]] = {
+    "bf16-mixed": (4, 4, 8),
+    "bf16-mixed-megatron": (2, 4, 12),
+    "bf16": (2, 2, 4),
+}
+
+
+def kv_cache_bytes_per_token_layer(cfg: ModelConfig, dtype: str = "bf16") -> float:
+    """KV-cache bytes one token adds in one block: K and V per KV head (MHA, GQA, MQA), or
+    MLA's compressed latent plus its decoupled RoPE key (DeepSeek-V2 sec. 2.1.3)."""
+    if cfg.is_mla:
+        return (cfg.kv_lora_rank + cfg.qk_rope_head_dim) * dtype_bytes(dtype)
+    return cfg.n_kv_heads * (cfg.qk_head_dim + cfg.v_dim_per_head) * dtype_bytes(dtype)
+
+
+def kv_cache_bytes_per_token(cfg: ModelConfig, dtype: str = "bf16") -> float:
+    """KV-cache bytes one token adds across all blocks."""
+    return cfg.n_layers * kv_cache_bytes_per_token_layer(cfg, dtype)
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingState:
+    weights_bytes: float
+    grads_bytes: float
+    optimizer_bytes: float
+
+    @property
+    def total_bytes(self) -> float:
+        return self.weights_bytes + self.grads_bytes + self.optimizer_bytes
+
+
+def training_state_bytes(num_params: float, precision: str = "bf16-mixed") -> TrainingState:
+    """Weights, gradients and Adam state for ``num_params`` parameters."""
+    check_choice("precision", precision, PRECISION_BYTES)
+    w, g, o = PRECISION_BYTES[precision]
+    return TrainingState(w * num_params, g * num_params, o * num_params)
+
+
+@dataclass(frozen=True, slots=True)
+class LayerActivations:
+    """Bytes one block keeps for its backward, split by where tensor parallelism cuts them."""
+
+    replicated_bytes: float  # outside the TP region: divided by tp only under SP
+    split_bytes: float  # inside the TP region: divided by tp
+
+    @property
+    def total_bytes(self) -> float:
+        return self.replicated_bytes + self.split_bytes
+
+
+def layer_activation_bytes(cfg: ModelConfig, *, tokens: int, dtype: str = "bf16",
+                           recompute: str = "none", tp: int = 1, sp: bool = False,
+                           layer: int = 0) -> LayerActivations:
+    """Activation bytes of one block for ``tokens`` tokens (module docstring has the terms)."""
+    check_choice("recompute", recompute, RECOMPUTE)
+    e, h = dtype_bytes(dtype), cfg.d_model
+    rep_div = tp if sp else 1
+    if recompute == "full":  # only the block input survives
+        return LayerActivations(tokens * h * e / rep_div, 0.0)
+    replicated = 4 * h * e + 8 + (2 * h if cfg.bias and not cfg.is_vision else 0)
+    split = (_attention_saved_elems(cfg) * e + 4 * cfg.n_heads + _mlp_saved_elems(cfg, layer) * e)
+    return LayerActivations(tokens * replicated / rep_div, tokens * split / tp)
+
+
+def _attention_saved_elems(cfg: ModelConfig) -> int:
+    """q, k, v, the output and its contiguous copy, per token (all heads)."""
+    q = cfg.n_heads * cfg.qk_head_dim
+    kv = cfg.n_kv_heads * (cfg.qk_head_dim + cfg.v_dim_per_head)
+    out = cfg.n_heads * cfg.v_dim_per_head
+    return q + kv + 2 * out
+
+
+def _mlp_saved_elems(cfg: ModelConfig, layer: int) -> float:
+    """FFN tensors per token: 3 f for SwiGLU, 2 f for GELU; MoE counts the routed copies."""
+    per_width = 3 if cfg.activation == "swiglu" else 2
+    if not cfg.is_moe_layer(layer):
+        return per_width * cfg.d_ff
+    routed = cfg.top_k * (per_width * cfg.d_ff_expert + cfg.d_model)  # + permuted input
+    shared = per_width * cfg.d_ff_expert * cfg.n_shared_experts
+    return routed + shared + cfg.n_experts  # router probabilities
