@@ -18,4 +18,5 @@ def elementwise_time(acc, op: Elementwise | Memory, eff: Efficiency) -> KernelTi
     if op.bytes == 0:
         return ZERO  # e.g. the backward of an add: the gradient passes through, no kernel runs
     memory_s = op.bytes / (acc.hbm_bytes_per_s * eff.elementwise_fraction(op.op))
-    return KernelTime(0.0, memory_s, eff.kernel_overhead_s * op.count)
+    kernels = op.kernels if isinstance(op, Elementwise) else op.count
+    return KernelTime(0.0, memory_s, eff.kernel_overhead_s * kernels)

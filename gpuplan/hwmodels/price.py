@@ -26,4 +26,6 @@ def price(op: Op, acc, eff: Efficiency) -> KernelTime:
 
 def kernel_count(op: Op) -> int:
     """Kernels the op launches (an add's backward launches none)."""
+    if isinstance(op, Elementwise):
+        return op.kernels
     return 0 if op.bytes == 0 and op.flops == 0 else op.count

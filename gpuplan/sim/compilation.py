@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.ops import Elementwise, Memory, Op
 
@@ -43,3 +45,8 @@ def _fused(run: list[Elementwise]) -> Op:
     saved = min(saved, total / 2)  # at least one read and one write of real data remain
     name = "fused(" + "+".join(op.name for op in run) + ")"
     return Memory(name=name, op="fused", bytes_moved=total - saved)
+
+
+def eager(ops: list[Op]) -> list[Op]:
+    """The same ops as eager PyTorch runs them: each elementwise op in its ATen pieces."""
+    return [replace(op, impl="eager") if isinstance(op, Elementwise) else op for op in ops]

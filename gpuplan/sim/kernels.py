@@ -28,8 +28,9 @@ def attention_breakdown(acc, eff, *, batch: int, heads_q: int, heads_kv: int, se
 
 
 def elementwise_breakdown(acc, eff, *, op: str, tokens: int, hidden: int, pass_: str,
-                          dtype: str) -> Breakdown:
-    fwd = Elementwise(name=op, op=op, tokens=tokens, hidden=hidden, pass_="fwd", dtype=dtype)
+                          dtype: str, impl: str = "fused") -> Breakdown:
+    fwd = Elementwise(name=op, op=op, tokens=tokens, hidden=hidden, pass_="fwd", dtype=dtype,
+                      impl=impl)
     ops = [fwd] + (backward_ops([fwd]) if pass_ == "fwd_bwd" else [])
     return Breakdown(items=tuple(_items_by_pass(ops, acc, eff)))
 

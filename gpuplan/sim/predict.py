@@ -1,5 +1,8 @@
 """Predict any case of the measurement-record contract (ARCHITECTURE.md) with its breakdown.
 
+The contract's cases are measured in eager PyTorch (or under torch.compile where ``compiled``
+says so), so their elementwise ops are priced as eager PyTorch runs them.
+
 ``predict_breakdown(kind, device, params)`` returns the ``Breakdown``; ``predict_record(record)``
 returns the metrics the contract measures (``time_s``, and ``peak_bytes`` for ``layer`` and
 ``train_step``), which is what ``gpuplan validate score`` compares.
@@ -41,7 +44,8 @@ def _attention(acc, eff, p):
 
 def _elementwise(acc, eff, p):
     return kernels.elementwise_breakdown(acc, eff, op=p["op"], tokens=p["tokens"],
-                                         hidden=p["hidden"], pass_=p["pass"], dtype=p["dtype"])
+                                         hidden=p["hidden"], pass_=p["pass"], dtype=p["dtype"],
+                                         impl="eager")
 
 
 def _layer(acc, eff, p):
@@ -54,13 +58,13 @@ def _train_step(acc, eff, p):
     check_choice("optimizer", p.get("optimizer", "adamw"), ("adamw",))
     return step.train_step_breakdown(acc, eff, contract_model(p), micro_batch=p["micro_batch"],
                                      seq=p["seq"], recompute=p["recompute"],
-                                     precision=p.get("precision", "bf16-mixed"))
+                                     precision=p.get("precision", "bf16-mixed"), impl="eager")
 
 
 def _decode_step(acc, eff, p):
     return step.decode_step_breakdown(acc, eff, contract_model(p), batch=p["batch"],
                                       context=p["context"], cuda_graph=p["cuda_graph"],
-                                      dtype=p["dtype"])
+                                      dtype=p["dtype"], impl="eager")
 
 
 def _collective(acc, eff, p):
@@ -72,7 +76,7 @@ def _tp_mlp(acc, eff, p):
     cfg = ModelConfig(name="contract-mlp", n_layers=1, d_model=p["hidden"], n_heads=1,
                       n_kv_heads=1, d_ff=p["ffn"], vocab_size=1)
     return step.tp_mlp_breakdown(acc, eff, cfg, tokens=p["tokens"], tp=p["tp"],
-                                 pass_=p["pass"], dtype=p["dtype"])
+                                 pass_=p["pass"], dtype=p["dtype"], impl="eager")
 
 
 _PREDICTORS: dict[str, Callable[[Any, Efficiency, Mapping[str, Any]], Breakdown]] = {

@@ -21,7 +21,7 @@ from __future__ import annotations
 from gpuplan.hwmodels.collectives import collective_time
 from gpuplan.hwmodels.launch import launch_cost
 from gpuplan.sim.breakdown import Breakdown, Item, priced_items
-from gpuplan.sim.compilation import fuse_elementwise
+from gpuplan.sim.compilation import eager, fuse_elementwise
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.memory import layer_activation_bytes, training_state_bytes
 from gpuplan.workloads.model import ModelConfig
@@ -40,6 +40,11 @@ from gpuplan.workloads.params import count_params
 ADAMW_BYTES_PER_PARAM = 28  # fused AdamW: read p, g, m, v (4 x 4 B); write p, m, v (3 x 4 B)
 
 
+def _as_run(ops, impl: str):
+    """Ops as they run: ``fused`` (ideal kernels), ``eager`` (ATen pieces) or ``compiled``."""
+    return {"fused": list, "eager": eager, "compiled": fuse_elementwise}[impl](ops)
+
+
 def _launch_item(items: list[Item], eff, *, cuda_graph: bool) -> Item:
     cost = launch_cost(sum(i.kernels for i in items), sum(i.time_s for i in items), eff,
                        cuda_graph=cuda_graph)
@@ -56,18 +61,18 @@ def layer_breakdown(acc, eff, cfg: ModelConfig, *, micro_batch: int, seq: int, p
                     compiled: bool, dtype: str = "bf16", tp: int = 1) -> Breakdown:
     """One decoder block, forward or forward+backward, eager or compiled."""
     fwd = layer_forward(cfg, batch=micro_batch, seq=seq, dtype=dtype, tp=tp)
-    fuse = fuse_elementwise if compiled else list
-    items = priced_items(fuse(fwd), acc, eff, phase="fwd")
+    impl = "compiled" if compiled else "eager"
+    items = priced_items(_as_run(fwd, impl), acc, eff, phase="fwd")
     if pass_ == "fwd_bwd":
-        items += priced_items(fuse(backward_of(fwd)), acc, eff, phase="bwd")
+        items += priced_items(_as_run(backward_of(fwd), impl), acc, eff, phase="bwd")
     acts = layer_activation_bytes(cfg, tokens=micro_batch * seq, dtype=dtype, tp=tp)
     return _with_launch(items, eff, memory_bytes={"activations": acts.total_bytes})
 
 
 def tp_mlp_breakdown(acc, eff, cfg: ModelConfig, *, tokens: int, tp: int, pass_: str,
-                     dtype: str = "bf16") -> Breakdown:
+                     dtype: str = "bf16", impl: str = "fused") -> Breakdown:
     """Megatron column/row-parallel MLP on one of ``tp`` ranks, with its all-reduces."""
-    fwd = mlp_block(cfg, tokens=tokens, dtype=dtype, tp=tp)
+    fwd = _as_run(mlp_block(cfg, tokens=tokens, dtype=dtype, tp=tp), impl)
     reduce_bytes = tokens * cfg.d_model * dtype_bytes(dtype)
     comm = collective_time(acc, "all_reduce", tp, reduce_bytes, eff)
     items = priced_items(fwd, acc, eff, phase="fwd") + _all_reduce_items(comm, tp, "fwd")
@@ -86,11 +91,12 @@ def _all_reduce_items(comm, tp: int, phase: str) -> list[Item]:
 
 def train_step_breakdown(acc, eff, cfg: ModelConfig, *, micro_batch: int, seq: int,
                          recompute: str = "none", precision: str = "bf16-mixed",
-                         dtype: str = "bf16") -> Breakdown:
+                         dtype: str = "bf16", impl: str = "fused") -> Breakdown:
     """Zero-grad, forward, backward and AdamW step of a whole model on one GPU."""
     t, n_params = micro_batch * seq, count_params(cfg).total
     layer_fwd = layer_forward(cfg, batch=micro_batch, seq=seq, dtype=dtype)
-    layer_bwd = backward_of(layer_fwd)
+    layer_bwd = _as_run(backward_of(layer_fwd), impl)
+    layer_fwd = _as_run(layer_fwd, impl)
     L = cfg.n_layers
     items = priced_items(embedding_forward(cfg, tokens=t, dtype=dtype), acc, eff, phase="fwd")
     items += priced_items(layer_fwd, acc, eff, phase="fwd", repeat=L)
@@ -141,8 +147,10 @@ def train_memory_terms(cfg: ModelConfig, *, micro_batch: int, seq: int, recomput
 
 
 def decode_step_breakdown(acc, eff, cfg: ModelConfig, *, batch: int, context: int,
-                          cuda_graph: bool, dtype: str = "bf16", tp: int = 1) -> Breakdown:
+                          cuda_graph: bool, dtype: str = "bf16", tp: int = 1,
+                          impl: str = "fused") -> Breakdown:
     """One new token for each of ``batch`` sequences through ``cfg.n_layers`` blocks."""
-    ops = layer_forward(cfg, batch=batch, seq=1, dtype=dtype, context=context, tp=tp)
+    ops = _as_run(layer_forward(cfg, batch=batch, seq=1, dtype=dtype, context=context, tp=tp),
+                  impl)
     items = priced_items(ops, acc, eff, phase="fwd", repeat=cfg.n_layers)
     return _with_launch(items, eff, cuda_graph=cuda_graph)

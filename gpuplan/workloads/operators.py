@@ -10,7 +10,8 @@ norm, the LM head and the loss. Tensor parallelism (Megatron column/row split, S
 2019) divides heads and FFN widths by ``tp``; the collectives it needs are added by ``sim``.
 
 Assumptions, named: experts are balanced (each routed expert sees ``tokens * top_k / n_experts``
-tokens); bias adds are fused into the GEMM epilogue (cuBLASLt); RoPE is one kernel per tensor.
+tokens); bias adds are fused into the GEMM epilogue (cuBLASLt); q, k, v are one fused GEMM and so are gate and up (Megatron-LM, vLLM); elementwise ops
+are ideal single kernels unless ``sim.compilation.eager`` rewrites them as eager PyTorch runs them.
 """
 
 from __future__ import annotations
@@ -49,9 +50,8 @@ def attention_block(cfg: ModelConfig, *, batch: int, seq_q: int, seq_kv: int, dt
                  dtype=dtype),
         ]
     else:
-        ops += [Gemm(name="q_proj", m=t, n=hq * dqk, k=h, dtype=dtype),
-                Gemm(name="k_proj", m=t, n=hkv * dqk, k=h, dtype=dtype),
-                Gemm(name="v_proj", m=t, n=hkv * dv, k=h, dtype=dtype)]
+        # one fused projection, as Megatron-LM and vLLM run q, k and v
+        ops.append(Gemm(name="qkv_proj", m=t, n=hq * dqk + hkv * (dqk + dv), k=h, dtype=dtype))
     if cfg.position == "rope":
         rope_k = hkv * (cfg.qk_rope_head_dim if cfg.is_mla else dqk)
         ops += [Elementwise(name="rope_q", op="rope", tokens=t, hidden=hq * dqk, pass_="fwd",
@@ -75,8 +75,7 @@ def mlp_block(cfg: ModelConfig, *, tokens: int, dtype: str, tp: int = 1,
     f = _div(width or cfg.d_ff, tp, "d_ff")
     t, h = tokens, cfg.d_model
     if cfg.activation == "swiglu":  # Shazeer 2020: down(silu(gate x) * up x)
-        return [Gemm(name=f"{prefix}gate_proj", m=t, n=f, k=h, dtype=dtype, count=count),
-                Gemm(name=f"{prefix}up_proj", m=t, n=f, k=h, dtype=dtype, count=count),
+        return [Gemm(name=f"{prefix}gate_up_proj", m=t, n=2 * f, k=h, dtype=dtype, count=count),
                 Elementwise(name=f"{prefix}silu_mul", op="silu_mul", tokens=t, hidden=f,
                             pass_="fwd", dtype=dtype, count=count),
                 Gemm(name=f"{prefix}down_proj", m=t, n=h, k=f, dtype=dtype, count=count)]

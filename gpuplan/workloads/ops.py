@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 from gpuplan.workloads.dtypes import dtype_bytes
 
-# (tensors read, tensors written) of tokens x hidden elements, per op and pass. Extra bytes
-# that are not full tensors (norm weights, per-row statistics, masks) are in _EXTRA_BYTES.
+# (tensors read, tensors written) of tokens x hidden elements, per op and pass, for the ideal
+# single kernel (what a fusing compiler or a hand-fused kernel moves). The one-byte dropout mask
+# is added in ``Elementwise.bytes``; norm weights and per-row statistics are negligible.
 ELEMENTWISE_TENSORS: dict[tuple[str, str], tuple[int, int]] = {
     ("rmsnorm", "fwd"): (1, 1),  # x -> y
     ("rmsnorm", "bwd"): (2, 1),  # x, dy -> dx
@@ -32,12 +33,37 @@ ELEMENTWISE_TENSORS: dict[tuple[str, str], tuple[int, int]] = {
     ("softmax", "bwd"): (2, 1),  # y, dy -> dx
     ("add", "fwd"): (2, 1),  # x, residual -> y
     ("add", "bwd"): (0, 0),  # the gradient passes through: no kernel
-    ("dropout_add", "fwd"): (2, 1),  # x, residual -> y (+ a one-byte mask, below)
+    ("dropout_add", "fwd"): (2, 1),  # x, residual -> y (+ a one-byte mask)
     ("dropout_add", "bwd"): (1, 1),  # dy (+ mask) -> dx
     ("rope", "fwd"): (1, 1),  # q or k -> rotated (hidden = heads x head_dim)
     ("rope", "bwd"): (1, 1),
     ("copy", "fwd"): (1, 1),  # a layout change or a dtype cast
     ("copy", "bwd"): (1, 1),
+}
+# How eager PyTorch runs the same op: (kernels, tensor passes = reads + writes over all of them).
+# silu_mul is silu(a) then a multiply; dropout_add is dropout then add; RoPE in rotate-half form
+# is neg, cat, two multiplies and an add (RoFormer eq. 34 as Hugging Face writes it); their
+# backwards follow autograd's formulas for each piece. Norms, GELU and softmax are one ATen
+# kernel each way (plus a weight-gradient reduction for norms).
+EAGER_KERNELS: dict[tuple[str, str], tuple[int, int]] = {
+    ("rmsnorm", "fwd"): (1, 2),
+    ("rmsnorm", "bwd"): (2, 3),
+    ("layernorm", "fwd"): (1, 2),
+    ("layernorm", "bwd"): (2, 3),
+    ("gelu", "fwd"): (1, 2),
+    ("gelu", "bwd"): (1, 3),
+    ("silu_mul", "fwd"): (2, 5),  # silu: a -> s; mul: s, b -> h
+    ("silu_mul", "bwd"): (3, 9),  # dh*b; dh*s; silu_backward(a, ds)
+    ("softmax", "fwd"): (1, 2),
+    ("softmax", "bwd"): (1, 3),
+    ("add", "fwd"): (1, 3),
+    ("add", "bwd"): (0, 0),
+    ("dropout_add", "fwd"): (2, 5),  # dropout: x -> y (+mask); add: y, r -> out
+    ("dropout_add", "bwd"): (1, 2),
+    ("rope", "fwd"): (5, 10),  # neg (half in, half out), cat, x*cos, rot*sin, add
+    ("rope", "bwd"): (4, 9),  # dy*cos, dy*sin, neg of a half, add into dx
+    ("copy", "fwd"): (1, 2),
+    ("copy", "bwd"): (1, 2),
 }
 ELEMENTWISE_OPS = ("layernorm", "rmsnorm", "gelu", "silu_mul", "softmax", "add", "dropout_add")
 
@@ -114,17 +140,29 @@ class Elementwise:
     pass_: str
     dtype: str
     count: int = 1
+    impl: str = "fused"  # "fused": one ideal kernel; "eager": as eager PyTorch runs it
 
     @property
     def flops(self) -> float:
         return 0.0  # negligible next to the bytes; the op is bandwidth-bound
 
     @property
+    def tensor_passes(self) -> int:
+        if self.impl == "eager":
+            return EAGER_KERNELS[(self.op, self.pass_)][1]
+        return sum(ELEMENTWISE_TENSORS[(self.op, self.pass_)])
+
+    @property
+    def kernels(self) -> int:
+        if self.impl == "eager":
+            return EAGER_KERNELS[(self.op, self.pass_)][0] * self.count
+        return self.count if self.tensor_passes else 0
+
+    @property
     def bytes(self) -> float:
-        reads, writes = ELEMENTWISE_TENSORS[(self.op, self.pass_)]
         elems = self.tokens * self.hidden
         extra = elems if self.op == "dropout_add" else 0  # the one-byte keep mask
-        return ((reads + writes) * elems * dtype_bytes(self.dtype) + extra) * self.count
+        return (self.tensor_passes * elems * dtype_bytes(self.dtype) + extra) * self.count
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
