@@ -1,0 +1,205 @@
+"""Read a Hugging Face ``config.json`` into a ``ModelConfig``.
+
+Supported ``model_type`` values and the fields read (names as in ``transformers``):
+
+- ``llama``, ``mistral``, ``qwen2``: hidden_size, num_hidden_layers, num_attention_heads,
+  num_key_value_heads, intermediate_size, vocab_size, head_dim, max_position_embeddings,
+  tie_word_embeddings; Llama's attention_bias / mlp_bias; Qwen2 always has q, k, v biases;
+- ``mixtral``: the same plus num_local_experts and num_experts_per_tok (intermediate_size is the
+  width of one expert; every layer is MoE);
+- ``deepseek_v2``, ``deepseek_v3``: the same plus n_routed_experts, num_experts_per_tok,
+  n_shared_experts, moe_intermediate_size, first_k_dense_replace, moe_layer_freq and the MLA
+  ranks q_lora_rank (null: no query compression), kv_lora_rank, qk_nope_head_dim,
+  qk_rope_head_dim, v_head_dim; V3 (and ``topk_method: noaux_tc``) routers carry a per-expert
+  score bias. ``num_nextn_predict_layers`` (the MTP module) is not part of the model read.
+  MoE layers follow DeepSeek's own ``modeling_deepseek.py`` (``moe_layer_freq`` honoured;
+  transformers' port ignores it, the same for the value 1 of every official config);
+- ``gpt2``: n_embd, n_layer, n_head, n_inner (null: 4 n_embd), n_positions, vocab_size
+  (LayerNorm, GELU, biases everywhere, learned positions, tied embeddings).
+
+An optional field that is absent takes the default of the ``transformers`` configuration class
+(e.g. num_key_value_heads = num_attention_heads; max_position_embeddings 2048 for Llama). A
+required field that is absent, or an unsupported model_type, is a ``GpuplanError`` naming it and
+the file. Multimodal wrappers (``text_config``) and Qwen2-MoE are not read.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from gpuplan.errors import GpuplanError
+from gpuplan.workloads.model import ModelConfig
+
+_MISSING = object()
+
+
+class _Fields:
+    """A config dict that names the file and the field when a required one is missing."""
+
+    def __init__(self, raw: Mapping[str, Any], origin: str) -> None:
+        self.raw, self.origin = raw, origin
+
+    def need(self, key: str) -> Any:
+        value = self.raw.get(key, _MISSING)
+        if value is _MISSING or value is None:
+            raise GpuplanError(f"{self.origin}: required field {key!r} is missing")
+        return value
+
+    def get(self, key: str, default: Any) -> Any:
+        """The field, or ``default`` when absent or null (transformers treats both alike)."""
+        value = self.raw.get(key)
+        return default if value is None else value
+
+
+def _llama_like(f: _Fields, *, max_positions_default: int) -> dict[str, Any]:
+    """Fields shared by Llama, Mistral, Mixtral, Qwen2 and DeepSeek configs."""
+    heads = f.need("num_attention_heads")
+    return {
+        "n_layers": f.need("num_hidden_layers"),
+        "d_model": f.need("hidden_size"),
+        "n_heads": heads,
+        "n_kv_heads": f.get("num_key_value_heads", heads),
+        "d_ff": f.need("intermediate_size"),
+        "vocab_size": f.need("vocab_size"),
+        "d_head": f.get("head_dim", None),
+        "tied_embeddings": f.get("tie_word_embeddings", False),
+        "max_seq_len": f.get("max_position_embeddings", max_positions_default),
+    }
+
+
+def _llama(f: _Fields) -> dict[str, Any]:
+    attention_bias, mlp_bias = f.get("attention_bias", False), f.get("mlp_bias", False)
+    if attention_bias != mlp_bias:
+        raise GpuplanError(
+            f"{f.origin}: attention_bias={attention_bias} with mlp_bias={mlp_bias} is not "
+            f"supported: only both or neither"
+        )
+    return {**_llama_like(f, max_positions_default=2048), "bias": attention_bias}
+
+
+def _mistral(f: _Fields) -> dict[str, Any]:
+    return _llama_like(f, max_positions_default=4096 * 32)
+
+
+def _qwen2(f: _Fields) -> dict[str, Any]:
+    return {**_llama_like(f, max_positions_default=32768), "qkv_bias": True}
+
+
+def _mixtral(f: _Fields) -> dict[str, Any]:
+    fields = _llama_like(f, max_positions_default=4096 * 32)
+    return {
+        **fields,
+        "n_experts": f.need("num_local_experts"),
+        "top_k": f.need("num_experts_per_tok"),
+        "d_ff_expert": fields["d_ff"],
+    }
+
+
+def _deepseek(f: _Fields, *, v3: bool) -> dict[str, Any]:
+    fields = _llama_like(f, max_positions_default=4096 if v3 else 2048)
+    fields["d_head"] = None  # HF keeps head_dim = qk_rope_head_dim for RoPE; not a head size
+    mla = {
+        "q_lora_rank": f.get("q_lora_rank", 0),
+        "kv_lora_rank": f.need("kv_lora_rank"),
+        "qk_nope_head_dim": f.need("qk_nope_head_dim"),
+        "qk_rope_head_dim": f.need("qk_rope_head_dim"),
+        "v_head_dim": f.need("v_head_dim"),
+    }
+    if f.get("attention_bias", False):
+        raise GpuplanError(
+            f"{f.origin}: attention_bias=True is not supported for {f.need('model_type')}: "
+            f"its feed-forward layers have no biases, and ModelConfig.bias covers every layer"
+        )
+    return {**fields, **mla, **_deepseek_moe(f, v3=v3)}
+
+
+def _deepseek_moe(f: _Fields, *, v3: bool) -> dict[str, Any]:
+    n_experts = f.get("n_routed_experts", 0)
+    if not n_experts:
+        return {}
+    return {
+        "n_experts": n_experts,
+        "top_k": f.need("num_experts_per_tok"),
+        "n_shared_experts": f.get("n_shared_experts", 0),
+        "d_ff_expert": f.need("moe_intermediate_size"),
+        "n_dense_layers": f.get("first_k_dense_replace", 0),
+        "moe_layer_freq": f.get("moe_layer_freq", 1),
+        "router_score_bias": v3 or f.get("topk_method", "") == "noaux_tc",
+    }
+
+
+def _gpt2(f: _Fields) -> dict[str, Any]:
+    d, heads = f.need("n_embd"), f.need("n_head")
+    return {
+        "n_layers": f.need("n_layer"),
+        "d_model": d,
+        "n_heads": heads,
+        "n_kv_heads": heads,
+        "d_ff": f.get("n_inner", 4 * d),
+        "vocab_size": f.need("vocab_size"),
+        "norm": "layernorm",
+        "activation": "gelu",
+        "bias": True,
+        "tied_embeddings": f.get("tie_word_embeddings", True),
+        "position": "learned",
+        "max_seq_len": f.get("n_positions", 1024),
+    }
+
+
+_READERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
+    "llama": _llama,
+    "mistral": _mistral,
+    "mixtral": _mixtral,
+    "qwen2": _qwen2,
+    "deepseek_v2": lambda f: _deepseek(f, v3=False),
+    "deepseek_v3": lambda f: _deepseek(f, v3=True),
+    "gpt2": _gpt2,
+}
+SUPPORTED_MODEL_TYPES = tuple(_READERS)
+
+
+def from_hf_config(
+    path_or_dict: str | Path | Mapping[str, Any], name: str | None = None
+) -> ModelConfig:
+    """A ``ModelConfig`` from a ``config.json`` file, its directory, or the parsed dict."""
+    if isinstance(path_or_dict, Mapping):
+        raw, origin = path_or_dict, "config dict"
+        default_name = str(raw.get("_name_or_path") or raw.get("model_type", "model"))
+    else:
+        file = _config_file(Path(path_or_dict))
+        raw, origin = _load_json(file), str(file)
+        default_name = file.parent.name if file.name == "config.json" else file.stem
+    fields = _Fields(raw, origin)
+    model_type = fields.need("model_type")
+    reader = _READERS.get(model_type)
+    if reader is None:
+        raise GpuplanError(
+            f"{origin}: model_type={model_type!r} is not supported: choose one of "
+            f"{', '.join(SUPPORTED_MODEL_TYPES)}"
+        )
+    return ModelConfig(
+        name=name or default_name,
+        source=f"Hugging Face config.json ({origin}), model_type {model_type}",
+        **reader(fields),
+    )
+
+
+def _config_file(path: Path) -> Path:
+    """``path`` itself, or ``path/config.json`` for a directory."""
+    file = path / "config.json" if path.is_dir() else path
+    if not file.is_file():
+        raise GpuplanError(f"model config {str(file)!r} is not a file")
+    return file
+
+
+def _load_json(file: Path) -> Mapping[str, Any]:
+    try:
+        raw = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise GpuplanError(f"{file}: cannot read it as JSON: {err}") from None
+    if not isinstance(raw, dict):
+        raise GpuplanError(f"{file}: a config.json holds one JSON object, not {type(raw).__name__}")
+    return raw

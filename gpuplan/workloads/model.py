@@ -1,0 +1,249 @@
+"""What a transformer is: the shape of a dense or MoE decoder, or of a ViT encoder.
+
+``ModelConfig`` is a plain, frozen description; it computes nothing but the derived sizes below.
+It covers the architectures of the catalogue (``presets.py``) and of the Hugging Face
+``config.json`` files that ``hf_config.py`` reads:
+
+- attention: multi-head (MHA), grouped-query (GQA, Ainslie et al. 2023), multi-query (MQA,
+  Shazeer 2019) and DeepSeek's multi-head latent attention (MLA, DeepSeek-V2 report,
+  arXiv:2405.04434, section 2.1), whose queries and keys have ``qk_nope_head_dim +
+  qk_rope_head_dim`` elements per head and whose values ``v_head_dim``;
+- feed-forward: SwiGLU (three matrices, Shazeer 2020) or GELU (two matrices, GPT-2/3, ViT);
+- mixture of experts: ``n_experts`` routed experts of width ``d_ff_expert``, ``top_k`` of them
+  per token, ``n_shared_experts`` always-on experts of the same width (DeepSeekMoE), after
+  ``n_dense_layers`` leading dense layers and on every ``moe_layer_freq``-th layer after that,
+  exactly as DeepSeek's ``modeling_deepseek.py`` decides it (``layer >= first_k_dense_replace
+  and layer % moe_layer_freq == 0``);
+- vision: a CLIP-style ViT encoder (Radford et al. 2021; Dosovitskiy et al. 2021) cutting an
+  ``image_size`` square into ``patch_size`` patches plus one class token.
+
+Variants are made with ``dataclasses.replace``; every invalid combination is a ``GpuplanError``
+that prints the numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuplan.errors import GpuplanError, check_choice, check_positive
+
+NORMS = ("rmsnorm", "layernorm")
+ACTIVATIONS = ("swiglu", "gelu")
+POSITIONS = ("rope", "learned", "none")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelConfig:
+    """A transformer: dense or MoE decoder; MHA, GQA, MQA or MLA attention; or a ViT encoder."""
+
+    name: str
+    n_layers: int
+    d_model: int
+    n_heads: int
+    n_kv_heads: int
+    d_ff: int  # dense FFN width (for MoE models: the dense layers' width)
+    vocab_size: int  # 0 for a vision encoder
+    d_head: int | None = None  # None -> d_model // n_heads (see head_dim)
+    norm: str = "rmsnorm"  # "rmsnorm" | "layernorm"
+    activation: str = "swiglu"  # "swiglu" (3 matrices) | "gelu" (2 matrices)
+    bias: bool = False  # biases on every linear layer (GPT-2/3, ViT)
+    qkv_bias: bool = False  # biases on the q, k, v projections only (Qwen2)
+    tied_embeddings: bool = False
+    position: str = "rope"  # "rope" | "learned" | "none"
+    max_seq_len: int = 4096  # learned position table size; also the default sequence
+    # mixture of experts (n_experts == 0 -> dense)
+    n_experts: int = 0
+    top_k: int = 0
+    n_shared_experts: int = 0
+    d_ff_expert: int = 0  # width of one routed (and one shared) expert
+    n_dense_layers: int = 0  # leading dense layers (DeepSeek first_k_dense_replace)
+    moe_layer_freq: int = 1
+    router_score_bias: bool = False  # a per-expert score bias (DeepSeek-V3 noaux_tc routing)
+    # multi-head latent attention (kv_lora_rank == 0 -> not MLA)
+    q_lora_rank: int = 0  # 0 -> no query compression
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    # vision encoder (patch_size == 0 -> text decoder)
+    causal: bool = True
+    patch_size: int = 0
+    image_size: int = 0
+    n_channels: int = 3
+    source: str = ""  # where the numbers come from
+
+    def __post_init__(self) -> None:
+        self._check_sizes()
+        self._check_choices()
+        self._check_heads()
+        self._check_moe()
+        self._check_mla()
+        self._check_vision()
+
+    # --- validation -------------------------------------------------------------------------
+
+    def _field(self, field: str) -> str:
+        return f"{self.name}: {field}"
+
+    def _check_sizes(self) -> None:
+        for field in ("n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff", "max_seq_len"):
+            check_positive(self._field(field), getattr(self, field))
+        check_positive(self._field("vocab_size"), self.vocab_size, allow_zero=True)
+        if self.d_head is not None:
+            check_positive(self._field("d_head"), self.d_head)
+
+    def _check_choices(self) -> None:
+        check_choice(self._field("norm"), self.norm, NORMS)
+        check_choice(self._field("activation"), self.activation, ACTIVATIONS)
+        check_choice(self._field("position"), self.position, POSITIONS)
+
+    def _check_heads(self) -> None:
+        if self.n_heads % self.n_kv_heads:
+            raise GpuplanError(
+                f"{self.name}: n_heads={self.n_heads} is not a multiple of "
+                f"n_kv_heads={self.n_kv_heads}"
+            )
+        if self.d_head is None and not self.is_mla and self.d_model % self.n_heads:
+            raise GpuplanError(
+                f"{self.name}: d_model={self.d_model} is not a multiple of "
+                f"n_heads={self.n_heads}; give d_head explicitly"
+            )
+
+    def _check_moe(self) -> None:
+        moe_fields = ("top_k", "n_shared_experts", "d_ff_expert", "n_dense_layers")
+        for field in (*moe_fields, "n_experts"):
+            check_positive(self._field(field), getattr(self, field), allow_zero=True)
+        check_positive(self._field("moe_layer_freq"), self.moe_layer_freq)
+        if not self.is_moe:
+            _require_unset(self, "n_experts=0 (dense)", (*moe_fields, "router_score_bias"))
+            return
+        check_positive(self._field("top_k"), self.top_k)
+        check_positive(self._field("d_ff_expert"), self.d_ff_expert)
+        if self.top_k > self.n_experts:
+            raise GpuplanError(
+                f"{self.name}: top_k={self.top_k} is larger than n_experts={self.n_experts}"
+            )
+        if self.n_dense_layers >= self.n_layers:
+            raise GpuplanError(
+                f"{self.name}: n_dense_layers={self.n_dense_layers} leaves no MoE layer among "
+                f"n_layers={self.n_layers}; it must be smaller"
+            )
+        if self.n_moe_layers == 0:
+            raise GpuplanError(
+                f"{self.name}: moe_layer_freq={self.moe_layer_freq} with "
+                f"n_dense_layers={self.n_dense_layers} leaves no MoE layer among "
+                f"n_layers={self.n_layers}"
+            )
+
+    def _check_mla(self) -> None:
+        mla_fields = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+        for field in (*mla_fields, "kv_lora_rank"):
+            check_positive(self._field(field), getattr(self, field), allow_zero=True)
+        if not self.is_mla:
+            _require_unset(self, "kv_lora_rank=0 (not MLA)", mla_fields)
+            return
+        check_positive(self._field("qk_rope_head_dim"), self.qk_rope_head_dim)
+        check_positive(self._field("v_head_dim"), self.v_head_dim)
+        if self.n_kv_heads != self.n_heads:
+            raise GpuplanError(
+                f"{self.name}: MLA expands its latent into one key and value per query head, "
+                f"so n_kv_heads={self.n_kv_heads} must equal n_heads={self.n_heads}"
+            )
+
+    def _check_vision(self) -> None:
+        for field in ("patch_size", "image_size"):
+            check_positive(self._field(field), getattr(self, field), allow_zero=True)
+        if not self.is_vision:
+            _require_unset(self, "patch_size=0 (text decoder)", ("image_size",))
+            check_positive(self._field("vocab_size"), self.vocab_size)
+            return
+        check_positive(self._field("image_size"), self.image_size)
+        check_positive(self._field("n_channels"), self.n_channels)
+        if self.image_size % self.patch_size:
+            raise GpuplanError(
+                f"{self.name}: image_size={self.image_size} is not a multiple of "
+                f"patch_size={self.patch_size}"
+            )
+        if self.vocab_size:
+            raise GpuplanError(
+                f"{self.name}: vocab_size={self.vocab_size} is invalid for a vision encoder "
+                f"(patch_size={self.patch_size}): it must be 0"
+            )
+
+    # --- derived sizes ----------------------------------------------------------------------
+
+    @property
+    def head_dim(self) -> int:
+        """Elements per attention head: d_head, else v_head_dim for MLA, else d_model / n_heads."""
+        if self.d_head is not None:
+            return self.d_head
+        if self.is_mla:
+            return self.v_head_dim
+        return self.d_model // self.n_heads
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Elements per head of a query and a key (MLA: no-position part plus RoPE part)."""
+        if self.is_mla:
+            return self.qk_nope_head_dim + self.qk_rope_head_dim
+        return self.head_dim
+
+    @property
+    def v_dim_per_head(self) -> int:
+        """Elements per head of a value (MLA: v_head_dim)."""
+        return self.v_head_dim if self.is_mla else self.head_dim
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def is_vision(self) -> bool:
+        return self.patch_size > 0
+
+    @property
+    def attention_kind(self) -> str:
+        """ "mla", "mha" (one KV head per query head), "mqa" (one KV head) or "gqa"."""
+        if self.is_mla:
+            return "mla"
+        if self.n_kv_heads == self.n_heads:
+            return "mha"
+        if self.n_kv_heads == 1:
+            return "mqa"
+        return "gqa"
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether block ``layer`` (0-based) has an MoE feed-forward (DeepSeek's rule)."""
+        if not 0 <= layer < self.n_layers:
+            raise GpuplanError(
+                f"{self.name}: layer={layer} is invalid: choose 0 to {self.n_layers - 1}"
+            )
+        return self.is_moe and layer >= self.n_dense_layers and layer % self.moe_layer_freq == 0
+
+    @property
+    def n_moe_layers(self) -> int:
+        return sum(self.is_moe_layer(layer) for layer in range(self.n_layers))
+
+    @property
+    def n_patches(self) -> int:
+        """Image patches of a vision encoder, (image_size / patch_size)^2; 0 for text."""
+        return (self.image_size // self.patch_size) ** 2 if self.is_vision else 0
+
+    @property
+    def seq_len_default(self) -> int:
+        """Tokens of one sequence: vision, the patches plus one class token; text, max_seq_len."""
+        return self.n_patches + 1 if self.is_vision else self.max_seq_len
+
+
+def _require_unset(cfg: ModelConfig, because: str, fields: tuple[str, ...]) -> None:
+    """Raise when a field of a feature that is off has been set (e.g. top_k on a dense model)."""
+    for field in fields:
+        value = getattr(cfg, field)
+        if value:
+            raise GpuplanError(
+                f"{cfg.name}: {field}={value!r} is set but {because}; set both or neither"
+            )

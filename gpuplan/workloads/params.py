@@ -1,0 +1,151 @@
+"""Exact parameter counts: every element the Hugging Face / torch implementation stores.
+
+The count follows the modules of Hugging Face ``transformers`` (``LlamaForCausalLM``,
+``MistralForCausalLM``, ``MixtralForCausalLM``, ``Qwen2ForCausalLM``, ``DeepseekV3ForCausalLM``,
+``GPT2LMHeadModel``, ``CLIPVisionModel``) and ``sum(p.numel() for p in model.parameters())``:
+
+- norms: RMSNorm stores a weight, LayerNorm a weight and a bias (two per block, one final;
+  a CLIP vision tower has a ``pre_layrnorm`` and a ``post_layernorm`` instead);
+- biases where the configuration has them: every linear layer (``bias``), or q, k and v only
+  (``qkv_bias``, Qwen2); LM heads never have one;
+- attention: q, k, v and o projections; MLA (DeepSeek-V2 report, arXiv:2405.04434, eq. 9-19)
+  stores ``q_a_proj``, ``q_a_layernorm``, ``q_b_proj`` (or ``q_proj`` without query
+  compression), ``kv_a_proj_with_mqa``, ``kv_a_layernorm``, ``kv_b_proj`` and ``o_proj``;
+- MoE layers: the router (``d_model * n_experts``, plus DeepSeek-V3's ``e_score_correction_bias``
+  of ``n_experts``: a tensor of the checkpoint, which transformers 5 registers as a persistent
+  buffer rather than a parameter), every routed expert and the shared experts (one MLP of width
+  ``n_shared_experts * d_ff_expert`` in HF DeepSeek: the same count);
+- embeddings: the token table, the learned position table; a vision tower's patch convolution
+  (without bias, as in CLIP), class embedding and position table;
+- the LM head, unless tied to the token table (then it is stored once) or a vision encoder.
+
+Not counted: DeepSeek-V3's multi-token-prediction module (``num_nextn_predict_layers``, an extra
+block shipped in the checkpoint but not part of the main model; DeepSeek-V3 report, section 2.2),
+and buffers that are not parameters (rotary tables, position ids).
+
+``active`` is what one token uses: everything except the routed experts it is not sent to, i.e.
+each MoE layer keeps its router, its ``top_k`` routed and its shared experts. Embedding and head
+count as active, the convention of Mixtral's "12.9B active" (Jiang et al. 2024); DeepSeek's own
+"37B activated" leaves out the input embedding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuplan.workloads.model import ModelConfig
+
+
+@dataclass(frozen=True, slots=True)
+class ParamCount:
+    """A model's parameters, exactly, by where they live."""
+
+    total: int  # every parameter stored
+    active: int  # used per token (MoE: top_k routed + shared experts only)
+    embedding: int  # token (+ position / patch) embedding
+    lm_head: int  # 0 when tied or vision
+    per_layer: tuple[int, ...]  # each block's parameters, norms included
+
+    @property
+    def final_norms(self) -> int:
+        """What lies outside blocks, embedding and head: the final norm(s)."""
+        return self.total - self.embedding - self.lm_head - sum(self.per_layer)
+
+
+def count_params(cfg: ModelConfig) -> ParamCount:
+    """Exact stored and per-token-active parameters of ``cfg``."""
+    per_layer = tuple(layer_params(cfg, layer) for layer in range(cfg.n_layers))
+    embedding = embedding_params(cfg)
+    head = lm_head_params(cfg)
+    total = embedding + head + sum(per_layer) + final_norm_params(cfg)
+    inactive = cfg.n_moe_layers * (cfg.n_experts - cfg.top_k) * ffn_params(cfg, cfg.d_ff_expert)
+    return ParamCount(
+        total=total, active=total - inactive, embedding=embedding, lm_head=head, per_layer=per_layer
+    )
+
+
+def norm_params(cfg: ModelConfig, width: int) -> int:
+    """One norm over ``width`` features: RMSNorm a weight; LayerNorm a weight and a bias."""
+    return width if cfg.norm == "rmsnorm" else 2 * width
+
+
+def linear_params(d_in: int, d_out: int, *, bias: bool) -> int:
+    """A ``torch.nn.Linear(d_in, d_out, bias)``."""
+    return d_in * d_out + (d_out if bias else 0)
+
+
+def attention_params(cfg: ModelConfig) -> int:
+    """One attention block's projections (norms around it excluded)."""
+    if cfg.is_mla:
+        return mla_params(cfg)
+    d, q_width, kv_width = cfg.d_model, cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    qkv_bias = cfg.bias or cfg.qkv_bias
+    qkv = linear_params(d, q_width, bias=qkv_bias) + 2 * linear_params(d, kv_width, bias=qkv_bias)
+    return qkv + linear_params(q_width, d, bias=cfg.bias)
+
+
+def mla_params(cfg: ModelConfig) -> int:
+    """Multi-head latent attention as HF ``DeepseekV3Attention`` stores it.
+
+    Biases (``attention_bias``) sit on q_a_proj, kv_a_proj_with_mqa and o_proj only.
+    """
+    d, h = cfg.d_model, cfg.n_heads
+    if cfg.q_lora_rank:
+        query = (
+            linear_params(d, cfg.q_lora_rank, bias=cfg.bias)  # q_a_proj
+            + norm_params(cfg, cfg.q_lora_rank)  # q_a_layernorm
+            + linear_params(cfg.q_lora_rank, h * cfg.qk_head_dim, bias=False)  # q_b_proj
+        )
+    else:
+        query = linear_params(d, h * cfg.qk_head_dim, bias=False)  # q_proj
+    latent = cfg.kv_lora_rank + cfg.qk_rope_head_dim
+    key_value = (
+        linear_params(d, latent, bias=cfg.bias)  # kv_a_proj_with_mqa
+        + norm_params(cfg, cfg.kv_lora_rank)  # kv_a_layernorm
+        + linear_params(cfg.kv_lora_rank, h * (cfg.qk_nope_head_dim + cfg.v_head_dim), bias=False)
+    )
+    out = linear_params(h * cfg.v_head_dim, d, bias=cfg.bias)  # o_proj
+    return query + key_value + out
+
+
+def ffn_params(cfg: ModelConfig, width: int) -> int:
+    """One feed-forward of ``width``: SwiGLU gate, up, down; GELU up, down."""
+    n_in = 2 if cfg.activation == "swiglu" else 1
+    up = n_in * linear_params(cfg.d_model, width, bias=cfg.bias)
+    return up + linear_params(width, cfg.d_model, bias=cfg.bias)
+
+
+def moe_params(cfg: ModelConfig) -> int:
+    """One MoE feed-forward: router, every routed expert, the shared experts."""
+    router = cfg.d_model * cfg.n_experts + (cfg.n_experts if cfg.router_score_bias else 0)
+    experts = cfg.n_experts * ffn_params(cfg, cfg.d_ff_expert)
+    shared = ffn_params(cfg, cfg.n_shared_experts * cfg.d_ff_expert) if cfg.n_shared_experts else 0
+    return router + experts + shared
+
+
+def layer_params(cfg: ModelConfig, layer: int) -> int:
+    """Block ``layer``: two norms, attention, and a dense or MoE feed-forward."""
+    ffn = moe_params(cfg) if cfg.is_moe_layer(layer) else ffn_params(cfg, cfg.d_ff)
+    return 2 * norm_params(cfg, cfg.d_model) + attention_params(cfg) + ffn
+
+
+def embedding_params(cfg: ModelConfig) -> int:
+    """Token and learned-position tables; for vision, patch conv, class token and positions."""
+    d = cfg.d_model
+    positions = cfg.seq_len_default * d if cfg.position == "learned" else 0
+    if cfg.is_vision:
+        patch_conv = cfg.n_channels * cfg.patch_size**2 * d  # CLIP: Conv2d(bias=False)
+        return patch_conv + d + positions  # + class_embedding
+    return cfg.vocab_size * d + positions
+
+
+def lm_head_params(cfg: ModelConfig) -> int:
+    """The output projection to the vocabulary; none when tied or for a vision encoder."""
+    if cfg.is_vision or cfg.tied_embeddings:
+        return 0
+    return cfg.vocab_size * cfg.d_model
+
+
+def final_norm_params(cfg: ModelConfig) -> int:
+    """The final norm; a CLIP vision tower has two (pre_layrnorm and post_layernorm)."""
+    return (2 if cfg.is_vision else 1) * norm_params(cfg, cfg.d_model)
