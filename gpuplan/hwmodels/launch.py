@@ -2,8 +2,8 @@
 
 Eager PyTorch issues each op from the CPU; while the GPU runs kernels longer than that issue time
 the CPU runs ahead and its cost hides, but a stream of short kernels (a decode step) waits on the
-CPU. The model: the GPU's busy time is the kernels plus one gap each; the CPU's is one issue time
-per kernel; the step takes the longer of the two (the CPU enqueues asynchronously). A CUDA graph
+CPU. The model: the GPU's busy time is the kernels plus one device-side gap each; the CPU's is one
+issue time per kernel; the step takes the longer of the two (the CPU enqueues asynchronously). A CUDA graph
 replays the whole stream with one launch, leaving only the device-side gap between kernels
 (Nguyen et al., "Accelerating PyTorch with CUDA Graphs", PyTorch blog 2021).
 """
@@ -27,8 +27,8 @@ class LaunchCost:
 
 def launch_cost(n_kernels: int, kernels_s: float, eff: Efficiency, *, cuda_graph: bool) -> LaunchCost:
     """Launch cost of ``n_kernels`` kernels whose device time adds up to ``kernels_s``."""
-    gaps_s = n_kernels * eff.graph_launch_s if cuda_graph else 0.0
+    gaps_s = n_kernels * eff.graph_launch_s  # the device's own gap between kernels
     if cuda_graph:
         return LaunchCost(gaps_s, eff.host_launch_s)  # one graph launch from the CPU
     host_s = n_kernels * eff.host_launch_s
-    return LaunchCost(gaps_s, max(0.0, host_s - kernels_s))
+    return LaunchCost(gaps_s, max(0.0, host_s - kernels_s - gaps_s))

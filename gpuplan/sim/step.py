@@ -89,22 +89,38 @@ def _all_reduce_items(comm, tp: int, phase: str) -> list[Item]:
                  time_s=comm.total_s, kernels=1, bound="bandwidth")]
 
 
+def layer_groups(cfg: ModelConfig) -> list[tuple[int, int]]:
+    """(a representative block index, how many blocks share its shape): dense, then MoE."""
+    moe = cfg.n_moe_layers
+    groups = [(0 if not cfg.is_moe_layer(0) else _first_dense(cfg), cfg.n_layers - moe)]
+    if moe:
+        groups.append((next(i for i in range(cfg.n_layers) if cfg.is_moe_layer(i)), moe))
+    return [(layer, count) for layer, count in groups if count]
+
+
+def _first_dense(cfg: ModelConfig) -> int:
+    return next((i for i in range(cfg.n_layers) if not cfg.is_moe_layer(i)), 0)
+
+
 def train_step_breakdown(acc, eff, cfg: ModelConfig, *, micro_batch: int, seq: int,
                          recompute: str = "none", precision: str = "bf16-mixed",
                          dtype: str = "bf16", impl: str = "fused") -> Breakdown:
     """Zero-grad, forward, backward and AdamW step of a whole model on one GPU."""
     t, n_params = micro_batch * seq, count_params(cfg).total
-    layer_fwd = layer_forward(cfg, batch=micro_batch, seq=seq, dtype=dtype)
-    layer_bwd = _as_run(backward_of(layer_fwd), impl)
-    layer_fwd = _as_run(layer_fwd, impl)
-    L = cfg.n_layers
     items = priced_items(embedding_forward(cfg, tokens=t, dtype=dtype), acc, eff, phase="fwd")
-    items += priced_items(layer_fwd, acc, eff, phase="fwd", repeat=L)
+    bwd_items = []
+    for layer, count in layer_groups(cfg):
+        fwd = layer_forward(cfg, batch=micro_batch, seq=seq, dtype=dtype, layer=layer)
+        bwd = _as_run(backward_of(fwd), impl)
+        fwd = _as_run(fwd, impl)
+        items += priced_items(fwd, acc, eff, phase="fwd", repeat=count)
+        if recompute == "full":
+            bwd_items += priced_items(fwd, acc, eff, phase="recompute", layer="compile",
+                                      repeat=count)
+        bwd_items += priced_items(bwd, acc, eff, phase="bwd", repeat=count)
     items += priced_items(head_forward(cfg, tokens=t, dtype=dtype), acc, eff, phase="fwd")
     items += priced_items(head_backward(cfg, tokens=t, dtype=dtype), acc, eff, phase="bwd")
-    if recompute == "full":
-        items += priced_items(layer_fwd, acc, eff, phase="recompute", layer="compile", repeat=L)
-    items += priced_items(layer_bwd, acc, eff, phase="bwd", repeat=L)
+    items += bwd_items
     items += priced_items(embedding_backward(cfg, tokens=t, dtype=dtype), acc, eff, phase="bwd")
     items += priced_items(_mixed_precision_ops(n_params, precision, recompute), acc, eff,
                           phase="cast", layer="compile")
@@ -130,19 +146,23 @@ def train_memory_terms(cfg: ModelConfig, *, micro_batch: int, seq: int, recomput
     """Peak allocated memory of a training step, by term (at the start of the backward)."""
     t = micro_batch * seq
     state = training_state_bytes(n_params, precision)
-    kept = layer_activation_bytes(cfg, tokens=t, dtype=dtype, recompute=recompute)
+    kept = sum(count * layer_activation_bytes(cfg, tokens=t, dtype=dtype, recompute=recompute,
+                                              layer=layer).total_bytes
+               for layer, count in layer_groups(cfg))
+    biggest = max(layer_activation_bytes(cfg, tokens=t, dtype=dtype, layer=layer).total_bytes
+                  for layer, _ in layer_groups(cfg))
     terms = {
         "weights": state.weights_bytes,
         "gradients": state.grads_bytes,
         "optimizer": state.optimizer_bytes,
-        "activations": cfg.n_layers * kept.total_bytes,
+        "activations": kept,
         # bf16 logits, their fp32 upcast and fp32 log-softmax kept for the loss's backward
         "logits": t * cfg.vocab_size * (2 + 4 + 4),
     }
     if precision == "bf16-mixed":
         terms["weight_cast_cache"] = 2.0 * n_params  # autocast keeps bf16 copies for the pass
     if recompute == "full":  # one block's full activations live while it is recomputed
-        terms["recompute_block"] = layer_activation_bytes(cfg, tokens=t, dtype=dtype).total_bytes
+        terms["recompute_block"] = biggest
     return terms
 
 
@@ -150,7 +170,9 @@ def decode_step_breakdown(acc, eff, cfg: ModelConfig, *, batch: int, context: in
                           cuda_graph: bool, dtype: str = "bf16", tp: int = 1,
                           impl: str = "fused") -> Breakdown:
     """One new token for each of ``batch`` sequences through ``cfg.n_layers`` blocks."""
-    ops = _as_run(layer_forward(cfg, batch=batch, seq=1, dtype=dtype, context=context, tp=tp),
-                  impl)
-    items = priced_items(ops, acc, eff, phase="fwd", repeat=cfg.n_layers)
+    items = []
+    for layer, count in layer_groups(cfg):
+        ops = layer_forward(cfg, batch=batch, seq=1, dtype=dtype, context=context, tp=tp,
+                            layer=layer)
+        items += priced_items(_as_run(ops, impl), acc, eff, phase="fwd", repeat=count)
     return _with_launch(items, eff, cuda_graph=cuda_graph)

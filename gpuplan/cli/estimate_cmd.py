@@ -1,0 +1,253 @@
+"""``gpuplan estimate``: one case's predicted breakdown, as a table or as JSON.
+
+With no kind it runs the built-in default scenario: a Llama-3-8B training step and decode step
+on one H200. With a kind of the record contract it predicts that case from flags named after the
+contract's params (``--heads-q`` is ``heads_q``); ``--model`` fills the shape from a preset or a
+config.json and prices the whole model (MoE and MLA included).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from gpuplan.cli.tables import dump_json, render_table
+from gpuplan.errors import GpuplanError
+
+KIND_NAMES = (
+    "gemm",
+    "attention",
+    "elementwise",
+    "layer",
+    "train-step",
+    "decode-step",
+    "collective",
+    "tp-mlp",
+)
+# Defaults that make a flag optional, per kind; params with no default are required.
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemm": {"dtype": "bf16"},
+    "attention": {
+        "batch": 1,
+        "heads_q": 32,
+        "heads_kv": 8,
+        "head_dim": 128,
+        "causal": True,
+        "pass": "fwd",
+        "dtype": "bf16",
+    },
+    "elementwise": {"pass": "fwd", "dtype": "bf16"},
+    "layer": {"seq": 4096, "micro_batch": 1, "pass": "fwd_bwd", "compiled": False, "dtype": "bf16"},
+    "train_step": {
+        "seq": 4096,
+        "micro_batch": 1,
+        "recompute": "none",
+        "optimizer": "adamw",
+        "precision": "bf16-mixed",
+    },
+    "decode_step": {"batch": 1, "context": 2048, "cuda_graph": False, "dtype": "bf16"},
+    "collective": {"world": 2, "dtype": "bf16"},
+    "tp_mlp": {"tp": 1, "pass": "fwd_bwd", "dtype": "bf16"},
+}
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "gemm": ("m", "n", "k"),
+    "attention": ("seq_q",),
+    "elementwise": ("op", "tokens", "hidden"),
+    "layer": ("hidden", "heads_q", "heads_kv", "ffn"),
+    "train_step": ("vocab", "hidden", "heads_q", "heads_kv", "ffn", "layers"),
+    "decode_step": ("hidden", "heads_q", "heads_kv", "ffn", "layers"),
+    "collective": ("op", "bytes"),
+    "tp_mlp": ("hidden", "ffn", "tokens"),
+}
+INT_FLAGS = (
+    "m",
+    "n",
+    "k",
+    "batch",
+    "heads_q",
+    "heads_kv",
+    "seq_q",
+    "seq_kv",
+    "head_dim",
+    "tokens",
+    "hidden",
+    "ffn",
+    "seq",
+    "micro_batch",
+    "vocab",
+    "layers",
+    "context",
+    "world",
+    "tp",
+)
+BOOL_FLAGS = ("causal", "compiled", "cuda_graph")
+STR_FLAGS = ("dtype", "op", "pass", "recompute", "optimizer", "precision")
+DEFAULT_SCENARIO = (
+    ("train_step", {"micro_batch": 1, "seq": 4096, "recompute": "full"}),
+    ("decode_step", {"batch": 32, "context": 4096, "cuda_graph": True}),
+)
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "estimate",
+        help="predict one case's time and memory breakdown",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "kind",
+        nargs="?",
+        choices=KIND_NAMES,
+        help="what to predict; omit it for the default scenario "
+        "(Llama-3-8B training and decode steps on one H200)",
+    )
+    p.add_argument("--gpu", default="h200", help="accelerator key (see `gpuplan gpus`)")
+    p.add_argument("--model", help="model preset or config.json: fills the shape parameters")
+    p.add_argument(
+        "--impl",
+        choices=("fused", "eager", "compiled"),
+        help="how elementwise ops run (default: eager for contract cases, fused with --model)",
+    )
+    p.add_argument(
+        "--by",
+        choices=("op", "category", "layer", "phase"),
+        default="op",
+        help="group the breakdown table (default: op)",
+    )
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    for name in INT_FLAGS:
+        p.add_argument("--" + name.replace("_", "-"), dest=name, type=_count(name))
+    p.add_argument("--bytes", dest="bytes", type=float, help="collective buffer bytes per rank")
+    for name in STR_FLAGS:
+        p.add_argument("--" + name.replace("_", "-"), dest=name)
+    for name in BOOL_FLAGS:
+        p.add_argument(
+            "--" + name.replace("_", "-"),
+            dest=name,
+            action=argparse.BooleanOptionalAction,
+            default=None,
+        )
+    p.set_defaults(func=run)
+
+
+def _count(name: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"--{name}={text!r} is not a whole number") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"--{name}={value} must be greater than zero")
+        return value
+
+    return parse
+
+
+def run(args) -> int:
+    if args.kind is None:
+        results = [_estimate(kind, args, overrides) for kind, overrides in DEFAULT_SCENARIO]
+        args.model = args.model or "llama3-8b"
+    else:
+        results = [_estimate(args.kind.replace("-", "_"), args, {})]
+    if args.json:
+        print(dump_json(results[0] if len(results) == 1 else {"scenario": results}))
+        return 0
+    print("\n\n".join(_render(r, args.by) for r in results))
+    return 0
+
+
+def _params(kind: str, args, overrides: dict[str, Any]) -> dict[str, Any]:
+    given = {k: getattr(args, k) for k in (*INT_FLAGS, *BOOL_FLAGS, *STR_FLAGS, "bytes")}
+    params = DEFAULTS[kind] | overrides | {k: v for k, v in given.items() if v is not None}
+    if kind == "attention":
+        params.setdefault("seq_kv", params.get("seq_q"))
+    return params
+
+
+def _estimate(kind: str, args, overrides: dict[str, Any]) -> dict[str, Any]:
+    from gpuplan.hwmodels.accelerators import get_accelerator
+    from gpuplan.hwmodels.efficiency import efficiency_for
+    from gpuplan.sim.model_estimate import model_breakdown
+    from gpuplan.sim.predict import predict_breakdown
+
+    model = args.model or ("llama3-8b" if args.kind is None else None)
+    params = _params(kind, args, overrides)
+    acc = get_accelerator(args.gpu)
+    eff = efficiency_for(acc.key)
+    if model and kind in ("layer", "train_step", "decode_step"):
+        bd = model_breakdown(kind, acc, eff, model, params, impl=args.impl or "fused")
+    else:
+        missing = [k for k in REQUIRED[kind] if k not in params]
+        if missing:
+            flags = ", ".join("--" + k.replace("_", "-") for k in missing)
+            hint = " (or --model)" if kind in ("layer", "train_step", "decode_step") else ""
+            raise GpuplanError(f"estimate {kind.replace('_', '-')} needs {flags}{hint}")
+        bd = predict_breakdown(kind, acc.key, params, eff=eff)
+    return _result(kind, acc, eff, model, params, bd)
+
+
+def _result(kind, acc, eff, model, params, bd) -> dict[str, Any]:
+    peak = bd.peak_bytes
+    return {
+        "kind": kind,
+        "device": acc.key,
+        "model": model,
+        "params": params,
+        "time_s": bd.total_s,
+        "flops": bd.flops,
+        "achieved_flops_per_s": bd.flops / bd.total_s if bd.total_s else 0.0,
+        "peak_bytes": peak,
+        "device_memory_bytes": acc.hbm_bytes,
+        "fits": None if peak is None else bool(peak <= acc.hbm_bytes),
+        "efficiency_source": eff.source,
+        "memory_bytes": dict(bd.memory_bytes),
+        "by_category": bd.by("category"),
+        "by_layer": bd.by("layer"),
+        "items": bd.frame(),
+        "notes": list(bd.notes),
+    }
+
+
+def _render(r: dict[str, Any], by: str) -> str:
+    what = r["model"] or ", ".join(f"{k}={v}" for k, v in r["params"].items())
+    lines = [
+        f"{r['kind']} on {r['device']}: {what}",
+        f"hardware efficiency: {r['efficiency_source']}",
+        "",
+    ]
+    items = r["items"]
+    keys = ["phase", "op"] if by == "op" else [by]
+    table = items.groupby(keys, sort=False)[["time_s", "flops", "bytes", "kernels"]].sum()
+    table["share_pct"] = 100 * table["time_s"] / max(r["time_s"], 1e-300)
+    table = table.reset_index().sort_values("time_s", ascending=False)
+    shown = table.head(25)
+    lines.append(render_table(shown, [*keys, "time_s", "share_pct", "flops", "bytes", "kernels"]))
+    if len(table) > len(shown):
+        lines.append(f"... {len(table) - len(shown)} more rows (--json has them all)")
+    lines += [
+        "",
+        render_table(
+            r["by_category"].assign(share_pct=100 * r["by_category"]["share"]),
+            ["category", "time_s", "share_pct"],
+        ),
+    ]
+    lines += [
+        "",
+        f"predicted time: {_fmt('time_s', r['time_s'])}   achieved: "
+        f"{_fmt('achieved_flops_per_s', r['achieved_flops_per_s'])}",
+    ]
+    if r["peak_bytes"] is not None:
+        terms = ", ".join(f"{k} {_fmt('bytes', v)}" for k, v in r["memory_bytes"].items())
+        fits = "fits" if r["fits"] else "DOES NOT FIT"
+        lines.append(
+            f"peak memory: {_fmt('bytes', r['peak_bytes'])} of "
+            f"{_fmt('bytes', r['device_memory_bytes'])} ({fits}): {terms}"
+        )
+    return "\n".join(lines)
+
+
+def _fmt(name: str, value: float) -> str:
+    from gpuplan.cli.tables import format_value
+
+    return format_value(name, value)
