@@ -50,7 +50,12 @@ def link_bytes_per_s(acc) -> float:
 
 
 def collective_time(
-    acc, op: str, world: int, bytes_per_rank: float, eff: Efficiency, *,
+    acc,
+    op: str,
+    world: int,
+    bytes_per_rank: float,
+    eff: Efficiency,
+    *,
     link_bytes_per_s_override: float | None = None,
 ) -> KernelTime:
     """Time of one collective call among ``world`` GPUs of one host."""

@@ -97,7 +97,8 @@ def efficiency_for(device_key: str) -> Efficiency:
     borrowed = calibrated_efficiency(REFERENCE_DEVICE)
     if borrowed is not None:
         return dataclasses.replace(
-            borrowed, source=f"{borrowed.source} (fit on {REFERENCE_DEVICE}, applied to the "
-            f"{device_key} datasheet; not measured on {device_key})"
+            borrowed,
+            source=f"{borrowed.source} (fit on {REFERENCE_DEVICE}, applied to the "
+            f"{device_key} datasheet; not measured on {device_key})",
         )
     return prior_efficiency()

@@ -50,9 +50,11 @@ def _tiled_compute_s(acc, m, n, k, dtype, eff: Efficiency, tile: tuple[int, int]
     tile_m, tile_n = tile
     n_sms = acc.n_sms or 1
     tiles = math.ceil(m / tile_m) * math.ceil(n / tile_n)
-    split = max(1, min(n_sms // tiles, k // MIN_K_SLICE)) if tiles < n_sms else 1
-    waves = math.ceil(tiles * split / n_sms)
-    k_slice = math.ceil(k / split)
+    # split-K, as a continuous share of k: never below one slice of MIN_K_SLICE, never more
+    # CTAs than SMs; k_slice then never falls as k grows (a bigger GEMM is never faster)
+    split = min(max(k / MIN_K_SLICE, 1.0), n_sms / tiles) if tiles < n_sms else 1.0
+    waves = math.ceil(tiles * split / n_sms - 1e-9)
+    k_slice = k / split
     per_sm_flops_per_s = acc.peak(dtype) * eff.gemm_fraction(dtype) / n_sms
     small = 1.0 + eff.gemm_small_tile_penalty * (tile_m < 128)  # narrower tiles reuse less
     tile_flops = 2.0 * tile_m * tile_n * (k_slice + eff.gemm_k_overhead) * small

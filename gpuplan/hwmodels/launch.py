@@ -25,7 +25,9 @@ class LaunchCost:
         return self.gaps_s + self.host_exposed_s
 
 
-def launch_cost(n_kernels: int, kernels_s: float, eff: Efficiency, *, cuda_graph: bool) -> LaunchCost:
+def launch_cost(
+    n_kernels: int, kernels_s: float, eff: Efficiency, *, cuda_graph: bool
+) -> LaunchCost:
     """Launch cost of ``n_kernels`` kernels whose device time adds up to ``kernels_s``."""
     gaps_s = n_kernels * eff.graph_launch_s  # the device's own gap between kernels
     if cuda_graph:

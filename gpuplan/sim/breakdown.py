@@ -74,20 +74,31 @@ class Breakdown:
         memory = dict(self.memory_bytes)
         for k, v in other.memory_bytes.items():
             memory[k] = memory.get(k, 0.0) + v
-        return Breakdown(items=self.items + other.items, memory_bytes=memory,
-                         notes=self.notes + other.notes)
+        return Breakdown(
+            items=self.items + other.items, memory_bytes=memory, notes=self.notes + other.notes
+        )
 
 
-def priced_items(ops: Iterable[Op], acc, eff, *, phase: str, layer: str = "model",
-                 repeat: int = 1) -> list[Item]:
+def priced_items(
+    ops: Iterable[Op], acc, eff, *, phase: str, layer: str = "model", repeat: int = 1
+) -> list[Item]:
     """Price each operator on ``acc`` and wrap it as an item; ``repeat`` multiplies (layers)."""
     items = []
     for op in ops:
         kt: KernelTime = price(op, acc, eff)
         if kt.total_s == 0.0:
             continue
-        items.append(Item(layer=layer, category=op_class(op), op=op.name, phase=phase,
-                          time_s=kt.total_s * repeat, flops=op.flops * repeat,
-                          bytes=op.bytes * repeat, kernels=kernel_count(op) * repeat,
-                          bound=kt.bound))
+        items.append(
+            Item(
+                layer=layer,
+                category=op_class(op),
+                op=op.name,
+                phase=phase,
+                time_s=kt.total_s * repeat,
+                flops=op.flops * repeat,
+                bytes=op.bytes * repeat,
+                kernels=kernel_count(op) * repeat,
+                bound=kt.bound,
+            )
+        )
     return items

@@ -12,34 +12,73 @@ from gpuplan.workloads.ops import Attention, Elementwise, Gemm
 def gemm_breakdown(acc, eff, *, m: int, n: int, k: int, dtype: str) -> Breakdown:
     kt = gemm_time(acc, m, n, k, dtype, eff)
     op = Gemm(name="gemm", m=m, n=n, k=k, dtype=dtype)
-    item = Item(layer="model", category="gemm", op=f"gemm {m}x{n}x{k} {dtype}", phase="fwd",
-                time_s=kt.total_s, flops=op.flops, bytes=op.bytes, kernels=1, bound=kt.bound)
+    item = Item(
+        layer="model",
+        category="gemm",
+        op=f"gemm {m}x{n}x{k} {dtype}",
+        phase="fwd",
+        time_s=kt.total_s,
+        flops=op.flops,
+        bytes=op.bytes,
+        kernels=1,
+        bound=kt.bound,
+    )
     return Breakdown(items=(item,))
 
 
-def attention_breakdown(acc, eff, *, batch: int, heads_q: int, heads_kv: int, seq_q: int,
-                        seq_kv: int, head_dim: int, causal: bool, pass_: str,
-                        dtype: str) -> Breakdown:
-    op = Attention(name="attention", batch=batch, heads_q=heads_q, heads_kv=heads_kv,
-                   seq_q=seq_q, seq_kv=seq_kv, head_dim=head_dim, v_head_dim=head_dim,
-                   causal=causal, pass_="fwd", dtype=dtype)
+def attention_breakdown(
+    acc,
+    eff,
+    *,
+    batch: int,
+    heads_q: int,
+    heads_kv: int,
+    seq_q: int,
+    seq_kv: int,
+    head_dim: int,
+    causal: bool,
+    pass_: str,
+    dtype: str,
+) -> Breakdown:
+    op = Attention(
+        name="attention",
+        batch=batch,
+        heads_q=heads_q,
+        heads_kv=heads_kv,
+        seq_q=seq_q,
+        seq_kv=seq_kv,
+        head_dim=head_dim,
+        v_head_dim=head_dim,
+        causal=causal,
+        pass_="fwd",
+        dtype=dtype,
+    )
     ops = [op] + (backward_ops([op]) if pass_ == "fwd_bwd" else [])
     return Breakdown(items=tuple(_items_by_pass(ops, acc, eff)))
 
 
-def elementwise_breakdown(acc, eff, *, op: str, tokens: int, hidden: int, pass_: str,
-                          dtype: str, impl: str = "fused") -> Breakdown:
-    fwd = Elementwise(name=op, op=op, tokens=tokens, hidden=hidden, pass_="fwd", dtype=dtype,
-                      impl=impl)
+def elementwise_breakdown(
+    acc, eff, *, op: str, tokens: int, hidden: int, pass_: str, dtype: str, impl: str = "fused"
+) -> Breakdown:
+    fwd = Elementwise(
+        name=op, op=op, tokens=tokens, hidden=hidden, pass_="fwd", dtype=dtype, impl=impl
+    )
     ops = [fwd] + (backward_ops([fwd]) if pass_ == "fwd_bwd" else [])
     return Breakdown(items=tuple(_items_by_pass(ops, acc, eff)))
 
 
 def collective_breakdown(acc, eff, *, op: str, world: int, bytes_per_rank: float) -> Breakdown:
     kt = collective_time(acc, op, world, bytes_per_rank, eff)
-    item = Item(layer="parallel", category="communication", op=op, phase="fwd",
-                time_s=kt.total_s, bytes=bytes_per_rank, kernels=int(world > 1),
-                bound="latency" if kt.launch_s > kt.memory_s else "bandwidth")
+    item = Item(
+        layer="parallel",
+        category="communication",
+        op=op,
+        phase="fwd",
+        time_s=kt.total_s,
+        bytes=bytes_per_rank,
+        kernels=int(world > 1),
+        bound="latency" if kt.launch_s > kt.memory_s else "bandwidth",
+    )
     return Breakdown(items=(item,))
 
 

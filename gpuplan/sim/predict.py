@@ -20,15 +20,29 @@ from gpuplan.sim import kernels, step
 from gpuplan.sim.breakdown import Breakdown
 from gpuplan.workloads.model import ModelConfig
 
-KINDS = ("gemm", "attention", "elementwise", "layer", "train_step", "decode_step",
-         "collective", "tp_mlp")
+KINDS = (
+    "gemm",
+    "attention",
+    "elementwise",
+    "layer",
+    "train_step",
+    "decode_step",
+    "collective",
+    "tp_mlp",
+)
 
 
 def contract_model(p: Mapping[str, Any], *, layers: int = 1, vocab: int = 32000) -> ModelConfig:
     """The contract's Llama-style block (RMSNorm, GQA with RoPE, SwiGLU, no biases)."""
-    return ModelConfig(name="contract-llama", n_layers=p.get("layers", layers),
-                       d_model=p["hidden"], n_heads=p["heads_q"], n_kv_heads=p["heads_kv"],
-                       d_ff=p["ffn"], vocab_size=p.get("vocab", vocab))
+    return ModelConfig(
+        name="contract-llama",
+        n_layers=p.get("layers", layers),
+        d_model=p["hidden"],
+        n_heads=p["heads_q"],
+        n_kv_heads=p["heads_kv"],
+        d_ff=p["ffn"],
+        vocab_size=p.get("vocab", vocab),
+    )
 
 
 def _gemm(acc, eff, p):
@@ -37,57 +51,116 @@ def _gemm(acc, eff, p):
 
 def _attention(acc, eff, p):
     return kernels.attention_breakdown(
-        acc, eff, batch=p["batch"], heads_q=p["heads_q"], heads_kv=p["heads_kv"],
-        seq_q=p["seq_q"], seq_kv=p["seq_kv"], head_dim=p["head_dim"], causal=p["causal"],
-        pass_=p["pass"], dtype=p["dtype"])
+        acc,
+        eff,
+        batch=p["batch"],
+        heads_q=p["heads_q"],
+        heads_kv=p["heads_kv"],
+        seq_q=p["seq_q"],
+        seq_kv=p["seq_kv"],
+        head_dim=p["head_dim"],
+        causal=p["causal"],
+        pass_=p["pass"],
+        dtype=p["dtype"],
+    )
 
 
 def _elementwise(acc, eff, p):
-    return kernels.elementwise_breakdown(acc, eff, op=p["op"], tokens=p["tokens"],
-                                         hidden=p["hidden"], pass_=p["pass"], dtype=p["dtype"],
-                                         impl="eager")
+    return kernels.elementwise_breakdown(
+        acc,
+        eff,
+        op=p["op"],
+        tokens=p["tokens"],
+        hidden=p["hidden"],
+        pass_=p["pass"],
+        dtype=p["dtype"],
+        impl="eager",
+    )
 
 
 def _layer(acc, eff, p):
-    return step.layer_breakdown(acc, eff, contract_model(p), micro_batch=p["micro_batch"],
-                                seq=p["seq"], pass_=p["pass"], compiled=p["compiled"],
-                                dtype=p["dtype"])
+    return step.layer_breakdown(
+        acc,
+        eff,
+        contract_model(p),
+        micro_batch=p["micro_batch"],
+        seq=p["seq"],
+        pass_=p["pass"],
+        compiled=p["compiled"],
+        dtype=p["dtype"],
+    )
 
 
 def _train_step(acc, eff, p):
     check_choice("optimizer", p.get("optimizer", "adamw"), ("adamw",))
-    return step.train_step_breakdown(acc, eff, contract_model(p), micro_batch=p["micro_batch"],
-                                     seq=p["seq"], recompute=p["recompute"],
-                                     precision=p.get("precision", "bf16-mixed"), impl="eager")
+    return step.train_step_breakdown(
+        acc,
+        eff,
+        contract_model(p),
+        micro_batch=p["micro_batch"],
+        seq=p["seq"],
+        recompute=p["recompute"],
+        precision=p.get("precision", "bf16-mixed"),
+        impl="eager",
+    )
 
 
 def _decode_step(acc, eff, p):
-    return step.decode_step_breakdown(acc, eff, contract_model(p), batch=p["batch"],
-                                      context=p["context"], cuda_graph=p["cuda_graph"],
-                                      dtype=p["dtype"], impl="eager")
+    return step.decode_step_breakdown(
+        acc,
+        eff,
+        contract_model(p),
+        batch=p["batch"],
+        context=p["context"],
+        cuda_graph=p["cuda_graph"],
+        dtype=p["dtype"],
+        impl="eager",
+    )
 
 
 def _collective(acc, eff, p):
-    return kernels.collective_breakdown(acc, eff, op=p["op"], world=p["world"],
-                                        bytes_per_rank=p["bytes"])
+    return kernels.collective_breakdown(
+        acc, eff, op=p["op"], world=p["world"], bytes_per_rank=p["bytes"]
+    )
 
 
 def _tp_mlp(acc, eff, p):
-    cfg = ModelConfig(name="contract-mlp", n_layers=1, d_model=p["hidden"], n_heads=1,
-                      n_kv_heads=1, d_ff=p["ffn"], vocab_size=1)
-    return step.tp_mlp_breakdown(acc, eff, cfg, tokens=p["tokens"], tp=p["tp"],
-                                 pass_=p["pass"], dtype=p["dtype"], impl="eager")
+    cfg = ModelConfig(
+        name="contract-mlp",
+        n_layers=1,
+        d_model=p["hidden"],
+        n_heads=1,
+        n_kv_heads=1,
+        d_ff=p["ffn"],
+        vocab_size=1,
+    )
+    return step.tp_mlp_breakdown(
+        acc,
+        eff,
+        cfg,
+        tokens=p["tokens"],
+        tp=p["tp"],
+        pass_=p["pass"],
+        dtype=p["dtype"],
+        impl="eager",
+    )
 
 
 _PREDICTORS: dict[str, Callable[[Any, Efficiency, Mapping[str, Any]], Breakdown]] = {
-    "gemm": _gemm, "attention": _attention, "elementwise": _elementwise, "layer": _layer,
-    "train_step": _train_step, "decode_step": _decode_step, "collective": _collective,
+    "gemm": _gemm,
+    "attention": _attention,
+    "elementwise": _elementwise,
+    "layer": _layer,
+    "train_step": _train_step,
+    "decode_step": _decode_step,
+    "collective": _collective,
     "tp_mlp": _tp_mlp,
 }
 
 
-def predict_breakdown(kind: str, device: str, params: Mapping[str, Any], *,
-                      eff: Efficiency | None = None) -> Breakdown:
+def predict_breakdown(
+    kind: str, device: str, params: Mapping[str, Any], *, eff: Efficiency | None = None
+) -> Breakdown:
     """The predicted breakdown of one case of the record contract on ``device``."""
     check_choice("kind", kind, KINDS)
     acc = get_accelerator(device)

@@ -46,19 +46,36 @@ def _as_run(ops, impl: str):
 
 
 def _launch_item(items: list[Item], eff, *, cuda_graph: bool) -> Item:
-    cost = launch_cost(sum(i.kernels for i in items), sum(i.time_s for i in items), eff,
-                       cuda_graph=cuda_graph)
+    cost = launch_cost(
+        sum(i.kernels for i in items), sum(i.time_s for i in items), eff, cuda_graph=cuda_graph
+    )
     what = "graph replay gaps" if cuda_graph else "host issue time not hidden"
-    return Item(layer="runtime", category="launch", op=what, phase="step",
-                time_s=cost.total_s, bound="launch")
+    return Item(
+        layer="runtime",
+        category="launch",
+        op=what,
+        phase="step",
+        time_s=cost.total_s,
+        bound="launch",
+    )
 
 
 def _with_launch(items: list[Item], eff, *, cuda_graph: bool = False, **kw) -> Breakdown:
     return Breakdown(items=tuple(items + [_launch_item(items, eff, cuda_graph=cuda_graph)]), **kw)
 
 
-def layer_breakdown(acc, eff, cfg: ModelConfig, *, micro_batch: int, seq: int, pass_: str,
-                    compiled: bool, dtype: str = "bf16", tp: int = 1) -> Breakdown:
+def layer_breakdown(
+    acc,
+    eff,
+    cfg: ModelConfig,
+    *,
+    micro_batch: int,
+    seq: int,
+    pass_: str,
+    compiled: bool,
+    dtype: str = "bf16",
+    tp: int = 1,
+) -> Breakdown:
     """One decoder block, forward or forward+backward, eager or compiled."""
     fwd = layer_forward(cfg, batch=micro_batch, seq=seq, dtype=dtype, tp=tp)
     impl = "compiled" if compiled else "eager"
@@ -69,8 +86,17 @@ def layer_breakdown(acc, eff, cfg: ModelConfig, *, micro_batch: int, seq: int, p
     return _with_launch(items, eff, memory_bytes={"activations": acts.total_bytes})
 
 
-def tp_mlp_breakdown(acc, eff, cfg: ModelConfig, *, tokens: int, tp: int, pass_: str,
-                     dtype: str = "bf16", impl: str = "fused") -> Breakdown:
+def tp_mlp_breakdown(
+    acc,
+    eff,
+    cfg: ModelConfig,
+    *,
+    tokens: int,
+    tp: int,
+    pass_: str,
+    dtype: str = "bf16",
+    impl: str = "fused",
+) -> Breakdown:
     """Megatron column/row-parallel MLP on one of ``tp`` ranks, with its all-reduces."""
     fwd = _as_run(mlp_block(cfg, tokens=tokens, dtype=dtype, tp=tp), impl)
     reduce_bytes = tokens * cfg.d_model * dtype_bytes(dtype)
@@ -85,8 +111,17 @@ def tp_mlp_breakdown(acc, eff, cfg: ModelConfig, *, tokens: int, tp: int, pass_:
 def _all_reduce_items(comm, tp: int, phase: str) -> list[Item]:
     if tp == 1:
         return []
-    return [Item(layer="parallel", category="communication", op="tp all_reduce", phase=phase,
-                 time_s=comm.total_s, kernels=1, bound="bandwidth")]
+    return [
+        Item(
+            layer="parallel",
+            category="communication",
+            op="tp all_reduce",
+            phase=phase,
+            time_s=comm.total_s,
+            kernels=1,
+            bound="bandwidth",
+        )
+    ]
 
 
 def layer_groups(cfg: ModelConfig) -> list[tuple[int, int]]:
@@ -102,9 +137,18 @@ def _first_dense(cfg: ModelConfig) -> int:
     return next((i for i in range(cfg.n_layers) if not cfg.is_moe_layer(i)), 0)
 
 
-def train_step_breakdown(acc, eff, cfg: ModelConfig, *, micro_batch: int, seq: int,
-                         recompute: str = "none", precision: str = "bf16-mixed",
-                         dtype: str = "bf16", impl: str = "fused") -> Breakdown:
+def train_step_breakdown(
+    acc,
+    eff,
+    cfg: ModelConfig,
+    *,
+    micro_batch: int,
+    seq: int,
+    recompute: str = "none",
+    precision: str = "bf16-mixed",
+    dtype: str = "bf16",
+    impl: str = "fused",
+) -> Breakdown:
     """Zero-grad, forward, backward and AdamW step of a whole model on one GPU."""
     t, n_params = micro_batch * seq, count_params(cfg).total
     items = priced_items(embedding_forward(cfg, tokens=t, dtype=dtype), acc, eff, phase="fwd")
@@ -115,20 +159,36 @@ def train_step_breakdown(acc, eff, cfg: ModelConfig, *, micro_batch: int, seq: i
         fwd = _as_run(fwd, impl)
         items += priced_items(fwd, acc, eff, phase="fwd", repeat=count)
         if recompute == "full":
-            bwd_items += priced_items(fwd, acc, eff, phase="recompute", layer="compile",
-                                      repeat=count)
+            bwd_items += priced_items(
+                fwd, acc, eff, phase="recompute", layer="compile", repeat=count
+            )
         bwd_items += priced_items(bwd, acc, eff, phase="bwd", repeat=count)
     items += priced_items(head_forward(cfg, tokens=t, dtype=dtype), acc, eff, phase="fwd")
     items += priced_items(head_backward(cfg, tokens=t, dtype=dtype), acc, eff, phase="bwd")
     items += bwd_items
     items += priced_items(embedding_backward(cfg, tokens=t, dtype=dtype), acc, eff, phase="bwd")
-    items += priced_items(_mixed_precision_ops(n_params, precision, recompute), acc, eff,
-                          phase="cast", layer="compile")
-    items += priced_items([Memory(name="adamw", op="adamw",
-                                  bytes_moved=ADAMW_BYTES_PER_PARAM * n_params)],
-                          acc, eff, phase="optimizer")
-    memory = train_memory_terms(cfg, micro_batch=micro_batch, seq=seq, recompute=recompute,
-                                precision=precision, dtype=dtype, n_params=n_params)
+    items += priced_items(
+        _mixed_precision_ops(n_params, precision, recompute),
+        acc,
+        eff,
+        phase="cast",
+        layer="compile",
+    )
+    items += priced_items(
+        [Memory(name="adamw", op="adamw", bytes_moved=ADAMW_BYTES_PER_PARAM * n_params)],
+        acc,
+        eff,
+        phase="optimizer",
+    )
+    memory = train_memory_terms(
+        cfg,
+        micro_batch=micro_batch,
+        seq=seq,
+        recompute=recompute,
+        precision=precision,
+        dtype=dtype,
+        n_params=n_params,
+    )
     return _with_launch(items, eff, memory_bytes=memory)
 
 
@@ -137,20 +197,36 @@ def _mixed_precision_ops(n_params: int, precision: str, recompute: str) -> list[
     if precision != "bf16-mixed":
         return []
     passes = 2 if recompute == "full" else 1
-    return [Memory(name="weight_cast", op="copy", bytes_moved=6 * n_params * passes),
-            Memory(name="grad_cast", op="copy", bytes_moved=6 * n_params)]
+    return [
+        Memory(name="weight_cast", op="copy", bytes_moved=6 * n_params * passes),
+        Memory(name="grad_cast", op="copy", bytes_moved=6 * n_params),
+    ]
 
 
-def train_memory_terms(cfg: ModelConfig, *, micro_batch: int, seq: int, recompute: str,
-                       precision: str, dtype: str, n_params: int) -> dict[str, float]:
+def train_memory_terms(
+    cfg: ModelConfig,
+    *,
+    micro_batch: int,
+    seq: int,
+    recompute: str,
+    precision: str,
+    dtype: str,
+    n_params: int,
+) -> dict[str, float]:
     """Peak allocated memory of a training step, by term (at the start of the backward)."""
     t = micro_batch * seq
     state = training_state_bytes(n_params, precision)
-    kept = sum(count * layer_activation_bytes(cfg, tokens=t, dtype=dtype, recompute=recompute,
-                                              layer=layer).total_bytes
-               for layer, count in layer_groups(cfg))
-    biggest = max(layer_activation_bytes(cfg, tokens=t, dtype=dtype, layer=layer).total_bytes
-                  for layer, _ in layer_groups(cfg))
+    kept = sum(
+        count
+        * layer_activation_bytes(
+            cfg, tokens=t, dtype=dtype, recompute=recompute, layer=layer
+        ).total_bytes
+        for layer, count in layer_groups(cfg)
+    )
+    biggest = max(
+        layer_activation_bytes(cfg, tokens=t, dtype=dtype, layer=layer).total_bytes
+        for layer, _ in layer_groups(cfg)
+    )
     terms = {
         "weights": state.weights_bytes,
         "gradients": state.grads_bytes,
@@ -166,13 +242,23 @@ def train_memory_terms(cfg: ModelConfig, *, micro_batch: int, seq: int, recomput
     return terms
 
 
-def decode_step_breakdown(acc, eff, cfg: ModelConfig, *, batch: int, context: int,
-                          cuda_graph: bool, dtype: str = "bf16", tp: int = 1,
-                          impl: str = "fused") -> Breakdown:
+def decode_step_breakdown(
+    acc,
+    eff,
+    cfg: ModelConfig,
+    *,
+    batch: int,
+    context: int,
+    cuda_graph: bool,
+    dtype: str = "bf16",
+    tp: int = 1,
+    impl: str = "fused",
+) -> Breakdown:
     """One new token for each of ``batch`` sequences through ``cfg.n_layers`` blocks."""
     items = []
     for layer, count in layer_groups(cfg):
-        ops = layer_forward(cfg, batch=batch, seq=1, dtype=dtype, context=context, tp=tp,
-                            layer=layer)
+        ops = layer_forward(
+            cfg, batch=batch, seq=1, dtype=dtype, context=context, tp=tp, layer=layer
+        )
         items += priced_items(_as_run(ops, impl), acc, eff, phase="fwd", repeat=count)
     return _with_launch(items, eff, cuda_graph=cuda_graph)

@@ -86,9 +86,16 @@ class LayerActivations:
         return self.replicated_bytes + self.split_bytes
 
 
-def layer_activation_bytes(cfg: ModelConfig, *, tokens: int, dtype: str = "bf16",
-                           recompute: str = "none", tp: int = 1, sp: bool = False,
-                           layer: int = 0) -> LayerActivations:
+def layer_activation_bytes(
+    cfg: ModelConfig,
+    *,
+    tokens: int,
+    dtype: str = "bf16",
+    recompute: str = "none",
+    tp: int = 1,
+    sp: bool = False,
+    layer: int = 0,
+) -> LayerActivations:
     """Activation bytes of one block for ``tokens`` tokens (module docstring has the terms)."""
     check_choice("recompute", recompute, RECOMPUTE)
     e, h = dtype_bytes(dtype), cfg.d_model
@@ -96,7 +103,7 @@ def layer_activation_bytes(cfg: ModelConfig, *, tokens: int, dtype: str = "bf16"
     if recompute == "full":  # only the block input survives
         return LayerActivations(tokens * h * e / rep_div, 0.0)
     replicated = 4 * h * e + 8 + (2 * h if cfg.bias and not cfg.is_vision else 0)
-    split = (_attention_saved_elems(cfg) * e + 4 * cfg.n_heads + _mlp_saved_elems(cfg, layer) * e)
+    split = _attention_saved_elems(cfg) * e + 4 * cfg.n_heads + _mlp_saved_elems(cfg, layer) * e
     return LayerActivations(tokens * replicated / rep_div, tokens * split / tp)
 
 

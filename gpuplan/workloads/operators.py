@@ -31,8 +31,16 @@ def _div(value: int, tp: int, what: str) -> int:
     return value // tp
 
 
-def attention_block(cfg: ModelConfig, *, batch: int, seq_q: int, seq_kv: int, dtype: str,
-                    tp: int = 1, causal: bool | None = None) -> list[Op]:
+def attention_block(
+    cfg: ModelConfig,
+    *,
+    batch: int,
+    seq_q: int,
+    seq_kv: int,
+    dtype: str,
+    tp: int = 1,
+    causal: bool | None = None,
+) -> list[Op]:
     """Projections, RoPE, fused attention and output projection of one block (forward)."""
     t, h = batch * seq_q, cfg.d_model
     hq, hkv = _div(cfg.n_heads, tp, "n_heads"), max(1, cfg.n_kv_heads // tp)
@@ -40,49 +48,99 @@ def attention_block(cfg: ModelConfig, *, batch: int, seq_q: int, seq_kv: int, dt
     ops: list[Op] = []
     if cfg.is_mla:  # DeepSeek-V2 sec. 2.1: low-rank query and joint key-value compression
         if cfg.q_lora_rank:
-            ops += [Gemm(name="q_a_proj", m=t, n=cfg.q_lora_rank, k=h, dtype=dtype),
-                    Gemm(name="q_b_proj", m=t, n=hq * dqk, k=cfg.q_lora_rank, dtype=dtype)]
+            ops += [
+                Gemm(name="q_a_proj", m=t, n=cfg.q_lora_rank, k=h, dtype=dtype),
+                Gemm(name="q_b_proj", m=t, n=hq * dqk, k=cfg.q_lora_rank, dtype=dtype),
+            ]
         else:
             ops.append(Gemm(name="q_proj", m=t, n=hq * dqk, k=h, dtype=dtype))
         ops += [
-            Gemm(name="kv_a_proj", m=t, n=cfg.kv_lora_rank + cfg.qk_rope_head_dim, k=h, dtype=dtype),
-            Gemm(name="kv_b_proj", m=t, n=hq * (cfg.qk_nope_head_dim + dv), k=cfg.kv_lora_rank,
-                 dtype=dtype),
+            Gemm(
+                name="kv_a_proj", m=t, n=cfg.kv_lora_rank + cfg.qk_rope_head_dim, k=h, dtype=dtype
+            ),
+            Gemm(
+                name="kv_b_proj",
+                m=t,
+                n=hq * (cfg.qk_nope_head_dim + dv),
+                k=cfg.kv_lora_rank,
+                dtype=dtype,
+            ),
         ]
     else:
         # one fused projection, as Megatron-LM and vLLM run q, k and v
         ops.append(Gemm(name="qkv_proj", m=t, n=hq * dqk + hkv * (dqk + dv), k=h, dtype=dtype))
     if cfg.position == "rope":
         rope_k = hkv * (cfg.qk_rope_head_dim if cfg.is_mla else dqk)
-        ops += [Elementwise(name="rope_q", op="rope", tokens=t, hidden=hq * dqk, pass_="fwd",
-                            dtype=dtype),
-                Elementwise(name="rope_k", op="rope", tokens=t, hidden=rope_k, pass_="fwd",
-                            dtype=dtype)]
+        ops += [
+            Elementwise(
+                name="rope_q", op="rope", tokens=t, hidden=hq * dqk, pass_="fwd", dtype=dtype
+            ),
+            Elementwise(
+                name="rope_k", op="rope", tokens=t, hidden=rope_k, pass_="fwd", dtype=dtype
+            ),
+        ]
     ops += [
-        Attention(name="attention", batch=batch, heads_q=hq, heads_kv=hkv, seq_q=seq_q,
-                  seq_kv=seq_kv, head_dim=dqk, v_head_dim=dv,
-                  causal=cfg.causal if causal is None else causal, pass_="fwd", dtype=dtype),
-        Elementwise(name="attn_out_layout", op="copy", tokens=t, hidden=hq * dv, pass_="fwd",
-                    dtype=dtype),  # (b, h, s, d) -> (b, s, h*d) made contiguous for o_proj
+        Attention(
+            name="attention",
+            batch=batch,
+            heads_q=hq,
+            heads_kv=hkv,
+            seq_q=seq_q,
+            seq_kv=seq_kv,
+            head_dim=dqk,
+            v_head_dim=dv,
+            causal=cfg.causal if causal is None else causal,
+            pass_="fwd",
+            dtype=dtype,
+        ),
+        Elementwise(
+            name="attn_out_layout", op="copy", tokens=t, hidden=hq * dv, pass_="fwd", dtype=dtype
+        ),  # (b, h, s, d) -> (b, s, h*d) made contiguous for o_proj
         Gemm(name="o_proj", m=t, n=h, k=hq * dv, dtype=dtype),
     ]
     return ops
 
 
-def mlp_block(cfg: ModelConfig, *, tokens: int, dtype: str, tp: int = 1,
-              width: int | None = None, prefix: str = "", count: int = 1) -> list[Op]:
+def mlp_block(
+    cfg: ModelConfig,
+    *,
+    tokens: int,
+    dtype: str,
+    tp: int = 1,
+    width: int | None = None,
+    prefix: str = "",
+    count: int = 1,
+) -> list[Op]:
     """A dense feed-forward (SwiGLU or GELU) of ``width`` (default d_ff) split over ``tp``."""
     f = _div(width or cfg.d_ff, tp, "d_ff")
     t, h = tokens, cfg.d_model
     if cfg.activation == "swiglu":  # Shazeer 2020: down(silu(gate x) * up x)
-        return [Gemm(name=f"{prefix}gate_up_proj", m=t, n=2 * f, k=h, dtype=dtype, count=count),
-                Elementwise(name=f"{prefix}silu_mul", op="silu_mul", tokens=t, hidden=f,
-                            pass_="fwd", dtype=dtype, count=count),
-                Gemm(name=f"{prefix}down_proj", m=t, n=h, k=f, dtype=dtype, count=count)]
-    return [Gemm(name=f"{prefix}fc1", m=t, n=f, k=h, dtype=dtype, count=count),
-            Elementwise(name=f"{prefix}gelu", op="gelu", tokens=t, hidden=f, pass_="fwd",
-                        dtype=dtype, count=count),
-            Gemm(name=f"{prefix}fc2", m=t, n=h, k=f, dtype=dtype, count=count)]
+        return [
+            Gemm(name=f"{prefix}gate_up_proj", m=t, n=2 * f, k=h, dtype=dtype, count=count),
+            Elementwise(
+                name=f"{prefix}silu_mul",
+                op="silu_mul",
+                tokens=t,
+                hidden=f,
+                pass_="fwd",
+                dtype=dtype,
+                count=count,
+            ),
+            Gemm(name=f"{prefix}down_proj", m=t, n=h, k=f, dtype=dtype, count=count),
+        ]
+    return [
+        Gemm(name=f"{prefix}fc1", m=t, n=f, k=h, dtype=dtype, count=count),
+        Elementwise(
+            name=f"{prefix}gelu",
+            op="gelu",
+            tokens=t,
+            hidden=f,
+            pass_="fwd",
+            dtype=dtype,
+            count=count,
+        ),
+        Gemm(name=f"{prefix}fc2", m=t, n=h, k=f, dtype=dtype, count=count),
+    ]
 
 
 def moe_block(cfg: ModelConfig, *, tokens: int, dtype: str, tp: int = 1) -> list[Op]:
@@ -91,42 +149,76 @@ def moe_block(cfg: ModelConfig, *, tokens: int, dtype: str, tp: int = 1) -> list
     routed_tokens = max(1, round(tokens * cfg.top_k / cfg.n_experts))
     ops: list[Op] = [
         Gemm(name="router", m=tokens, n=cfg.n_experts, k=h, dtype=dtype),
-        Elementwise(name="router_softmax", op="softmax", tokens=tokens, hidden=cfg.n_experts,
-                    pass_="fwd", dtype=dtype),
-        Elementwise(name="permute", op="copy", tokens=tokens * cfg.top_k, hidden=h,
-                    pass_="fwd", dtype=e),
+        Elementwise(
+            name="router_softmax",
+            op="softmax",
+            tokens=tokens,
+            hidden=cfg.n_experts,
+            pass_="fwd",
+            dtype=dtype,
+        ),
+        Elementwise(
+            name="permute", op="copy", tokens=tokens * cfg.top_k, hidden=h, pass_="fwd", dtype=e
+        ),
     ]
-    ops += mlp_block(cfg, tokens=routed_tokens, dtype=dtype, tp=tp, width=cfg.d_ff_expert,
-                     prefix="expert_", count=cfg.n_experts)
-    ops.append(Elementwise(name="unpermute", op="copy", tokens=tokens * cfg.top_k, hidden=h,
-                           pass_="fwd", dtype=e))
+    ops += mlp_block(
+        cfg,
+        tokens=routed_tokens,
+        dtype=dtype,
+        tp=tp,
+        width=cfg.d_ff_expert,
+        prefix="expert_",
+        count=cfg.n_experts,
+    )
+    ops.append(
+        Elementwise(
+            name="unpermute", op="copy", tokens=tokens * cfg.top_k, hidden=h, pass_="fwd", dtype=e
+        )
+    )
     if cfg.n_shared_experts:
-        ops += mlp_block(cfg, tokens=tokens, dtype=dtype, tp=tp,
-                         width=cfg.d_ff_expert * cfg.n_shared_experts, prefix="shared_")
+        ops += mlp_block(
+            cfg,
+            tokens=tokens,
+            dtype=dtype,
+            tp=tp,
+            width=cfg.d_ff_expert * cfg.n_shared_experts,
+            prefix="shared_",
+        )
     return ops
 
 
-def layer_forward(cfg: ModelConfig, *, batch: int, seq: int, dtype: str = "bf16",
-                  layer: int = 0, tp: int = 1, context: int = 0) -> list[Op]:
+def layer_forward(
+    cfg: ModelConfig,
+    *,
+    batch: int,
+    seq: int,
+    dtype: str = "bf16",
+    layer: int = 0,
+    tp: int = 1,
+    context: int = 0,
+) -> list[Op]:
     """Kernels of block ``layer`` for ``batch`` sequences of ``seq`` new tokens each, after
     ``context`` tokens already in a KV cache (decode: seq=1, context>0)."""
     t, h = batch * seq, cfg.d_model
     norm = cfg.norm
     add = "dropout_add" if cfg.bias and not cfg.is_vision else "add"  # GPT keeps dropout
-    ops: list[Op] = [Elementwise(name="attn_norm", op=norm, tokens=t, hidden=h, pass_="fwd",
-                                 dtype=dtype)]
+    ops: list[Op] = [
+        Elementwise(name="attn_norm", op=norm, tokens=t, hidden=h, pass_="fwd", dtype=dtype)
+    ]
     ops += attention_block(cfg, batch=batch, seq_q=seq, seq_kv=context + seq, dtype=dtype, tp=tp)
     if context:
         ops.append(kv_cache_append(cfg, tokens=t, dtype=dtype, tp=tp))
-    ops += [Elementwise(name="attn_residual", op=add, tokens=t, hidden=h, pass_="fwd",
-                        dtype=dtype),
-            Elementwise(name="mlp_norm", op=norm, tokens=t, hidden=h, pass_="fwd", dtype=dtype)]
+    ops += [
+        Elementwise(name="attn_residual", op=add, tokens=t, hidden=h, pass_="fwd", dtype=dtype),
+        Elementwise(name="mlp_norm", op=norm, tokens=t, hidden=h, pass_="fwd", dtype=dtype),
+    ]
     if cfg.is_moe_layer(layer):
         ops += moe_block(cfg, tokens=t, dtype=dtype, tp=tp)
     else:
         ops += mlp_block(cfg, tokens=t, dtype=dtype, tp=tp)
-    ops.append(Elementwise(name="mlp_residual", op=add, tokens=t, hidden=h, pass_="fwd",
-                           dtype=dtype))
+    ops.append(
+        Elementwise(name="mlp_residual", op=add, tokens=t, hidden=h, pass_="fwd", dtype=dtype)
+    )
     return ops
 
 
@@ -141,13 +233,15 @@ def backward_of(ops: list[Op]) -> list[Op]:
     out: list[Op] = []
     for op in reversed(ops):
         if isinstance(op, Gemm):
-            out += [Gemm(name=f"{op.name}.dgrad", m=op.m, n=op.k, k=op.n, dtype=op.dtype,
-                         count=op.count),
-                    Gemm(name=f"{op.name}.wgrad", m=op.k, n=op.n, k=op.m, dtype=op.dtype,
-                         count=op.count)]
-        elif isinstance(op, Attention):
-            out.append(_replace_pass(op, "bwd"))
-        elif isinstance(op, Elementwise):
+            out += [
+                Gemm(
+                    name=f"{op.name}.dgrad", m=op.m, n=op.k, k=op.n, dtype=op.dtype, count=op.count
+                ),
+                Gemm(
+                    name=f"{op.name}.wgrad", m=op.k, n=op.n, k=op.m, dtype=op.dtype, count=op.count
+                ),
+            ]
+        elif isinstance(op, Attention) or isinstance(op, Elementwise):
             out.append(_replace_pass(op, "bwd"))
     return out
 
@@ -159,10 +253,20 @@ def _replace_pass(op, pass_: str):
 def embedding_forward(cfg: ModelConfig, *, tokens: int, dtype: str) -> list[Op]:
     """Token (and learned position) embedding lookup: rows gathered, output written."""
     e = dtype_bytes(dtype)
-    ops: list[Op] = [Memory(name="embedding", op="embedding", bytes_moved=2 * tokens * cfg.d_model * e)]
+    ops: list[Op] = [
+        Memory(name="embedding", op="embedding", bytes_moved=2 * tokens * cfg.d_model * e)
+    ]
     if cfg.position == "learned":
-        ops.append(Elementwise(name="position_add", op="add", tokens=tokens, hidden=cfg.d_model,
-                               pass_="fwd", dtype=dtype))
+        ops.append(
+            Elementwise(
+                name="position_add",
+                op="add",
+                tokens=tokens,
+                hidden=cfg.d_model,
+                pass_="fwd",
+                dtype=dtype,
+            )
+        )
     return ops
 
 
@@ -170,8 +274,14 @@ def head_forward(cfg: ModelConfig, *, tokens: int, dtype: str) -> list[Op]:
     """Final norm, LM head GEMM and the cross-entropy loss over fp32 logits."""
     v = cfg.vocab_size
     return [
-        Elementwise(name="final_norm", op=cfg.norm, tokens=tokens, hidden=cfg.d_model,
-                    pass_="fwd", dtype=dtype),
+        Elementwise(
+            name="final_norm",
+            op=cfg.norm,
+            tokens=tokens,
+            hidden=cfg.d_model,
+            pass_="fwd",
+            dtype=dtype,
+        ),
         Gemm(name="lm_head", m=tokens, n=v, k=cfg.d_model, dtype=dtype),
         # logits read in 16 bits, upcast to fp32, log-softmax written and read for the loss
         Memory(name="cross_entropy", op="cross_entropy", bytes_moved=tokens * v * (2 + 4 + 4)),
@@ -182,8 +292,9 @@ def head_backward(cfg: ModelConfig, *, tokens: int, dtype: str) -> list[Op]:
     """Loss gradient (softmax minus one-hot, fp32 to 16 bits), LM head and final norm backward."""
     v = cfg.vocab_size
     fwd = head_forward(cfg, tokens=tokens, dtype=dtype)
-    return [Memory(name="cross_entropy.bwd", op="cross_entropy", bytes_moved=tokens * v * (4 + 4 + 2))
-            ] + backward_of(fwd[:2])
+    return [
+        Memory(name="cross_entropy.bwd", op="cross_entropy", bytes_moved=tokens * v * (4 + 4 + 2))
+    ] + backward_of(fwd[:2])
 
 
 def embedding_backward(cfg: ModelConfig, *, tokens: int, dtype: str) -> list[Op]:
@@ -193,8 +304,9 @@ def embedding_backward(cfg: ModelConfig, *, tokens: int, dtype: str) -> list[Op]
     return [Memory(name="embedding.bwd", op="embedding", bytes_moved=table + 2 * grad)]
 
 
-def model_forward(cfg: ModelConfig, *, batch: int, seq: int, dtype: str = "bf16",
-                  tp: int = 1) -> list[Op]:
+def model_forward(
+    cfg: ModelConfig, *, batch: int, seq: int, dtype: str = "bf16", tp: int = 1
+) -> list[Op]:
     """Every kernel of one forward pass of the whole model."""
     t = batch * seq
     ops = embedding_forward(cfg, tokens=t, dtype=dtype)
@@ -203,7 +315,16 @@ def model_forward(cfg: ModelConfig, *, batch: int, seq: int, dtype: str = "bf16"
     return ops + head_forward(cfg, tokens=t, dtype=dtype)
 
 
-def training_flops(cfg: ModelConfig, *, batch: int, seq: int, dtype: str = "bf16") -> float:
-    """FLOPs of one forward and backward pass (no recomputation) over batch x seq tokens."""
+def model_flops(op: Op) -> float:
+    """FLOPs the math of ``op`` needs, without any recomputation inside its kernel."""
+    return getattr(op, "model_flops", op.flops)
+
+
+def training_flops(
+    cfg: ModelConfig, *, batch: int, seq: int, dtype: str = "bf16", hardware: bool = False
+) -> float:
+    """FLOPs of one forward and backward pass over batch x seq tokens: model FLOPs (the MFU
+    convention), or with ``hardware`` the FLOPs the kernels execute (flash recomputation too)."""
     fwd = model_forward(cfg, batch=batch, seq=seq, dtype=dtype)
-    return sum(op.flops for op in fwd) + sum(op.flops for op in backward_of(fwd))
+    ops = fwd + backward_of(fwd)
+    return sum(op.flops if hardware else model_flops(op) for op in ops)

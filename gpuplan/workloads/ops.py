@@ -117,7 +117,14 @@ class Attention:
 
     @property
     def flops(self) -> float:
+        """FLOPs the kernel executes: the flash backward recomputes QK^T (five products)."""
         return self.fwd_flops * (2.5 if self.pass_ == "bwd" else 1.0)
+
+    @property
+    def model_flops(self) -> float:
+        """FLOPs the math needs (no recomputation): a backward is twice its forward
+        (Narayanan et al. 2021, appendix), the convention of MFU (Chowdhery et al. 2022)."""
+        return self.fwd_flops * (2.0 if self.pass_ == "bwd" else 1.0)
 
     @property
     def bytes(self) -> float:

@@ -1,0 +1,132 @@
+"""Layer 5: kernel time models. Properties physics gives, and the regimes each model claims."""
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuplan.errors import GpuplanError
+from gpuplan.hwmodels.accelerators import get_accelerator
+from gpuplan.hwmodels.collectives import collective_time
+from gpuplan.hwmodels.efficiency import efficiency_for, prior_efficiency
+from gpuplan.hwmodels.gemm import gemm_time
+from gpuplan.hwmodels.launch import launch_cost
+from gpuplan.hwmodels.price import price
+from gpuplan.workloads.ops import Attention
+
+H200 = get_accelerator("h200")
+EFF = prior_efficiency()
+dims = st.integers(1, 20_000)
+
+
+@settings(max_examples=60, deadline=None)
+@given(m=dims, n=dims, k=dims)
+def test_more_memory_bandwidth_is_never_slower(m, n, k):
+    faster = replace(H200, hbm_bytes_per_s=2 * H200.hbm_bytes_per_s)
+    assert (
+        gemm_time(faster, m, n, k, "bf16", EFF).total_s
+        <= gemm_time(H200, m, n, k, "bf16", EFF).total_s
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(m=dims, n=dims, k=dims)
+def test_a_gemm_never_beats_its_datasheet_roofline(m, n, k):
+    t = gemm_time(H200, m, n, k, "bf16", EFF).total_s
+    floor = max(
+        2 * m * n * k / H200.peak("bf16"), (m * k + k * n + m * n) * 2 / H200.hbm_bytes_per_s
+    )
+    assert t >= floor
+
+
+@settings(max_examples=60, deadline=None)
+@given(m=dims, n=dims, k=dims)
+def test_a_bigger_gemm_is_never_faster(m, n, k):
+    assert (
+        gemm_time(H200, m, n, 2 * k, "bf16", EFF).total_s
+        >= gemm_time(H200, m, n, k, "bf16", EFF).total_s
+    )
+
+
+def test_a_single_token_gemm_is_bandwidth_bound_and_a_large_one_compute_bound():
+    assert gemm_time(H200, 1, 4096, 4096, "bf16", EFF).bound == "memory"
+    assert gemm_time(H200, 8192, 8192, 8192, "bf16", EFF).bound == "compute"
+
+
+def test_fp8_gemms_are_faster_than_bf16_when_compute_bound():
+    bf16 = gemm_time(H200, 8192, 8192, 8192, "bf16", EFF).total_s
+    fp8 = gemm_time(H200, 8192, 8192, 8192, "fp8", EFF).total_s
+    assert fp8 < bf16
+
+
+def test_a_dtype_the_chip_lacks_is_an_error_listing_what_it_has():
+    with pytest.raises(GpuplanError, match="fp8"):
+        gemm_time(get_accelerator("a100-sxm-80gb"), 128, 128, 128, "fp8", EFF)
+
+
+def test_decode_attention_is_priced_by_the_kv_cache_it_reads():
+    op = Attention(
+        name="a",
+        batch=8,
+        heads_q=32,
+        heads_kv=8,
+        seq_q=1,
+        seq_kv=8192,
+        head_dim=128,
+        v_head_dim=128,
+        causal=False,
+        pass_="fwd",
+        dtype="bf16",
+    )
+    t = price(op, H200, EFF)
+    assert t.compute_s == 0 and t.memory_s >= op.bytes / H200.hbm_bytes_per_s
+
+
+@settings(max_examples=40, deadline=None)
+@given(context=st.integers(1, 32_000), extra=st.integers(1, 32_000))
+def test_decode_attention_never_gets_faster_as_the_context_grows(context, extra):
+    op = Attention(
+        name="a",
+        batch=4,
+        heads_q=32,
+        heads_kv=8,
+        seq_q=1,
+        seq_kv=context,
+        head_dim=128,
+        v_head_dim=128,
+        causal=False,
+        pass_="fwd",
+        dtype="bf16",
+    )
+    longer = replace(op, seq_kv=context + extra)
+    assert price(longer, H200, EFF).total_s >= price(op, H200, EFF).total_s
+
+
+def test_a_one_gpu_all_reduce_costs_nothing():
+    assert collective_time(H200, "all_reduce", 1, 1e9, EFF).total_s == 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(nbytes=st.floats(1e3, 4e9), world=st.integers(2, 8))
+def test_an_all_reduce_costs_about_a_reduce_scatter_plus_an_all_gather(nbytes, world):
+    ar = collective_time(H200, "all_reduce", world, nbytes, EFF).memory_s
+    rs = collective_time(H200, "reduce_scatter", world, nbytes, EFF).memory_s
+    ag = collective_time(H200, "all_gather", world, nbytes / world, EFF).memory_s
+    assert ar == pytest.approx(rs + ag)
+
+
+def test_an_unknown_collective_is_an_error_listing_the_known_ones():
+    with pytest.raises(GpuplanError, match="broadcast.*all_reduce"):
+        collective_time(H200, "broadcast", 2, 1e6, EFF)
+
+
+def test_cuda_graphs_hide_the_cpu_cost_of_many_short_kernels():
+    eager = launch_cost(1000, 1e-3, EFF, cuda_graph=False).total_s
+    graph = launch_cost(1000, 1e-3, EFF, cuda_graph=True).total_s
+    assert graph < eager
+
+
+def test_unmeasured_devices_say_whose_efficiency_they_borrow():
+    eff = efficiency_for("b200")
+    assert eff.source == EFF.source or "not measured on b200" in eff.source
