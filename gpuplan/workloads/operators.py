@@ -241,7 +241,7 @@ def backward_of(ops: list[Op]) -> list[Op]:
                     name=f"{op.name}.wgrad", m=op.k, n=op.n, k=op.m, dtype=op.dtype, count=op.count
                 ),
             ]
-        elif isinstance(op, Attention) or isinstance(op, Elementwise):
+        elif isinstance(op, Attention | Elementwise):
             out.append(_replace_pass(op, "bwd"))
     return out
 
