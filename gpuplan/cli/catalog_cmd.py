@@ -1,0 +1,183 @@
+"""``gpuplan models`` and ``gpuplan gpus``: the catalogues, as tables or JSON.
+
+Models: shape, exact parameter counts (``gpuplan.workloads.params.count_params``) and the
+KV-cache bytes one token adds in bf16 (``gpuplan.workloads.memory.kv_cache_bytes_per_token``).
+Accelerators: datasheet figures of ``gpuplan.hwmodels.accelerators``; link bandwidths are one
+direction per GPU, rates are dense (no sparsity).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from typing import Any
+
+from gpuplan.cli import add_common_options
+from gpuplan.cli.tables import dump_json, format_value, render_table
+from gpuplan.errors import GpuplanError
+
+MODEL_COLUMNS = (
+    "key",
+    "layers",
+    "d_model",
+    "heads",
+    "kv_heads",
+    "d_ff",
+    "experts",
+    "top_k",
+    "total_params",
+    "active_params",
+    "kv_cache_bytes_per_token",
+)
+MODEL_HEADERS = {
+    "kv_heads": "kv heads",
+    "top_k": "top-k",
+    "total_params": "total params",
+    "active_params": "active params",
+    "kv_cache_bytes_per_token": "KV/token (bf16)",
+}
+GPU_COLUMNS = (
+    "key",
+    "name",
+    "bf16_flops_per_s",
+    "fp8_flops_per_s",
+    "hbm_bytes",
+    "hbm_bytes_per_s",
+    "l2_bytes",
+    "scaleup_bytes_per_s",
+    "tdp_w",
+)
+GPU_HEADERS = {
+    "bf16_flops_per_s": "bf16 dense",
+    "fp8_flops_per_s": "fp8 dense",
+    "hbm_bytes": "HBM",
+    "hbm_bytes_per_s": "HBM bandwidth",
+    "l2_bytes": "L2",
+    "scaleup_bytes_per_s": "scale-up (1 dir)",
+    "tdp_w": "TDP",
+}
+
+
+def model_row(cfg: Any) -> dict[str, Any]:
+    """One model's catalogue line: shape, parameters, KV-cache bytes per token (bf16)."""
+    from gpuplan.workloads.memory import kv_cache_bytes_per_token
+    from gpuplan.workloads.params import count_params
+
+    params = count_params(cfg)
+    return {
+        "key": cfg.name,
+        "layers": cfg.n_layers,
+        "d_model": cfg.d_model,
+        "heads": cfg.n_heads,
+        "kv_heads": cfg.n_kv_heads,
+        "d_ff": cfg.d_ff,
+        "experts": cfg.n_experts or None,
+        "top_k": cfg.top_k or None,
+        "total_params": params.total,
+        "active_params": params.active,
+        # an encoder (ViT) reads all its tokens at once and keeps no cache
+        "kv_cache_bytes_per_token": (
+            None if cfg.is_vision else kv_cache_bytes_per_token(cfg, dtype="bf16")
+        ),
+    }
+
+
+def model_details(cfg: Any) -> dict[str, Any]:
+    """Everything ``model_row`` gives, plus the fields that say how the model is built."""
+    from gpuplan.workloads.params import count_params
+
+    params = count_params(cfg)
+    return model_row(cfg) | {
+        "attention": cfg.attention_kind,
+        "head_dim": cfg.head_dim,
+        "vocab_size": cfg.vocab_size,
+        "d_ff_expert": cfg.d_ff_expert or None,
+        "shared_experts": cfg.n_shared_experts or None,
+        "norm": cfg.norm,
+        "activation": cfg.activation,
+        "position": cfg.position,
+        "max_seq_len": cfg.max_seq_len,
+        "embedding_params": params.embedding,
+        "lm_head_params": params.lm_head,
+        "source": cfg.source,
+    }
+
+
+def _show_model(cfg: Any, as_json: bool) -> int:
+    details = model_details(cfg)
+    if as_json:
+        print(dump_json(details))
+        return 0
+    shown = [
+        {"field": MODEL_HEADERS.get(k, k), "value": format_value(k, v)} for k, v in details.items()
+    ]
+    print(render_table(shown, ("field", "value")))
+    return 0
+
+
+def models(args: argparse.Namespace) -> int:
+    """List the model presets, or show one preset or one Hugging Face config.json."""
+    presets = importlib.import_module("gpuplan.workloads.presets")
+    if args.hf_config is not None and args.key is not None:
+        raise GpuplanError(f"give a model KEY ({args.key!r}) or --hf-config, not both")
+    if args.hf_config is not None:
+        from gpuplan.workloads.hf_config import from_hf_config
+
+        return _show_model(from_hf_config(args.hf_config), args.json)
+    if args.key is not None:
+        return _show_model(presets.get_model(args.key), args.json)
+    rows = [model_row(cfg) for cfg in presets.list_models()]
+    print(
+        dump_json(rows) if args.json else render_table(rows, MODEL_COLUMNS, headers=MODEL_HEADERS)
+    )
+    return 0
+
+
+def gpu_row(acc: Any) -> dict[str, Any]:
+    """One accelerator's catalogue line (SI units; None where the datasheet gives nothing)."""
+    return {
+        "key": acc.key,
+        "name": acc.name,
+        "bf16_flops_per_s": acc.peak_flops_per_s.get("bf16"),
+        "fp8_flops_per_s": acc.peak_flops_per_s.get("fp8"),
+        "hbm_bytes": acc.hbm_bytes,
+        "hbm_bytes_per_s": acc.hbm_bytes_per_s,
+        "l2_bytes": acc.l2_bytes,
+        "scaleup_bytes_per_s": acc.scaleup_bytes_per_s,
+        "tdp_w": acc.tdp_w,
+    }
+
+
+def gpus(args: argparse.Namespace) -> int:
+    """List the accelerator catalogue."""
+    accelerators = importlib.import_module("gpuplan.hwmodels.accelerators")
+    rows = [gpu_row(acc) for acc in accelerators.list_accelerators()]
+    print(dump_json(rows) if args.json else render_table(rows, GPU_COLUMNS, headers=GPU_HEADERS))
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``models`` and ``gpus``."""
+    p = subparsers.add_parser(
+        "models",
+        help="list model presets, or show one (a key or --hf-config)",
+        description="Model presets: shape, exact parameter counts, KV-cache bytes per token "
+        "in bf16. Give a KEY or --hf-config PATH to show one model in full.",
+    )
+    p.add_argument("key", nargs="?", metavar="KEY", help="a preset key, e.g. llama3-8b")
+    p.add_argument(
+        "--hf-config",
+        metavar="PATH",
+        help="a Hugging Face config.json (or its directory) to read instead of a preset",
+    )
+    add_common_options(p)
+    p.set_defaults(func=models)
+
+    p = subparsers.add_parser(
+        "gpus",
+        help="list the accelerator catalogue",
+        description="Accelerators: dense peak rates, HBM, L2, scale-up link (one direction "
+        "per GPU) and TDP, from datasheets.",
+    )
+    add_common_options(p)
+    p.set_defaults(func=gpus)

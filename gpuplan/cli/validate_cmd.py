@@ -1,0 +1,281 @@
+"""``gpuplan validate score|calibrate|trace``: check predictions against measurements.
+
+- ``score FILE``: read a JSON Lines file of measurement records (ARCHITECTURE.md contract),
+  predict each with ``gpuplan.sim.predict.predict_record`` and report the errors. Bad lines are
+  listed on stderr with their line numbers and the rest is still scored.
+  ``--max-median-error PCT`` makes the command fail (exit 1) when the median error of any
+  (kind, metric) group is above PCT.
+- ``calibrate``: fit efficiencies on measured records (``gpuplan.validate.calibrate.main``).
+- ``trace TRACE``: the GPU kernels of a torch profiler trace by operator class
+  (``gpuplan.validate.trace.kernel_table``), beside one record's prediction if given.
+
+The modules doing the work are imported when a command runs, by name through ``importlib`` so
+that a stand-in can take their place in ``sys.modules``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from gpuplan.cli import add_common_options, require_subcommand
+from gpuplan.cli.tables import dump_json, format_value, render_table
+from gpuplan.errors import GpuplanError
+
+PREDICT_MODULE = "gpuplan.sim.predict"
+CATALOGUE_MODULE = "gpuplan.hwmodels.accelerators"
+SUMMARY_HEADERS = {
+    "median_abs_pct_error": "median |error|",
+    "p90_abs_pct_error": "p90 |error|",
+}
+
+
+def known_device_keys() -> list[str]:
+    """The keys of the accelerator catalogue: the devices a record may name."""
+    return [acc.key for acc in importlib.import_module(CATALOGUE_MODULE).list_accelerators()]
+
+
+def load_predictor() -> Any:
+    """The default predictor: ``predict_record(record) -> {metric: value}``."""
+    return importlib.import_module(PREDICT_MODULE).predict_record
+
+
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: it must be zero or more")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: it must be zero or more")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = _non_negative(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: it must lie between 0 and 1")
+    return value
+
+
+def _param_text(name: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"  # as the record file writes it
+    return format_value(name, value) if name == "bytes" else str(value)
+
+
+def _params_text(params: dict[str, Any]) -> str:
+    return " ".join(f"{k}={_param_text(k, v)}" for k, v in params.items())
+
+
+def _row_lines(doc_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Score rows as people read them: measured and predicted in the unit of their metric."""
+    return [
+        {
+            "line": r["line"],
+            "kind": r["kind"],
+            "params": _params_text(r["params"]),
+            "metric": r["metric"],
+            "measured": format_value(r["metric"], r["measured"]),
+            "predicted": format_value(r["metric"], r["predicted"]),
+            "error": format_value("abs_pct_error", r["abs_pct_error"]),
+        }
+        for r in doc_rows
+    ]
+
+
+def _print_score(path: str, doc: dict[str, Any], n_rows: int) -> None:
+    rows = doc["rows"]
+    shown = rows if n_rows == 0 else rows[:n_rows]
+    lines = {r["line"] for r in rows}
+    print(f"{path}: {len(rows)} predictions scored over {len(lines)} records")
+    print(
+        render_table(
+            _row_lines(shown),
+            ("line", "kind", "metric", "measured", "predicted", "error", "params"),
+        )
+    )
+    if len(shown) < len(rows):
+        print(f"... and {len(rows) - len(shown)} more rows (--rows 0 shows all; --json too)")
+    print()
+    print(render_table(doc["summary"], headers=SUMMARY_HEADERS))
+
+
+def _over_limit(summary: list[dict[str, Any]], limit_pct: float | None) -> list[str]:
+    """The (kind, metric) groups whose median error is above the limit, as text."""
+    if limit_pct is None:
+        return []
+    return [
+        f"{s['kind']} {s['metric']} {s['median_abs_pct_error']:.1f}%"
+        for s in summary
+        if s["median_abs_pct_error"] > limit_pct
+    ]
+
+
+def score(args: argparse.Namespace) -> int:
+    """``gpuplan validate score FILE``."""
+    read_records = importlib.import_module("gpuplan.validate.records").read_records
+    score_records = importlib.import_module("gpuplan.validate.score").score_records
+    records, errors = read_records(args.file, known_devices=known_device_keys)
+    doc = score_records(records, load_predictor(), errors=errors).to_json()
+    for err in doc["errors"]:
+        print(f"gpuplan: {args.file}:{err['line']}: {err['reason']}", file=sys.stderr)
+    if args.json:
+        print(dump_json(doc))
+    elif doc["rows"]:
+        _print_score(args.file, doc, args.rows)
+    if not doc["rows"]:
+        raise GpuplanError(
+            f"no record of {args.file!r} could be scored ({len(doc['errors'])} lines with errors)"
+        )
+    over = _over_limit(doc["summary"], args.max_median_error)
+    if over:
+        limit = f"{args.max_median_error:g}%"
+        print(f"gpuplan: median error above {limit}: {', '.join(over)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def calibrate(args: argparse.Namespace) -> int:
+    """``gpuplan validate calibrate``: handed to ``gpuplan.validate.calibrate.main(args)``."""
+    code = importlib.import_module("gpuplan.validate.calibrate").main(args)
+    return 0 if code is None else int(code)
+
+
+def _read_record_arg(text: str) -> Any:
+    """``--record``: a record as inline JSON, or a path to a file whose first line is one."""
+    if text.lstrip().startswith("{"):
+        source = text
+    else:
+        path = Path(text)
+        if not path.is_file():
+            raise GpuplanError(f"--record {text!r} is neither a JSON object nor a file")
+        source = next((ln for ln in path.read_text().splitlines() if ln.strip()), "")
+    try:
+        obj = json.loads(source)
+    except json.JSONDecodeError as err:
+        raise GpuplanError(f"--record is not valid JSON: {err.msg} (column {err.colno})") from None
+    parse_record = importlib.import_module("gpuplan.validate.records").parse_record
+    return parse_record(obj, devices=known_device_keys())
+
+
+def _kernel_rows(table: Any) -> list[dict[str, Any]]:
+    """The per-class kernel table as rows, its class a column even when it was the index."""
+    if "class" not in table.columns:
+        table = table.reset_index()
+    return table.to_dict("records")
+
+
+def trace(args: argparse.Namespace) -> int:
+    """``gpuplan validate trace TRACE``: kernel time by operator class, and a record's prediction."""
+    if not Path(args.trace).is_file():
+        raise GpuplanError(f"trace file {args.trace!r} does not exist")
+    record = _read_record_arg(args.record) if args.record else None
+    traces = importlib.import_module("gpuplan.validate.trace")
+    doc: dict[str, Any] = {
+        "trace": args.trace,
+        "kernels": _kernel_rows(traces.kernel_table(args.trace)),
+    }
+    if record is not None:
+        doc |= {
+            "record": {"kind": record.kind, "device": record.device, "params": record.params},
+            "measured": record.measured,
+            "predicted": dict(load_predictor()(record)),
+        }
+    if args.json:
+        print(dump_json(doc))
+        return 0
+    print(render_table(doc["kernels"]))
+    if record is not None:
+        print(f"\nrecord: {record.kind} on {record.device}: {_params_text(record.params)}")
+        for metric, value in doc["predicted"].items():
+            measured = format_value(metric, doc["measured"].get(metric))
+            print(f"  {metric}: measured {measured}, predicted {format_value(metric, value)}")
+    return 0
+
+
+def _register_score(sub: Any) -> None:
+    p = sub.add_parser(
+        "score",
+        help="predict every record of a JSON Lines file and report the errors",
+        description="Predict every measurement record of FILE (JSON Lines, the contract of "
+        "ARCHITECTURE.md) and report 100*|predicted-measured|/measured per record, and its "
+        "median and p90 per kind and metric. Bad lines go to stderr; the rest is scored.",
+    )
+    p.add_argument("file", metavar="FILE", help="measurement records, one JSON object a line")
+    p.add_argument(
+        "--max-median-error",
+        type=_non_negative,
+        metavar="PCT",
+        help="fail (exit 1) when any kind's median error is above PCT percent",
+    )
+    p.add_argument(
+        "--rows", type=_count, default=20, metavar="N", help="rows to show (default 20; 0: all)"
+    )
+    add_common_options(p)
+    p.set_defaults(func=score)
+
+
+def _register_calibrate(sub: Any) -> None:
+    p = sub.add_parser(
+        "calibrate",
+        help="fit the model's efficiencies on measured records",
+        description="Fit efficiencies on a train split of measured records, report the error "
+        "on the held-out split.",
+    )
+    p.add_argument(
+        "--data", metavar="DIR", help="folder of measured records (default: gpuplan's own)"
+    )
+    p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the split (0)")
+    p.add_argument(
+        "--train-fraction",
+        type=_fraction,
+        default=0.7,
+        metavar="F",
+        help="share of records used to fit, between 0 and 1 (0.7)",
+    )
+    p.add_argument("--out", metavar="PATH", help="where to write the fitted efficiencies")
+    add_common_options(p)
+    p.set_defaults(func=calibrate)
+
+
+def _register_trace(sub: Any) -> None:
+    p = sub.add_parser(
+        "trace",
+        help="GPU kernel time of a torch profiler trace by operator class",
+        description="Read a torch profiler (Kineto) Chrome trace, .json or .json.gz, and sum "
+        "its GPU kernels by operator class; with --record, show that record's prediction.",
+    )
+    p.add_argument("trace", metavar="TRACE", help="a Chrome trace from torch.profiler")
+    p.add_argument(
+        "--record", metavar="JSON", help="a measurement record: inline JSON, or a file of one"
+    )
+    add_common_options(p)
+    p.set_defaults(func=trace)
+
+
+def register(subparsers: Any) -> None:
+    """Add ``validate`` with its commands ``score``, ``calibrate`` and ``trace``."""
+    p = subparsers.add_parser(
+        "validate",
+        help="score predictions against measurements; calibrate; read traces",
+        description="Check the model against measurements on real GPUs.",
+    )
+    sub = p.add_subparsers(title="commands", metavar="COMMAND")
+    _register_score(sub)
+    _register_calibrate(sub)
+    _register_trace(sub)
+    require_subcommand(p, sub)
