@@ -1,0 +1,323 @@
+"""Fit the hardware model's efficiencies on measured records; report the error on held-out ones.
+
+Method:
+- Every committed record under ``validate/data/<device>*/`` is read; the records of each kind
+  are split at random, with a seed, into a training share (70%) and a held-out rest. The split is
+  by record, stratified by kind, so every kind is both fitted and tested.
+- The parameters of ``hwmodels.efficiency.Efficiency`` are fitted in stages, each on the kinds
+  that isolate them, the later stages holding the earlier ones fixed: GEMM rates and overheads on
+  ``gemm``; flash-attention rates on ``attention``; per-op bandwidth on ``elementwise``; link
+  latency and bandwidth on ``collective``; launch costs and the bandwidth of the ops that occur
+  only inside layers (RoPE, layout copies, fused kernels, the optimizer) on the composite kinds.
+- Each stage minimises the robust (soft-L1) sum of squared log errors, log(predicted/measured),
+  over its training records with ``scipy.optimize.least_squares``, parameters in log space
+  within physical bounds (a fraction of a peak stays within (0, 1]).
+- The fit is written as data (``hwmodels/data/calibration_<device>.json``) with its provenance:
+  files and their SHA-256, seed, split sizes, date, and the errors on both splits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares
+
+from gpuplan.errors import GpuplanError
+from gpuplan.hwmodels.efficiency import Efficiency, prior_efficiency
+from gpuplan.sim.predict import predict_record
+from gpuplan.validate.records import Record, read_records
+from gpuplan.validate.score import ScoreResult, score_records
+
+COMPOSITE = ("layer", "train_step", "decode_step", "tp_mlp")
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    path: str  # field, or "field.key" for an entry of a dict field
+    low: float
+    high: float
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    name: str
+    kinds: tuple[str, ...]
+    params: tuple[Param, ...]
+
+
+def _fraction(path: str) -> Param:
+    return Param(path, 0.02, 1.0)
+
+
+STAGES = (
+    Stage(
+        "gemm",
+        ("gemm",),
+        (
+            *(
+                _fraction(f"gemm_peak_fraction.{d}")
+                for d in ("bf16", "fp16", "fp32", "tf32", "fp8", "int8")
+            ),
+            Param("gemm_k_overhead", 1.0, 2048.0),
+            Param("gemm_small_tile_penalty", 1e-3, 2.0),
+            _fraction("gemm_hbm_fraction"),
+            Param("kernel_overhead_s", 1e-7, 3e-5),
+        ),
+    ),
+    Stage(
+        "attention",
+        ("attention",),
+        (
+            _fraction("attn_fwd_fraction"),
+            _fraction("attn_bwd_fraction"),
+            _fraction("attn_decode_hbm_fraction"),
+        ),
+    ),
+    Stage(
+        "elementwise",
+        ("elementwise",),
+        tuple(
+            _fraction(f"elementwise_hbm_fraction.{op}")
+            for op in ("layernorm", "rmsnorm", "gelu", "silu_mul", "softmax", "add", "dropout_add")
+        ),
+    ),
+    Stage(
+        "collective",
+        ("collective",),
+        (
+            Param("collective_latency_s", 1e-7, 1e-4),
+            _fraction("collective_bw_fraction"),
+            Param("collective_launch_s", 1e-7, 2e-4),
+        ),
+    ),
+    Stage(
+        "composite",
+        COMPOSITE,
+        (
+            Param("host_launch_s", 5e-7, 5e-5),
+            Param("graph_launch_s", 1e-8, 2e-5),
+            *(
+                _fraction(f"elementwise_hbm_fraction.{op}")
+                for op in ("rope", "copy", "fused", "adamw", "cross_entropy", "embedding")
+            ),
+        ),
+    ),
+)
+
+
+def get_value(eff: Efficiency, path: str) -> float:
+    field, _, key = path.partition(".")
+    value = getattr(eff, field)
+    return value.get(key, value.get("default")) if key else value
+
+
+def with_values(eff: Efficiency, values: dict[str, float]) -> Efficiency:
+    """A copy of ``eff`` with the given parameters set (dict fields copied, never mutated)."""
+    changes: dict[str, Any] = {}
+    for path, value in values.items():
+        field, _, key = path.partition(".")
+        if key:
+            changes.setdefault(field, dict(getattr(eff, field)))[key] = float(value)
+        else:
+            changes[field] = float(value)
+    return dataclasses.replace(eff, **changes)
+
+
+def default_data_dir() -> Path:
+    return Path(str(resources.files("gpuplan.validate") / "data"))
+
+
+def load_measurements(data_dir: str | Path, device: str = "h200") -> tuple[list[Record], list[str]]:
+    """Every record in ``data_dir/<device>*/*.jsonl``, and the files they came from."""
+    files = sorted(Path(data_dir).glob(f"{device}*/*.jsonl"))
+    if not files:
+        raise GpuplanError(f"no measurement files under {str(data_dir)!r}/{device}*/ (*.jsonl)")
+    records = []
+    for path in files:
+        found, _errors = read_records(path)
+        records += [
+            dataclasses.replace(r, source=f"{path.parent.name}/{path.name}:{r.line_no}")
+            for r in found
+        ]
+    return records, [str(p) for p in files]
+
+
+def split(
+    records: Sequence[Record], *, seed: int, train_fraction: float
+) -> tuple[list[Record], list[Record]]:
+    """Seeded split stratified by kind: ``train_fraction`` of each kind to train, rest to test."""
+    rng = np.random.default_rng(seed)
+    train, test = [], []
+    for kind in sorted({r.kind for r in records}):
+        group = [r for r in records if r.kind == kind]
+        order = rng.permutation(len(group))
+        n_train = int(round(train_fraction * len(group)))
+        train += [group[i] for i in order[:n_train]]
+        test += [group[i] for i in order[n_train:]]
+    return train, test
+
+
+def _log_residuals(records: Sequence[Record], eff: Efficiency) -> np.ndarray:
+    out = []
+    for r in records:
+        predicted = predict_record(r, eff=eff)["time_s"]
+        out.append(np.log(predicted / r.measured["time_s"]))
+    return np.asarray(out)
+
+
+def fit_stage(stage: Stage, records: Sequence[Record], eff: Efficiency) -> Efficiency:
+    """Least-squares fit of one stage's parameters on its kinds' records."""
+    mine = [r for r in records if r.kind in stage.kinds]
+    params = [p for p in stage.params if _matters(p, mine)]
+    if not mine or not params:
+        return eff
+    lo = np.log([p.low for p in params])
+    hi = np.log([p.high for p in params])
+    x0 = np.clip(np.log([get_value(eff, p.path) for p in params]), lo + 1e-9, hi - 1e-9)
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        trial = with_values(eff, {p.path: v for p, v in zip(params, np.exp(x), strict=True)})
+        return _log_residuals(mine, trial)
+
+    result = least_squares(
+        residuals, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, diff_step=1e-3, max_nfev=200
+    )
+    return with_values(eff, {p.path: v for p, v in zip(params, np.exp(result.x), strict=True)})
+
+
+def _matters(param: Param, records: Sequence[Record]) -> bool:
+    """A per-dtype or per-op entry is fitted only when some record exercises it."""
+    field, _, key = param.path.partition(".")
+    if (
+        not key
+        or field != "gemm_peak_fraction"
+        and not key.startswith(
+            ("layernorm", "rmsnorm", "gelu", "silu_mul", "softmax", "add", "dropout_add")
+        )
+    ):
+        return True
+    return any(r.params.get("dtype") == key or r.params.get("op") == key for r in records)
+
+
+def fit(
+    train: Sequence[Record],
+    *,
+    prior: Efficiency | None = None,
+    progress: Callable[[str], None] = lambda _: None,
+) -> Efficiency:
+    eff = prior or prior_efficiency()
+    for stage in STAGES:
+        progress(stage.name)
+        eff = fit_stage(stage, train, eff)
+    return eff
+
+
+def score(records: Sequence[Record], eff: Efficiency) -> ScoreResult:
+    return score_records(records, lambda r: predict_record(r, eff=eff))
+
+
+def _sha256(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def calibration_document(
+    eff: Efficiency,
+    *,
+    files: list[str],
+    seed: int,
+    train_fraction: float,
+    train: ScoreResult,
+    test: ScoreResult,
+    device: str,
+) -> dict[str, Any]:
+    fitted = {p.path for s in STAGES for p in s.params}
+    fields = {p.partition(".")[0] for p in fitted}
+    return {
+        "source": f"fitted by `gpuplan validate calibrate` on {device} measurements "
+        f"(seed {seed}, {train_fraction:.0%} train)",
+        "parameters": {f: getattr(eff, f) for f in sorted(fields)},
+        "provenance": {
+            "script": "gpuplan/validate/calibrate.py",
+            "fitted_at": dt.date.today().isoformat(),
+            "device": device,
+            "seed": seed,
+            "train_fraction": train_fraction,
+            "files": {Path(f).parent.name + "/" + Path(f).name: _sha256(f) for f in files},
+            "n_train": int(len(train.rows)),
+            "n_test": int(len(test.rows)),
+            "train_error": train.summary.to_dict("records"),
+            "test_error": test.summary.to_dict("records"),
+        },
+    }
+
+
+def run_calibration(
+    data_dir: str | Path | None = None,
+    *,
+    seed: int = 0,
+    train_fraction: float = 0.7,
+    device: str = "h200",
+    progress: Callable[[str], None] = lambda _: None,
+) -> dict[str, Any]:
+    """Load, split, fit, score: the calibration document (not yet written)."""
+    records, files = load_measurements(data_dir or default_data_dir(), device)
+    train, test = split(records, seed=seed, train_fraction=train_fraction)
+    eff = fit(train, progress=progress)
+    return calibration_document(
+        eff,
+        files=files,
+        seed=seed,
+        train_fraction=train_fraction,
+        train=score(train, eff),
+        test=score(test, eff),
+        device=device,
+    )
+
+
+def default_output(device: str = "h200") -> Path:
+    return Path(str(resources.files("gpuplan.hwmodels") / "data")) / f"calibration_{device}.json"
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write to a temporary file beside ``path``, then rename: never a half-written file."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def main(args) -> int:
+    """``gpuplan validate calibrate``: fit, write the parameters, print both error tables."""
+    from gpuplan.cli.tables import dump_json, render_table
+    from gpuplan.hwmodels import efficiency
+
+    doc = run_calibration(
+        args.data,
+        seed=args.seed,
+        train_fraction=args.train_fraction,
+        progress=lambda s: None if args.json else print(f"fitting {s} ..."),
+    )
+    out = Path(args.out) if args.out else default_output()
+    write_atomically(out, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    efficiency.calibrated_efficiency.cache_clear()
+    if args.json:
+        print(dump_json({"output": str(out), **doc}))
+        return 0
+    prov = doc["provenance"]
+    for name in ("train_error", "test_error"):
+        table = pd.DataFrame(prov[name])
+        print(
+            f"\n{name.replace('_', ' ')} ({'fitted on' if name == 'train_error' else 'held out'}):"
+        )
+        print(render_table(table))
+    print(f"\nwrote {out}")
+    return 0
