@@ -1,0 +1,59 @@
+"""The names a notebook or script user types, in one place: ``from gpuplan.api import *``.
+
+A facade only: every name is defined in its own module and re-exported here unchanged.
+``gpuplan/__init__.py`` stays import-light; this module pulls in pandas and matplotlib.
+"""
+
+from gpuplan.errors import GpuplanError
+from gpuplan.hwmodels.accelerators import Accelerator, get_accelerator, list_accelerators
+from gpuplan.hwmodels.efficiency import Efficiency, efficiency_for
+from gpuplan.hwmodels.price import price
+from gpuplan.plots import breakdown_bar, operator_points, predicted_vs_measured, roofline
+from gpuplan.sim.breakdown import Breakdown
+from gpuplan.sim.model_estimate import model_breakdown
+from gpuplan.sim.predict import predict_breakdown
+from gpuplan.sim.step import decode_step_breakdown, train_step_breakdown
+from gpuplan.workloads.memory import (
+    kv_cache_bytes_per_token,
+    layer_activation_bytes,
+    training_state_bytes,
+)
+from gpuplan.workloads.model import ModelConfig
+from gpuplan.workloads.operators import backward_of, layer_forward, model_forward, training_flops
+from gpuplan.workloads.params import count_params
+from gpuplan.workloads.presets import get_model, list_models
+
+__all__ = [
+    # models (layer 1)
+    "ModelConfig",
+    "get_model",
+    "list_models",
+    "count_params",
+    "layer_forward",
+    "backward_of",
+    "model_forward",
+    "training_flops",
+    "kv_cache_bytes_per_token",
+    "layer_activation_bytes",
+    "training_state_bytes",
+    # hardware (layer 5)
+    "Accelerator",
+    "get_accelerator",
+    "list_accelerators",
+    "Efficiency",
+    "efficiency_for",
+    "price",
+    # predictions
+    "Breakdown",
+    "predict_breakdown",
+    "model_breakdown",
+    "train_step_breakdown",
+    "decode_step_breakdown",
+    # figures
+    "roofline",
+    "operator_points",
+    "breakdown_bar",
+    "predicted_vs_measured",
+    # errors
+    "GpuplanError",
+]
