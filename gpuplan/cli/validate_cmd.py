@@ -267,8 +267,33 @@ def _register_trace(sub: Any) -> None:
     p.set_defaults(func=trace)
 
 
+def report(args: argparse.Namespace) -> int:
+    """``gpuplan validate report``: handed to ``gpuplan.validate.report.main(args)``."""
+    try:
+        code = importlib.import_module("gpuplan.validate.report").main(args)
+    except FileNotFoundError as err:
+        raise GpuplanError(str(err)) from None
+    return 0 if code is None else int(code)
+
+
+def _register_report(sub: Any) -> None:
+    p = sub.add_parser(
+        "report",
+        help="write docs/validation.md: held-out error tables and predicted-vs-measured plots",
+        description="Score the held-out split of the committed measurements with the committed "
+        "calibration (and, for comparison, the prior and a datasheet roofline); write the "
+        "report and one plot per kind.",
+    )
+    p.add_argument(
+        "--data", metavar="DIR", help="folder of measured records (default: gpuplan's own)"
+    )
+    p.add_argument("--out-dir", default="docs", metavar="DIR", help="where to write (docs)")
+    add_common_options(p)
+    p.set_defaults(func=report)
+
+
 def register(subparsers: Any) -> None:
-    """Add ``validate`` with its commands ``score``, ``calibrate`` and ``trace``."""
+    """Add ``validate`` with its commands ``score``, ``calibrate``, ``trace`` and ``report``."""
     p = subparsers.add_parser(
         "validate",
         help="score predictions against measurements; calibrate; read traces",
@@ -278,4 +303,5 @@ def register(subparsers: Any) -> None:
     _register_score(sub)
     _register_calibrate(sub)
     _register_trace(sub)
+    _register_report(sub)
     require_subcommand(p, sub)
