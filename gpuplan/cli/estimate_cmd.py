@@ -222,7 +222,13 @@ def _render(r: dict[str, Any], by: str) -> str:
     table["share_pct"] = 100 * table["time_s"] / max(r["time_s"], 1e-300)
     table = table.reset_index().sort_values("time_s", ascending=False)
     shown = table.head(25)
-    lines.append(render_table(shown, [*keys, "time_s", "share_pct", "flops", "bytes", "kernels"]))
+    lines.append(
+        render_table(
+            shown,
+            [*keys, "time_s", "share_pct", "flops", "bytes", "kernels"],
+            formats={"flops": lambda v: f"{v / 1e9:.4g} GFLOP"},
+        )
+    )
     if len(table) > len(shown):
         lines.append(f"... {len(table) - len(shown)} more rows (--json has them all)")
     lines += [
