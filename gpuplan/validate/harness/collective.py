@@ -1,0 +1,115 @@
+"""NCCL collectives among the GPUs of one host (gloo among CPU processes in --tiny runs).
+
+``bytes`` is each rank's input buffer (bf16, random):
+
+    all_reduce      dist.all_reduce(x)                        in place, x of ``bytes``
+    all_gather      dist.all_gather_into_tensor(out, x)       out = world * bytes
+    reduce_scatter  dist.reduce_scatter_tensor(out, x)        out = bytes / world
+    all_to_all      dist.all_to_all_single(out, x)            out = bytes; bytes/world per peer
+    send_recv       ping-pong: rank 0 sends x to rank 1, rank 1 sends it back;
+                    time_s is HALF the round trip (one one-way transfer of ``bytes``)
+
+Timing (distributed.time_ranks): ranks lined up by a one-element all-reduce, each call timed
+with CUDA events on every rank, the slowest rank's time per repetition, median over repetitions.
+world=1 is trivial and not measured.
+"""
+
+from __future__ import annotations
+
+import random
+import warnings
+
+import torch
+import torch.distributed as dist
+
+from . import distributed
+from .records import RecordWriter, make_record
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+_SIZES = tuple(2**p for p in range(10, 32))  # 1 KiB .. 2 GiB, powers of two
+
+
+def cases(tiny: bool, device: str, world: int) -> list[dict]:
+    """Every op at every size, sizes shuffled so any prefix spans the range."""
+    sizes = (1024, 65536) if tiny else _SIZES
+    out = [{"op": op, "world": world, "bytes": b, "dtype": "bf16"} for b in sizes for op in OPS]
+    if not tiny:
+        random.Random(6).shuffle(out)
+    return out
+
+
+def _reps(nbytes: int) -> int:
+    return 40 if nbytes <= 64 * 2**20 else 12
+
+
+def _call(rt, op: str, nbytes: int):
+    """The call to time for one rank, on random bf16 buffers."""
+    n = nbytes // 2
+    x = torch.randn(n, device=rt.device, dtype=torch.bfloat16)
+    if op == "all_reduce":
+        return lambda: dist.all_reduce(x)
+    if op == "all_gather":
+        out = torch.empty(n * rt.world, device=rt.device, dtype=x.dtype)
+        return lambda: dist.all_gather_into_tensor(out, x)
+    if op == "reduce_scatter":
+        out = torch.empty(n // rt.world, device=rt.device, dtype=x.dtype)
+        return lambda: dist.reduce_scatter_tensor(out, x)
+    if op == "all_to_all":
+        out = torch.empty_like(x)
+        return lambda: dist.all_to_all_single(out, x)
+    return _ping_pong(rt, x)
+
+
+def _ping_pong(rt, x):
+    y = torch.empty_like(x)
+    if rt.rank == 0:
+        return lambda: (dist.send(x, 1), dist.recv(y, 1))
+    if rt.rank == 1:
+        return lambda: (dist.recv(y, 0), dist.send(y, 0))
+    return lambda: None
+
+
+def run_rank(rt) -> None:
+    """Measure every case in order until the deadline; rank 0 writes the records."""
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    job = rt.job
+    writer = RecordWriter(job.out_dir, job.kind) if rt.rank == 0 else None
+    for params in cases(job.tiny, job.device, rt.world):
+        if not distributed.go_on(rt):
+            break
+        op, nbytes = params["op"], params["bytes"]
+        reps = 3 if job.tiny else _reps(nbytes)
+        stats = distributed.time_ranks(rt, _call(rt, op, nbytes), reps=reps)
+        if op == "send_recv":
+            stats = {k: v / 2 if k.endswith("_s") else v for k, v in stats.items()}
+        if writer is None:
+            continue
+        what = f"dist.{op}" if op != "send_recv" else "dist.send/recv ping-pong, half round trip"
+        writer.write(
+            make_record(
+                "collective",
+                job.device_key,
+                params,
+                {"time_s": stats["median_s"]},
+                distributed.source(rt, what, reps),
+                stats=stats,
+                bus_bytes=_bus_bytes(op, nbytes, rt.world),
+            )
+        )
+        print(
+            f"  collective {op:>14} {nbytes:>11} B  {stats['median_s'] * 1e6:10.1f} us", flush=True
+        )
+    if job.device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _bus_bytes(op: str, nbytes: int, world: int) -> float:
+    """Bytes each rank sends over the links (nccl-tests' bus-bandwidth factors, PERFORMANCE.md)."""
+    factor = {
+        "all_reduce": 2 * (world - 1) / world,
+        "all_gather": world - 1,
+        "reduce_scatter": (world - 1) / world,
+        "all_to_all": (world - 1) / world,
+        "send_recv": 1.0,
+    }[op]
+    return factor * nbytes

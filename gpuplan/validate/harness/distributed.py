@@ -1,0 +1,154 @@
+"""Running a kind on several processes, one per GPU (NCCL), or two on the CPU (gloo).
+
+The parent spawns ``world`` processes with ``torch.multiprocessing.spawn``; every process builds
+the same case list, and before each case rank 0 decides (deadline reached or not) and broadcasts
+the decision, so all ranks stop together. Only rank 0 writes records.
+
+Timing a multi-rank call (``time_ranks``): before each repetition a one-element all-reduce lines
+up the ranks' streams (both GPUs leave it at nearly the same moment), then each rank times the
+call between CUDA events. The repetition's time is the slowest rank's (the call is done when it is
+done everywhere); the record holds the median over repetitions, and the fastest rank's median as
+an extra. NVLink SHARP (multicast) stays off: KINDS.md of the device library says why.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import statistics
+import time
+import traceback
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+NO_MULTICAST = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Job:
+    """What each spawned process needs (picklable)."""
+
+    kind: str
+    module: str  # module with cases(tiny, device, world) and measure_rank(params, rt)
+    out_dir: str
+    device: str
+    device_key: str
+    tiny: bool
+    deadline_unix: float  # wall clock, shared by the processes
+    port: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rank:
+    """A process's place in the world and its device."""
+
+    rank: int
+    world: int
+    device: str  # "cuda:<rank>" or "cpu"
+    job: Job
+
+
+def run_world(job: Job, world: int) -> None:
+    """Spawn ``world`` processes for ``job``; raises if any of them fails."""
+    os.environ.update(NO_MULTICAST)
+    torch.multiprocessing.spawn(_entry, args=(world, job), nprocs=world, join=True)
+
+
+def _entry(rank: int, world: int, job: Job) -> None:
+    import importlib
+
+    os.environ.update(NO_MULTICAST)
+    if job.device == "cuda":
+        torch.cuda.set_device(rank)
+    else:
+        torch.set_num_threads(1)
+    dist.init_process_group(
+        "nccl" if job.device == "cuda" else "gloo",
+        init_method=f"tcp://127.0.0.1:{job.port}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=120),
+    )
+    device = f"cuda:{rank}" if job.device == "cuda" else "cpu"
+    rt = Rank(rank=rank, world=world, device=device, job=job)
+    try:
+        importlib.import_module(job.module).run_rank(rt)
+    except Exception:
+        print(f"[{job.kind} rank {rank}] failed:\n{traceback.format_exc()}", flush=True)
+        raise
+    finally:
+        dist.destroy_process_group()
+
+
+def go_on(rt: Rank) -> bool:
+    """True while rank 0's clock is before the deadline; the same answer on every rank."""
+    flag = torch.tensor([1 if time.time() < rt.job.deadline_unix else 0], device=rt.device)
+    dist.broadcast(flag, src=0)
+    return bool(flag.item())
+
+
+def time_ranks(rt: Rank, fn, *, reps: int, warmup: int = 3, align: bool = True) -> dict:
+    """Median over repetitions of the slowest rank's time of one ``fn()`` call (seconds)."""
+    token = torch.ones(1, device=rt.device)
+    for _ in range(warmup):
+        fn()
+    times = [_time_one(rt, fn, token, align) for _ in range(reps)]
+    local = torch.tensor(times, dtype=torch.float64, device=rt.device)
+    slowest, fastest = local.clone(), local.clone()
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    dist.all_reduce(fastest, op=dist.ReduceOp.MIN)
+    return {
+        "median_s": statistics.median(slowest.tolist()),
+        "fastest_rank_median_s": statistics.median(fastest.tolist()),
+        "min_s": min(slowest.tolist()),
+        "reps": reps,
+        "warmup": warmup,
+    }
+
+
+def _time_one(rt: Rank, fn, token, align: bool) -> float:
+    if align:
+        dist.all_reduce(
+            token, op=dist.ReduceOp.MAX
+        )  # lines the ranks' streams up before the timed call
+    if not rt.device.startswith("cuda"):
+        start = time.perf_counter()
+        fn()
+        return time.perf_counter() - start
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e-3
+
+
+def source(rt: Rank, what: str, reps: int) -> str:
+    """Provenance of a multi-rank record."""
+    if rt.device.startswith("cuda"):
+        lib = f"torch {torch.__version__.split('+')[0]} NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}"
+        gpu = f"{rt.world}x {torch.cuda.get_device_name(0)}"
+        timer = "CUDA events"
+    else:
+        lib, gpu, timer = (
+            f"torch {torch.__version__} gloo",
+            f"{rt.world} CPU processes",
+            "perf_counter",
+        )
+    return (
+        f"{lib}, {what}, {timer}, ranks aligned by a 1-element all_reduce, "
+        f"median over {reps} of the slowest rank, {gpu}"
+    )

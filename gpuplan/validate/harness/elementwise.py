@@ -1,0 +1,114 @@
+"""Memory-bound operators on x [tokens, hidden], as eager torch implements them.
+
+    layernorm    F.layer_norm(x, (hidden,), weight, bias)         weight, bias [hidden]
+    rmsnorm      F.rms_norm(x, (hidden,), weight)                 weight [hidden]
+    gelu         F.gelu(x)                                        exact (erf) form
+    silu_mul     F.silu(a) * b                                    a, b [tokens, hidden]
+    softmax      F.softmax(x, dim=-1)                             over hidden
+    add          x + y                                            y [tokens, hidden]
+    dropout_add  F.dropout(x, 0.1, training=True) + r             r [tokens, hidden]
+
+``fwd`` runs on inputs that do not require grad; ``fwd_bwd`` runs the forward on inputs (and
+norm weights) that do, then ``torch.autograd.grad`` of the output for a random output gradient
+with respect to all of them. The bytes each op reads and writes are listed in
+docs/dev/campaign.md. On CUDA each record also carries ``kernels_per_call``, the number of GPU
+kernels one call launched (counted once per op and pass with torch.profiler at a small size).
+L2 flushed before each timed call.
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+import torch.nn.functional as F
+
+OPS = ("layernorm", "rmsnorm", "gelu", "silu_mul", "softmax", "add", "dropout_add")
+_TOKENS = (1, 16, 256, 2048, 8192, 32768, 65536)
+_HIDDEN = (1024, 4096, 8192, 16384)
+_kernel_counts: dict[tuple[str, str], int | None] = {}
+
+
+def cases(tiny: bool, device: str) -> list[dict]:
+    """Every op, pass, token count and width, shuffled so any prefix is diverse."""
+    tokens, hidden = ((1, 8), (32,)) if tiny else (_TOKENS, _HIDDEN)
+    out = [
+        {"op": op, "tokens": t, "hidden": h, "pass": p, "dtype": "bf16"}
+        for op in OPS
+        for p in ("fwd", "fwd_bwd")
+        for t in tokens
+        for h in hidden
+    ]
+    if not tiny:
+        random.Random(2).shuffle(out)
+    return out
+
+
+def _inputs(ctx, op: str, t: int, h: int, dtype: str, grad: bool) -> tuple:
+    """The op's tensor inputs: the activations, then any weights."""
+    x = ctx.randn(t, h, dtype=dtype, requires_grad=grad)
+    if op in ("silu_mul", "add", "dropout_add"):
+        return x, ctx.randn(t, h, dtype=dtype, requires_grad=grad)
+    if op == "layernorm":
+        w = ctx.randn(h, dtype=dtype, requires_grad=grad)
+        return x, w, ctx.randn(h, dtype=dtype, requires_grad=grad)
+    if op == "rmsnorm":
+        return x, ctx.randn(h, dtype=dtype, requires_grad=grad)
+    return (x,)
+
+
+def _apply(op: str, inputs: tuple):
+    x, h = inputs[0], inputs[0].shape[-1]
+    if op == "layernorm":
+        return F.layer_norm(x, (h,), inputs[1], inputs[2])
+    if op == "rmsnorm":
+        return F.rms_norm(x, (h,), inputs[1])
+    if op == "gelu":
+        return F.gelu(x)
+    if op == "silu_mul":
+        return F.silu(x) * inputs[1]
+    if op == "softmax":
+        return F.softmax(x, dim=-1)
+    if op == "add":
+        return x + inputs[1]
+    if op == "dropout_add":
+        return F.dropout(x, 0.1, training=True) + inputs[1]
+    raise ValueError(f"op={op!r} is unknown: choose one of {', '.join(OPS)}")
+
+
+def _make_fn(ctx, p: dict):
+    grad = p["pass"] == "fwd_bwd"
+    inputs = _inputs(ctx, p["op"], p["tokens"], p["hidden"], p["dtype"], grad)
+    if not grad:
+        return lambda: _apply(p["op"], inputs)
+    g = ctx.randn(p["tokens"], p["hidden"], dtype=p["dtype"])
+    return lambda: torch.autograd.grad(_apply(p["op"], inputs), inputs, g)
+
+
+def _count_kernels(ctx, p: dict) -> int | None:
+    """GPU kernels launched by one call of the op and pass (cached; None where not countable)."""
+    key = (p["op"], p["pass"])
+    if ctx.device != "cuda" or key in _kernel_counts:
+        return _kernel_counts.get(key)
+    try:
+        fn = _make_fn(ctx, {**p, "tokens": 64, "hidden": 1024})
+        fn()
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        _kernel_counts[key] = len(kernels)
+    except Exception:  # counting is a nicety; never lose the timing over it
+        _kernel_counts[key] = None
+    return _kernel_counts[key]
+
+
+def measure(params: dict, ctx) -> dict:
+    """Median time of one call of the op (and its backward for fwd_bwd)."""
+    timing = ctx.clock.time(_make_fn(ctx, params), flush=True)
+    return {
+        "measured": {"time_s": timing.median_s},
+        "source": ctx.source(f"eager torch {params['op']}", timing),
+        "extra": {"stats": timing.stats(), "kernels_per_call": _count_kernels(ctx, params)},
+    }
