@@ -130,3 +130,17 @@ def test_cuda_graphs_hide_the_cpu_cost_of_many_short_kernels():
 def test_unmeasured_devices_say_whose_efficiency_they_borrow():
     eff = efficiency_for("b200")
     assert eff.source == EFF.source or "not measured on b200" in eff.source
+
+
+def test_a_tree_all_reduce_wins_small_messages_and_the_ring_wins_large_ones():
+    ring_small = collective_time(H200, "all_reduce", 8, 1e3, EFF, algorithm="ring").total_s
+    tree_small = collective_time(H200, "all_reduce", 8, 1e3, EFF, algorithm="tree").total_s
+    ring_big = collective_time(H200, "all_reduce", 8, 1e9, EFF, algorithm="ring").total_s
+    tree_big = collective_time(H200, "all_reduce", 8, 1e9, EFF, algorithm="tree").total_s
+    auto_small = collective_time(H200, "all_reduce", 8, 1e3, EFF, algorithm="auto").total_s
+    assert tree_small < ring_small and ring_big < tree_big and auto_small == tree_small
+
+
+def test_an_unknown_collective_algorithm_is_an_error():
+    with pytest.raises(GpuplanError, match="algorithm='star'"):
+        collective_time(H200, "all_reduce", 2, 1e6, EFF, algorithm="star")

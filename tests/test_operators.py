@@ -161,3 +161,15 @@ def test_deepseek_leading_layers_are_dense():
     dense = {op.name for op in layer_forward(cfg, batch=1, seq=8, layer=0)}
     moe = {op.name for op in layer_forward(cfg, batch=1, seq=8, layer=3)}
     assert "router" not in dense and "router" in moe
+
+
+def test_korthikanti_gpt3_activations_match_the_papers_equations():
+    from gpuplan.workloads.memory import korthikanti_activation_bytes
+
+    cfg = get_model("gpt3-175b")  # s=2048, h=12288, a=96; eq. 1: sbh(34 + 5as/h)
+    s, h, a = 2048, 12288, 96
+    assert korthikanti_activation_bytes(cfg, seq=s, micro_batch=1) == s * h * (34 + 5 * a * s / h)
+    tp_sp = korthikanti_activation_bytes(
+        cfg, seq=s, micro_batch=1, tp=8, sp=True, recompute="selective"
+    )
+    assert tp_sp == s * h * 34 / 8

@@ -15,15 +15,24 @@ Gropp, IJHPCA 2005; NCCL's "performance.md" bus-bandwidth definitions), for ``n`
 Time = fixed call cost + steps * per-step latency + bytes / (link bandwidth * fraction). The link
 is the accelerator's scale-up link (NVLink, Infinity Fabric, ICI) one direction, or PCIe when it
 has none. One rank costs nothing: there is no one to talk to.
+
+All-reduce may also run as a (double binary) tree, as NCCL does (Sanders, Speck and Traeff,
+"Two-tree algorithms for full bandwidth broadcast, reduction and scan", Parallel Computing 2009;
+NCCL 2.4 release notes): 2 ceil(log2 n) steps, and each rank sends its buffer up and down the
+tree, 2 B in all. A tree trades bandwidth for latency; ``algorithm="auto"`` takes the faster of
+the two for each size, as NCCL's tuner chooses per message size.
 """
 
 from __future__ import annotations
+
+import math
 
 from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.efficiency import Efficiency
 from gpuplan.hwmodels.kernel_time import ZERO, KernelTime
 
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+ALGORITHMS = ("ring", "tree", "auto")
 
 
 def ring_terms(op: str, world: int, bytes_per_rank: float) -> tuple[int, float]:
@@ -39,6 +48,11 @@ def ring_terms(op: str, world: int, bytes_per_rank: float) -> tuple[int, float]:
     if op not in table:
         raise GpuplanError(f"collective op={op!r} is unknown: choose one of {', '.join(table)}")
     return table[op]
+
+
+def tree_terms(world: int, bytes_per_rank: float) -> tuple[int, float]:
+    """(steps, bytes each rank sends) of a double-binary-tree all-reduce on ``world`` ranks."""
+    return 2 * math.ceil(math.log2(world)), 2.0 * bytes_per_rank
 
 
 def link_bytes_per_s(acc) -> float:
@@ -57,13 +71,23 @@ def collective_time(
     eff: Efficiency,
     *,
     link_bytes_per_s_override: float | None = None,
+    algorithm: str = "ring",
 ) -> KernelTime:
     """Time of one collective call among ``world`` GPUs of one host."""
     if world < 1:
         raise GpuplanError(f"world={world} is invalid: a collective needs at least 1 rank")
+    if algorithm not in ALGORITHMS:
+        raise GpuplanError(
+            f"algorithm={algorithm!r} is unknown: choose one of {', '.join(ALGORITHMS)}"
+        )
     if world == 1:
         return ZERO
-    steps, sent = ring_terms(op, world, bytes_per_rank)
     bw = (link_bytes_per_s_override or link_bytes_per_s(acc)) * eff.collective_bw_fraction
-    latency_s = eff.collective_launch_s + steps * eff.collective_latency_s
-    return KernelTime(0.0, sent / bw, latency_s)
+    options = [ring_terms(op, world, bytes_per_rank)]
+    if op == "all_reduce" and algorithm != "ring":
+        options = [tree_terms(world, bytes_per_rank)] + (options if algorithm == "auto" else [])
+    times = [
+        KernelTime(0.0, sent / bw, eff.collective_launch_s + steps * eff.collective_latency_s)
+        for steps, sent in options
+    ]
+    return min(times, key=lambda t: t.total_s)

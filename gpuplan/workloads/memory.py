@@ -123,3 +123,30 @@ def _mlp_saved_elems(cfg: ModelConfig, layer: int) -> float:
     routed = cfg.top_k * (per_width * cfg.d_ff_expert + cfg.d_model)  # + permuted input
     shared = per_width * cfg.d_ff_expert * cfg.n_shared_experts
     return routed + shared + cfg.n_experts  # router probabilities
+
+
+def korthikanti_activation_bytes(
+    cfg: ModelConfig,
+    *,
+    seq: int,
+    micro_batch: int,
+    tp: int = 1,
+    sp: bool = False,
+    recompute: str = "none",
+) -> float:
+    """One GPT block's activation bytes as Korthikanti et al. 2022 count them (16-bit
+    activations, dropout masks, and the s x s attention scores stored: no flash attention).
+
+    Eq. 1 (no parallelism) sbh(34 + 5as/h); eq. 2 (tensor parallel) sbh(10 + 24/t + 5as/(ht));
+    eq. 4 (tensor + sequence parallel) sbh/t (34 + 5as/h); sec. 5 (selective recomputation
+    drops the 5as/h term); sec. 4.1 (full recomputation keeps the block input, 2sbh, split by t
+    under sequence parallelism).
+    """
+    check_choice("recompute", recompute, RECOMPUTE)
+    s, b, h, a, t = seq, micro_batch, cfg.d_model, cfg.n_heads, tp
+    if recompute == "full":
+        return 2 * s * b * h / (t if sp else 1)
+    scores = 0.0 if recompute == "selective" else 5 * a * s / h
+    if sp:
+        return s * b * h / t * (34 + scores)
+    return s * b * h * (10 + 24 / t + scores / t)
