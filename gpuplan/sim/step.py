@@ -82,7 +82,13 @@ def layer_breakdown(
     items = priced_items(_as_run(fwd, impl), acc, eff, phase="fwd")
     if pass_ == "fwd_bwd":
         items += priced_items(_as_run(backward_of(fwd), impl), acc, eff, phase="bwd")
-    acts = layer_activation_bytes(cfg, tokens=micro_batch * seq, dtype=dtype, tp=tp)
+    acts = layer_activation_bytes(
+        cfg,
+        tokens=micro_batch * seq,
+        dtype=dtype,
+        tp=tp,
+        impl="eager" if impl == "eager" else "fused",
+    )
     return _with_launch(items, eff, memory_bytes={"activations": acts.total_bytes})
 
 
@@ -182,6 +188,7 @@ def train_step_breakdown(
     )
     memory = train_memory_terms(
         cfg,
+        impl=impl,
         micro_batch=micro_batch,
         seq=seq,
         recompute=recompute,
@@ -212,21 +219,20 @@ def train_memory_terms(
     precision: str,
     dtype: str,
     n_params: int,
+    impl: str = "fused",
 ) -> dict[str, float]:
     """Peak allocated memory of a training step, by term (at the start of the backward)."""
     t = micro_batch * seq
     state = training_state_bytes(n_params, precision)
-    kept = sum(
-        count
-        * layer_activation_bytes(
-            cfg, tokens=t, dtype=dtype, recompute=recompute, layer=layer
+    act_impl = "eager" if impl == "eager" else "fused"
+
+    def acts(layer: int, recompute: str) -> float:
+        return layer_activation_bytes(
+            cfg, tokens=t, dtype=dtype, recompute=recompute, layer=layer, impl=act_impl
         ).total_bytes
-        for layer, count in layer_groups(cfg)
-    )
-    biggest = max(
-        layer_activation_bytes(cfg, tokens=t, dtype=dtype, layer=layer).total_bytes
-        for layer, _ in layer_groups(cfg)
-    )
+
+    kept = sum(count * acts(layer, recompute) for layer, count in layer_groups(cfg))
+    biggest = max(acts(layer, "none") for layer, _ in layer_groups(cfg))
     terms = {
         "weights": state.weights_bytes,
         "gradients": state.grads_bytes,

@@ -17,9 +17,12 @@ q/kv the query/key-value widths (heads x head_dim), tp the tensor-parallel degre
   the attention-norm input h, the q/k/v projection input h, the MLP-norm input h, the MLP input
   h (4 h e), plus one fp32 reciprocal-RMS per norm and token (8 B); GPT-style dropout keeps a
   one-byte mask after each residual branch (2 h).
-- inside it (divided by tp): q, k (after RoPE) and v; the attention output and its fp32
-  log-sum-exp; the contiguous copy of the output that feeds the output projection; SwiGLU's gate
-  and up outputs and its product (3 f), or GELU's input and output (2 f).
+- inside it (divided by tp): the fused q/k/v projection's output (q + 2 kv: v is a view of it,
+  which keeps the whole buffer alive), the rotated q and k that RoPE writes and flash attention
+  saves (q + kv; none without RoPE), the attention output and its fp32 log-sum-exp, the
+  contiguous copy of the output that feeds the output projection; SwiGLU's fused gate/up output
+  (2 f: gate and up are views of it) and the product fed to the down projection (f), plus, in
+  eager PyTorch, silu(gate), which the multiply saves (f); GELU's input and output (2 f).
 This mirrors Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
 Models", eq. 1-2: 34 s b h + 5 a s^2 b) with the attention-core terms gone. Full recomputation
 keeps only each block's input (h e per token; Korthikanti sec. 4.1). Selective recomputation
@@ -90,6 +93,7 @@ def layer_activation_bytes(
     cfg: ModelConfig,
     *,
     tokens: int,
+    impl: str = "fused",
     dtype: str = "bf16",
     recompute: str = "none",
     tp: int = 1,
@@ -103,24 +107,28 @@ def layer_activation_bytes(
     if recompute == "full":  # only the block input survives
         return LayerActivations(tokens * h * e / rep_div, 0.0)
     replicated = 4 * h * e + 8 + (2 * h if cfg.bias and not cfg.is_vision else 0)
-    split = _attention_saved_elems(cfg) * e + 4 * cfg.n_heads + _mlp_saved_elems(cfg, layer) * e
+    mlp = _mlp_saved_elems(cfg, layer, eager=impl == "eager")
+    split = _attention_saved_elems(cfg) * e + 4 * cfg.n_heads + mlp * e
     return LayerActivations(tokens * replicated / rep_div, tokens * split / tp)
 
 
 def _attention_saved_elems(cfg: ModelConfig) -> int:
-    """q, k, v, the output and its contiguous copy, per token (all heads)."""
+    """Fused q/k/v output, rotated q and k, the output and its contiguous copy, per token."""
     q = cfg.n_heads * cfg.qk_head_dim
-    kv = cfg.n_kv_heads * (cfg.qk_head_dim + cfg.v_dim_per_head)
+    k = cfg.n_kv_heads * cfg.qk_head_dim
+    v = cfg.n_kv_heads * cfg.v_dim_per_head
+    rotated = q + k if cfg.position == "rope" else 0
     out = cfg.n_heads * cfg.v_dim_per_head
-    return q + kv + 2 * out
+    return q + k + v + rotated + 2 * out
 
 
-def _mlp_saved_elems(cfg: ModelConfig, layer: int) -> float:
-    """FFN tensors per token: 3 f for SwiGLU, 2 f for GELU; MoE counts the routed copies."""
-    per_width = 3 if cfg.activation == "swiglu" else 2
+def _mlp_saved_elems(cfg: ModelConfig, layer: int, *, eager: bool = False) -> float:
+    """FFN tensors per token: SwiGLU 3 f (4 f eager: silu's output too), GELU 2 f; MoE counts
+    the routed copies (and each routed token's permuted input)."""
+    per_width = 2 if cfg.activation == "gelu" else 4 if eager else 3
     if not cfg.is_moe_layer(layer):
         return per_width * cfg.d_ff
-    routed = cfg.top_k * (per_width * cfg.d_ff_expert + cfg.d_model)  # + permuted input
+    routed = cfg.top_k * (per_width * cfg.d_ff_expert + cfg.d_model)
     shared = per_width * cfg.d_ff_expert * cfg.n_shared_experts
     return routed + shared + cfg.n_experts  # router probabilities
 
