@@ -57,4 +57,5 @@ def model_breakdown(
         cuda_graph=params["cuda_graph"],
         dtype=params["dtype"],
         impl=impl,
+        with_head=True,
     )

@@ -259,12 +259,21 @@ def decode_step_breakdown(
     dtype: str = "bf16",
     tp: int = 1,
     impl: str = "fused",
+    with_head: bool = False,
 ) -> Breakdown:
-    """One new token for each of ``batch`` sequences through ``cfg.n_layers`` blocks."""
+    """One new token for each of ``batch`` sequences through ``cfg.n_layers`` blocks; with
+    ``with_head`` also the embedding lookup, final norm and LM head (a whole model's step)."""
     items = []
+    if with_head:
+        items += priced_items(
+            embedding_forward(cfg, tokens=batch, dtype=dtype), acc, eff, phase="fwd"
+        )
     for layer, count in layer_groups(cfg):
         ops = layer_forward(
             cfg, batch=batch, seq=1, dtype=dtype, context=context, tp=tp, layer=layer
         )
         items += priced_items(_as_run(ops, impl), acc, eff, phase="fwd", repeat=count)
+    if with_head:  # final norm and LM head; sampling from the logits is left out
+        head = head_forward(cfg, tokens=batch, dtype=dtype)[:2]
+        items += priced_items(_as_run(head, impl), acc, eff, phase="fwd")
     return _with_launch(items, eff, cuda_graph=cuda_graph)

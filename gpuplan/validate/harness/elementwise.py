@@ -11,8 +11,8 @@
 ``fwd`` runs on inputs that do not require grad; ``fwd_bwd`` runs the forward on inputs (and
 norm weights) that do, then ``torch.autograd.grad`` of the output for a random output gradient
 with respect to all of them. The bytes each op reads and writes are listed in
-docs/dev/campaign.md. On CUDA each record also carries ``kernels_per_call``, the number of GPU
-kernels one call launched (counted once per op and pass with torch.profiler at a small size).
+docs/dev/campaign.md; how many kernels each launches is counted by the trace step
+(harness.trace.count_kernels), after all timing, so the profiler never runs before a timed case.
 L2 flushed before each timed call.
 """
 
@@ -26,7 +26,6 @@ import torch.nn.functional as F
 OPS = ("layernorm", "rmsnorm", "gelu", "silu_mul", "softmax", "add", "dropout_add")
 _TOKENS = (1, 16, 256, 2048, 8192, 32768, 65536)
 _HIDDEN = (1024, 4096, 8192, 16384)
-_kernel_counts: dict[tuple[str, str], int | None] = {}
 
 
 def cases(tiny: bool, device: str) -> list[dict]:
@@ -76,7 +75,8 @@ def _apply(op: str, inputs: tuple):
     raise ValueError(f"op={op!r} is unknown: choose one of {', '.join(OPS)}")
 
 
-def _make_fn(ctx, p: dict):
+def make_fn(ctx, p: dict):
+    """The call to time: the op, or the op and its backward."""
     grad = p["pass"] == "fwd_bwd"
     inputs = _inputs(ctx, p["op"], p["tokens"], p["hidden"], p["dtype"], grad)
     if not grad:
@@ -85,30 +85,11 @@ def _make_fn(ctx, p: dict):
     return lambda: torch.autograd.grad(_apply(p["op"], inputs), inputs, g)
 
 
-def _count_kernels(ctx, p: dict) -> int | None:
-    """GPU kernels launched by one call of the op and pass (cached; None where not countable)."""
-    key = (p["op"], p["pass"])
-    if ctx.device != "cuda" or key in _kernel_counts:
-        return _kernel_counts.get(key)
-    try:
-        fn = _make_fn(ctx, {**p, "tokens": 64, "hidden": 1024})
-        fn()
-        torch.cuda.synchronize()
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            fn()
-            torch.cuda.synchronize()
-        kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-        _kernel_counts[key] = len(kernels)
-    except Exception:  # counting is a nicety; never lose the timing over it
-        _kernel_counts[key] = None
-    return _kernel_counts[key]
-
-
 def measure(params: dict, ctx) -> dict:
     """Median time of one call of the op (and its backward for fwd_bwd)."""
-    timing = ctx.clock.time(_make_fn(ctx, params), flush=True)
+    timing = ctx.clock.time(make_fn(ctx, params), flush=True)
     return {
         "measured": {"time_s": timing.median_s},
         "source": ctx.source(f"eager torch {params['op']}", timing),
-        "extra": {"stats": timing.stats(), "kernels_per_call": _count_kernels(ctx, params)},
+        "extra": {"stats": timing.stats()},
     }

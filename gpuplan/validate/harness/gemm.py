@@ -59,7 +59,13 @@ def cases(tiny: bool, device: str) -> list[dict]:
     """Contract params of every case, the most informative first (dtypes interleaved)."""
     if tiny:
         dtypes = ["bf16", "fp32", "tf32"] + (["fp8", "int8"] if device == "cuda" else [])
-        return [{"m": m, "n": 64, "k": 64, "dtype": d} for d in dtypes for m in (1, 32)]
+        shapes = [(m, 64, 64) for m in (1, 32)]
+        return [
+            {"m": m, "n": n, "k": k, "dtype": d}
+            for d in dtypes
+            for m, n, k in shapes
+            if _fits(d, m, n, k)
+        ]
     rng = random.Random(0)
     per_dtype = []
     for dtype, count in _PER_DTYPE.items():
@@ -102,7 +108,13 @@ def _matmul_fn(ctx, m: int, n: int, k: int, dtype: str):
         return fn, "torch._scaled_mm e4m3 per-tensor scales, bf16 out"
     if dtype == "int8":
         a, w = ctx.randn(m, k, dtype="int8"), ctx.randn(n, k, dtype="int8")
-        return (lambda: torch._int_mm(a, w.t())), "torch._int_mm int8 -> int32"
+        b = w.t()
+        try:
+            torch._int_mm(a, b)
+        except RuntimeError:  # some builds want B row-major [k, n]
+            b = b.contiguous()
+        layout = "column-major" if b.stride(0) == 1 else "row-major"
+        return (lambda: torch._int_mm(a, b)), f"torch._int_mm int8 -> int32, B {layout}"
     a, w = ctx.randn(m, k, dtype=dtype), ctx.randn(n, k, dtype=dtype)
     lib = "torch.matmul (cuBLAS)" if ctx.device == "cuda" else "torch.matmul"
     return (lambda: torch.matmul(a, w.t())), f"{lib} {dtype}, a[m,k] @ w[n,k].T"

@@ -3,8 +3,9 @@
 ``fwd`` times the forward with grad enabled (a training forward: activations are kept for
 backward); ``fwd_bwd`` times forward plus ``torch.autograd.grad`` of the output for a random
 output gradient with respect to the input and every weight. ``compiled`` wraps the layer in
-``torch.compile`` (inductor, default mode; shapes become dynamic after the first recompile, so
-one compiled layer serves all the shapes of its configuration). Warm calls absorb compilation.
+``torch.compile`` (inductor, default mode) with the batch and sequence dimensions marked dynamic
+(``maybe_mark_dynamic``), so one compile per layer configuration serves all its batch sizes and
+sequence lengths; the first call (untimed) compiles, warm-up calls absorb any recompile.
 
 peak_bytes (ACTIVATION_DEFINITION below) is the memory one forward keeps for backward: on CUDA,
 ``torch.cuda.memory_allocated()`` right after a forward with grad enabled minus right before it,
@@ -37,6 +38,7 @@ CONFIGS = {
 _SEQ_MB = ((512, 1), (1024, 2), (2048, 1), (2048, 4), (4096, 1), (4096, 2), (8192, 1), (1024, 8))
 _MAX_TOKENS = {"big": 8192}
 _compiled: dict[tuple, object] = {}
+_compile_failure: list[str] = []  # the first compile error; later compiled cases skip at once
 
 
 def _case(cfg, seq, mb, pass_, compiled) -> dict:
@@ -98,6 +100,10 @@ def make_step(ctx, p: dict):
     x = ctx.randn(b, s, h, dtype=p["dtype"], requires_grad=True)
     g = ctx.randn(b, s, h, dtype=p["dtype"])
     cos, sin = rope_tables(s, h // p["heads_q"], device=ctx.device, dtype=dtype)
+    if p["compiled"]:  # one compile per layer shape serves every batch and sequence length
+        for t, dims in ((x, (0, 1)), (g, (0, 1)), (cos, (0,)), (sin, (0,))):
+            for dim in dims:
+                torch._dynamo.maybe_mark_dynamic(t, dim)
     params = [x, *layer.parameters()]
 
     def fwd():
@@ -135,15 +141,30 @@ def _saved_bytes(fwd) -> int:
     return sum(seen.values()) + out.untyped_storage().nbytes()
 
 
+def _first_call(fn, compiled: bool) -> None:
+    """Run once; for a compiled layer this compiles, and a failure disables later compiles."""
+    if compiled and _compile_failure:
+        raise RuntimeError(f"skipped: torch.compile failed earlier ({_compile_failure[0]})")
+    try:
+        fn()
+    except Exception as exc:
+        if compiled:
+            _compile_failure.append(f"{type(exc).__name__}: {str(exc)[:200]}")
+            _compiled.clear()
+        raise
+
+
 def measure(params: dict, ctx) -> dict:
     """Median time of the pass and the forward's activation memory."""
     _, fwd, fwd_bwd = make_step(ctx, params)
     fn = fwd_bwd if params["pass"] == "fwd_bwd" else fwd
-    fn()  # first call compiles forward (and backward, for fwd_bwd) where compiled
+    _first_call(fn, params["compiled"])  # compiles forward (and backward) where compiled
     timing = ctx.clock.time(fn, flush=False, min_reps=5, max_reps=30)
     peak = activation_bytes(ctx, fwd)
     definition = ACTIVATION_DEFINITION if ctx.device == "cuda" else CPU_ACTIVATION_DEFINITION
-    what = "eager" if not params["compiled"] else f"torch.compile({ctx.compile_backend})"
+    what = (
+        "eager" if not params["compiled"] else f"torch.compile({ctx.compile_backend}, dynamic B,S)"
+    )
     return {
         "measured": {"time_s": timing.median_s, "peak_bytes": int(peak)},
         "source": ctx.source(f"Llama decoder layer, {what}, SDPA", timing),

@@ -2,7 +2,10 @@
 step, for reading which kernels a step runs and how long each class takes
 (``gpuplan.validate.trace.kernel_table`` reads them on a CPU).
 
-Each trace covers ``ACTIVE`` iterations after two warm ones; a file over 2 MB is gzipped.
+Each trace covers ``ACTIVE`` iterations after two warm ones; a file over 2 MB is gzipped. On CUDA
+``kernel_counts.json`` beside them lists the kernels one call of each elementwise op, of a layer
+and of a decode step launches. This runs after all timing: the profiler never precedes a timed
+case.
 Run alone: ``python3 -m gpuplan.validate.harness.trace --out DIR [--tiny] [--device cpu|cuda]``.
 """
 
@@ -16,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from . import layer, train_step
+from . import decode_step, elementwise, layer, train_step
 
 ACTIVE = 3
 _GZIP_OVER_BYTES = 2 * 2**20
@@ -60,7 +63,43 @@ def capture(out_dir: str | Path, ctx) -> list[Path]:
         (out_dir / f"{name}.params.json").write_text(json.dumps(params) + "\n")
         paths.append(_maybe_gzip(path))
         del fn, prof
-    return paths
+    counted = count_kernels(out_dir, ctx)
+    return paths + ([counted] if counted else [])
+
+
+def _device_kernels(fn) -> list[str]:
+    """Names of the GPU activities (kernels, memcpy, memset) one call of ``fn`` launches."""
+    fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def count_kernels(out_dir: str | Path, ctx) -> Path | None:
+    """Write ``kernel_counts.json``: GPU kernels per call of each elementwise op and pass, of an
+    eager layer's fwd and fwd_bwd, and of an eager decode step (CUDA only; None elsewhere)."""
+    if ctx.device != "cuda":
+        return None
+    counts: dict[str, dict] = {}
+    for op in elementwise.OPS:
+        for pass_ in ("fwd", "fwd_bwd"):
+            p = {"op": op, "tokens": 2048, "hidden": 4096, "pass": pass_, "dtype": "bf16"}
+            names = _device_kernels(elementwise.make_fn(ctx, p))
+            counts[f"elementwise/{op}/{pass_}"] = {"count": len(names), "kernels": names}
+    lay = layer._case(layer.CONFIGS["llama3-8b"], 1024, 1, "fwd", False)
+    _, fwd, fwd_bwd = layer.make_step(ctx, lay)
+    for name, fn in (("layer/fwd", fwd), ("layer/fwd_bwd", fwd_bwd)):
+        names = _device_kernels(fn)
+        counts[name] = {"count": len(names), "kernels": names}
+    dec = decode_step._case(decode_step.CONFIGS["llama3-8b"], 1, 8, 1024, False)
+    with torch.no_grad():
+        names = _device_kernels(decode_step._build(ctx, dec))
+    counts["decode_step/1_layer/eager"] = {"count": len(names), "kernels": names}
+    path = Path(out_dir) / "kernel_counts.json"
+    path.write_text(json.dumps(counts, indent=1) + "\n")
+    return path
 
 
 def _maybe_gzip(path: Path) -> Path:
