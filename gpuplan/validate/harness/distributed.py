@@ -139,7 +139,8 @@ def _time_one(rt: Rank, fn, token, align: bool) -> float:
 def source(rt: Rank, what: str, reps: int) -> str:
     """Provenance of a multi-rank record."""
     if rt.device.startswith("cuda"):
-        lib = f"torch {torch.__version__.split('+')[0]} NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}"
+        nccl = ".".join(map(str, torch.cuda.nccl.version()))
+        lib = f"torch {torch.__version__.split('+')[0]} NCCL {nccl}"
         gpu = f"{rt.world}x {torch.cuda.get_device_name(0)}"
         timer = "CUDA events"
     else:

@@ -162,6 +162,14 @@ def _nvidia_smi() -> dict:
     }
 
 
+def _try(fn):
+    """fn(), or a note of why it failed: the environment record must never stop a run."""
+    try:
+        return fn()
+    except Exception as exc:
+        return f"unavailable ({type(exc).__name__}: {exc})"
+
+
 def environment(torch, device: str) -> dict:
     """What the numbers depend on: GPU, its SM count and L2, driver, CUDA, torch, python, date."""
     env = {
@@ -183,8 +191,8 @@ def environment(torch, device: str) -> dict:
             "l2_bytes": getattr(props, "L2_cache_size", None),
             "gpu_memory_bytes": props.total_memory,
             "compute_capability": f"{props.major}.{props.minor}",
-            "cudnn": torch.backends.cudnn.version(),
-            "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+            "cudnn": _try(torch.backends.cudnn.version),
+            "nccl": _try(lambda: ".".join(map(str, torch.cuda.nccl.version()))),
             "nvidia_smi": _nvidia_smi(),
         }
     return env

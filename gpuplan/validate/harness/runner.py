@@ -137,6 +137,8 @@ def _run_single(kind, ctx, out_dir, deadline, summary: KindSummary) -> None:
             msg = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
             summary.first_error = summary.first_error or f"{params}: {msg}"
             _log(f"  [{kind} {i + 1}/{len(cases)}] {params} FAILED {msg}")
+            if summary.errors == 1:  # the whole story once per kind
+                _log(traceback.format_exc())
             _free(ctx, heavy=True)
             if failures_in_a_row >= _GIVE_UP_AFTER and summary.records == 0:
                 _log(f"  {kind}: {failures_in_a_row} failures and no record; giving up")
@@ -270,6 +272,7 @@ def _run_kind(kind, ctx, out_dir, deadline) -> KindSummary:
         summary.first_error = summary.first_error or f"{type(exc).__name__}: {exc}"[:300]
         _log(f"  {kind} FAILED:\n{traceback.format_exc()}")
         _free(ctx, heavy=True)
+    _free(ctx, heavy=True)
     summary.elapsed_s = time.monotonic() - start
     return summary
 
