@@ -7,8 +7,10 @@
 - Decode (``seq_q`` shorter than one query tile): the kernel streams the KV cache once, split
   along the keys so every SM has work (flash-decoding, Dao et al. 2023), so the time is the
   cache's bytes at an achievable fraction of HBM bandwidth.
-- Either way, the memory floor of reading q, k, v and writing o holds, and the fixed per-kernel
-  overhead is added (``KernelTime.total_s``).
+- Each block also does fixed work (loading its query tile, the softmax epilogue, writing the
+  output) worth ``attn_kv_overhead`` keys, which dominates short sequences.
+- Either way, the memory floor of reading q, k, v and writing o holds, and the fixed cost of the
+  call (kernel overhead plus ``attn_fixed_s`` for its setup and helper kernels) is added.
 """
 
 from __future__ import annotations
@@ -24,12 +26,15 @@ def attention_time(acc, op: Attention, eff: Efficiency) -> KernelTime:
     """Time of one fused attention kernel (or ``op.count`` of them)."""
     dtype = op.dtype if acc.supports(op.dtype) else "bf16"
     memory_s = op.bytes / (acc.hbm_bytes_per_s * eff.hbm_fraction)
+    fixed_s = (eff.kernel_overhead_s + eff.attn_fixed_s) * op.count
     if op.seq_q < eff.attn_tile_q and op.pass_ == "fwd":
         decode_s = op.bytes / (acc.hbm_bytes_per_s * eff.attn_decode_hbm_fraction)
-        return KernelTime(0.0, max(memory_s, decode_s), eff.kernel_overhead_s * op.count)
+        return KernelTime(0.0, max(memory_s, decode_s), fixed_s)
     fraction = eff.attn_bwd_fraction if op.pass_ == "bwd" else eff.attn_fwd_fraction
     blocks = op.batch * op.heads_q * math.ceil(op.seq_q / eff.attn_tile_q)
     n_sms = acc.n_sms or 1
     wave_factor = math.ceil(blocks / n_sms) * n_sms / blocks  # >= 1: idle SMs in the last wave
-    compute_s = op.flops * wave_factor / (acc.peak(dtype) * fraction)
-    return KernelTime(compute_s, memory_s, eff.kernel_overhead_s * op.count)
+    keys = op.mean_keys_per_query
+    block_factor = (keys + eff.attn_kv_overhead) / keys  # fixed work per block, in keys
+    compute_s = op.flops * wave_factor * block_factor / (acc.peak(dtype) * fraction)
+    return KernelTime(compute_s, memory_s, fixed_s)

@@ -30,6 +30,9 @@ class Efficiency:
     gemm_peak_fraction: dict[str, float]  # achievable fraction of dense peak, per dtype
     gemm_k_overhead: float  # prologue/epilogue of one tile, in equivalent k elements
     gemm_small_tile_penalty: float  # extra cost of a 64-wide tile relative to its FLOPs
+    gemm_unaligned_fraction: dict[str, float]  # per dtype: rate when a leading dim is unaligned
+    gemm_unaligned_hbm_fraction: float  # of HBM bandwidth, a memory-bound unaligned GEMM
+    gemm_overhead_s: float  # fixed device time of one library GEMM kernel
     hbm_fraction: float  # streaming fraction of datasheet HBM bandwidth
     gemm_hbm_fraction: float  # fraction reached by a memory-bound GEMM (GEMV-like)
     # attention (hwmodels.attention)
@@ -37,11 +40,14 @@ class Efficiency:
     attn_bwd_fraction: float  # of the bf16 dense peak, flash backward
     attn_decode_hbm_fraction: float  # of HBM bandwidth, a decode step reading the KV cache
     attn_tile_q: int  # query rows per attention block
+    attn_kv_overhead: float  # per-block fixed work, in equivalent keys (prologue, epilogue)
+    attn_fixed_s: float  # fixed device time of one attention call beyond one kernel
     # elementwise (hwmodels.elementwise)
     elementwise_hbm_fraction: dict[str, float]  # per op, of HBM bandwidth
     # fixed costs (hwmodels.launch)
     kernel_overhead_s: float  # device-side fixed cost of one kernel, as CUDA events see it
     host_launch_s: float  # CPU time to issue one op in eager PyTorch
+    autograd_s: float  # exposed CPU time of starting one backward pass (autograd engine)
     graph_launch_s: float  # gap between kernels replayed from a CUDA graph
     # collectives (hwmodels.collectives)
     collective_latency_s: float  # per algorithm step
@@ -49,8 +55,9 @@ class Efficiency:
     collective_launch_s: float  # fixed cost of one collective call
     provenance: dict[str, Any] = field(default_factory=dict)
 
-    def gemm_fraction(self, dtype: str) -> float:
-        return self.gemm_peak_fraction.get(dtype, self.gemm_peak_fraction["bf16"])
+    def gemm_fraction(self, dtype: str, *, aligned: bool = True) -> float:
+        table = self.gemm_peak_fraction if aligned else self.gemm_unaligned_fraction
+        return table.get(dtype, table.get("default", self.gemm_peak_fraction["bf16"]))
 
     def elementwise_fraction(self, op: str) -> float:
         return self.elementwise_hbm_fraction.get(op, self.elementwise_hbm_fraction["default"])

@@ -12,7 +12,11 @@ Guide", and LLMCompass, Zhang et al. ISCA 2024, sec. 4):
 - The library picks the tile shape that runs fastest, as cuBLAS's heuristics try to.
 - Memory: every operand read once and the output written once, at the GEMV-reachable HBM rate.
   This is the regime of small m (decode), where a GEMM is a bandwidth-bound GEMV.
-- ``KernelTime.total_s`` overlaps the two and adds the fixed per-kernel overhead.
+- Alignment: cuBLAS's fast Hopper kernels need the leading dimensions (k of A, n of B and C in
+  row-major terms) to be multiples of 16 bytes; otherwise it falls back to slower kernels, with
+  their own achievable rate and bandwidth (fitted).
+- ``KernelTime.total_s`` overlaps the two and adds the fixed per-kernel overhead of a library
+  GEMM (kernel selection, launch, prologue), which is larger than a plain kernel's.
 """
 
 from __future__ import annotations
@@ -30,10 +34,21 @@ TILES = ((128, 256), (128, 128), (64, 128))
 OUT_DTYPE = {"fp8": "bf16", "int8": "fp32"}  # _scaled_mm writes bf16; _int_mm writes int32
 
 
+ALIGN_BYTES = 16  # cuBLAS: leading dimensions a multiple of 16 bytes for the fast paths
+
+
+def is_aligned(n: int, k: int, dtype: str) -> bool:
+    """Whether the leading dimensions (k of A, n of B and C) are 16-byte multiples."""
+    elems = max(1, int(ALIGN_BYTES // dtype_bytes(dtype)))
+    return n % elems == 0 and k % elems == 0
+
+
 def gemm_time(acc, m: int, n: int, k: int, dtype: str, eff: Efficiency) -> KernelTime:
     """Time of C[m, n] = A[m, k] @ B[k, n] in ``dtype`` on accelerator ``acc``."""
-    compute_s = min(_tiled_compute_s(acc, m, n, k, dtype, eff, tile) for tile in TILES)
-    return KernelTime(compute_s, gemm_memory_s(acc, m, n, k, dtype, eff), eff.kernel_overhead_s)
+    aligned = is_aligned(n, k, dtype)
+    compute_s = min(_tiled_compute_s(acc, m, n, k, dtype, eff, t, aligned) for t in TILES)
+    memory_s = gemm_memory_s(acc, m, n, k, dtype, eff, aligned=aligned)
+    return KernelTime(compute_s, memory_s, eff.gemm_overhead_s)
 
 
 def gemm_bytes(m: int, n: int, k: int, dtype: str) -> float:
@@ -42,11 +57,16 @@ def gemm_bytes(m: int, n: int, k: int, dtype: str) -> float:
     return (m * k + k * n) * dtype_bytes(dtype) + m * n * dtype_bytes(out)
 
 
-def gemm_memory_s(acc, m: int, n: int, k: int, dtype: str, eff: Efficiency) -> float:
-    return gemm_bytes(m, n, k, dtype) / (acc.hbm_bytes_per_s * eff.gemm_hbm_fraction)
+def gemm_memory_s(
+    acc, m: int, n: int, k: int, dtype: str, eff: Efficiency, *, aligned: bool = True
+) -> float:
+    fraction = eff.gemm_hbm_fraction if aligned else eff.gemm_unaligned_hbm_fraction
+    return gemm_bytes(m, n, k, dtype) / (acc.hbm_bytes_per_s * fraction)
 
 
-def _tiled_compute_s(acc, m, n, k, dtype, eff: Efficiency, tile: tuple[int, int]) -> float:
+def _tiled_compute_s(
+    acc, m, n, k, dtype, eff: Efficiency, tile: tuple[int, int], aligned: bool = True
+) -> float:
     tile_m, tile_n = tile
     n_sms = acc.n_sms or 1
     tiles = math.ceil(m / tile_m) * math.ceil(n / tile_n)
@@ -55,7 +75,7 @@ def _tiled_compute_s(acc, m, n, k, dtype, eff: Efficiency, tile: tuple[int, int]
     split = min(max(k / MIN_K_SLICE, 1.0), n_sms / tiles) if tiles < n_sms else 1.0
     waves = math.ceil(tiles * split / n_sms - 1e-9)
     k_slice = k / split
-    per_sm_flops_per_s = acc.peak(dtype) * eff.gemm_fraction(dtype) / n_sms
+    per_sm_flops_per_s = acc.peak(dtype) * eff.gemm_fraction(dtype, aligned=aligned) / n_sms
     small = 1.0 + eff.gemm_small_tile_penalty * (tile_m < 128)  # narrower tiles reuse less
     tile_flops = 2.0 * tile_m * tile_n * (k_slice + eff.gemm_k_overhead) * small
     return waves * tile_flops / per_sm_flops_per_s

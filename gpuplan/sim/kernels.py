@@ -83,7 +83,21 @@ def collective_breakdown(acc, eff, *, op: str, world: int, bytes_per_rank: float
 
 
 def _items_by_pass(ops, acc, eff) -> list[Item]:
+    """Each op priced in its pass; a backward also exposes the CPU's start of the autograd
+    engine where the forward's device time does not hide it."""
     items = []
     for op in ops:
         items += priced_items([op], acc, eff, phase=getattr(op, "pass_", "fwd"))
+    if len(ops) > 1:
+        fwd_s = sum(i.time_s for i in items if i.phase == "fwd")
+        items.append(
+            Item(
+                layer="runtime",
+                category="launch",
+                op="autograd engine start",
+                phase="bwd",
+                time_s=max(0.0, eff.autograd_s - fwd_s),
+                bound="launch",
+            )
+        )
     return items

@@ -46,8 +46,13 @@ def _as_run(ops, impl: str):
 
 
 def _launch_item(items: list[Item], eff, *, cuda_graph: bool) -> Item:
+    backward_passes = int(any(i.phase == "bwd" for i in items))
     cost = launch_cost(
-        sum(i.kernels for i in items), sum(i.time_s for i in items), eff, cuda_graph=cuda_graph
+        sum(i.kernels for i in items),
+        sum(i.time_s for i in items),
+        eff,
+        cuda_graph=cuda_graph,
+        backward_passes=backward_passes,
     )
     what = "graph replay gaps" if cuda_graph else "host issue time not hidden"
     return Item(

@@ -34,11 +34,14 @@ from scipy.optimize import least_squares
 
 from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.efficiency import Efficiency, prior_efficiency
+from gpuplan.hwmodels.gemm import is_aligned
 from gpuplan.sim.predict import predict_record
 from gpuplan.validate.records import Record, read_records
 from gpuplan.validate.score import ScoreResult, score_records
 
 COMPOSITE = ("layer", "train_step", "decode_step", "tp_mlp")
+DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8", "int8")
+ELEMENTWISE = ("layernorm", "rmsnorm", "gelu", "silu_mul", "softmax", "add", "dropout_add")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,14 +67,22 @@ STAGES = (
         "gemm",
         ("gemm",),
         (
-            *(
-                _fraction(f"gemm_peak_fraction.{d}")
-                for d in ("bf16", "fp16", "fp32", "tf32", "fp8", "int8")
-            ),
+            *(_fraction(f"gemm_peak_fraction.{d}") for d in DTYPES),
+            *(_fraction(f"gemm_unaligned_fraction.{d}") for d in DTYPES),
             Param("gemm_k_overhead", 1.0, 2048.0),
             Param("gemm_small_tile_penalty", 1e-3, 2.0),
             _fraction("gemm_hbm_fraction"),
+            _fraction("gemm_unaligned_hbm_fraction"),
+            Param("gemm_overhead_s", 1e-7, 3e-5),
+        ),
+    ),
+    Stage(
+        "elementwise",
+        ("elementwise",),
+        (
+            *(_fraction(f"elementwise_hbm_fraction.{op}") for op in ELEMENTWISE),
             Param("kernel_overhead_s", 1e-7, 3e-5),
+            Param("autograd_s", 1e-6, 5e-4),
         ),
     ),
     Stage(
@@ -81,14 +92,8 @@ STAGES = (
             _fraction("attn_fwd_fraction"),
             _fraction("attn_bwd_fraction"),
             _fraction("attn_decode_hbm_fraction"),
-        ),
-    ),
-    Stage(
-        "elementwise",
-        ("elementwise",),
-        tuple(
-            _fraction(f"elementwise_hbm_fraction.{op}")
-            for op in ("layernorm", "rmsnorm", "gelu", "silu_mul", "softmax", "add", "dropout_add")
+            Param("attn_kv_overhead", 1.0, 4096.0),
+            Param("attn_fixed_s", 1e-7, 1e-4),
         ),
     ),
     Stage(
@@ -104,7 +109,7 @@ STAGES = (
         "composite",
         COMPOSITE,
         (
-            Param("host_launch_s", 5e-7, 5e-5),
+            Param("host_launch_s", 5e-7, 1e-4),
             Param("graph_launch_s", 1e-8, 2e-5),
             *(
                 _fraction(f"elementwise_hbm_fraction.{op}")
@@ -198,15 +203,14 @@ def fit_stage(stage: Stage, records: Sequence[Record], eff: Efficiency) -> Effic
 def _matters(param: Param, records: Sequence[Record]) -> bool:
     """A per-dtype or per-op entry is fitted only when some record exercises it."""
     field, _, key = param.path.partition(".")
-    if (
-        not key
-        or field != "gemm_peak_fraction"
-        and not key.startswith(
-            ("layernorm", "rmsnorm", "gelu", "silu_mul", "softmax", "add", "dropout_add")
+    if field == "gemm_unaligned_fraction":
+        return any(
+            r.params.get("dtype") == key and not is_aligned(r.params["n"], r.params["k"], key)
+            for r in records
         )
-    ):
-        return True
-    return any(r.params.get("dtype") == key or r.params.get("op") == key for r in records)
+    if key in DTYPES or key in ELEMENTWISE:
+        return any(r.params.get("dtype") == key or r.params.get("op") == key for r in records)
+    return True
 
 
 def fit(
