@@ -1,0 +1,245 @@
+"""One GPU's compute for one micro-batch: a block, the embedding and the LM head, as the one-GPU
+kernel models price them (``workloads.operators`` + ``hwmodels.price``).
+
+What each parallel degree changes in the kernels (Megatron-LM's layout):
+- ``tp`` divides heads and FFN widths (``layer_forward(tp=)``); the LM head and the embedding are
+  vocabulary-parallel (V / tp columns each).
+- ``sp`` (sequence parallelism) runs the ops outside the tensor-parallel region — norms, residual
+  adds, dropouts — on tokens / tp (Korthikanti et al. 2022, sec. 4.2.2).
+- ``cp`` gives each GPU seq / cp tokens; attention is load-balanced ring attention, so each GPU does
+  1/cp of the causal attention work: modelled as a non-causal kernel of seq/cp queries against
+  seq/2 keys (Megatron-Core's zig-zag split).
+- ``ep`` leaves each GPU ``n_experts / ep`` experts receiving ``ep`` times the tokens each; the
+  busiest GPU sees ``load`` times the mean (capacity factor or imbalance).
+- ``precision='fp8'`` runs the GEMMs in fp8 (TransformerEngine), the rest in bf16.
+- ``attention='unfused'`` is the pre-flash kernel sequence Megatron-LM ran in 2021-2022: a batched
+  QK^T GEMM, a fused scale-mask-softmax, dropout on the probabilities, a batched PV GEMM; the full
+  s x s scores are computed (no causal skipping) and kept for the backward.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from gpuplan.sim.breakdown import Item, priced_items
+from gpuplan.sim.step import layer_groups
+from gpuplan.workloads.operators import backward_of, embedding_forward, layer_forward
+from gpuplan.workloads.ops import Attention, Elementwise, Gemm, Memory, Op
+
+# ops outside the tensor-parallel region (what sequence parallelism splits)
+SP_OPS = ("attn_norm", "attn_residual", "mlp_norm", "mlp_residual", "final_norm", "position_add")
+CORE = "attn_core"  # prefix of the unfused attention-core kernels (what selective recomputes)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Shape:
+    """What one GPU runs for one micro-batch (everything the kernel list depends on)."""
+
+    micro_batch: int
+    seq: int  # full sequence length
+    tp: int = 1
+    cp: int = 1
+    sp: bool = False
+    ep: int = 1
+    load: float = 1.0  # busiest expert GPU's tokens over the mean
+    precision: str = "bf16"
+    attention: str = "flash"
+
+    @property
+    def tokens(self) -> int:
+        return self.micro_batch * self.seq // self.cp
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """Priced kernels of one micro-batch on one GPU, forward and backward."""
+
+    fwd: tuple[Item, ...]
+    bwd: tuple[Item, ...]
+
+    @property
+    def fwd_s(self) -> float:
+        return sum(i.time_s for i in self.fwd)
+
+    @property
+    def bwd_s(self) -> float:
+        return sum(i.time_s for i in self.bwd)
+
+    def time_s(self, *, prefix: str = "", category: str = "") -> float:
+        """Forward + backward time of the kernels whose name starts with ``prefix`` and whose
+        class is ``category`` (either may be empty)."""
+        return sum(
+            i.time_s
+            for i in self.fwd + self.bwd
+            if i.op.startswith(prefix) and (not category or i.category == category)
+        )
+
+    def fwd_time_s(self, *, prefix: str = "") -> float:
+        return sum(i.time_s for i in self.fwd if i.op.startswith(prefix))
+
+    def flops(self, phase: str) -> float:
+        return sum(i.flops for i in (self.fwd if phase == "fwd" else self.bwd))
+
+
+def _gemm_dtype(ops: list[Op], precision: str) -> list[Op]:
+    if precision == "bf16":
+        return ops
+    return [replace(op, dtype=precision) if isinstance(op, Gemm) else op for op in ops]
+
+
+def _split_sp(ops: list[Op], tp: int) -> list[Op]:
+    return [
+        replace(op, tokens=math.ceil(op.tokens / tp))
+        if isinstance(op, Elementwise) and op.name in SP_OPS
+        else op
+        for op in ops
+    ]
+
+
+def _experts(ops: list[Op], shape: Shape) -> list[Op]:
+    """Each GPU keeps n_experts/ep experts, each receiving ep x load the mean tokens."""
+    out = []
+    for op in ops:
+        if op.name.startswith("expert_"):
+            count = op.count // shape.ep
+            if isinstance(op, Gemm):
+                op = replace(op, m=math.ceil(op.m * shape.ep * shape.load), count=count)
+            elif isinstance(op, Elementwise):
+                op = replace(op, tokens=math.ceil(op.tokens * shape.ep * shape.load), count=count)
+        out.append(op)
+    return out
+
+
+def _attention(ops: list[Op], shape: Shape) -> tuple[list[Op], list[Op]]:
+    """Forward ops with the attention kernel as the shape runs it, and extra backward ops."""
+    fwd, extra_bwd = [], []
+    for op in ops:
+        if not isinstance(op, Attention):
+            fwd.append(op)
+        elif shape.attention == "unfused":
+            core, core_bwd = _unfused_core(op)
+            fwd += core
+            extra_bwd += core_bwd
+        elif shape.cp > 1:  # balanced ring attention: 1/cp of the causal work per GPU
+            fwd.append(replace(op, seq_kv=max(1, shape.seq // 2), causal=False))
+        else:
+            fwd.append(op)
+    return fwd, extra_bwd
+
+
+def _unfused_core(op: Attention) -> tuple[list[Op], list[Op]]:
+    """QK^T, scale-mask-softmax, dropout, PV on the full s x s scores (heads stacked along m)."""
+    rows = op.batch * op.heads_q * op.seq_q
+    scores = rows * op.seq_kv
+    fwd: list[Op] = [
+        Gemm(name=f"{CORE}.qk", m=rows, n=op.seq_kv, k=op.head_dim, dtype=op.dtype),
+        Elementwise(
+            name=f"{CORE}.softmax",
+            op="softmax",
+            tokens=rows,
+            hidden=op.seq_kv,
+            pass_="fwd",
+            dtype=op.dtype,
+        ),
+        # dropout on the probabilities: read, write, and a one-byte keep mask
+        Memory(name=f"{CORE}.dropout", op="copy", bytes_moved=scores * 5),
+        Gemm(name=f"{CORE}.pv", m=rows, n=op.v_head_dim, k=op.seq_kv, dtype=op.dtype),
+    ]
+    bwd = [Memory(name=f"{CORE}.dropout.bwd", op="copy", bytes_moved=scores * 5)]
+    return fwd, bwd
+
+
+def layer_ops(cfg, shape: Shape, layer: int) -> tuple[list[Op], list[Op]]:
+    """(forward, backward) kernels of block ``layer`` for one micro-batch on one GPU."""
+    fwd = layer_forward(
+        cfg, batch=shape.micro_batch, seq=shape.seq // shape.cp, layer=layer, tp=shape.tp
+    )
+    if shape.sp and shape.tp > 1:
+        fwd = _split_sp(fwd, shape.tp)
+    if cfg.is_moe_layer(layer):
+        fwd = _experts(fwd, shape)
+    fwd, extra_bwd = _attention(fwd, shape)
+    fwd = _gemm_dtype(fwd, shape.precision)
+    return fwd, backward_of(fwd) + extra_bwd
+
+
+def head_ops(cfg, shape: Shape) -> tuple[list[Op], list[Op]]:
+    """Final norm, vocabulary-parallel LM head and cross-entropy of one micro-batch."""
+    t, tp = shape.tokens, shape.tp
+    v_local = math.ceil(cfg.vocab_size / tp)
+    norm_tokens = math.ceil(t / tp) if shape.sp else t
+    fwd: list[Op] = [
+        Elementwise(
+            name="final_norm",
+            op=cfg.norm,
+            tokens=norm_tokens,
+            hidden=cfg.d_model,
+            pass_="fwd",
+            dtype="bf16",
+        ),
+        Gemm(name="lm_head", m=t, n=v_local, k=cfg.d_model, dtype="bf16"),
+        Memory(name="cross_entropy", op="cross_entropy", bytes_moved=t * v_local * 10),
+    ]
+    fwd = _gemm_dtype(fwd, shape.precision)
+    bwd = [Memory(name="cross_entropy.bwd", op="cross_entropy", bytes_moved=t * v_local * 10)]
+    return fwd, bwd + backward_of(fwd[:2])
+
+
+def embedding_ops(cfg, shape: Shape) -> tuple[list[Op], list[Op]]:
+    """Vocabulary-parallel embedding lookup and its scatter-add backward (fp32 table grads)."""
+    t = shape.tokens
+    fwd = embedding_forward(cfg, tokens=t, dtype="bf16")
+    table = cfg.vocab_size * cfg.d_model * 4 / shape.tp
+    bwd = [
+        Memory(name="embedding.bwd", op="embedding", bytes_moved=table + 2 * t * cfg.d_model * 2)
+    ]
+    return fwd, bwd
+
+
+def _cost(ops: tuple[list[Op], list[Op]], acc, eff) -> Cost:
+    fwd, bwd = ops
+    return Cost(
+        tuple(priced_items(fwd, acc, eff, phase="fwd")),
+        tuple(priced_items(bwd, acc, eff, phase="bwd")),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class MicroBatchCosts:
+    """A micro-batch's costs on one GPU: each block group, the LM head and the embedding."""
+
+    dense: Cost | None  # a dense block (None when every block is MoE)
+    moe: Cost | None  # an MoE block (None for dense models)
+    head: Cost
+    embedding: Cost
+
+
+def micro_batch_costs(cfg, shape: Shape, acc, eff) -> MicroBatchCosts:
+    """Price every distinct block of ``cfg`` and the end-stage work for ``shape``."""
+    by_kind: dict[str, Cost] = {}
+    for layer, _count in layer_groups(cfg):
+        kind = "moe" if cfg.is_moe_layer(layer) else "dense"
+        by_kind[kind] = _cost(layer_ops(cfg, shape, layer), acc, eff)
+    return MicroBatchCosts(
+        dense=by_kind.get("dense"),
+        moe=by_kind.get("moe"),
+        head=_cost(head_ops(cfg, shape), acc, eff),
+        embedding=_cost(embedding_ops(cfg, shape), acc, eff),
+    )
+
+
+class CostCache:
+    """Micro-batch costs by shape, priced once each: the few distinct shapes of a search."""
+
+    def __init__(self, cfg, acc, eff) -> None:
+        self.cfg, self.acc, self.eff = cfg, acc, eff
+        self._memo: dict[Shape, MicroBatchCosts] = {}
+
+    def __call__(self, shape: Shape) -> MicroBatchCosts:
+        if shape not in self._memo:
+            self._memo[shape] = micro_batch_costs(self.cfg, shape, self.acc, self.eff)
+        return self._memo[shape]
+
+    def __len__(self) -> int:
+        return len(self._memo)

@@ -1,0 +1,353 @@
+"""The multi-GPU training estimate of one strategy: a step-time breakdown, memory per GPU, MFU, HFU.
+
+``estimate_training`` validates the strategy, prices the kernels of one micro-batch on one GPU
+with the one-GPU models (``compute``), evaluates the closed forms of communication, pipeline bubble
+and memory (``evaluate``), and itemizes the step as a ``Breakdown`` whose items sum to the step
+time: compute by kernel class (slowest stage, all micro-batches), recomputation, exposed TP/SP,
+CP, EP, PP, ZeRO and DP communication, the bubble and the optimizer. MFU counts the model's FLOPs
+(``workloads.operators.training_flops``: 6N plus attention, no recomputation); HFU the FLOPs the
+kernels execute (recomputation and the flash backward's extra product included), both against
+the dense peak of the GEMM precision.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gpuplan.errors import GpuplanError
+from gpuplan.hwmodels.efficiency import efficiency_for
+from gpuplan.sim.breakdown import Breakdown, Item
+from gpuplan.sim.parallel.compute import CORE, CostCache, MicroBatchCosts, Shape
+from gpuplan.sim.parallel.evaluate import evaluate
+from gpuplan.sim.parallel.memory import RECOMPUTE_CODES, SCHEDULE_CODES, model_facts, stage_layers
+from gpuplan.sim.parallel.stage import end_is_head, shape_times
+from gpuplan.sim.parallel.step_time import TIME_TERMS, step_total
+from gpuplan.sim.parallel.strategy import Strategy, validate
+from gpuplan.sim.parallel.topology import Cluster
+from gpuplan.workloads.model import ModelConfig
+from gpuplan.workloads.operators import training_flops
+
+COMM_ITEMS = {  # term -> (breakdown layer, op name)
+    "tp_comm": ("parallel", "tp/sp collectives"),
+    "cp_comm": ("parallel", "cp ring-attention exchange"),
+    "ep_comm": ("parallel", "ep all_to_all"),
+    "pp_comm": ("parallel", "pp send/recv"),
+    "zero_comm": ("parallel", "zero gathers/reduce-scatters"),
+    "dp_comm": ("parallel", "dp gradient reduction"),
+    "param_allgather": ("parallel", "dp parameter all_gather"),
+    "embedding_sync": ("parallel", "tied-embedding all_reduce"),
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainEstimate:
+    """One strategy's predicted step: time breakdown, memory per GPU and utilizations."""
+
+    model: str
+    cluster: str
+    gpus: int
+    seq: int
+    strategy: Strategy
+    breakdown: Breakdown
+    model_flops_per_step: float
+    hardware_flops_per_step: float
+    peak_flops_per_s: float  # per GPU, dense, in the GEMM precision
+    device_memory_bytes: float
+    efficiency_source: str
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def step_time_s(self) -> float:
+        return self.breakdown.total_s
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.strategy.global_batch * self.seq / self.step_time_s
+
+    @property
+    def mfu(self) -> float:
+        return self.model_flops_per_step / (self.step_time_s * self.gpus * self.peak_flops_per_s)
+
+    @property
+    def hfu(self) -> float:
+        return self.hardware_flops_per_step / (self.step_time_s * self.gpus * self.peak_flops_per_s)
+
+    @property
+    def peak_memory_per_gpu_bytes(self) -> float:
+        return float(self.breakdown.peak_bytes or 0.0)
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_memory_per_gpu_bytes <= self.device_memory_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain numbers (SI) for JSON: the headline figures, memory terms and the breakdown."""
+        return {
+            "model": self.model,
+            "cluster": self.cluster,
+            "gpus": self.gpus,
+            "seq": self.seq,
+            "strategy": asdict(self.strategy) | {"label": self.strategy.label},
+            "step_time_s": self.step_time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "model_flops_per_step": self.model_flops_per_step,
+            "hardware_flops_per_step": self.hardware_flops_per_step,
+            "peak_memory_per_gpu_bytes": self.peak_memory_per_gpu_bytes,
+            "device_memory_bytes": self.device_memory_bytes,
+            "fits": self.fits,
+            "memory_bytes": dict(self.breakdown.memory_bytes),
+            "efficiency_source": self.efficiency_source,
+            "notes": list(self.notes),
+            "by_category": self.breakdown.by("layer", "category").to_dict("records"),
+            "breakdown": self.breakdown.frame().to_dict("records"),
+        }
+
+
+def strategy_arrays(st: Strategy, cfg: ModelConfig) -> dict[str, np.ndarray]:
+    """The strategy as the 0-d arrays ``evaluate`` takes."""
+    load = (st.capacity_factor or st.expert_imbalance) if cfg.is_moe else 1.0
+    values = {
+        "tp": st.tp,
+        "pp": st.pp,
+        "dp": st.dp,
+        "cp": st.cp,
+        "ep": st.ep,
+        "sp": st.sp and st.tp > 1,
+        "zero": st.zero,
+        "mb": st.micro_batch,
+        "m": st.micro_batches,
+        "chunks": st.chunks,
+        "sched": SCHEDULE_CODES[st.schedule],
+        "rc": RECOMPUTE_CODES[st.recompute],
+        "fp8": st.precision == "fp8",
+        "overlap_dp": st.overlap_dp,
+        "overlap_tp": st.overlap_tp,
+        "overlap_pp": st.overlap_pp,
+        "fused_accum": st.fused_grad_accumulation,
+        "load": load,
+    }
+    return {k: np.asarray(v) for k, v in values.items()}
+
+
+def shape_of(st: Strategy, cfg: ModelConfig, seq: int) -> Shape:
+    """The per-GPU kernel shape of one micro-batch under ``st``."""
+    load = (st.capacity_factor or st.expert_imbalance) if cfg.is_moe else 1.0
+    return Shape(
+        micro_batch=st.micro_batch,
+        seq=seq,
+        tp=st.tp,
+        cp=st.cp,
+        sp=st.sp and st.tp > 1,
+        ep=st.ep if cfg.is_moe else 1,
+        load=load,
+        precision=st.precision,
+        attention=st.attention,
+    )
+
+
+@functools.cache
+def flops_per_sequence(cfg: ModelConfig, seq: int, hardware: bool) -> float:
+    """Forward + backward FLOPs of one sequence (model or executed convention)."""
+    return training_flops(cfg, batch=1, seq=seq, hardware=hardware)
+
+
+def estimate_training(
+    cfg: ModelConfig,
+    strategy: Strategy,
+    *,
+    cluster: Cluster,
+    seq: int,
+    gpus: int | None = None,
+    eff=None,
+    costs: CostCache | None = None,
+) -> TrainEstimate:
+    """Predicted training step of ``cfg`` under ``strategy`` on ``cluster``."""
+    gpus = strategy.world if gpus is None else gpus
+    validate(strategy, cfg, gpus, seq)
+    acc = cluster.accelerator
+    if not acc.supports(strategy.precision):
+        raise GpuplanError(
+            f"precision={strategy.precision!r} is not supported by {acc.key}: it has no "
+            f"{strategy.precision} tensor-core rate; use bf16"
+        )
+    eff = eff or efficiency_for(acc.key)
+    costs = costs or CostCache(cfg, acc, eff)
+    mbc = costs(shape_of(strategy, cfg, seq))
+    facts = model_facts(cfg)
+    s = strategy_arrays(strategy, cfg)
+    c, terms, mem = evaluate(
+        facts,
+        s,
+        shape_times(mbc),
+        cluster=cluster,
+        acc=acc,
+        eff=eff,
+        seq=seq,
+        state_precision=strategy.state_precision,
+        attention=strategy.attention,
+    )
+    items = _items(mbc, facts, strategy, terms)
+    memory = {k: float(v) for k, v in mem.items()}
+    bd = Breakdown(items=tuple(items), memory_bytes=memory, notes=_notes(strategy, eff))
+    _check_total(bd, terms)
+    model_flops = flops_per_sequence(cfg, seq, False) * strategy.global_batch
+    return TrainEstimate(
+        model=cfg.name,
+        cluster=cluster.key,
+        gpus=gpus,
+        seq=seq,
+        strategy=strategy,
+        breakdown=bd,
+        model_flops_per_step=model_flops,
+        hardware_flops_per_step=_hardware_flops(cfg, mbc, strategy, seq),
+        peak_flops_per_s=acc.peak(strategy.precision),
+        device_memory_bytes=acc.hbm_bytes,
+        efficiency_source=eff.source,
+        notes=bd.notes,
+    )
+
+
+def _scaled(items, factor: float, *, phase: str | None = None, layer: str | None = None):
+    return [
+        Item(
+            layer=layer or i.layer,
+            category=i.category,
+            op=i.op,
+            phase=phase or i.phase,
+            time_s=i.time_s * factor,
+            flops=i.flops * factor,
+            bytes=i.bytes * factor,
+            kernels=int(round(i.kernels * factor)),
+            bound=i.bound,
+        )
+        for i in items
+        if factor
+    ]
+
+
+def _stage_items(mbc: MicroBatchCosts, facts, st: Strategy) -> list[Item]:
+    """Compute and recompute items of the slowest stage over all micro-batches."""
+    layers, moe = (int(x) for x in stage_layers(facts, st.pp))
+    m = st.micro_batches
+    groups = [(mbc.dense, layers - moe), (mbc.moe, moe)]
+    out: list[Item] = []
+    for cost, count in groups:
+        if cost is None or not count:
+            continue
+        out += _scaled(cost.fwd + cost.bwd, m * count)
+        if st.recompute == "full":
+            out += _scaled(cost.fwd, m * count, phase="recompute", layer="compile")
+        elif st.recompute == "selective":
+            core = [i for i in cost.fwd if i.op.startswith(CORE)]
+            out += _scaled(core, m * count, phase="recompute", layer="compile")
+    t = shape_times(mbc)
+    ends = (
+        [mbc.head, mbc.embedding]
+        if st.pp == 1
+        else ([mbc.head] if bool(end_is_head(t)) else [mbc.embedding])
+    )
+    for cost in ends:
+        out += _scaled(cost.fwd + cost.bwd, m)
+    return out
+
+
+def _items(mbc: MicroBatchCosts, facts, st: Strategy, terms: dict) -> list[Item]:
+    items = _stage_items(mbc, facts, st)
+    for term, (layer, op) in COMM_ITEMS.items():
+        value = float(terms[term])
+        if value > 0:
+            items.append(
+                Item(
+                    layer=layer,
+                    category="communication",
+                    op=op,
+                    phase="step",
+                    time_s=value,
+                    bound="bandwidth",
+                )
+            )
+    bubble = float(terms["bubble"])
+    if bubble > 0:
+        name = f"{st.schedule} bubble (p={st.pp}, v={st.chunks}, m={st.micro_batches})"
+        items.append(
+            Item(
+                layer="runtime",
+                category="bubble",
+                op=name,
+                phase="step",
+                time_s=bubble,
+                bound="pipeline",
+            )
+        )
+    accumulate = float(terms["grad_accumulation"])
+    if accumulate > 0:
+        items.append(
+            Item(
+                layer="compile",
+                category="elementwise",
+                op="gradient accumulation",
+                phase="bwd",
+                time_s=accumulate,
+                bound="memory",
+                kernels=st.micro_batches,
+            )
+        )
+    items.append(
+        Item(
+            layer="model",
+            category="adamw",
+            op="optimizer step",
+            phase="optimizer",
+            time_s=float(terms["optimizer"]),
+            bound="memory",
+            kernels=1,
+        )
+    )
+    return items
+
+
+def _check_total(bd: Breakdown, terms: dict) -> None:
+    """The items are the closed form's terms, itemized: they must add up to the same step."""
+    total = float(step_total(terms))
+    if abs(bd.total_s - total) > 1e-9 * max(total, 1e-12):
+        parts = {k: float(terms[k]) for k in TIME_TERMS}
+        raise AssertionError(f"breakdown {bd.total_s} != closed form {total}: {parts}")
+
+
+def _hardware_flops(cfg, mbc: MicroBatchCosts, st: Strategy, seq: int) -> float:
+    """FLOPs the kernels execute per step, recomputation included."""
+    base = flops_per_sequence(cfg, seq, True) * st.global_batch
+    per_gpu_to_seq = st.tp * st.cp / st.micro_batch
+    rec = 0.0
+    for cost, count in ((mbc.dense, cfg.n_layers - cfg.n_moe_layers), (mbc.moe, cfg.n_moe_layers)):
+        if cost is None or not count:
+            continue
+        if st.recompute == "full":
+            rec += cost.flops("fwd") * count
+        elif st.recompute == "selective":
+            rec += sum(i.flops for i in cost.fwd if i.op.startswith(CORE)) * count
+    return base + rec * per_gpu_to_seq * st.global_batch
+
+
+def _notes(st: Strategy, eff) -> tuple[str, ...]:
+    notes = [f"hardware efficiency: {eff.source}"]
+    notes.append(
+        "assumption overlap_dp: gradient reduction hides behind one micro-batch's backward"
+        if st.overlap_dp
+        else "assumption: data-parallel communication is not overlapped"
+    )
+    if st.overlap_tp:
+        notes.append("assumption overlap_tp: TP collectives hide behind the block's GEMMs")
+    if st.overlap_pp:
+        notes.append("assumption overlap_pp: pipeline sends hide behind compute")
+    if not st.fused_grad_accumulation:
+        notes.append("gradients accumulate by a separate kernel every micro-batch (unfused)")
+    if st.attention == "unfused":
+        notes.append("attention: unfused QK^T/softmax/dropout/PV kernels (pre-flash Megatron)")
+    return tuple(notes)

@@ -1,0 +1,101 @@
+"""Evaluate strategies given as arrays of degrees: step-time terms and memory terms per strategy.
+
+One function serves both the scalar estimate (0-d arrays: one strategy, itemized afterwards by
+``estimate``) and the search (arrays of a million strategies at once). Compute comes in as the
+per-shape kernel times of ``stage.shape_times`` (gathered per strategy); everything else is a
+closed form of the degrees (``step_time``, ``memory``, ``collectives``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpuplan.sim.parallel import step_time
+from gpuplan.sim.parallel.collectives import links
+from gpuplan.sim.parallel.memory import ACT_BYTES, memory_terms, stage_layers, stage_params
+from gpuplan.sim.parallel.stage import stage_compute
+from gpuplan.sim.parallel.topology import Cluster, spans
+
+# degrees and options every evaluation needs, as arrays (codes: memory.SCHEDULE_CODES, ...)
+ARRAY_FIELDS = (
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "ep",
+    "sp",
+    "zero",
+    "mb",
+    "m",
+    "chunks",
+    "sched",
+    "rc",
+    "fp8",
+    "overlap_dp",
+    "overlap_tp",
+    "overlap_pp",
+    "fused_accum",
+    "load",
+)
+
+
+def evaluate(
+    facts,
+    s: dict,
+    t: dict,
+    *,
+    cluster: Cluster,
+    acc,
+    eff,
+    seq: int,
+    state_precision: str,
+    attention: str,
+) -> tuple[dict, dict, dict]:
+    """(stage compute, step-time terms, memory terms) of the strategies in ``s``."""
+    tp, pp, cp, ep = s["tp"], s["pp"], s["cp"], s["ep"]
+    layers, moe_layers = stage_layers(facts, pp)
+    c = stage_compute(t, layers=layers, moe_layers=moe_layers, pp=pp, rc=s["rc"])
+    sp_ = spans(cluster, tp, cp, s["dp"], pp, ep)
+    tokens = s["mb"] * seq / cp
+    kv_heads = np.maximum(1, facts.n_kv_heads // tp)
+    nbytes = {
+        "act": tokens * facts.d_model * ACT_BYTES,
+        "kv": tokens * kv_heads * facts.kv_dim * ACT_BYTES,
+        "dispatch": tokens * facts.top_k * facts.d_model * ACT_BYTES * s["load"],
+    }
+    first_p, last_p, _blocks, expert_p = stage_params(facts, pp, tp, ep)
+    stage_p = np.maximum(first_p, last_p)
+    group = s["dp"] * cp
+    local_p = np.where(s["zero"] >= 1, stage_p / group, stage_p)
+    params = {
+        "stage": stage_p,
+        "expert": expert_p,
+        "embedding": facts.vocab * facts.d_model / tp,
+        "optimizer_s": step_time.optimizer_s(local_p, state_precision, acc, eff),
+        "accumulate_s": step_time.accumulate_s(stage_p, state_precision, acc, eff),
+    }
+    s_full = dict(s, tied=facts.tied)
+    terms = step_time.step_terms(
+        lk=links(cluster, eff), sp_=sp_, s=s_full, c=c, bytes_=nbytes, params=params
+    )
+    mem = memory_terms(
+        facts,
+        tp=tp,
+        pp=pp,
+        dp=s["dp"],
+        cp=cp,
+        ep=ep,
+        sp=s["sp"],
+        zero=s["zero"],
+        mb=s["mb"],
+        m=s["m"],
+        v=s["chunks"],
+        sched=s["sched"],
+        rc=s["rc"],
+        seq=seq,
+        precision_fp8=s["fp8"],
+        state_precision=state_precision,
+        attention=attention,
+        load=s["load"],
+    )
+    return c, terms, mem

@@ -1,0 +1,253 @@
+"""Memory per GPU under a parallel strategy: closed forms of the degrees, for numpy arrays or numbers.
+
+Terms, for the pipeline stage that needs the most (the first stage holds the most activations and
+the embedding, the last holds the LM head and the logits; the peak is the larger of the two):
+
+- weights, gradients, optimizer state: the stage's parameters / tp (expert parameters also / ep) at
+  the state precision's bytes per parameter (``workloads.memory.PRECISION_BYTES``; Megatron's
+  mixed precision is 2 + 4 + 12); ZeRO stage 1/2/3 divides optimizer / + gradients / + weights by
+  the gradient-reduction group dp x cp (Rajbhandari et al. 2020, Fig. 1). fp8 compute adds the
+  fp8 weight copies (1 B/param, TransformerEngine keeps them for the step).
+- activations (Korthikanti et al. 2022): one block per token from ``layer_activation_bytes`` (tp
+  splits the tensor-parallel part, sequence parallelism also the rest); the unfused attention of
+  2021-2022 Megatron also keeps 5 a s bytes of scores per token (softmax output, dropout mask and
+  output; their eq. 1) unless selective recomputation drops them; full recomputation keeps each
+  block's input plus one block's full activations while it is recomputed. Under 1F1B the first
+  stage holds min(p, m) micro-batches of its L/p blocks; GPipe all m; interleaving multiplies by
+  1 + (p - 1) / (p v) (Korthikanti sec. 4.2.3). The last stage holds one micro-batch and its
+  logits (16-bit, fp32 upcast and fp32 softmax: 10 B per vocabulary entry, / tp).
+- communication buffers: the gathered activation of a TP/SP collective, pipeline send and receive
+  buffers, a data-parallel bucket (PyTorch DDP's default bucket_cap_mb = 25), ZeRO-3's gathered
+  layer (current and prefetched), MoE dispatch/combine buffers.
+- fragmentation: 5% of the allocated bytes, a named floor (GMLake, Guo et al. ASPLOS 2024, measure
+  far more on some large-model runs); cuda_context: 0.5 GB outside PyTorch's allocator (context,
+  cuBLAS and NCCL workspaces; an order of magnitude, not a measurement).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpuplan.units import GB, MB
+from gpuplan.workloads.memory import PRECISION_BYTES, layer_activation_bytes
+from gpuplan.workloads.model import ModelConfig
+from gpuplan.workloads.params import (
+    embedding_params,
+    ffn_params,
+    final_norm_params,
+    layer_params,
+    lm_head_params,
+)
+
+ACT_BYTES = 2  # 16-bit activations
+DP_BUCKET_BYTES = 25 * MB
+FRAGMENTATION = 0.05
+CUDA_CONTEXT_BYTES = 0.5 * GB
+LOGIT_BYTES = 10  # 16-bit logits, their fp32 upcast and the fp32 log-softmax
+SCHEDULE_CODES = {"gpipe": 0, "1f1b": 1, "interleaved": 2}
+RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFacts:
+    """Sizes of ``cfg`` the closed forms need, computed once per model."""
+
+    n_layers: int
+    n_moe_layers: int
+    d_model: int
+    n_heads: int
+    n_kv_heads: int
+    kv_dim: int  # key + value elements per KV head
+    vocab: int
+    top_k: int
+    dense_layer_params: int  # a dense block
+    moe_shared_params: int  # an MoE block without its routed experts
+    moe_expert_params: int  # an MoE block's routed experts
+    embedding_params: int
+    head_params: int  # LM head (the tied embedding's copy on the last stage when pp > 1)
+    tied: bool
+    act_rep: tuple[float, float]  # per token, outside the TP region: (dense, moe)
+    act_split: tuple[float, float]  # per token, inside it: (dense, moe)
+    unfused_saved_delta: float  # per token: flash-only tensors an unfused attention does not keep
+
+
+@functools.cache
+def model_facts(cfg: ModelConfig) -> ModelFacts:
+    moe_layer = next((i for i in range(cfg.n_layers) if cfg.is_moe_layer(i)), None)
+    dense_layer = next((i for i in range(cfg.n_layers) if not cfg.is_moe_layer(i)), 0)
+    experts = cfg.n_experts * ffn_params(cfg, cfg.d_ff_expert) if cfg.is_moe else 0
+    moe_total = layer_params(cfg, moe_layer) if moe_layer is not None else 0
+    acts = [
+        layer_activation_bytes(cfg, tokens=1, layer=layer)
+        for layer in (dense_layer, moe_layer if moe_layer is not None else dense_layer)
+    ]
+    head = lm_head_params(cfg) or cfg.vocab_size * cfg.d_model
+    return ModelFacts(
+        n_layers=cfg.n_layers,
+        n_moe_layers=cfg.n_moe_layers,
+        d_model=cfg.d_model,
+        n_heads=cfg.n_heads,
+        n_kv_heads=cfg.n_kv_heads,
+        kv_dim=cfg.qk_head_dim + cfg.v_dim_per_head,
+        vocab=cfg.vocab_size,
+        top_k=cfg.top_k,
+        dense_layer_params=layer_params(cfg, dense_layer),
+        moe_shared_params=moe_total - experts,
+        moe_expert_params=experts,
+        embedding_params=embedding_params(cfg),
+        head_params=head + final_norm_params(cfg),
+        tied=cfg.tied_embeddings,
+        act_rep=(acts[0].replicated_bytes, acts[1].replicated_bytes),
+        act_split=(acts[0].split_bytes, acts[1].split_bytes),
+        unfused_saved_delta=cfg.n_heads * cfg.v_dim_per_head * ACT_BYTES + 4 * cfg.n_heads,
+    )
+
+
+def stage_layers(f: ModelFacts, pp):
+    """(blocks per stage, MoE blocks on the stage with the most of them)."""
+    per_stage = f.n_layers // np.asarray(pp)
+    return per_stage, np.minimum(per_stage, f.n_moe_layers)
+
+
+def stage_params(f: ModelFacts, pp, tp, ep):
+    """(params per GPU of the first stage, of the last stage, of one stage's blocks, of which
+    expert) for the stage with the most MoE blocks."""
+    per_stage, moe = stage_layers(f, pp)
+    expert = moe * f.moe_expert_params / (tp * ep)
+    blocks = ((per_stage - moe) * f.dense_layer_params + moe * f.moe_shared_params) / tp + expert
+    single = np.asarray(pp) == 1
+    first = blocks + f.embedding_params / tp
+    # one stage holds both ends when pp == 1; a tied head then shares the embedding table
+    head = np.where(single & f.tied, f.head_params - f.vocab * f.d_model, f.head_params) / tp
+    last = np.where(single, first + head, blocks + head)
+    return np.where(single, last, first), last, blocks, expert
+
+
+def layer_act_per_token(f: ModelFacts, tp, sp, rc, seq, attention: str, kind: int):
+    """Activation bytes one block keeps per token (kind 0 dense, 1 MoE)."""
+    rep_div = np.where(sp, tp, 1)
+    keep = f.act_rep[kind] / rep_div + f.act_split[kind] / tp
+    if attention == "unfused":
+        scores = 5.0 * f.n_heads * seq / tp  # Korthikanti eq. 1: 5 a s^2 b per block
+        keep = keep - f.unfused_saved_delta / tp + np.where(rc == 0, scores, 0.0)
+    block_input = f.d_model * ACT_BYTES / rep_div
+    return np.where(rc == 2, block_input, keep), keep
+
+
+def activation_bytes(f: ModelFacts, *, tp, pp, cp, sp, mb, m, v, sched, rc, seq, attention):
+    """(first-stage activations, last-stage activations, one block's full activations)."""
+    tokens = mb * seq / cp
+    per_stage, moe = stage_layers(f, pp)
+    kept_d, full_d = layer_act_per_token(f, tp, sp, rc, seq, attention, 0)
+    kept_m, full_m = layer_act_per_token(f, tp, sp, rc, seq, attention, 1)
+    stage = tokens * ((per_stage - moe) * kept_d + moe * kept_m)
+    inflight = np.where(sched == 0, m, np.minimum(pp, m))
+    interleave = np.where(sched == 2, 1 + (pp - 1) / (pp * v), 1.0)
+    first = stage * inflight * interleave
+    last = stage * np.where(sched == 0, m, 1)
+    working = np.where(rc == 2, tokens * np.maximum(full_d, np.where(moe > 0, full_m, 0)), 0.0)
+    return first, last, working
+
+
+def state_bytes(f: ModelFacts, params, expert, *, zero, dp, cp, ep, state_precision, fp8):
+    """(weights, gradients, optimizer) bytes of ``params`` per GPU, ``expert`` of them experts."""
+    w, g, o = PRECISION_BYTES[state_precision]
+    w = w + np.where(fp8, 1.0, 0.0)
+    group = dp * cp  # expert parameters are replicated over group / ep GPUs only
+    dense = params - expert
+
+    def sharded(on):
+        return np.where(on, dense / group + expert * ep / group, params)
+
+    return w * sharded(zero >= 3), g * sharded(zero >= 2), o * sharded(zero >= 1)
+
+
+def memory_terms(
+    f: ModelFacts,
+    *,
+    tp,
+    pp,
+    dp,
+    cp,
+    ep,
+    sp,
+    zero,
+    mb,
+    m,
+    v,
+    sched,
+    rc,
+    seq,
+    precision_fp8,
+    state_precision: str,
+    attention: str,
+    load,
+) -> dict:
+    """Named memory terms (bytes) of the GPU that needs the most; arrays broadcast together."""
+    first_p, last_p, blocks_p, expert_p = stage_params(f, pp, tp, ep)
+    first_a, last_a, working = activation_bytes(
+        f,
+        tp=tp,
+        pp=pp,
+        cp=cp,
+        sp=sp,
+        mb=mb,
+        m=m,
+        v=v,
+        sched=sched,
+        rc=rc,
+        seq=seq,
+        attention=attention,
+    )
+    tokens = mb * seq / cp
+    logits = tokens * f.vocab / tp * LOGIT_BYTES
+    kw = dict(zero=zero, dp=dp, cp=cp, ep=ep, state_precision=state_precision, fp8=precision_fp8)
+    first = state_bytes(f, first_p, expert_p, **kw)
+    last = state_bytes(f, last_p, expert_p, **kw)
+    single = np.asarray(pp) == 1
+    first_total = sum(first) + first_a
+    last_total = sum(last) + last_a + logits
+    use_last = single | (last_total > first_total)
+    pick = lambda a, b: np.where(use_last, b, a)  # noqa: E731
+    terms = {
+        "weights": pick(first[0], last[0]),
+        "gradients": pick(first[1], last[1]),
+        "optimizer": pick(first[2], last[2]),
+        "activations": pick(first_a, np.where(single, first_a, last_a)) + working,
+        "logits": np.where(use_last, logits, 0.0),
+        "comm_buffers": comm_buffer_bytes(
+            f,
+            tp=tp,
+            pp=pp,
+            dp=dp,
+            cp=cp,
+            ep=ep,
+            sp=sp,
+            zero=zero,
+            tokens=tokens,
+            blocks_p=blocks_p,
+            per_stage=stage_layers(f, pp)[0],
+            load=load,
+        ),
+    }
+    allocated = sum(terms.values())
+    terms["fragmentation"] = FRAGMENTATION * allocated
+    terms["cuda_context"] = np.full_like(np.asarray(allocated, dtype=float), CUDA_CONTEXT_BYTES)
+    return terms
+
+
+def comm_buffer_bytes(
+    f: ModelFacts, *, tp, pp, dp, cp, ep, sp, zero, tokens, blocks_p, per_stage, load
+):
+    """Buffers the collectives of one step hold at the peak."""
+    act = tokens * f.d_model * ACT_BYTES
+    tp_buf = np.where(tp > 1, act, 0.0)
+    pp_buf = np.where(pp > 1, 2 * act / np.where(sp, tp, 1), 0.0)
+    dp_buf = np.where((dp * cp > 1) & (zero < 3), DP_BUCKET_BYTES, 0.0)
+    gathered_layer = 2.0 * 2 * blocks_p / np.maximum(per_stage, 1)  # bf16, current + prefetch
+    z3 = np.where(zero >= 3, gathered_layer, 0.0)
+    ep_buf = np.where(ep > 1, 2 * tokens * f.top_k * f.d_model * ACT_BYTES * load, 0.0)
+    return tp_buf + pp_buf + dp_buf + z3 + ep_buf

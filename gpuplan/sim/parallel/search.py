@@ -1,0 +1,382 @@
+"""Search every valid strategy for a model on N GPUs, vectorized: the fastest that fit, and the
+Pareto front of step time, memory per GPU and cost.
+
+How it stays fast (no per-strategy call of the per-kernel model):
+1. enumerate the valid degree combinations (tp, cp, pp, dp, ep), then each micro-batch size and
+   schedule (GPipe, 1F1B, interleaved with every valid virtual-stage count) as base rows, then
+   the product with recomputation, ZeRO stage, sequence parallelism and precision as numpy arrays;
+2. price the few distinct per-GPU kernel shapes (micro-batch, tp, cp, sp, ep, precision) once each
+   with the one-GPU kernel models (``compute.CostCache``);
+3. evaluate the closed forms of communication, bubble and memory for all strategies at once
+   (``evaluate``), in chunks, with a progress bar when the space is large.
+
+Pruning rules, named: context parallelism only in powers of two with chunks of at least 256
+tokens; expert parallelism only inside the data-parallel group; sequence parallelism only with
+tp > 1; GPipe, 1F1B and interleaved are distinct only when pp > 1. Overlap options, the attention
+kernel and the state precision are assumptions the caller fixes, not searched.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from gpuplan.errors import GpuplanError, check_positive
+from gpuplan.hwmodels.efficiency import efficiency_for
+from gpuplan.sim.parallel.compute import CostCache, Shape
+from gpuplan.sim.parallel.cost import usd_per_hour
+from gpuplan.sim.parallel.estimate import flops_per_sequence
+from gpuplan.sim.parallel.evaluate import evaluate
+from gpuplan.sim.parallel.memory import RECOMPUTE_CODES, SCHEDULE_CODES, model_facts
+from gpuplan.sim.parallel.stage import TIME_FIELDS, shape_times
+from gpuplan.sim.parallel.step_time import step_total
+from gpuplan.sim.parallel.strategy import Strategy, divisors, valid_pp, valid_tp
+from gpuplan.sim.parallel.topology import Cluster
+from gpuplan.units import HOUR
+
+SCHEDULE_NAMES = {v: k for k, v in SCHEDULE_CODES.items()}
+RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE_CODES.items()}
+CHUNK = 250_000  # strategies evaluated per numpy pass
+MIN_CP_TOKENS = 256
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchSpace:
+    """The choices searched besides the degrees (each a tuple of allowed values)."""
+
+    recompute: tuple[str, ...] = ("none", "selective", "full")
+    zero: tuple[int, ...] = (0, 1, 2, 3)
+    precision: tuple[str, ...] = ("bf16", "fp8")
+    schedules: tuple[str, ...] = ("gpipe", "1f1b", "interleaved")
+    max_cp: int = 16
+    attention: str = "flash"
+    state_precision: str = "bf16-mixed-megatron"
+    overlap_dp: bool = True
+    overlap_tp: bool = False
+    overlap_pp: bool = False
+    load: float = 1.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchResult:
+    frame: pd.DataFrame  # every strategy that fits, fastest first
+    pareto: pd.DataFrame  # the fitting strategies no other beats on time, memory and cost
+    evaluated: int
+    fitting: int
+    shapes_priced: int
+    pricing_s: float
+    evaluation_s: float
+
+    @property
+    def strategies_per_s(self) -> float:
+        return self.evaluated / max(self.evaluation_s, 1e-12)
+
+    @property
+    def total_s(self) -> float:
+        return self.pricing_s + self.evaluation_s
+
+
+def _degree_rows(cfg, n: int, gb: int, seq: int, space: SearchSpace) -> list[tuple]:
+    """(tp, cp, pp, dp, ep) combinations that tile ``n`` GPUs."""
+    cps = [
+        c
+        for c in (2**i for i in range(8))
+        if c <= space.max_cp
+        and seq % c == 0
+        and (c == 1 or (seq // c >= MIN_CP_TOKENS and space.attention == "flash"))
+    ]
+    rows = []
+    for tp, cp, pp in itertools.product(valid_tp(cfg, n), cps, valid_pp(cfg, n)):
+        if n % (tp * cp * pp):
+            continue
+        dp = n // (tp * cp * pp)
+        if gb % dp:
+            continue
+        eps = [e for e in divisors(cfg.n_experts) if dp % e == 0] if cfg.is_moe else [1]
+        rows += [(tp, cp, pp, dp, ep) for ep in eps]
+    return rows
+
+
+def _base_rows(cfg, n: int, gb: int, seq: int, space: SearchSpace) -> np.ndarray:
+    """Degrees x micro-batch x schedule rows: tp, cp, pp, dp, ep, mb, m, sched, chunks."""
+    out = []
+    for tp, cp, pp, dp, ep in _degree_rows(cfg, n, gb, seq, space):
+        for mb in divisors(gb // dp):
+            m = gb // (mb * dp)
+            for sched, v in _schedules(cfg, pp, m, space):
+                out.append((tp, cp, pp, dp, ep, mb, m, SCHEDULE_CODES[sched], v))
+    return np.array(out, dtype=np.int64).reshape(-1, 9)
+
+
+def _schedules(cfg, pp: int, m: int, space: SearchSpace) -> list[tuple[str, int]]:
+    if pp == 1:
+        return [("1f1b", 1)]
+    out = [(s, 1) for s in ("gpipe", "1f1b") if s in space.schedules]
+    if "interleaved" in space.schedules and m % pp == 0:
+        out += [("interleaved", v) for v in divisors(cfg.n_layers // pp) if v > 1]
+    return out
+
+
+def enumerate_space(cfg, n: int, gb: int, seq: int, acc, space: SearchSpace) -> dict:
+    """Every strategy as arrays (``evaluate``'s fields), base rows x categorical choices."""
+    base = _base_rows(cfg, n, gb, seq, space)
+    precisions = [p for p in space.precision if acc.supports(p)] or ["bf16"]
+    cats = np.array(
+        list(
+            itertools.product(
+                [RECOMPUTE_CODES[r] for r in space.recompute],
+                space.zero,
+                (0, 1),
+                [int(p == "fp8") for p in precisions],
+            )
+        ),
+        dtype=np.int64,
+    )
+    rows = np.repeat(base, len(cats), axis=0)
+    cat = np.tile(cats, (len(base), 1))
+    keep = (cat[:, 2] == 0) | (rows[:, 0] > 1)  # sequence parallelism only with tp > 1
+    rows, cat = rows[keep], cat[keep]
+    names = ("tp", "cp", "pp", "dp", "ep", "mb", "m", "sched", "chunks")
+    s = {k: rows[:, i] for i, k in enumerate(names)}
+    s |= {
+        "rc": cat[:, 0],
+        "zero": cat[:, 1],
+        "sp": cat[:, 2].astype(bool),
+        "fp8": cat[:, 3].astype(bool),
+    }
+    ones = np.ones(len(rows), dtype=bool)
+    s |= {
+        "overlap_dp": ones & space.overlap_dp,
+        "overlap_tp": ones & space.overlap_tp,
+        "overlap_pp": ones & space.overlap_pp,
+        "fused_accum": ones,
+        "load": np.full(len(rows), space.load),
+    }
+    return s
+
+
+def _price_shapes(cfg, s: dict, seq: int, costs: CostCache, space: SearchSpace, progress):
+    """Index of each strategy's shape and the shapes' times as arrays."""
+    keys = np.stack([s["mb"], s["tp"], s["cp"], s["sp"], s["ep"], s["fp8"]], axis=1)
+    uniq, index = np.unique(keys, axis=0, return_inverse=True)
+    table = {f: np.empty(len(uniq)) for f in TIME_FIELDS}
+    for i, (mb, tp, cp, sp, ep, fp8) in enumerate(progress(uniq, "pricing kernel shapes")):
+        shape = Shape(
+            micro_batch=int(mb),
+            seq=seq,
+            tp=int(tp),
+            cp=int(cp),
+            sp=bool(sp),
+            ep=int(ep) if cfg.is_moe else 1,
+            load=space.load if cfg.is_moe else 1.0,
+            precision="fp8" if fp8 else "bf16",
+            attention=space.attention,
+        )
+        for f, v in shape_times(costs(shape)).items():
+            table[f][i] = v
+    return index.ravel(), table, len(uniq)
+
+
+def _progress(total: int):
+    def wrap(items, desc):
+        if total < 400_000:
+            return items
+        from tqdm import tqdm
+
+        return tqdm(items, desc=desc, leave=False)
+
+    return wrap
+
+
+def search(
+    cfg,
+    *,
+    cluster: Cluster,
+    gpus: int,
+    global_batch: int,
+    seq: int,
+    space: SearchSpace | None = None,
+    eff=None,
+    tokens: float | None = None,
+    usd_per_gpu_hour: float | None = None,
+) -> SearchResult:
+    """Evaluate every valid strategy; return those that fit and their Pareto front."""
+    for field, value in (("gpus", gpus), ("global_batch", global_batch), ("seq", seq)):
+        check_positive(field, value)
+    space = space or SearchSpace()
+    acc = cluster.accelerator
+    eff = eff or efficiency_for(acc.key)
+    s = enumerate_space(cfg, gpus, global_batch, seq, acc, space)
+    total = len(s["tp"])
+    if total == 0:
+        raise GpuplanError(
+            f"no valid layout of {cfg.name} on gpus={gpus} with global_batch={global_batch}: "
+            "the data-parallel degree must divide the global batch; try a global_batch that is "
+            "a multiple of a power of two"
+        )
+    progress = _progress(total)
+    t0 = time.perf_counter()
+    index, table, n_shapes = _price_shapes(cfg, s, seq, CostCache(cfg, acc, eff), space, progress)
+    t1 = time.perf_counter()
+    frame = _evaluate_all(
+        cfg,
+        s,
+        index,
+        table,
+        cluster=cluster,
+        acc=acc,
+        eff=eff,
+        seq=seq,
+        space=space,
+        gpus=gpus,
+        progress=progress,
+    )
+    t2 = time.perf_counter()
+    fits = frame[frame["fits"]].drop(columns="fits")
+    if fits.empty:
+        raise _fits_nowhere(cfg, frame, gpus, acc)
+    fits = _with_cost(
+        fits,
+        gpus=gpus,
+        acc=acc,
+        tokens=tokens,
+        usd=usd_per_gpu_hour,
+        global_batch=global_batch,
+        seq=seq,
+    )
+    fits = fits.sort_values("step_time_s", kind="stable").reset_index(drop=True)
+    return SearchResult(
+        frame=fits,
+        pareto=pareto_front(fits),
+        evaluated=total,
+        fitting=len(fits),
+        shapes_priced=n_shapes,
+        pricing_s=t1 - t0,
+        evaluation_s=t2 - t1,
+    )
+
+
+def _evaluate_all(cfg, s, index, table, *, cluster, acc, eff, seq, space, gpus, progress):
+    facts = model_facts(cfg)
+    total = len(index)
+    flops = flops_per_sequence(cfg, seq, False)
+    peaks = {False: acc.peak("bf16"), True: acc.peak("fp8") if acc.supports("fp8") else np.nan}
+    parts = []
+    for lo in progress(range(0, total, CHUNK), "evaluating strategies"):
+        sl = slice(lo, min(lo + CHUNK, total))
+        sc = {k: v[sl] for k, v in s.items()}
+        t = {f: table[f][index[sl]] for f in TIME_FIELDS}
+        _c, terms, mem = evaluate(
+            facts,
+            sc,
+            t,
+            cluster=cluster,
+            acc=acc,
+            eff=eff,
+            seq=seq,
+            state_precision=space.state_precision,
+            attention=space.attention,
+        )
+        step = step_total(terms)
+        peak_mem = sum(mem.values())
+        gb = sc["mb"] * sc["m"] * sc["dp"]
+        peak_flops = np.where(sc["fp8"], peaks[True], peaks[False])
+        parts.append(
+            pd.DataFrame(
+                {
+                    "tp": sc["tp"],
+                    "pp": sc["pp"],
+                    "dp": sc["dp"],
+                    "cp": sc["cp"],
+                    "ep": sc["ep"],
+                    "sp": sc["sp"],
+                    "zero": sc["zero"],
+                    "micro_batch": sc["mb"],
+                    "micro_batches": sc["m"],
+                    "schedule": sc["sched"],
+                    "virtual_stages": sc["chunks"],
+                    "recompute": sc["rc"],
+                    "precision": np.where(sc["fp8"], "fp8", "bf16"),
+                    "step_time_s": step,
+                    "bubble_s": terms["bubble"],
+                    "tokens_per_s": gb * seq / step,
+                    "mfu": flops * gb / (step * gpus * peak_flops),
+                    "peak_memory_per_gpu_bytes": peak_mem,
+                    "fits": peak_mem <= acc.hbm_bytes,
+                }
+            )
+        )
+    frame = pd.concat(parts, ignore_index=True)
+    frame["schedule"] = frame["schedule"].map(SCHEDULE_NAMES)
+    frame["recompute"] = frame["recompute"].map(RECOMPUTE_NAMES)
+    return frame
+
+
+def _with_cost(fits, *, gpus, acc, tokens, usd, global_batch, seq):
+    rate = usd_per_hour(acc.key, usd)
+    out = fits.copy()
+    out["cost_per_step_usd"] = out["step_time_s"] * gpus * rate / HOUR
+    if tokens:
+        out["time_to_train_s"] = tokens / out["tokens_per_s"]
+        out["cost_usd"] = out["time_to_train_s"] * gpus * rate / HOUR
+    return out
+
+
+def _fits_nowhere(cfg, frame, gpus, acc) -> GpuplanError:
+    least = frame["peak_memory_per_gpu_bytes"].min()
+    row = frame.loc[frame["peak_memory_per_gpu_bytes"].idxmin()]
+    need = int(np.ceil(gpus * least / acc.hbm_bytes))
+    return GpuplanError(
+        f"{cfg.name} fits nowhere on {gpus} x {acc.key}: the leanest of {len(frame)} strategies "
+        f"(tp={row.tp} pp={row.pp} dp={row.dp} zero={row.zero} recompute={row.recompute}) needs "
+        f"{least / 1e9:.1f} GB per GPU, the device has {acc.hbm_bytes / 1e9:.0f} GB; "
+        f"try at least ~{need} GPUs or a smaller global batch"
+    )
+
+
+def pareto_front(
+    frame: pd.DataFrame, columns=("step_time_s", "peak_memory_per_gpu_bytes", "cost_per_step_usd")
+):
+    """Rows no other row matches or beats on every column (lower is better)."""
+    cols = [c for c in columns if c in frame and frame[c].notna().all()]
+    values = frame[cols].to_numpy()
+    order = np.lexsort(values.T[::-1])
+    keep: list[int] = []
+    front = np.empty((0, len(cols)))
+    for i in order:
+        v = values[i]
+        if len(front) and np.any(np.all(front <= v, axis=1)):
+            continue
+        keep.append(i)
+        front = np.vstack([front, v])
+    return frame.iloc[sorted(keep, key=lambda i: values[i, 0])].reset_index(drop=True)
+
+
+def row_strategy(row, *, global_batch: int, space: SearchSpace) -> Strategy:
+    """The ``Strategy`` of one row of a search frame (to estimate it in full)."""
+    sched = row["schedule"]
+    return Strategy(
+        tp=int(row["tp"]),
+        pp=int(row["pp"]),
+        dp=int(row["dp"]),
+        cp=int(row["cp"]),
+        ep=int(row["ep"]),
+        sp=bool(row["sp"]),
+        zero=int(row["zero"]),
+        micro_batch=int(row["micro_batch"]),
+        global_batch=global_batch,
+        schedule=sched,
+        virtual_stages=int(row["virtual_stages"]) if sched == "interleaved" else 1,
+        recompute=row["recompute"],
+        precision=row["precision"],
+        state_precision=space.state_precision,
+        attention=space.attention,
+        overlap_dp=space.overlap_dp,
+        overlap_tp=space.overlap_tp,
+        overlap_pp=space.overlap_pp,
+        expert_imbalance=space.load,
+    )

@@ -1,0 +1,193 @@
+"""The step time of a parallel strategy as closed forms of its degrees (numpy arrays or numbers).
+
+Inputs are per-GPU, per-micro-batch compute times (``sim.parallel.compute``, priced by the one-GPU
+kernel models) and the degrees; outputs are named, exposed times whose sum is the step. One
+micro-batch on the slowest pipeline stage takes its compute plus the exposed communication of its
+blocks; the step is (Narayanan et al. 2021, sec. 2.2):
+
+    step = m * T_mb + (p - 1) / v * T_stage + DP reduction + optimizer + parameter all-gather
+
+with ``T_stage`` a middle stage's micro-batch time (the bubble: (p-1)/m of the ideal time for 1F1B
+and GPipe, divided by v interleaved chunks; with balanced stages it is (p-1)/(m+p-1) of the
+pipeline's time). Communication per block and micro-batch (Megatron-LM):
+
+- TP: 2 all-reduces of the b s h activation forward, 2 backward, 2 more when a full recompute
+  re-runs the forward (Shoeybi et al. 2019, Fig. 3); with SP each all-reduce becomes an all-gather
+  and a reduce-scatter, and the backward re-gathers the inputs of the two column-parallel GEMMs
+  (Korthikanti et al. 2022, sec. 4.2.2). ``overlap_tp``: hidden behind the block's GEMMs.
+- CP: ring attention passes each chunk's keys and values cp-1 times forward and keys, values and
+  their gradients backward (Liu et al. 2023), overlapped with the attention kernels by design.
+- EP: an all-to-all dispatch and combine per MoE block, forward and backward (and recompute), of
+  tokens x top_k x h, scaled by the load factor; not overlapped.
+- PP: each micro-batch sends its activation forward and its gradient backward at every chunk
+  boundary, 2 v sends; with TP and without SP, Megatron's scatter/gather sends 1/tp over the NIC and
+  all-gathers over NVLink (Narayanan et al. 2021, sec. 4.1). ``overlap_pp``: hidden.
+- DP (gradients reduced in 16 bits over dp x cp): ZeRO 0 all-reduce, 1 reduce-scatter + parameter
+  all-gather, once per step; ZeRO 2 reduce-scatter every micro-batch; ZeRO 3 also all-gathers the
+  stage's parameters for every forward, recompute and backward. ``overlap_dp``: the reduction hides
+  behind one micro-batch's backward, parameter gathers behind the compute they precede.
+- tied embeddings with pp > 1: the two copies' gradients are all-reduced between the end stages.
+- unfused gradient accumulation: every micro-batch reads the new 16-bit gradients and reads and
+  writes the main-gradient buffer (``ACCUMULATE_BYTES`` per local parameter).
+- optimizer: AdamW streams ``OPTIMIZER_BYTES`` per local parameter through HBM.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpuplan.sim.parallel import collectives as co
+
+GRAD_BYTES = 2  # gradients reduced in 16 bits (Megatron's default without fp32 all-reduce)
+PARAM_BYTES = 2  # parameters gathered in 16 bits (ZeRO-1/2 after the step, ZeRO-3 per use)
+# fused AdamW per parameter: read gradient, master weight and both moments, write master weight
+# and moments, and the 16-bit copy (Megatron mixed precision: 4 + 4 + 4 + 4 + 12 + 2)
+OPTIMIZER_BYTES = {"bf16-mixed-megatron": 30, "bf16-mixed": 28, "bf16": 14}
+ACCUMULATE_BYTES = {"bf16-mixed-megatron": 10, "bf16-mixed": 10, "bf16": 6}  # dW + r/w main grad
+
+
+def optimizer_s(params_local, state_precision: str, acc, eff):
+    """One fused AdamW pass over ``params_local`` parameters (a bandwidth-bound kernel)."""
+    nbytes = params_local * OPTIMIZER_BYTES[state_precision]
+    return (
+        nbytes / (acc.hbm_bytes_per_s * eff.elementwise_fraction("adamw")) + eff.kernel_overhead_s
+    )
+
+
+def accumulate_s(params_local, state_precision: str, acc, eff):
+    """One separate gradient-accumulation kernel over ``params_local`` parameters."""
+    nbytes = params_local * ACCUMULATE_BYTES[state_precision]
+    return nbytes / (acc.hbm_bytes_per_s * eff.elementwise_fraction("add")) + eff.kernel_overhead_s
+
+
+def tp_comm_phases(lk, tp_span, act_bytes, tp, sp):
+    """TP/SP collectives of one block and micro-batch: (forward, backward, one recompute)."""
+    local, nodes = tp_span
+    ar = co.all_reduce_s(lk, local, nodes, act_bytes)
+    ag = co.all_gather_s(lk, local, nodes, act_bytes / tp)
+    rs = co.reduce_scatter_s(lk, local, nodes, act_bytes)
+    on = np.asarray(tp) > 1
+    fwd = np.where(on, np.where(sp, 2 * (ag + rs), 2 * ar), 0.0)
+    bwd = np.where(on, np.where(sp, 2 * (ag + rs) + 2 * ag, 2 * ar), 0.0)
+    return fwd, bwd, fwd
+
+
+def tp_comm_s(lk, tp_span, act_bytes, tp, rc, sp):
+    """TP/SP collectives of one block and micro-batch, forward + backward (+ recompute)."""
+    fwd, bwd, rec = tp_comm_phases(lk, tp_span, act_bytes, tp, sp)
+    return fwd + bwd + np.where(rc == 2, rec, 0.0)
+
+
+def cp_comm_s(lk, cp_span, kv_bytes, cp, rc):
+    """Ring-attention exchanges of one block and micro-batch (fwd, bwd, recompute)."""
+    local, nodes = cp_span
+    send = co.send_recv_s(lk, np.asarray(nodes) > 1, kv_bytes)
+    sends = (cp - 1) * (1 + 2 + np.where(rc == 2, 1, 0))
+    return np.where(cp > 1, sends * send, 0.0)
+
+
+def ep_comm_s(lk, ep_span, dispatch_bytes, ep, rc):
+    """All-to-all dispatch and combine of one MoE block and micro-batch."""
+    local, nodes = ep_span
+    a2a = co.all_to_all_s(lk, local, nodes, dispatch_bytes)
+    calls = 4 + 2 * np.where(rc == 2, 1, 0)
+    return np.where(ep > 1, calls * a2a, 0.0)
+
+
+def pp_comm_s(lk, pp_cross, tp_span, act_bytes, tp, sp, pp, chunks):
+    """Point-to-point sends of one micro-batch at every chunk boundary (fwd and bwd)."""
+    local, nodes = tp_span
+    sliced = act_bytes / tp
+    scatter_gather = (tp > 1) & ~np.asarray(sp, dtype=bool)
+    gather = np.where(scatter_gather & pp_cross, co.all_gather_s(lk, local, nodes, sliced), 0.0)
+    wire = np.where(np.asarray(sp, dtype=bool) | (scatter_gather & pp_cross), sliced, act_bytes)
+    one = co.send_recv_s(lk, pp_cross, wire) + gather
+    return np.where(pp > 1, 2 * chunks * one, 0.0)
+
+
+def exposed(comm, window, overlap):
+    """Communication left after hiding it behind ``window`` seconds of compute when ``overlap``."""
+    return np.where(overlap, np.maximum(comm - window, 0.0), comm)
+
+
+def step_terms(*, lk, sp_, s, c, bytes_, params) -> dict:
+    """Named exposed seconds of one step; their sum is the step time.
+
+    ``sp_``: spans (from ``topology.spans``); ``s``: degrees and options as arrays; ``c``: compute
+    per micro-batch (stage_fwd, stage_bwd, recompute, typical, gemm_layer, attn_layer,
+    layers, moe_layers); ``bytes_``: act, kv, dispatch; ``params``: stage, expert, embedding,
+    local (after ZeRO sharding), with the optimizer time as ``optimizer_s``.
+    """
+    tp, pp, dp, cp, ep, rc = s["tp"], s["pp"], s["dp"], s["cp"], s["ep"], s["rc"]
+    m, chunks, zero = s["m"], s["chunks"], s["zero"]
+    layers, moe_layers = c["layers"], c["moe_layers"]
+    tp_layer = tp_comm_s(lk, sp_["tp"], bytes_["act"], tp, rc, s["sp"])
+    x_tp = layers * exposed(tp_layer, c["gemm_layer"], s["overlap_tp"])
+    x_cp = layers * np.maximum(
+        cp_comm_s(lk, sp_["cp"], bytes_["kv"], cp, rc) - c["attn_layer"], 0.0
+    )
+    x_ep = moe_layers * ep_comm_s(lk, sp_["ep"], bytes_["dispatch"], ep, rc)
+    pp_one = pp_comm_s(lk, sp_["pp_cross"], sp_["tp"], bytes_["act"], tp, s["sp"], pp, chunks)
+    x_pp = np.where(s["overlap_pp"], 0.0, pp_one)
+    dl, dn = sp_["dpcp"]
+    group = dp * cp
+    ag_stage = co.all_gather_s(lk, dl, dn, params["stage"] * PARAM_BYTES / group)
+    rs_stage = co.reduce_scatter_s(lk, dl, dn, params["stage"] * GRAD_BYTES)
+    z3_calls = 2 + np.where(rc == 2, 1, 0)
+    compute_mb = c["stage_fwd"] + c["stage_bwd"] + c["recompute"]
+    z3_mb = np.where(zero >= 3, z3_calls * ag_stage, 0.0) + np.where(zero >= 2, rs_stage, 0.0)
+    x_z = np.where(zero >= 2, exposed(z3_mb, compute_mb, s["overlap_dp"]), 0.0)
+    comm_mb = x_tp + x_cp + x_ep + x_pp + x_z
+    t_mb = compute_mb + comm_mb
+    t_stage = c["typical"] + comm_mb
+    bubble = np.where(pp > 1, (pp - 1) / chunks * t_stage, 0.0)
+    dp_reduce = np.where(
+        zero == 0,
+        co.all_reduce_s(lk, dl, dn, params["stage"] * GRAD_BYTES),
+        np.where(zero == 1, rs_stage, 0.0),
+    )
+    x_dp = np.where(group > 1, exposed(dp_reduce, c["stage_bwd"], s["overlap_dp"]), 0.0)
+    param_ag = np.where((zero == 1) | (zero == 2), ag_stage, 0.0)
+    x_ag = np.where(group > 1, exposed(param_ag, c["stage_fwd"], s["overlap_dp"]), 0.0)
+    emb = co.all_reduce_s(lk, 1, 2, params["embedding"] * GRAD_BYTES)
+    x_emb = np.where((pp > 1) & s["tied"], emb, 0.0)
+    return {
+        "compute_fwd": m * c["stage_fwd"],
+        "compute_bwd": m * c["stage_bwd"],
+        "recompute": m * c["recompute"],
+        "tp_comm": m * x_tp,
+        "cp_comm": m * x_cp,
+        "ep_comm": m * x_ep,
+        "pp_comm": m * x_pp,
+        "zero_comm": m * x_z,
+        "bubble": bubble,
+        "dp_comm": x_dp,
+        "param_allgather": x_ag,
+        "embedding_sync": x_emb,
+        "grad_accumulation": np.where(s["fused_accum"], 0.0, m * params["accumulate_s"]),
+        "optimizer": params["optimizer_s"],
+        "stage_s": t_mb,
+    }
+
+
+TIME_TERMS = (
+    "compute_fwd",
+    "compute_bwd",
+    "recompute",
+    "tp_comm",
+    "cp_comm",
+    "ep_comm",
+    "pp_comm",
+    "zero_comm",
+    "bubble",
+    "dp_comm",
+    "param_allgather",
+    "embedding_sync",
+    "grad_accumulation",
+    "optimizer",
+)
+
+
+def step_total(terms: dict):
+    """The step time: the sum of the exposed terms."""
+    return sum(terms[k] for k in TIME_TERMS)

@@ -1,0 +1,263 @@
+"""A training strategy: how a model's work and state are split over GPUs, and the rules it obeys.
+
+Degrees and their groups (Megatron-LM's conventions: Shoeybi et al. 2019; Narayanan et al. 2021;
+Korthikanti et al. 2022; Megatron-Core's context and expert parallelism):
+
+- ``tp`` tensor parallelism (column/row split of every block); ``sp`` Megatron sequence
+  parallelism inside the same group; ``cp`` context parallelism (ring attention over sequence
+  chunks); ``pp`` pipeline stages, with ``virtual_stages`` model chunks per GPU under the
+  interleaved schedule; ``dp`` data-parallel replicas.
+- The world is ``tp * cp * pp * dp``. Expert parallelism ``ep`` is carved out of the
+  data-parallel group (Megatron-Core, DeepSpeed-MoE): each of ``ep`` replicas holds
+  ``n_experts / ep`` experts, so ``ep`` divides ``dp`` and does not multiply the world.
+- ``zero`` shards over the ``dp * cp`` gradient-reduction group: 1 the optimizer state (Megatron's
+  distributed optimizer), 2 also the gradients, 3 also the weights (ZeRO-3, which is what FSDP's
+  full sharding does: Rajbhandari et al. 2020; Zhao et al. 2023).
+- ``global_batch`` sequences per step, ``micro_batch`` sequences per micro-batch; each replica
+  runs ``global_batch / (micro_batch * dp)`` micro-batches (gradient accumulation).
+
+Overlap options, each a named assumption the estimate applies (``sim.parallel.estimate``):
+``overlap_dp`` data-parallel communication (gradient reduction, ZeRO parameter gathers) runs in
+buckets behind the backward; ``overlap_tp`` tensor-parallel collectives hide behind the GEMMs
+next to them (comm-GEMM overlap, as TransformerEngine's userbuffers do); ``overlap_pp``
+point-to-point sends run behind compute (Megatron-Core's overlapped interleaved schedule).
+``fused_grad_accumulation`` the weight-gradient GEMMs add into the main-gradient buffer (Megatron's
+gradient-accumulation fusion); when off, every micro-batch's gradients are added by a separate
+bandwidth-bound kernel, as Megatron-LM did before that fusion (2021).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuplan.errors import GpuplanError, check_choice, check_positive
+from gpuplan.workloads.memory import PRECISION_BYTES, RECOMPUTE
+from gpuplan.workloads.model import ModelConfig
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+PRECISIONS = ("bf16", "fp8")  # the dtype the GEMMs run in
+ATTENTION_IMPLS = (
+    "flash",
+    "unfused",
+)  # fused kernel, or QK^T, softmax, dropout, PV (Megatron 2021)
+ZERO_STAGES = (0, 1, 2, 3)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Strategy:
+    """One way to train: degrees, batch split, schedule, recomputation, precision, overlaps."""
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    ep: int = 1
+    sp: bool = False
+    zero: int = 0  # 0 none, 1 optimizer, 2 + gradients, 3 + weights (FSDP)
+    micro_batch: int = 1
+    global_batch: int = 1
+    schedule: str = "1f1b"
+    virtual_stages: int = 1
+    recompute: str = "none"
+    precision: str = "bf16"
+    state_precision: str = "bf16-mixed-megatron"  # bytes per parameter of weights/grads/Adam
+    attention: str = "flash"
+    overlap_dp: bool = True
+    overlap_tp: bool = False
+    overlap_pp: bool = False
+    fused_grad_accumulation: bool = True  # wgrad GEMMs accumulate into the main gradients
+    capacity_factor: float | None = None  # None: dropless MoE; else tokens padded to capacity
+    expert_imbalance: float = 1.0  # busiest expert's load over the mean (dropless MoE)
+
+    def __post_init__(self) -> None:
+        for field in ("tp", "pp", "dp", "cp", "ep", "micro_batch", "global_batch"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise GpuplanError(f"{field}={value!r} is invalid: it must be a whole number")
+            check_positive(field, value)
+        check_positive("virtual_stages", self.virtual_stages)
+        check_choice("schedule", self.schedule, SCHEDULES)
+        check_choice("recompute", self.recompute, RECOMPUTE)
+        check_choice("precision", self.precision, PRECISIONS)
+        check_choice("state_precision", self.state_precision, PRECISION_BYTES)
+        check_choice("attention", self.attention, ATTENTION_IMPLS)
+        if self.zero not in ZERO_STAGES:
+            raise GpuplanError(
+                f"zero={self.zero!r} is invalid: choose one of 0, 1, 2, 3 (3 = FSDP)"
+            )
+        if self.capacity_factor is not None:
+            check_positive("capacity_factor", self.capacity_factor)
+        if self.expert_imbalance < 1.0:
+            raise GpuplanError(
+                f"expert_imbalance={self.expert_imbalance!r} is invalid: it is the busiest "
+                "expert's load over the mean, 1.0 or more"
+            )
+
+    @property
+    def world(self) -> int:
+        """GPUs the strategy occupies."""
+        return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def micro_batches(self) -> int:
+        """Micro-batches each replica runs per step (gradient-accumulation steps)."""
+        return self.global_batch // (self.micro_batch * self.dp)
+
+    @property
+    def chunks(self) -> int:
+        """Model chunks per GPU: ``virtual_stages`` under the interleaved schedule, else 1."""
+        return self.virtual_stages if self.schedule == "interleaved" else 1
+
+    @property
+    def label(self) -> str:
+        """A short human name: tp8 pp4 dp32 mb2 1f1b full z1 ..."""
+        parts = [f"tp{self.tp}", f"pp{self.pp}", f"dp{self.dp}"]
+        parts += [f"cp{self.cp}"] * (self.cp > 1) + [f"ep{self.ep}"] * (self.ep > 1)
+        parts += ["sp"] * self.sp + [f"mb{self.micro_batch}"]
+        sched = f"interleaved(v={self.virtual_stages})" if self.chunks > 1 else self.schedule
+        parts += [sched, f"rc:{self.recompute}", f"zero{self.zero}", self.precision]
+        return " ".join(parts)
+
+
+def divisors(n: int) -> list[int]:
+    """Every positive divisor of ``n``, ascending."""
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def nearest(value: int, valid: list[int], k: int = 4) -> str:
+    """The ``k`` valid values closest to ``value`` (by ratio), ascending, as text."""
+    if not valid:
+        return "none"
+    ranked = sorted(valid, key=lambda v: (abs(v / value - 1) + abs(value / v - 1), v))
+    return ", ".join(str(v) for v in sorted(ranked[:k]))
+
+
+def valid_tp(cfg: ModelConfig, limit: int) -> list[int]:
+    """TP degrees that split heads and FFN widths evenly, up to ``limit`` GPUs."""
+    widths = [cfg.d_ff] + ([cfg.d_ff_expert] if cfg.is_moe else [])
+    return [
+        t
+        for t in divisors(cfg.n_heads)
+        if t <= limit
+        and all(w % t == 0 for w in widths)
+        and (cfg.n_kv_heads % t == 0 or t % cfg.n_kv_heads == 0)
+    ]
+
+
+def valid_pp(cfg: ModelConfig, limit: int) -> list[int]:
+    """Pipeline degrees that split the layers evenly (Megatron-LM requires it)."""
+    return [p for p in divisors(cfg.n_layers) if p <= limit]
+
+
+def validate(strategy: Strategy, cfg: ModelConfig, n_gpus: int, seq: int) -> None:
+    """Raise a GpuplanError naming the first rule ``strategy`` breaks, with the valid values."""
+    s = strategy
+    check_positive("gpus", n_gpus)
+    check_positive("seq", seq)
+    _check_degrees(s, cfg, n_gpus, seq)
+    _check_world(s, n_gpus)
+    _check_batch(s)
+    _check_schedule(s, cfg)
+    _check_experts(s, cfg)
+
+
+def _check_degrees(s: Strategy, cfg: ModelConfig, n_gpus: int, seq: int) -> None:
+    tps = valid_tp(cfg, n_gpus)
+    if s.tp not in tps:
+        why = _tp_reason(s.tp, cfg)
+        raise GpuplanError(f"tp={s.tp} {why}; valid tp: {nearest(s.tp, tps)}")
+    pps = valid_pp(cfg, n_gpus)
+    if s.pp not in pps:
+        raise GpuplanError(
+            f"pp={s.pp} does not divide n_layers={cfg.n_layers}; valid pp: {nearest(s.pp, pps)}"
+        )
+    if seq % s.cp:
+        cps = [c for c in divisors(seq) if c <= n_gpus]
+        raise GpuplanError(f"cp={s.cp} does not divide seq={seq}; valid cp: {nearest(s.cp, cps)}")
+    if s.cp > 1 and s.attention != "flash":
+        raise GpuplanError(
+            f"cp={s.cp} needs attention='flash' (ring attention runs a fused kernel per chunk); "
+            f"got attention={s.attention!r}"
+        )
+
+
+def _tp_reason(tp: int, cfg: ModelConfig) -> str:
+    if cfg.n_heads % tp:
+        return f"does not divide n_heads={cfg.n_heads}"
+    if cfg.d_ff % tp:
+        return f"does not divide d_ff={cfg.d_ff}"
+    if cfg.is_moe and cfg.d_ff_expert % tp:
+        return f"does not divide d_ff_expert={cfg.d_ff_expert}"
+    if cfg.n_kv_heads % tp and tp % cfg.n_kv_heads:
+        return f"neither divides nor is a multiple of n_kv_heads={cfg.n_kv_heads}"
+    return "is larger than the number of GPUs"
+
+
+def _check_world(s: Strategy, n_gpus: int) -> None:
+    if s.world != n_gpus:
+        inner = s.tp * s.cp * s.pp
+        hint = (
+            f"dp={n_gpus // inner} would fill them"
+            if n_gpus % inner == 0
+            else f"tp*cp*pp={inner} does not divide {n_gpus}"
+        )
+        raise GpuplanError(
+            f"tp*cp*pp*dp = {s.tp}*{s.cp}*{s.pp}*{s.dp} = {s.world} is not the world size "
+            f"gpus={n_gpus}; {hint}"
+        )
+
+
+def _check_batch(s: Strategy) -> None:
+    per_replica = s.micro_batch * s.dp
+    if s.global_batch % per_replica:
+        mbs = [
+            m for m in divisors(max(1, s.global_batch // s.dp)) if s.global_batch % (m * s.dp) == 0
+        ]
+        hint = (
+            f"valid micro_batch: {nearest(s.micro_batch, mbs)}"
+            if s.global_batch % s.dp == 0
+            else f"global_batch must be a multiple of dp={s.dp}"
+        )
+        raise GpuplanError(
+            f"global_batch={s.global_batch} is not a multiple of micro_batch*dp = "
+            f"{s.micro_batch}*{s.dp} = {per_replica}; {hint}"
+        )
+
+
+def _check_schedule(s: Strategy, cfg: ModelConfig) -> None:
+    if s.schedule != "interleaved":
+        if s.virtual_stages != 1:
+            raise GpuplanError(
+                f"virtual_stages={s.virtual_stages} needs schedule='interleaved' "
+                f"(got schedule={s.schedule!r})"
+            )
+        return
+    per_stage = cfg.n_layers // s.pp
+    if s.pp == 1:
+        raise GpuplanError("schedule='interleaved' needs pp > 1; use '1f1b' with pp=1")
+    if per_stage % s.virtual_stages:
+        vs = [v for v in divisors(per_stage) if v > 1]
+        raise GpuplanError(
+            f"virtual_stages={s.virtual_stages} does not divide the {per_stage} layers of a stage "
+            f"(n_layers={cfg.n_layers}, pp={s.pp}); valid virtual_stages: "
+            f"{nearest(s.virtual_stages, vs) if vs else 'none (use 1f1b)'}"
+        )
+    if s.micro_batches % s.pp:
+        raise GpuplanError(
+            f"the interleaved schedule needs the micro-batches per replica "
+            f"({s.micro_batches} = global_batch/(micro_batch*dp)) to be a multiple of pp={s.pp}"
+        )
+
+
+def _check_experts(s: Strategy, cfg: ModelConfig) -> None:
+    if s.ep == 1:
+        return
+    if not cfg.is_moe:
+        raise GpuplanError(f"ep={s.ep} needs a mixture-of-experts model; {cfg.name} is dense")
+    eps = [e for e in divisors(cfg.n_experts) if s.dp % e == 0]
+    if cfg.n_experts % s.ep or s.dp % s.ep:
+        raise GpuplanError(
+            f"ep={s.ep} must divide n_experts={cfg.n_experts} and dp={s.dp}; "
+            f"valid ep: {nearest(s.ep, eps)}"
+        )
