@@ -45,7 +45,8 @@ class Efficiency:
     # elementwise (hwmodels.elementwise)
     elementwise_hbm_fraction: dict[str, float]  # per op, of HBM bandwidth
     # fixed costs (hwmodels.launch)
-    kernel_overhead_s: float  # device-side fixed cost of one kernel, as CUDA events see it
+    kernel_overhead_s: float  # device-side fixed cost of one kernel inside a stream of kernels
+    launch_latency_s: float  # once per timed call: from the start event to the first kernel
     host_launch_s: float  # CPU time to issue one op in eager PyTorch
     autograd_s: float  # exposed CPU time of starting one backward pass (autograd engine)
     graph_launch_s: float  # gap between kernels replayed from a CUDA graph

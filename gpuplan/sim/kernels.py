@@ -23,7 +23,7 @@ def gemm_breakdown(acc, eff, *, m: int, n: int, k: int, dtype: str) -> Breakdown
         kernels=1,
         bound=kt.bound,
     )
-    return Breakdown(items=(item,))
+    return Breakdown(items=(item, latency_item(eff)))
 
 
 def attention_breakdown(
@@ -54,7 +54,7 @@ def attention_breakdown(
         dtype=dtype,
     )
     ops = [op] + (backward_ops([op]) if pass_ == "fwd_bwd" else [])
-    return Breakdown(items=tuple(_items_by_pass(ops, acc, eff)))
+    return Breakdown(items=(*_items_by_pass(ops, acc, eff), latency_item(eff)))
 
 
 def elementwise_breakdown(
@@ -64,7 +64,7 @@ def elementwise_breakdown(
         name=op, op=op, tokens=tokens, hidden=hidden, pass_="fwd", dtype=dtype, impl=impl
     )
     ops = [fwd] + (backward_ops([fwd]) if pass_ == "fwd_bwd" else [])
-    return Breakdown(items=tuple(_items_by_pass(ops, acc, eff)))
+    return Breakdown(items=(*_items_by_pass(ops, acc, eff), latency_item(eff)))
 
 
 def collective_breakdown(acc, eff, *, op: str, world: int, bytes_per_rank: float) -> Breakdown:
@@ -80,6 +80,18 @@ def collective_breakdown(acc, eff, *, op: str, world: int, bytes_per_rank: float
         bound="latency" if kt.launch_s > kt.memory_s else "bandwidth",
     )
     return Breakdown(items=(item,))
+
+
+def latency_item(eff) -> Item:
+    """The launch latency a timed call pays once, before its first kernel starts."""
+    return Item(
+        layer="runtime",
+        category="launch",
+        op="launch latency",
+        phase="step",
+        time_s=eff.launch_latency_s,
+        bound="launch",
+    )
 
 
 def _items_by_pass(ops, acc, eff) -> list[Item]:

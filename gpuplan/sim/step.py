@@ -22,6 +22,7 @@ from gpuplan.hwmodels.collectives import collective_time
 from gpuplan.hwmodels.launch import launch_cost
 from gpuplan.sim.breakdown import Breakdown, Item, priced_items
 from gpuplan.sim.compilation import eager, fuse_elementwise
+from gpuplan.sim.kernels import latency_item
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.memory import layer_activation_bytes, training_state_bytes
 from gpuplan.workloads.model import ModelConfig
@@ -66,7 +67,8 @@ def _launch_item(items: list[Item], eff, *, cuda_graph: bool) -> Item:
 
 
 def _with_launch(items: list[Item], eff, *, cuda_graph: bool = False, **kw) -> Breakdown:
-    return Breakdown(items=tuple(items + [_launch_item(items, eff, cuda_graph=cuda_graph)]), **kw)
+    launch = _launch_item(items, eff, cuda_graph=cuda_graph)
+    return Breakdown(items=(*items, launch, latency_item(eff)), **kw)
 
 
 def layer_breakdown(

@@ -6,7 +6,8 @@ Method:
   by record, stratified by kind, so every kind is both fitted and tested.
 - The parameters of ``hwmodels.efficiency.Efficiency`` are fitted in stages, each on the kinds
   that isolate them, the later stages holding the earlier ones fixed: GEMM rates and overheads on
-  ``gemm``; flash-attention rates on ``attention``; per-op bandwidth on ``elementwise``; link
+  ``gemm``; flash-attention rates on ``attention``; per-op bandwidth, the per-kernel floor, the
+  launch latency and the autograd start on ``elementwise`` (fitted first: the others use them); link
   latency and bandwidth on ``collective``; launch costs and the bandwidth of the ops that occur
   only inside layers (RoPE, layout copies, fused kernels, the optimizer) on the composite kinds.
 - Each stage minimises the robust (soft-L1) sum of squared log errors, log(predicted/measured),
@@ -64,6 +65,16 @@ def _fraction(path: str) -> Param:
 
 STAGES = (
     Stage(
+        "elementwise",
+        ("elementwise",),
+        (
+            *(_fraction(f"elementwise_hbm_fraction.{op}") for op in ELEMENTWISE),
+            Param("kernel_overhead_s", 1e-7, 3e-5),
+            Param("launch_latency_s", 1e-8, 2e-5),
+            Param("autograd_s", 1e-6, 5e-4),
+        ),
+    ),
+    Stage(
         "gemm",
         ("gemm",),
         (
@@ -74,15 +85,6 @@ STAGES = (
             _fraction("gemm_hbm_fraction"),
             _fraction("gemm_unaligned_hbm_fraction"),
             Param("gemm_overhead_s", 1e-7, 3e-5),
-        ),
-    ),
-    Stage(
-        "elementwise",
-        ("elementwise",),
-        (
-            *(_fraction(f"elementwise_hbm_fraction.{op}") for op in ELEMENTWISE),
-            Param("kernel_overhead_s", 1e-7, 3e-5),
-            Param("autograd_s", 1e-6, 5e-4),
         ),
     ),
     Stage(
