@@ -227,8 +227,9 @@ def train_memory_terms(
     dtype: str,
     n_params: int,
     impl: str = "fused",
+    grads_persist: bool = False,
 ) -> dict[str, float]:
-    """Peak allocated memory of a training step, by term (at the start of the backward)."""
+    """Peak allocated memory of a training step, by term, at whichever moment is higher."""
     t = micro_batch * seq
     state = training_state_bytes(n_params, precision)
     act_impl = "eager" if impl == "eager" else "fused"
@@ -240,19 +241,30 @@ def train_memory_terms(
 
     kept = sum(count * acts(layer, recompute) for layer, count in layer_groups(cfg))
     biggest = max(acts(layer, "none") for layer, _ in layer_groups(cfg))
-    terms = {
+    # Two candidate peaks. With zero_grad(set_to_none=True), PyTorch's default, no gradient
+    # exists during the forward: the peak is at the start of the backward, with every
+    # activation, the logits and autocast's weight copies alive. The optimizer step holds
+    # weights, gradients and moments. Gradients that persist (grads_persist: gradient
+    # accumulation over micro-batches) add to the first.
+    forward_end = {
         "weights": state.weights_bytes,
-        "gradients": state.grads_bytes,
         "optimizer": state.optimizer_bytes,
         "activations": kept,
         # bf16 logits, their fp32 upcast and fp32 log-softmax kept for the loss's backward
         "logits": t * cfg.vocab_size * (2 + 4 + 4),
     }
+    if grads_persist:
+        forward_end["gradients"] = state.grads_bytes
     if precision == "bf16-mixed":
-        terms["weight_cast_cache"] = 2.0 * n_params  # autocast keeps bf16 copies for the pass
+        forward_end["weight_cast_cache"] = 2.0 * n_params  # autocast's bf16 weight copies
     if recompute == "full":  # one block's full activations live while it is recomputed
-        terms["recompute_block"] = biggest
-    return terms
+        forward_end["recompute_block"] = biggest
+    optimizer_step = {
+        "weights": state.weights_bytes,
+        "gradients": state.grads_bytes,
+        "optimizer": state.optimizer_bytes,
+    }
+    return max(forward_end, optimizer_step, key=lambda terms: sum(terms.values()))
 
 
 def decode_step_breakdown(
