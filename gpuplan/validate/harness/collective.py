@@ -9,9 +9,12 @@
     send_recv       ping-pong: rank 0 sends x to rank 1, rank 1 sends it back;
                     time_s is HALF the round trip (one one-way transfer of ``bytes``)
 
-Timing (distributed.time_ranks): ranks lined up by a one-element all-reduce, each call timed
-with CUDA events on every rank, the slowest rank's time per repetition, median over repetitions.
-world=1 is trivial and not measured.
+Timing (distributed.time_ranks): ranks lined up by a one-element all-reduce, then the GPU spins
+about 100 us (``torch.cuda._sleep``) so that the CPU has queued the call before the start event
+is reached; each call is timed with CUDA events on every rank, the slowest rank's time per
+repetition, median over repetitions: ``time_s`` is the collective's device time. The same
+measurement without the spin (so torch's CPU launch overhead shows whenever it exceeds the
+alignment all-reduce) is kept as ``with_launch``. world=1 is trivial and not measured.
 """
 
 from __future__ import annotations
@@ -69,6 +72,13 @@ def _ping_pong(rt, x):
     return lambda: None
 
 
+def _halved(op: str, stats: dict) -> dict:
+    """A ping-pong's times halved to one one-way transfer; other ops unchanged."""
+    if op != "send_recv":
+        return stats
+    return {k: v / 2 if k.endswith("_s") else v for k, v in stats.items()}
+
+
 def run_rank(rt) -> None:
     """Measure every case in order until the deadline; rank 0 writes the records."""
     warnings.filterwarnings("ignore", category=FutureWarning)
@@ -79,12 +89,14 @@ def run_rank(rt) -> None:
             break
         op, nbytes = params["op"], params["bytes"]
         reps = 3 if job.tiny else _reps(nbytes)
-        stats = distributed.time_ranks(rt, _call(rt, op, nbytes), reps=reps)
-        if op == "send_recv":
-            stats = {k: v / 2 if k.endswith("_s") else v for k, v in stats.items()}
+        fn = _call(rt, op, nbytes)
+        stats = _halved(op, distributed.time_ranks(rt, fn, reps=reps, predelay=True))
+        launched = _halved(op, distributed.time_ranks(rt, fn, reps=reps, warmup=1))
         if writer is None:
             continue
         what = f"dist.{op}" if op != "send_recv" else "dist.send/recv ping-pong, half round trip"
+        if job.device == "cuda":
+            what += ", device time (GPU spins ~100 us before the start event; no launch gap)"
         writer.write(
             make_record(
                 "collective",
@@ -93,6 +105,7 @@ def run_rank(rt) -> None:
                 {"time_s": stats["median_s"]},
                 distributed.source(rt, what, reps),
                 stats=stats,
+                with_launch=launched,
                 bus_bytes=_bus_bytes(op, nbytes, rt.world),
             )
         )

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+_PREDELAY_CYCLES = 200_000  # ~100 us at the H200's 1.98 GHz boost clock (nvidia-smi clocks.max.sm)
 NO_MULTICAST = {
     "NCCL_NVLS_ENABLE": "0",
     "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
@@ -100,12 +101,20 @@ def go_on(rt: Rank) -> bool:
     return bool(flag.item())
 
 
-def time_ranks(rt: Rank, fn, *, reps: int, warmup: int = 3, align: bool = True) -> dict:
-    """Median over repetitions of the slowest rank's time of one ``fn()`` call (seconds)."""
+def time_ranks(
+    rt: Rank, fn, *, reps: int, warmup: int = 3, align: bool = True, predelay: bool = False
+) -> dict:
+    """Median over repetitions of the slowest rank's time of one ``fn()`` call (seconds).
+
+    ``predelay``: after the alignment, the GPU spins ~100 us (``torch.cuda._sleep``) before the
+    start event, so the CPU has queued the call by the time the GPU reaches it and the interval
+    is the call's device time alone, without torch's launch overhead (CUDA only).
+    """
     token = torch.ones(1, device=rt.device)
     for _ in range(warmup):
         fn()
-    times = [_time_one(rt, fn, token, align) for _ in range(reps)]
+    sleep = predelay and rt.device.startswith("cuda")
+    times = [_time_one(rt, fn, token, align, sleep) for _ in range(reps)]
     local = torch.tensor(times, dtype=torch.float64, device=rt.device)
     slowest, fastest = local.clone(), local.clone()
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
@@ -119,11 +128,11 @@ def time_ranks(rt: Rank, fn, *, reps: int, warmup: int = 3, align: bool = True) 
     }
 
 
-def _time_one(rt: Rank, fn, token, align: bool) -> float:
-    if align:
-        dist.all_reduce(
-            token, op=dist.ReduceOp.MAX
-        )  # lines the ranks' streams up before the timed call
+def _time_one(rt: Rank, fn, token, align: bool, sleep: bool) -> float:
+    if align:  # lines the ranks' streams up before the timed call
+        dist.all_reduce(token, op=dist.ReduceOp.MAX)
+    if sleep:
+        torch.cuda._sleep(_PREDELAY_CYCLES)
     if not rt.device.startswith("cuda"):
         start = time.perf_counter()
         fn()
