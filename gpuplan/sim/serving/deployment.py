@@ -1,0 +1,119 @@
+"""How one replica runs a model: the GPU, tensor parallelism, formats and runtime options.
+
+A ``Deployment`` is everything the time of an iteration depends on; the scheduler's limits
+(``SchedulerConfig``) are everything the order of work depends on. Both are frozen and checked
+on construction, with messages that name the field, the value and what is valid.
+
+Tensor parallelism stays inside one node (Megatron column/row split, Shoeybi et al. 2019): ``tp``
+must divide the query heads and be at most ``MAX_TP`` (an 8-GPU node: DGX/HGX).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuplan.errors import GpuplanError, check_choice, check_positive
+from gpuplan.hwmodels.accelerators import Accelerator, get_accelerator
+from gpuplan.hwmodels.efficiency import Efficiency, efficiency_for
+from gpuplan.sim.serving.quantization import check_formats
+from gpuplan.workloads.model import ModelConfig
+from gpuplan.workloads.presets import get_model
+
+MAX_TP = 8  # GPUs of one node joined by the scale-up link
+IMPLS = ("fused", "eager", "compiled")
+POLICIES = ("static", "dynamic", "continuous", "chunked")
+PREEMPTION = ("recompute", "swap")
+VLLM_MIN_BATCHED_TOKENS = 2048  # vLLM's floor for max_num_batched_tokens without chunking
+CHUNKED_BATCHED_TOKENS = 2048  # token budget per iteration under chunked prefill
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Deployment:
+    """A model on one replica of ``tp`` GPUs of one kind."""
+
+    model: ModelConfig
+    acc: Accelerator
+    eff: Efficiency
+    tp: int = 1
+    weight_dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+    act_dtype: str = "bf16"
+    cuda_graph: bool = True  # decode-only iterations replay a CUDA graph (vLLM's default)
+    impl: str = "fused"  # how elementwise ops run: fused kernels, eager PyTorch, torch.compile
+    iteration_overhead_s: float = 0.0  # CPU time per iteration not hidden (scheduler, sampler)
+
+    def __post_init__(self) -> None:
+        check_positive("tp", self.tp)
+        if self.tp > MAX_TP:
+            raise GpuplanError(
+                f"tp={self.tp} is invalid: tensor parallelism stays inside one node of "
+                f"{MAX_TP} GPUs; serve more traffic with more replicas"
+            )
+        if self.model.n_heads % self.tp:
+            raise GpuplanError(
+                f"tp={self.tp} does not divide {self.model.name}'s n_heads={self.model.n_heads}"
+            )
+        check_formats(self.weight_dtype, self.kv_dtype)
+        check_choice("impl", self.impl, IMPLS)
+        check_positive("iteration_overhead_s", self.iteration_overhead_s, allow_zero=True)
+        if self.model.is_vision:
+            raise GpuplanError(f"{self.model.name} is a vision encoder: it generates no tokens")
+
+    @property
+    def gpus(self) -> int:
+        return self.tp
+
+
+def deployment(model: str | ModelConfig, gpu: str, **kw) -> Deployment:
+    """A ``Deployment`` from catalogue keys (or a ModelConfig), with the GPU's efficiency fit."""
+    cfg = model if isinstance(model, ModelConfig) else get_model(model)
+    acc = get_accelerator(gpu)
+    return Deployment(model=cfg, acc=acc, eff=efficiency_for(acc.key), **kw)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SchedulerConfig:
+    """The limits and rules of one replica's scheduler (vLLM's names where it has them).
+
+    ``max_batched_tokens`` None takes the policy's default: ``max(max_model_len, 2048)`` for
+    continuous batching (vLLM without chunking), 2048 for chunked prefill, no limit for static
+    and dynamic batching (the batch is one padded rectangle).
+    """
+
+    policy: str = "continuous"
+    max_seqs: int = 256  # vLLM max_num_seqs
+    max_batched_tokens: int | None = None
+    block_tokens: int = 16  # vLLM block_size
+    preemption: str = "recompute"
+    batch_timeout_s: float = 0.1  # dynamic batching: longest wait for a full batch
+    memory_utilization: float = 0.9  # vLLM gpu_memory_utilization
+    max_model_len: int | None = None  # None: the model's max_seq_len
+    watermark: float = 0.01  # share of blocks a new prefill must leave free (vLLM)
+
+    def __post_init__(self) -> None:
+        check_choice("policy", self.policy, POLICIES)
+        check_choice("preemption", self.preemption, PREEMPTION)
+        for name in ("max_seqs", "block_tokens", "batch_timeout_s"):
+            check_positive(name, getattr(self, name))
+        for name in ("max_batched_tokens", "max_model_len"):
+            if getattr(self, name) is not None:
+                check_positive(name, getattr(self, name))
+        if not 0 < self.memory_utilization <= 1:
+            raise GpuplanError(
+                f"memory_utilization={self.memory_utilization} is invalid: it must be in (0, 1]"
+            )
+        if not 0 <= self.watermark < 1:
+            raise GpuplanError(f"watermark={self.watermark} is invalid: it must be in [0, 1)")
+
+    def model_len(self, cfg: ModelConfig) -> int:
+        return self.max_model_len or cfg.max_seq_len
+
+    def batched_tokens(self, cfg: ModelConfig) -> int | None:
+        """The token budget of one iteration (None: unlimited)."""
+        if self.max_batched_tokens is not None:
+            return self.max_batched_tokens
+        if self.policy == "continuous":
+            return max(self.model_len(cfg), VLLM_MIN_BATCHED_TOKENS)
+        if self.policy == "chunked":
+            return CHUNKED_BATCHED_TOKENS
+        return None

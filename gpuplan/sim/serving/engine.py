@@ -1,0 +1,237 @@
+"""The serving simulation on simpy: one process per replica, one for the arrivals.
+
+Processes hold no formula (STYLE.md): a replica's process asks its policy for a plan, waits as
+long as the step model says the plan takes, and tells its state what the plan did. Runs of
+decode-only iterations are one wait, not one per iteration (``step_model``'s closed form); an
+arrival that the policy would admit at the next iteration boundary interrupts such a run, which
+then ends at the first boundary after the arrival, exactly where stepping every iteration
+would have admitted it (``max_run_iterations=1`` steps every iteration, for comparison).
+
+Disaggregation (prefill and decode pools, DistServe and Splitwise) is in ``disagg``; it builds
+on the ``Replica`` here.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import pandas as pd
+import simpy
+
+from gpuplan.errors import GpuplanError, check_positive
+from gpuplan.sim.serving.kv_cache import KvCapacity, kv_capacity
+from gpuplan.sim.serving.metrics import Timeline, request_frame, summarize
+from gpuplan.sim.serving.policies import IDLE, DecodeRun, Iteration, WaitUntil, make_policy
+from gpuplan.sim.serving.router import Router
+from gpuplan.sim.serving.state import ReplicaState, RequestTable
+from gpuplan.sim.serving.step_model import StepModel
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServingResult:
+    """Per-request outcomes, the timeline, their summary, and the replica's KV cache."""
+
+    requests: pd.DataFrame
+    timeline: pd.DataFrame
+    summary: dict
+    capacity: KvCapacity
+    end_s: float  # simulated time at the end
+    wall_s: float  # seconds the simulation took
+
+
+class Replica:
+    """One replica as the engine drives it."""
+
+    def __init__(self, env, state: ReplicaState, policy, step: StepModel, timeline, *, swap_bw,
+                 max_run_iterations=None):  # fmt: skip
+        self.env, self.state, self.policy, self.step = env, state, policy, step
+        self.timeline = timeline
+        self.swap_bytes_per_s = swap_bw
+        self.max_run = max_run_iterations
+        self.wake = None  # an event while idle
+        self.interruptible = False  # inside a decode run an arrival may cut short
+        self.process = env.process(self._loop())
+
+    def offer(self, rid: int) -> None:
+        """A request arrives here (routed, or its KV cache transferred)."""
+        st, now = self.state, self.env.now
+        if self.policy.rejects(st, rid):
+            st.reject(rid, now)
+            return
+        st.enqueue(rid)
+        self.timeline.record(now, st)
+        if self.wake is not None and not self.wake.triggered:
+            self.wake.succeed()
+        elif self.interruptible:
+            self.interruptible = False
+            self.process.interrupt()
+
+    def _loop(self):
+        env, st = self.env, self.state
+        while True:
+            plan = self.policy.schedule(st, env.now)
+            self.timeline.record(env.now, st)
+            if plan is IDLE or type(plan) is WaitUntil:
+                self.wake = env.event()
+                wait = self.wake
+                if type(plan) is WaitUntil:
+                    wait = wait | env.timeout(max(0.0, plan.at_s - env.now))
+                yield wait
+                self.wake = None
+            elif type(plan) is Iteration:
+                yield env.timeout(self.iteration_s(plan))
+                self.finish_iteration(plan, env.now)
+            else:
+                yield from self._decode_run(plan)
+
+    def iteration_s(self, plan: Iteration) -> float:
+        step_s = self.step.mixed_s(plan.prefill, plan.decode_seqs, plan.decode_kv_tokens,
+                                   plan.sampled)  # fmt: skip
+        if plan.swap_bytes:
+            step_s += plan.swap_bytes / self.swap_bytes_per_s
+        return step_s
+
+    def finish_iteration(self, plan: Iteration, end_s: float) -> None:
+        if plan.decode_seqs:
+            self.state.run_decode(1, lambda j: end_s)
+        self.state.finish_prefill_chunks(plan.pieces, end_s, padded_to=plan.padded_to)
+
+    def _decode_run(self, plan: DecodeRun):
+        env, step = self.env, self.step
+        t0, n = env.now, plan.iterations
+        if self.max_run is not None:
+            n = min(n, self.max_run)
+        self.interruptible = plan.interruptible
+        try:
+            yield env.timeout(step.decode_run_s(plan.seqs, plan.kv_tokens, n))
+        except simpy.Interrupt:
+            cut = step.decode_iterations_until(plan.seqs, plan.kv_tokens, env.now - t0)
+            n = min(n, cut)
+            end = t0 + step.decode_run_s(plan.seqs, plan.kv_tokens, n)
+            yield env.timeout(max(0.0, end - env.now))
+        self.interruptible = False
+
+        def time_at(j: int) -> float:
+            return t0 + step.decode_run_s(plan.seqs, plan.kv_tokens, j)
+
+        self.state.run_decode(n, time_at, keep_done=plan.keep_done)
+
+
+def make_replica(env, index, table, dep, sched, step, timeline, *, prefill_only=False, **kw):
+    """A replica with its state, KV cache and policy."""
+    cap = kv_capacity(dep, sched)
+    state = ReplicaState(
+        index,
+        table,
+        total_blocks=cap.blocks,
+        block_tokens=cap.block_tokens,
+        block_bytes=cap.block_bytes,
+        max_seqs=sched.max_seqs,
+        watermark=sched.watermark,
+    )
+    if sched.policy in ("static", "dynamic") and not prefill_only:
+        state.use_static_batches()
+    policy = make_policy(sched, dep.model, prefill_only=prefill_only)
+    return Replica(env, state, policy, step, timeline, swap_bw=swap_bytes_per_s(dep), **kw)
+
+
+def swap_bytes_per_s(dep) -> float:
+    """Host link of one GPU, one direction (each GPU of a TP group swaps its own shard)."""
+    return dep.acc.pcie_bytes_per_s or dep.acc.scaleup_bytes_per_s or math.inf
+
+
+def arrivals(env, table: RequestTable, dispatch):
+    """Offer each request at its arrival time (``dispatch(rid)`` routes it)."""
+    arrival = table.arrival_s
+    for rid in range(table.n):
+        delay = arrival[rid] - env.now
+        if delay > 0:
+            yield env.timeout(delay)
+        dispatch(rid)
+    yield env.timeout(0)
+
+
+class Progress:
+    """A tqdm bar of finished requests, updated in steps (``enabled`` False: nothing)."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.bar, self.count, self.step = None, 0, max(1, total // 200)
+        if enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit="req", smoothing=0.1)
+
+    def done(self, rid: int, at_s: float) -> None:
+        self.count += 1
+        if self.bar is not None and self.count % self.step == 0:
+            self.bar.update(self.step)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.update(self.count - self.bar.n)
+            self.bar.close()
+
+
+def simulate(
+    dep,
+    sched,
+    workload,
+    *,
+    replicas: int = 1,
+    router: str = "round_robin",
+    horizon_s: float | None = None,
+    timeline: bool = True,
+    progress: bool = False,
+    max_run_iterations: int | None = None,
+    slo_ttft_s: float | None = None,
+    slo_tpot_s: float | None = None,
+) -> ServingResult:
+    """Serve ``workload`` with ``replicas`` identical replicas behind ``router``."""
+    check_positive("replicas", replicas)
+    if horizon_s is not None:
+        check_positive("horizon_s", horizon_s)
+    started = time.perf_counter()
+    env, table = simpy.Environment(), RequestTable(workload)
+    step = StepModel(dep, max_tokens=_table_tokens(sched, dep.model))
+    line, bar = Timeline(timeline), Progress(workload.n, progress)
+    reps = [
+        make_replica(env, i, table, dep, sched, step, line, max_run_iterations=max_run_iterations)
+        for i in range(replicas)
+    ]
+    for rep in reps:
+        rep.state.on_done = bar.done
+    pick = Router(router, replicas)
+    env.process(arrivals(env, table, _dispatcher(pick, reps, table)))
+    env.run(until=horizon_s)
+    bar.close()
+    end_s = env.now
+    frame = request_frame(table, end_s=end_s)
+    return ServingResult(
+        requests=frame,
+        timeline=line.frame(),
+        summary=summarize(frame, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s),
+        capacity=kv_capacity(dep, sched),
+        end_s=end_s,
+        wall_s=time.perf_counter() - started,
+    )
+
+
+def _dispatcher(pick: Router, reps: list[Replica], table: RequestTable):
+    def dispatch(rid: int) -> None:
+        loads = [pick.load_of(r.state) for r in reps] if pick.needs_load else ()
+        i = pick.pick(loads)
+        table.replica[rid] = i
+        reps[i].offer(rid)
+
+    return dispatch
+
+
+def _table_tokens(sched, cfg) -> int:
+    budget = sched.batched_tokens(cfg)
+    if budget is None:
+        return sched.max_seqs * 64
+    if budget <= 0:
+        raise GpuplanError(f"max_batched_tokens={budget} is invalid: it must be positive")
+    return max(budget, sched.max_seqs)

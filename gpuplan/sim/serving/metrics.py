@@ -1,0 +1,156 @@
+"""What a serving simulation measured: per-request outcomes, latency statistics, throughput,
+goodput under an SLO, and KV-cache use and queue length over time.
+
+Definitions (as vLLM's and DistServe's benchmarks use them):
+- TTFT: first token minus arrival; TPOT: (finish - first token) / (output tokens - 1), for
+  requests of more than one output token; end-to-end latency: finish minus arrival.
+- Throughput over the span from the first arrival to the last finish: output tokens and
+  finished requests per second.
+- Goodput (DistServe, Zhong et al. OSDI 2024): finished requests per second that met every SLO
+  given; ``slo_attainment`` is their share of the finished requests.
+Percentiles are numpy's (linear interpolation) over finished requests.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+
+import numpy as np
+import pandas as pd
+
+from gpuplan.sim.serving.state import FINISHED, REJECTED
+
+STATUS = {0: "in_flight", FINISHED: "finished", REJECTED: "rejected"}
+PERCENTILES = (50, 90, 99)
+REQUEST_COLUMNS = (
+    "request_id",
+    "replica",
+    "decode_replica",
+    "arrival_s",
+    "first_token_s",
+    "finish_s",
+    "prompt_tokens",
+    "output_tokens",
+    "preemptions",
+    "status",
+    "ttft_s",
+    "tpot_s",
+    "e2e_s",
+)
+
+
+def request_frame(table, *, end_s: float) -> pd.DataFrame:
+    """One row per request; ``status`` is finished, rejected, in_flight or not_arrived."""
+    arrival = np.asarray(table.arrival_s)
+    first = np.asarray(table.first_token_s)
+    finish = np.asarray(table.finish_s)
+    output = np.asarray(table.output, dtype=np.int64)
+    code = np.asarray(table.status)
+    status = np.array([STATUS[c] for c in range(3)], dtype=object)[code]
+    status[(code == 0) & (arrival > end_s)] = "not_arrived"
+    done = code == FINISHED
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(done & (output > 1), (finish - first) / (output - 1), np.nan)
+    frame = pd.DataFrame(
+        {
+            "request_id": np.arange(table.n),
+            "replica": np.asarray(table.replica),
+            "decode_replica": np.asarray(table.decode_replica),
+            "arrival_s": arrival,
+            "first_token_s": first,
+            "finish_s": np.where(code == REJECTED, np.nan, finish),
+            "prompt_tokens": np.asarray(table.prompt, dtype=np.int64),
+            "output_tokens": output,
+            "preemptions": np.asarray(table.preemptions),
+            "status": status,
+            "ttft_s": np.where(done, first - arrival, np.nan),
+            "tpot_s": tpot,
+            "e2e_s": np.where(done, finish - arrival, np.nan),
+        }
+    )
+    return frame[list(REQUEST_COLUMNS)]
+
+
+def stats(values) -> dict[str, float]:
+    """mean, p50, p90, p99 of the finite values (NaN when there are none)."""
+    x = np.asarray(values, dtype=float)
+    x = x[np.isfinite(x)]
+    if not len(x):
+        return {"mean": math.nan, **{f"p{p}": math.nan for p in PERCENTILES}}
+    return {"mean": float(x.mean()), **{f"p{p}": float(np.percentile(x, p)) for p in PERCENTILES}}
+
+
+def summarize(
+    requests: pd.DataFrame, *, slo_ttft_s: float | None = None, slo_tpot_s: float | None = None
+) -> dict:
+    """Latency statistics, throughput, counts and goodput of a request frame."""
+    done = requests[requests["status"] == "finished"]
+    span = float(done["finish_s"].max() - requests["arrival_s"].min()) if len(done) else math.nan
+    counts = requests["status"].value_counts()
+    out = {
+        "ttft_s": stats(done["ttft_s"]),
+        "tpot_s": stats(done["tpot_s"]),
+        "e2e_s": stats(done["e2e_s"]),
+        "output_tokens_per_s": float(done["output_tokens"].sum()) / span if span else math.nan,
+        "requests_per_s": len(done) / span if span else math.nan,
+        "finished": int(counts.get("finished", 0)),
+        "rejected": int(counts.get("rejected", 0)),
+        "in_flight": int(counts.get("in_flight", 0)),
+        "preemptions": int(requests["preemptions"].sum()),
+        "span_s": span,
+    }
+    if slo_ttft_s is not None or slo_tpot_s is not None:
+        met = meets_slo(done, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s)
+        out["slo_attainment"] = float(met.mean()) if len(done) else math.nan
+        out["goodput_requests_per_s"] = float(met.sum()) / span if span else math.nan
+    return out
+
+
+def meets_slo(done: pd.DataFrame, *, slo_ttft_s=None, slo_tpot_s=None) -> pd.Series:
+    """Per finished request: whether its TTFT and TPOT are within the SLOs given."""
+    ok = pd.Series(True, index=done.index)
+    if slo_ttft_s is not None:
+        ok &= done["ttft_s"] <= slo_ttft_s
+    if slo_tpot_s is not None:
+        ok &= done["tpot_s"].fillna(0.0) <= slo_tpot_s
+    return ok
+
+
+class Timeline:
+    """Queue length and KV-cache use, appended at every event (compact arrays)."""
+
+    COLUMNS = ("time_s", "replica", "in_system", "waiting", "running", "kv_blocks_used")
+
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled
+        self._cols = {c: array("d") for c in self.COLUMNS}
+
+    def record(self, now_s: float, st) -> None:
+        if not self.enabled:
+            return
+        c = self._cols
+        c["time_s"].append(now_s)
+        c["replica"].append(st.index)
+        c["in_system"].append(st.in_system)
+        c["waiting"].append(len(st.waiting) + len(st.swapped))
+        c["running"].append(len(st.prefilling) + len(st.decoding))
+        c["kv_blocks_used"].append(st.total_blocks - st.free_blocks())
+
+    def frame(self) -> pd.DataFrame:
+        frame = pd.DataFrame({c: np.frombuffer(v, dtype=float) for c, v in self._cols.items()})
+        for c in ("replica", "in_system", "waiting", "running", "kv_blocks_used"):
+            frame[c] = frame[c].astype(np.int64)
+        return frame
+
+
+def time_average(timeline: pd.DataFrame, column: str, *, end_s: float) -> float:
+    """Time average of ``column`` summed over replicas, from time zero to ``end_s``."""
+    if timeline.empty or end_s <= 0:
+        return math.nan
+    wide = timeline.pivot_table(
+        index="time_s", columns="replica", values=column, aggfunc="last"
+    ).ffill()
+    total = wide.fillna(0).sum(axis=1)
+    times = np.append(total.index.to_numpy(), end_s)
+    return float((total.to_numpy() * np.diff(times)).sum() / end_s)

@@ -1,0 +1,226 @@
+"""Requests offered to a serving system: arrival times and prompt and output lengths, seeded.
+
+Arrivals:
+- ``poisson``: exponential gaps at ``rate_per_s`` (the open-loop load of vLLM's and Vidur's
+  benchmarks); ``rate_per_s = inf`` offers every request at time zero (an offline throughput
+  run, as ``trtllm-bench`` and vLLM's throughput benchmark do);
+- ``gamma``: bursty, gamma-distributed gaps of the same mean with coefficient of variation
+  ``cv`` (shape 1/cv^2; cv = 1 is Poisson; DistServe and Splitwise use gamma arrivals for
+  burstiness).
+
+Lengths (tokens): a fixed number, ``uniform:LO:HI``, ``lognormal:MEDIAN:P90[:MAX]`` (a lognormal
+fitted to a median and a 90th percentile, clipped), or the preset ``conversation``: lognormal
+fits to the conversation trace of the Azure LLM inference trace 2023 (Patel et al., "Splitwise",
+ISCA 2024) as Vidur ships it (``data/processed_traces/splitwise_conv.csv``): over its first 242
+requests prompts have a median of 894 and a 90th percentile of 1314 tokens, outputs 197 and
+425; a request's prompt is clipped so that prompt + output stays within 4,096 tokens.
+
+Traces: CSV or JSON Lines, one request per row, with ``arrival_s`` (or Vidur's ``arrived_at``),
+``prompt_tokens`` (or ``num_prefill_tokens``) and ``output_tokens`` (or ``num_decode_tokens``).
+A trace without arrival times takes them from the rate.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from gpuplan.errors import GpuplanError, check_choice, check_positive
+
+ARRIVALS = ("poisson", "gamma")
+CONVERSATION_MAX_TOKENS = 4096
+# (median, 90th percentile) in tokens, see the module docstring
+CONVERSATION_PROMPT = (894.0, 1314.0)
+CONVERSATION_OUTPUT = (197.0, 425.0)
+Z90 = 1.2815515655446004  # standard normal 90th percentile
+_ALIASES = {
+    "arrival_s": ("arrival_s", "arrived_at", "arrived_at_s", "timestamp_s"),
+    "prompt_tokens": ("prompt_tokens", "num_prefill_tokens", "input_tokens"),
+    "output_tokens": ("output_tokens", "num_decode_tokens", "generated_tokens"),
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class Workload:
+    """Requests in arrival order: arrays of the same length."""
+
+    arrival_s: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+
+    def __post_init__(self) -> None:
+        n = len(self.arrival_s)
+        if len(self.prompt_tokens) != n or len(self.output_tokens) != n:
+            raise GpuplanError(
+                f"workload arrays differ in length: arrival_s {n}, prompt_tokens "
+                f"{len(self.prompt_tokens)}, output_tokens {len(self.output_tokens)}"
+            )
+        if n == 0:
+            raise GpuplanError("the workload has no requests: give at least one")
+        _check_counts("prompt_tokens", self.prompt_tokens)
+        _check_counts("output_tokens", self.output_tokens)
+        if not np.all(np.isfinite(self.arrival_s)) or np.any(self.arrival_s < 0):
+            raise GpuplanError("arrival_s must be finite and zero or more for every request")
+        if np.any(np.diff(self.arrival_s) < 0):
+            raise GpuplanError("arrival_s must not decrease: give requests in arrival order")
+
+    @property
+    def n(self) -> int:
+        return len(self.arrival_s)
+
+
+def _check_counts(name: str, values: np.ndarray) -> None:
+    bad = np.flatnonzero(values < 1)
+    if len(bad):
+        raise GpuplanError(
+            f"{name}={int(values[bad[0]])} (request {int(bad[0])}) is invalid: every request "
+            "needs at least 1 token"
+        )
+
+
+def arrivals(
+    rate_per_s: float, n: int, rng: np.random.Generator, *, kind: str = "poisson", cv: float = 1.0
+) -> np.ndarray:
+    """Arrival times of ``n`` requests at ``rate_per_s`` (inf: all at time zero)."""
+    check_choice("arrival", kind, ARRIVALS)
+    check_positive("rate_per_s", rate_per_s)
+    check_positive("requests", n)
+    if math.isinf(rate_per_s):
+        return np.zeros(n)
+    if kind == "poisson":
+        gaps = rng.exponential(1.0 / rate_per_s, n)
+    else:
+        check_positive("cv", cv)
+        shape = 1.0 / cv**2
+        gaps = rng.gamma(shape, 1.0 / (rate_per_s * shape), n)
+    out = np.cumsum(gaps)
+    return out - out[0]  # the first request arrives at time zero
+
+
+def lengths(spec: int | str, n: int, rng: np.random.Generator, *, what: str) -> np.ndarray:
+    """``n`` token counts from a spec: a number, ``uniform:LO:HI``, ``lognormal:MEDIAN:P90[:MAX]``."""
+    if isinstance(spec, int | np.integer):
+        check_positive(what, int(spec))
+        return np.full(n, int(spec), dtype=np.int64)
+    text = str(spec).strip()
+    if text.isdigit():
+        return lengths(int(text), n, rng, what=what)
+    kind, _, rest = text.partition(":")
+    args = _numbers(rest, what, text) if rest else []
+    if kind == "uniform" and len(args) == 2 and 1 <= args[0] <= args[1]:
+        return rng.integers(int(args[0]), int(args[1]) + 1, n)
+    if kind == "lognormal" and len(args) in (2, 3) and 0 < args[0] < args[1]:
+        top = args[2] if len(args) == 3 else math.inf
+        return lognormal(args[0], args[1], n, rng, top=top)
+    raise GpuplanError(
+        f"{what}={text!r} is invalid: give a whole number of tokens, uniform:LO:HI, "
+        "lognormal:MEDIAN:P90[:MAX] or conversation"
+    )
+
+
+def _numbers(text: str, what: str, whole: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(":")]
+    except ValueError:
+        raise GpuplanError(f"{what}={whole!r} is invalid: its parts must be numbers") from None
+
+
+def lognormal(median: float, p90: float, n: int, rng, *, top: float = math.inf) -> np.ndarray:
+    """Lognormal token counts with this median and 90th percentile, at least 1, at most top."""
+    sigma = math.log(p90 / median) / Z90
+    draws = rng.lognormal(math.log(median), sigma, n)
+    return np.clip(np.rint(draws), 1, top).astype(np.int64)
+
+
+def conversation(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(prompt, output) tokens of the ``conversation`` preset (module docstring)."""
+    output = lognormal(*CONVERSATION_OUTPUT, n, rng, top=CONVERSATION_MAX_TOKENS // 2)
+    prompt = lognormal(*CONVERSATION_PROMPT, n, rng, top=CONVERSATION_MAX_TOKENS)
+    return np.minimum(prompt, CONVERSATION_MAX_TOKENS - output), output
+
+
+def make_workload(
+    *,
+    rate_per_s: float,
+    n: int,
+    prompt_tokens: int | str,
+    output_tokens: int | str,
+    seed: int = 0,
+    arrival: str = "poisson",
+    cv: float = 1.0,
+) -> Workload:
+    """A seeded synthetic workload; ``prompt_tokens`` and ``output_tokens`` are length specs,
+    or both ``conversation``."""
+    rng = np.random.default_rng(seed)
+    times = arrivals(rate_per_s, n, rng, kind=arrival, cv=cv)
+    if "conversation" in (prompt_tokens, output_tokens):
+        prompt, output = conversation(n, rng)
+        if prompt_tokens != "conversation":
+            prompt = lengths(prompt_tokens, n, rng, what="prompt_tokens")
+        if output_tokens != "conversation":
+            output = lengths(output_tokens, n, rng, what="output_tokens")
+    else:
+        prompt = lengths(prompt_tokens, n, rng, what="prompt_tokens")
+        output = lengths(output_tokens, n, rng, what="output_tokens")
+    return Workload(arrival_s=times, prompt_tokens=prompt, output_tokens=output)
+
+
+def read_trace(
+    path: str | Path, *, rate_per_s: float | None = None, seed: int = 0, limit: int | None = None
+) -> Workload:
+    """A workload from a CSV or JSON Lines trace (module docstring for the columns)."""
+    rows = _read_rows(Path(path))[:limit]
+    if not rows:
+        raise GpuplanError(f"trace {str(path)!r} has no requests")
+    cols = {key: _column(rows, key, path) for key in _ALIASES}
+    if cols["arrival_s"] is None:
+        if rate_per_s is None:
+            raise GpuplanError(
+                f"trace {str(path)!r} has no arrival times (arrival_s or arrived_at): give --rate"
+            )
+        cols["arrival_s"] = arrivals(rate_per_s, len(rows), np.random.default_rng(seed))
+    for key in ("prompt_tokens", "output_tokens"):
+        if cols[key] is None:
+            raise GpuplanError(f"trace {str(path)!r} has no {key} column ({_ALIASES[key]})")
+    times = np.asarray(cols["arrival_s"], dtype=float)
+    order = np.argsort(times, kind="stable")
+    return Workload(
+        arrival_s=times[order] - times[order][0],
+        prompt_tokens=np.asarray(cols["prompt_tokens"], dtype=np.int64)[order],
+        output_tokens=np.asarray(cols["output_tokens"], dtype=np.int64)[order],
+    )
+
+
+def _read_rows(path: Path) -> list[dict]:
+    text = path.read_text()
+    if path.suffix in (".jsonl", ".json") or text.lstrip().startswith("{"):
+        rows = []
+        for line_no, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise GpuplanError(f"{path} line {line_no}: not JSON ({err.msg})") from None
+        return rows
+    return list(csv.DictReader(text.splitlines()))
+
+
+def _column(rows: list[dict], key: str, path) -> list[float] | None:
+    name = next((a for a in _ALIASES[key] if a in rows[0]), None)
+    if name is None:
+        return None
+    out = []
+    for i, row in enumerate(rows, start=1):
+        try:
+            out.append(float(row[name]))
+        except (KeyError, TypeError, ValueError):
+            raise GpuplanError(
+                f"trace {str(path)!r} request {i}: {name}={row.get(name)!r} is not a number"
+            ) from None
+    return out

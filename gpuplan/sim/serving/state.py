@@ -1,0 +1,327 @@
+"""The state of a replica: who waits, who prefills, who decodes, and the KV blocks they hold.
+
+Plain objects with no notion of simpy; the policies read and change them, the engine only asks
+them to finish what an iteration did. Per-request facts live in one ``RequestTable`` (Python
+lists: the simulator reads single entries far more often than whole columns).
+
+Token accounting of a request with prompt P and output O (``generated`` = g tokens emitted):
+a prefill caches ``P + g`` tokens and emits one token (g = 0 at first; after a preemption by
+recomputation, vLLM recomputes the prompt and every token already generated); each decode
+iteration caches the last emitted token and emits the next. So a decoding request holds
+``P + g - 1`` cached tokens, reads one more in each iteration, and is done when g = O.
+
+Decoding requests are advanced lazily (``DecodeSet``): each stores its offset ``cached -
+iterations`` and the iteration count at which it will be done, so running k iterations is one
+addition however many requests decode; the exact block count is recomputed with numpy.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+
+import numpy as np
+
+FINISHED, REJECTED = 1, 2
+
+
+class RequestTable:
+    """Facts and outcomes of every request, indexed by request id (arrival order)."""
+
+    def __init__(self, workload):
+        n = workload.n
+        self.n = n
+        self.arrival_s = workload.arrival_s.tolist()
+        self.prompt = workload.prompt_tokens.tolist()
+        self.output = workload.output_tokens.tolist()
+        self.first_token_s = [math.nan] * n
+        self.finish_s = [math.nan] * n
+        self.status = [0] * n
+        self.replica = [-1] * n
+        self.decode_replica = [-1] * n
+        self.preemptions = [0] * n
+        self.generated = [0] * n
+        self.cached = [0] * n  # tokens in this request's KV cache (while not decoding)
+        self.blocks = [0] * n  # blocks held (while not decoding)
+        self.remote = [False] * n  # its KV cache arrives with it (disaggregated decode)
+
+    def prefill_target(self, rid: int) -> int:
+        """Tokens a prefill of this request caches: the prompt and what it already generated."""
+        return self.prompt[rid] + self.generated[rid]
+
+
+def blocks_for(tokens: int, block_tokens: int) -> int:
+    return -(-tokens // block_tokens)
+
+
+class DecodeSet:
+    """Requests in the decode phase, advanced lazily (module docstring)."""
+
+    def __init__(self, table: RequestTable, block_tokens: int, *, count_blocks: bool = True):
+        self.table, self.block_tokens = table, block_tokens
+        self.count_blocks = count_blocks  # False: a static batch reserved its blocks whole
+        self.iters = 0  # decode iterations this replica has run
+        self.members: list[int] = []  # in order of joining (the last is preempted first)
+        self._offset: dict[int, int] = {}  # rid -> cached tokens minus iters
+        self._done_at: dict[int, int] = {}  # rid -> iters at which it has emitted O tokens
+        self._heap: list[tuple[int, int]] = []
+        self.offset_sum = 0
+        self.blocks = 0  # exact blocks held by members
+        self._offsets_array: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def add(self, rid: int, cached: int, generated: int) -> None:
+        off = cached - self.iters
+        done = self.iters + self.table.output[rid] - generated
+        self.members.append(rid)
+        self._offset[rid], self._done_at[rid] = off, done
+        heapq.heappush(self._heap, (done, rid))
+        self.offset_sum += off
+        if self.count_blocks:
+            self.blocks += blocks_for(cached, self.block_tokens)
+        self._offsets_array = None
+
+    def cached_tokens(self) -> int:
+        return self.offset_sum + len(self.members) * self.iters
+
+    def kv_read_tokens(self) -> int:
+        """Cached tokens the next iteration reads (each sequence's plus its new one)."""
+        return self.offset_sum + len(self.members) * (self.iters + 1)
+
+    def until_next_done(self) -> int:
+        """Iterations until the first member has emitted its last token."""
+        heap = self._heap
+        while heap and self._done_at.get(heap[0][1]) != heap[0][0]:
+            heapq.heappop(heap)  # a member that left early (preempted)
+        return heap[0][0] - self.iters
+
+    def until_all_done(self) -> int:
+        return max(self._done_at.values()) - self.iters
+
+    def _offsets(self) -> np.ndarray:
+        if self._offsets_array is None:
+            self._offsets_array = np.fromiter(
+                (self._offset[r] for r in self.members), dtype=np.int64, count=len(self.members)
+            )
+        return self._offsets_array
+
+    def blocks_after(self, n: int) -> int:
+        """Exact blocks the members will hold after ``n`` more iterations."""
+        if not self.members or not self.count_blocks:
+            return 0
+        cached = self._offsets() + (self.iters + n)
+        return int((-(-cached // self.block_tokens)).sum())
+
+    def advance(self, n: int, *, keep_done: bool = False) -> list[tuple[int, int]]:
+        """Run ``n`` iterations; return (rid, iterations it took) of each member done, removing
+        them unless ``keep_done`` (a padded static batch keeps them as padding)."""
+        start = self.iters
+        self.iters += n
+        self.blocks = self.blocks_after(0)
+        done = []
+        heap = self._heap
+        while heap and heap[0][0] <= self.iters:
+            at, rid = heapq.heappop(heap)
+            if self._done_at.get(rid) != at:
+                continue
+            done.append((rid, at - start))
+            if not keep_done:
+                self.remove(rid)
+        return done
+
+    def remove(self, rid: int) -> None:
+        """Take ``rid`` out, writing its cached tokens, blocks and tokens emitted to the table."""
+        t = self.table
+        off = self._offset.pop(rid)
+        done = self._done_at.pop(rid)
+        self.members.remove(rid)
+        self.offset_sum -= off
+        t.cached[rid] = off + self.iters
+        t.generated[rid] = t.output[rid] - (done - self.iters)
+        t.blocks[rid] = blocks_for(t.cached[rid], self.block_tokens) if self.count_blocks else 0
+        self.blocks -= t.blocks[rid]
+        self._offsets_array = None
+
+    def clear(self) -> None:
+        for rid in list(self.members):
+            self.remove(rid)
+        self._heap.clear()
+
+
+class ReplicaState:
+    """Queues and KV blocks of one replica."""
+
+    def __init__(
+        self,
+        index: int,
+        table: RequestTable,
+        *,
+        total_blocks: int,
+        block_tokens: int,
+        block_bytes: float,
+        max_seqs: int,
+        watermark: float = 0.0,
+    ):
+        self.index, self.table = index, table
+        self.total_blocks, self.block_tokens, self.block_bytes = (
+            total_blocks,
+            block_tokens,
+            block_bytes,
+        )
+        self.max_seqs = max_seqs
+        self.watermark_blocks = int(watermark * total_blocks)
+        self.waiting: deque[int] = deque()
+        self.prefilling: list[int] = []
+        self.decoding = DecodeSet(table, block_tokens)
+        self.static_batch: list[int] = []  # members of a running static batch
+        self.swapped: deque[int] = deque()
+        self.prefill_blocks = 0  # held by prefilling requests
+        self.reserved_blocks = 0  # reserved whole by a static batch
+        self.in_system = 0  # arrived here and not yet finished, rejected or handed off
+        self.outstanding_tokens = 0  # prefill and decode tokens still to run (router view)
+        self.handoff = None  # disaggregation: called with (rid, time) when a prefill is done
+        self.on_done = None  # called with (rid, time) when a request finishes or is rejected
+
+    # --- views ---------------------------------------------------------------------------------
+
+    def free_blocks(self) -> int:
+        return self.total_blocks - self.prefill_blocks - self.decoding.blocks - self.reserved_blocks
+
+    def seats(self) -> int:
+        return self.max_seqs - len(self.prefilling) - len(self.decoding)
+
+    def can_allocate(self, blocks: int) -> bool:
+        """Whether ``blocks`` more leave the watermark free (vLLM's admission rule)."""
+        return self.free_blocks() - blocks >= self.watermark_blocks
+
+    def blocks_needed(self, rid: int) -> int:
+        return blocks_for(self.table.prefill_target(rid), self.block_tokens)
+
+    def decode_room(self, iterations: int) -> int:
+        """The most of ``iterations`` decode iterations whose new tokens fit in the free blocks."""
+        d = self.decoding
+        free = self.free_blocks() + d.blocks
+        per_seq = -(-iterations // self.block_tokens) + 1
+        if d.blocks + len(d) * per_seq <= free:
+            return iterations
+        lo, hi = 0, iterations  # largest n with blocks_after(n) <= free
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if d.blocks_after(mid) <= free:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    # --- transitions ---------------------------------------------------------------------------
+
+    def enqueue(self, rid: int) -> None:
+        self.waiting.append(rid)
+        self.in_system += 1
+        t = self.table
+        self.outstanding_tokens += t.prefill_target(rid) + t.output[rid] - t.generated[rid]
+
+    def reject(self, rid: int, now_s: float) -> None:
+        self.table.status[rid] = REJECTED
+        self.table.finish_s[rid] = now_s
+        if self.on_done:
+            self.on_done(rid, now_s)
+
+    def begin_prefill(self, rid: int, blocks: int) -> None:
+        """Move the head of the waiting queue into prefill, holding ``blocks`` blocks."""
+        self.waiting.popleft()
+        self.table.blocks[rid] = blocks
+        self.table.cached[rid] = 0
+        self.prefill_blocks += blocks
+        self.prefilling.append(rid)
+
+    def admit_remote(self, rid: int) -> None:
+        """A request whose KV cache arrived with it joins the decoding set directly."""
+        t = self.table
+        self.waiting.popleft()
+        t.remote[rid] = False
+        self.decoding.add(rid, t.cached[rid], t.generated[rid])
+
+    def preempt_last(self, mode: str) -> float:
+        """Preempt the most recently joined decoding request; return bytes swapped out."""
+        rid = self.decoding.members[-1]
+        self.decoding.remove(rid)
+        t = self.table
+        t.preemptions[rid] += 1
+        if mode == "swap":
+            self.swapped.append(rid)
+            return t.blocks[rid] * self.block_bytes
+        self.outstanding_tokens += t.prefill_target(rid)  # the recomputation to come
+        t.cached[rid], t.blocks[rid] = 0, 0
+        self.waiting.appendleft(rid)
+        return 0.0
+
+    def swap_in(self, rid: int) -> float:
+        t = self.table
+        self.swapped.popleft()
+        self.decoding.add(rid, t.cached[rid], t.generated[rid])
+        return t.blocks[rid] * self.block_bytes
+
+    # --- what an iteration did -----------------------------------------------------------------
+
+    def finish_prefill_chunks(self, pieces, end_s: float, *, padded_to: int = 0) -> None:
+        """Credit prefill progress; a request whose prefill is complete emits its token."""
+        t = self.table
+        for rid, tokens in pieces:
+            t.cached[rid] += tokens
+            self.outstanding_tokens -= tokens
+            if t.cached[rid] >= t.prefill_target(rid):
+                self.prefilling.remove(rid)
+                self.prefill_blocks -= t.blocks[rid]
+                self._prefill_done(rid, end_s, padded_to)
+
+    def _prefill_done(self, rid: int, end_s: float, padded_to: int) -> None:
+        t = self.table
+        t.generated[rid] += 1
+        self.outstanding_tokens -= 1
+        if t.generated[rid] == 1:
+            t.first_token_s[rid] = end_s
+        if padded_to:  # a static batch: every sequence padded to the longest prompt
+            t.cached[rid] = padded_to
+            self.decoding.add(rid, padded_to, t.generated[rid])
+            if t.generated[rid] >= t.output[rid]:
+                self.finish(rid, end_s)
+            return
+        if t.generated[rid] >= t.output[rid]:
+            self.finish(rid, end_s)
+        elif self.handoff is not None:
+            self.in_system -= 1
+            self.outstanding_tokens -= t.output[rid] - t.generated[rid]
+            self.handoff(rid, end_s)
+        else:
+            self.decoding.add(rid, t.cached[rid], t.generated[rid])
+
+    def run_decode(self, iterations: int, time_at, *, keep_done: bool = False) -> None:
+        """Advance the decoding set by ``iterations``; record each request done at the end of
+        the run's iteration it emitted its last token in (``time_at(j)``: end of the j-th)."""
+        self.outstanding_tokens = max(0, self.outstanding_tokens - iterations * len(self.decoding))
+        t = self.table
+        for rid, j in self.decoding.advance(iterations, keep_done=keep_done):
+            if t.status[rid] != FINISHED:  # padding of a static batch finished earlier
+                t.generated[rid] = t.output[rid]
+                self.finish(rid, time_at(j))
+
+    def finish(self, rid: int, at_s: float) -> None:
+        t = self.table
+        t.status[rid] = FINISHED
+        t.finish_s[rid] = at_s
+        self.in_system -= 1
+        if self.on_done:
+            self.on_done(rid, at_s)
+
+    def use_static_batches(self) -> None:
+        """Static and dynamic batching: blocks are reserved whole per batch, not per token."""
+        self.decoding = DecodeSet(self.table, self.block_tokens, count_blocks=False)
+
+    def end_static_batch(self) -> None:
+        self.decoding.clear()
+        self.static_batch = []
+        self.reserved_blocks = 0
