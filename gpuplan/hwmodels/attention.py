@@ -4,9 +4,13 @@
   16-bit peak, quantized in waves: the kernel launches one block per (batch, query head,
   ``attn_tile_q`` query rows), as FlashAttention-2 does (Dao 2023, sec. 3.2), and blocks run
   ``n_sms`` at a time.
-- Decode (``seq_q`` shorter than one query tile): the kernel streams the KV cache once, split
-  along the keys so every SM has work (flash-decoding, Dao et al. 2023), so the time is the
-  cache's bytes at an achievable fraction of HBM bandwidth.
+- Decode (``seq_q`` shorter than one query tile): the kernel streams the KV cache once, so the
+  time is the cache's bytes at an achievable fraction of HBM bandwidth. FlashAttention-2 splits
+  the keys across blocks (flash-decoding, Dao et al. 2023) only when its blocks would not
+  otherwise nearly fill the GPU: ``num_splits_heuristic`` in its ``flash_api.cpp`` uses one split
+  once blocks >= 0.8 x SMs. For one query token with grouped-query attention it packs a group's
+  query heads into one block (``seqlenq_ngroups_swapped``), so the blocks are batch x KV heads.
+  The split and unsplit kernels reach different fractions of the bandwidth (fitted).
 - Each block also does fixed work (loading its query tile, the softmax epilogue, writing the
   output) worth ``attn_kv_overhead`` keys, which dominates short sequences.
 - Either way, the memory floor of reading q, k, v and writing o holds, and the fixed cost of the
@@ -28,7 +32,12 @@ def attention_time(acc, op: Attention, eff: Efficiency) -> KernelTime:
     memory_s = op.bytes / (acc.hbm_bytes_per_s * eff.hbm_fraction)
     fixed_s = (eff.kernel_overhead_s + eff.attn_fixed_s) * op.count
     if op.seq_q < eff.attn_tile_q and op.pass_ == "fwd":
-        decode_s = op.bytes / (acc.hbm_bytes_per_s * eff.attn_decode_hbm_fraction)
+        fraction = (
+            eff.attn_decode_hbm_fraction
+            if decode_splits_keys(acc, op)
+            else eff.attn_decode_nosplit_hbm_fraction
+        )
+        decode_s = op.bytes / (acc.hbm_bytes_per_s * fraction)
         return KernelTime(0.0, max(memory_s, decode_s), fixed_s)
     fraction = eff.attn_bwd_fraction if op.pass_ == "bwd" else eff.attn_fwd_fraction
     blocks = op.batch * op.heads_q * math.ceil(op.seq_q / eff.attn_tile_q)
@@ -38,3 +47,15 @@ def attention_time(acc, op: Attention, eff: Efficiency) -> KernelTime:
     block_factor = (keys + eff.attn_kv_overhead) / keys  # fixed work per block, in keys
     compute_s = op.flops * wave_factor * block_factor / (acc.peak(dtype) * fraction)
     return KernelTime(compute_s, memory_s, fixed_s)
+
+
+SPLIT_FILL = 0.8  # FlashAttention-2 num_splits_heuristic: no split once blocks >= 0.8 x SMs
+
+
+def decode_splits_keys(acc, op: Attention) -> bool:
+    """Whether FlashAttention-2 splits the keys of this decode across blocks."""
+    if op.seq_q == 1 and op.heads_q > op.heads_kv:
+        blocks = op.batch * op.heads_kv  # query heads of a group packed into one block
+    else:
+        blocks = op.batch * op.heads_q
+    return blocks < SPLIT_FILL * (acc.n_sms or 1)

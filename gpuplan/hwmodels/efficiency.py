@@ -38,7 +38,8 @@ class Efficiency:
     # attention (hwmodels.attention)
     attn_fwd_fraction: float  # of the bf16 dense peak, flash forward
     attn_bwd_fraction: float  # of the bf16 dense peak, flash backward
-    attn_decode_hbm_fraction: float  # of HBM bandwidth, a decode step reading the KV cache
+    attn_decode_hbm_fraction: float  # of HBM bandwidth, decode attention split along the keys
+    attn_decode_nosplit_hbm_fraction: float  # of HBM bandwidth, decode attention not split
     attn_tile_q: int  # query rows per attention block
     attn_kv_overhead: float  # per-block fixed work, in equivalent keys (prologue, epilogue)
     attn_fixed_s: float  # fixed device time of one attention call beyond one kernel
@@ -49,6 +50,9 @@ class Efficiency:
     launch_latency_s: float  # once per timed call: from the start event to the first kernel
     host_launch_s: float  # CPU time to issue one op in eager PyTorch
     autograd_s: float  # exposed CPU time of starting one backward pass (autograd engine)
+    timer_headstart_s: float  # CPU head start of a call timed in isolation after an L2 flush
+    row_reduction_s_per_elem: float  # one row's reduction latency per element (norms, softmax)
+    reduction_rows_per_sm: float  # rows a multiprocessor reduces at once
     graph_launch_s: float  # gap between kernels replayed from a CUDA graph
     # collectives (hwmodels.collectives)
     collective_latency_s: float  # per algorithm step

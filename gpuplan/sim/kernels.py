@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpuplan.hwmodels.collectives import collective_time
 from gpuplan.hwmodels.gemm import gemm_time
+from gpuplan.hwmodels.launch import launch_cost
 from gpuplan.sim.breakdown import Breakdown, Item, priced_items
 from gpuplan.workloads.operators import backward_of as backward_ops
 from gpuplan.workloads.ops import Attention, Elementwise, Gemm
@@ -95,21 +96,28 @@ def latency_item(eff) -> Item:
 
 
 def _items_by_pass(ops, acc, eff) -> list[Item]:
-    """Each op priced in its pass; a backward also exposes the CPU's start of the autograd
-    engine where the forward's device time does not hide it."""
+    """Each op priced in its pass, timed as an isolated call: the CPU's issue time (and the
+    autograd engine's start for a backward) shows where the device time and the timer's head
+    start do not hide it."""
     items = []
     for op in ops:
         items += priced_items([op], acc, eff, phase=getattr(op, "pass_", "fwd"))
-    if len(ops) > 1:
-        fwd_s = sum(i.time_s for i in items if i.phase == "fwd")
-        items.append(
-            Item(
-                layer="runtime",
-                category="launch",
-                op="autograd engine start",
-                phase="bwd",
-                time_s=max(0.0, eff.autograd_s - fwd_s),
-                bound="launch",
-            )
+    cost = launch_cost(
+        sum(i.kernels for i in items),
+        sum(i.time_s for i in items),
+        eff,
+        cuda_graph=False,
+        backward_passes=int(len(ops) > 1),
+        headstart=True,
+    )
+    items.append(
+        Item(
+            layer="runtime",
+            category="launch",
+            op="host issue time not hidden",
+            phase="step",
+            time_s=cost.host_exposed_s,
+            bound="launch",
         )
+    )
     return items

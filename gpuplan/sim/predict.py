@@ -115,6 +115,7 @@ def _decode_step(acc, eff, p):
         cuda_graph=p["cuda_graph"],
         dtype=p["dtype"],
         impl="eager",
+        isolated=True,
     )
 
 

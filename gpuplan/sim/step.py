@@ -46,7 +46,7 @@ def _as_run(ops, impl: str):
     return {"fused": list, "eager": eager, "compiled": fuse_elementwise}[impl](ops)
 
 
-def _launch_item(items: list[Item], eff, *, cuda_graph: bool) -> Item:
+def _launch_item(items: list[Item], eff, *, cuda_graph: bool, headstart: bool = False) -> Item:
     backward_passes = int(any(i.phase == "bwd" for i in items))
     cost = launch_cost(
         sum(i.kernels for i in items),
@@ -54,6 +54,7 @@ def _launch_item(items: list[Item], eff, *, cuda_graph: bool) -> Item:
         eff,
         cuda_graph=cuda_graph,
         backward_passes=backward_passes,
+        headstart=headstart,
     )
     what = "graph replay gaps" if cuda_graph else "host issue time not hidden"
     return Item(
@@ -66,8 +67,10 @@ def _launch_item(items: list[Item], eff, *, cuda_graph: bool) -> Item:
     )
 
 
-def _with_launch(items: list[Item], eff, *, cuda_graph: bool = False, **kw) -> Breakdown:
-    launch = _launch_item(items, eff, cuda_graph=cuda_graph)
+def _with_launch(
+    items: list[Item], eff, *, cuda_graph: bool = False, headstart: bool = False, **kw
+) -> Breakdown:
+    launch = _launch_item(items, eff, cuda_graph=cuda_graph, headstart=headstart)
     return Breakdown(items=(*items, launch, latency_item(eff)), **kw)
 
 
@@ -279,9 +282,11 @@ def decode_step_breakdown(
     tp: int = 1,
     impl: str = "fused",
     with_head: bool = False,
+    isolated: bool = False,
 ) -> Breakdown:
     """One new token for each of ``batch`` sequences through ``cfg.n_layers`` blocks; with
-    ``with_head`` also the embedding lookup, final norm and LM head (a whole model's step)."""
+    ``with_head`` also the embedding lookup, final norm and LM head (a whole model's step).
+    ``isolated``: timed alone after an L2 flush, as the record contract's harness does."""
     items = []
     if with_head:
         items += priced_items(
@@ -295,4 +300,4 @@ def decode_step_breakdown(
     if with_head:  # final norm and LM head; sampling from the logits is left out
         head = head_forward(cfg, tokens=batch, dtype=dtype)[:2]
         items += priced_items(_as_run(head, impl), acc, eff, phase="fwd")
-    return _with_launch(items, eff, cuda_graph=cuda_graph)
+    return _with_launch(items, eff, cuda_graph=cuda_graph, headstart=isolated)

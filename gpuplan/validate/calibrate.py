@@ -10,6 +10,8 @@ Method:
   launch latency and the autograd start on ``elementwise`` (fitted first: the others use them); link
   latency and bandwidth on ``collective``; launch costs and the bandwidth of the ops that occur
   only inside layers (RoPE, layout copies, fused kernels, the optimizer) on the composite kinds.
+- The stages are swept twice: the CPU's cost per eager op, which only the composite kinds pin
+  down, feeds back into the single-op stages, whose timer head start it interacts with.
 - Each stage minimises the robust (soft-L1) sum of squared log errors, log(predicted/measured),
   over its training records with ``scipy.optimize.least_squares``, parameters in log space
   within physical bounds (a fraction of a peak stays within (0, 1]).
@@ -41,6 +43,7 @@ from gpuplan.validate.records import Record, read_records
 from gpuplan.validate.score import ScoreResult, score_records
 
 COMPOSITE = ("layer", "train_step", "decode_step", "tp_mlp")
+SWEEPS = 2
 DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8", "int8")
 ELEMENTWISE = ("layernorm", "rmsnorm", "gelu", "silu_mul", "softmax", "add", "dropout_add")
 
@@ -72,6 +75,9 @@ STAGES = (
             Param("kernel_overhead_s", 1e-7, 3e-5),
             Param("launch_latency_s", 1e-8, 2e-5),
             Param("autograd_s", 1e-6, 5e-4),
+            Param("timer_headstart_s", 1e-6, 3e-4),
+            Param("row_reduction_s_per_elem", 1e-11, 1e-7),
+            Param("reduction_rows_per_sm", 0.25, 64.0),
         ),
     ),
     Stage(
@@ -94,6 +100,7 @@ STAGES = (
             _fraction("attn_fwd_fraction"),
             _fraction("attn_bwd_fraction"),
             _fraction("attn_decode_hbm_fraction"),
+            _fraction("attn_decode_nosplit_hbm_fraction"),
             Param("attn_kv_overhead", 1.0, 4096.0),
             Param("attn_fixed_s", 1e-7, 1e-4),
         ),
@@ -219,12 +226,17 @@ def fit(
     train: Sequence[Record],
     *,
     prior: Efficiency | None = None,
+    sweeps: int = SWEEPS,
     progress: Callable[[str], None] = lambda _: None,
 ) -> Efficiency:
+    """Fit the stages in order, ``sweeps`` times over (block coordinate descent): a later
+    stage's parameters (the CPU's cost per eager op, fitted on composite kinds) feed back into
+    the earlier stages on the next sweep."""
     eff = prior or prior_efficiency()
-    for stage in STAGES:
-        progress(stage.name)
-        eff = fit_stage(stage, train, eff)
+    for sweep in range(sweeps):
+        for stage in STAGES:
+            progress(f"{stage.name} (sweep {sweep + 1} of {sweeps})")
+            eff = fit_stage(stage, train, eff)
     return eff
 
 

@@ -12,7 +12,8 @@ How it stays fast (no per-strategy call of the per-kernel model):
 
 Pruning rules, named: context parallelism only in powers of two with chunks of at least 256
 tokens; expert parallelism only inside the data-parallel group; sequence parallelism only with
-tp > 1; GPipe, 1F1B and interleaved are distinct only when pp > 1. Overlap options, the attention
+tp > 1; GPipe, 1F1B and interleaved are distinct only when pp > 1; selective recomputation is
+left out with a flash kernel, where it keeps and recomputes exactly what no recomputation does. Overlap options, the attention
 kernel and the state precision are assumptions the caller fixes, not searched.
 """
 
@@ -124,11 +125,14 @@ def _schedules(cfg, pp: int, m: int, space: SearchSpace) -> list[tuple[str, int]
 def enumerate_space(cfg, n: int, gb: int, seq: int, acc, space: SearchSpace) -> dict:
     """Every strategy as arrays (``evaluate``'s fields), base rows x categorical choices."""
     base = _base_rows(cfg, n, gb, seq, space)
+    recompute = [
+        r for r in space.recompute if not (r == "selective" and space.attention == "flash")
+    ]
     precisions = [p for p in space.precision if acc.supports(p)] or ["bf16"]
     cats = np.array(
         list(
             itertools.product(
-                [RECOMPUTE_CODES[r] for r in space.recompute],
+                [RECOMPUTE_CODES[r] for r in recompute or ["none"]],
                 space.zero,
                 (0, 1),
                 [int(p == "fp8") for p in precisions],
