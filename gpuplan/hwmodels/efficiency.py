@@ -48,6 +48,7 @@ class Efficiency:
     # fixed costs (hwmodels.launch)
     kernel_overhead_s: float  # device-side fixed cost of one kernel inside a stream of kernels
     launch_latency_s: float  # once per timed call: from the start event to the first kernel
+    queued_overhead_fraction: float  # share of a kernel's fixed cost left when queued in a stream
     host_launch_s: float  # CPU time to issue one op in eager PyTorch
     autograd_s: float  # exposed CPU time of starting one backward pass (autograd engine)
     timer_headstart_s: float  # CPU head start of a call timed in isolation after an L2 flush
@@ -69,6 +70,19 @@ class Efficiency:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def queued(eff: Efficiency) -> Efficiency:
+    """The fixed per-kernel costs of kernels queued back to back in one stream: each one's
+    launch and prologue overlap the previous one's tail, so only a share of the fixed cost
+    measured on an isolated kernel remains (``queued_overhead_fraction``, fitted on steps)."""
+    f = eff.queued_overhead_fraction
+    return dataclasses.replace(
+        eff,
+        kernel_overhead_s=eff.kernel_overhead_s * f,
+        gemm_overhead_s=eff.gemm_overhead_s * f,
+        attn_fixed_s=eff.attn_fixed_s * f,
+    )
 
 
 def _read_json(name: str) -> dict[str, Any] | None:

@@ -39,8 +39,10 @@ def launch_cost(
     is timed in isolation after the GPU was kept busy (an L2 flush), so the CPU had
     ``timer_headstart_s`` to queue work before the timed region began."""
     gaps_s = n_kernels * eff.graph_launch_s  # the device's own gap between kernels
-    if cuda_graph:
-        return LaunchCost(gaps_s, eff.host_launch_s)  # one graph launch from the CPU
-    host_s = n_kernels * eff.host_launch_s + backward_passes * eff.autograd_s
-    hidden_s = kernels_s + gaps_s + (eff.timer_headstart_s if headstart else 0.0)
+    if cuda_graph:  # one launch from the CPU, before any of the graph's kernels can start
+        host_s = eff.host_launch_s
+        hidden_s = eff.timer_headstart_s if headstart else 0.0
+    else:
+        host_s = n_kernels * eff.host_launch_s + backward_passes * eff.autograd_s
+        hidden_s = kernels_s + gaps_s + (eff.timer_headstart_s if headstart else 0.0)
     return LaunchCost(gaps_s, max(0.0, host_s - hidden_s))

@@ -19,6 +19,7 @@ Execution assumptions, named:
 from __future__ import annotations
 
 from gpuplan.hwmodels.collectives import collective_time
+from gpuplan.hwmodels.efficiency import queued
 from gpuplan.hwmodels.launch import launch_cost
 from gpuplan.sim.breakdown import Breakdown, Item, priced_items
 from gpuplan.sim.compilation import eager, fuse_elementwise
@@ -87,6 +88,7 @@ def layer_breakdown(
     tp: int = 1,
 ) -> Breakdown:
     """One decoder block, forward or forward+backward, eager or compiled."""
+    eff = queued(eff)
     fwd = layer_forward(cfg, batch=micro_batch, seq=seq, dtype=dtype, tp=tp)
     impl = "compiled" if compiled else "eager"
     items = priced_items(_as_run(fwd, impl), acc, eff, phase="fwd")
@@ -114,6 +116,7 @@ def tp_mlp_breakdown(
     impl: str = "fused",
 ) -> Breakdown:
     """Megatron column/row-parallel MLP on one of ``tp`` ranks, with its all-reduces."""
+    eff = queued(eff)
     fwd = _as_run(mlp_block(cfg, tokens=tokens, dtype=dtype, tp=tp), impl)
     reduce_bytes = tokens * cfg.d_model * dtype_bytes(dtype)
     comm = collective_time(acc, "all_reduce", tp, reduce_bytes, eff)
@@ -166,6 +169,7 @@ def train_step_breakdown(
     impl: str = "fused",
 ) -> Breakdown:
     """Zero-grad, forward, backward and AdamW step of a whole model on one GPU."""
+    eff = queued(eff)
     t, n_params = micro_batch * seq, count_params(cfg).total
     items = priced_items(embedding_forward(cfg, tokens=t, dtype=dtype), acc, eff, phase="fwd")
     bwd_items = []
@@ -287,6 +291,7 @@ def decode_step_breakdown(
     """One new token for each of ``batch`` sequences through ``cfg.n_layers`` blocks; with
     ``with_head`` also the embedding lookup, final norm and LM head (a whole model's step).
     ``isolated``: timed alone after an L2 flush, as the record contract's harness does."""
+    eff = queued(eff)
     items = []
     if with_head:
         items += priced_items(

@@ -120,6 +120,7 @@ STAGES = (
         (
             Param("host_launch_s", 5e-7, 1e-4),
             Param("graph_launch_s", 1e-8, 2e-5),
+            _fraction("queued_overhead_fraction"),
             *(
                 _fraction(f"elementwise_hbm_fraction.{op}")
                 for op in ("rope", "copy", "fused", "adamw", "cross_entropy", "embedding")
