@@ -6,9 +6,12 @@ the decision, so all ranks stop together. Only rank 0 writes records.
 
 Timing a multi-rank call (``time_ranks``): before each repetition a one-element all-reduce lines
 up the ranks' streams (both GPUs leave it at nearly the same moment), then each rank times the
-call between CUDA events. The repetition's time is the slowest rank's (the call is done when it is
-done everywhere); the record holds the median over repetitions, and the fastest rank's median as
-an extra. NVLink SHARP (multicast) stays off: KINDS.md of the device library says why.
+call between CUDA events. Two statistics come back: ``median_s``, the median over repetitions of
+the slowest rank's time (the call is done when it is done everywhere, any wait for a late peer
+included), and ``fastest_rank_median_s``, the median of the per-repetition smallest time (the
+rank that arrived last waits for no one, so its interval is the call itself). Each kind says
+which one is its ``time_s``. NVLink SHARP (multicast) stays off: KINDS.md of the device library
+says why.
 """
 
 from __future__ import annotations
@@ -145,7 +148,7 @@ def _time_one(rt: Rank, fn, token, align: bool, sleep: bool) -> float:
     return start.elapsed_time(end) * 1e-3
 
 
-def source(rt: Rank, what: str, reps: int) -> str:
+def source(rt: Rank, what: str, reps: int, *, statistic: str = "of the slowest rank") -> str:
     """Provenance of a multi-rank record."""
     if rt.device.startswith("cuda"):
         nccl = ".".join(map(str, torch.cuda.nccl.version()))
@@ -160,5 +163,5 @@ def source(rt: Rank, what: str, reps: int) -> str:
         )
     return (
         f"{lib}, {what}, {timer}, ranks aligned by a 1-element all_reduce, "
-        f"median over {reps} of the slowest rank, {gpu}"
+        f"median over {reps} {statistic}, {gpu}"
     )

@@ -8,8 +8,11 @@ Each of ``tp`` ranks holds a column-parallel slice of the fused gate+up weight
 
 x [tokens, hidden] is replicated; bf16 throughout. ``fwd`` times the forward with grad enabled;
 ``fwd_bwd`` times forward plus ``torch.autograd.grad`` of y (random gradient) for x and the
-weights. tp=1 runs the same MLP with no communication; in a world of two processes each rank then runs
-its own copy at the same time, and the slowest rank's time is recorded, as for tp > 1.
+weights. ``time_s`` is the median over repetitions of the slowest rank's time (distributed.time_ranks; no
+GPU spin before the start, so where the CPU is the bottleneck torch's launch overhead is in it,
+as in an eager training step); ``stats.fastest_rank_median_s`` holds the other statistic. tp=1
+runs the same MLP with no communication; in a world of two processes each rank then runs its
+own copy at the same time, and the slowest rank's time is recorded, as for tp > 1.
 """
 
 from __future__ import annotations
