@@ -222,7 +222,8 @@ class ReplicaState:
         self.waiting.append(rid)
         self.in_system += 1
         t = self.table
-        self.outstanding_tokens += t.prefill_target(rid) + t.output[rid] - t.generated[rid]
+        prefill = 0 if t.remote[rid] else t.prefill_target(rid)
+        self.outstanding_tokens += prefill + t.output[rid] - t.generated[rid]
 
     def reject(self, rid: int, now_s: float) -> None:
         self.table.status[rid] = REJECTED

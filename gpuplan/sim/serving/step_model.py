@@ -15,14 +15,12 @@ An iteration of a replica (Orca, Yu et al. OSDI 2022; vLLM; Sarathi-Serve, Agraw
   iteration (``Deployment.iteration_overhead_s``).
 
 ``iteration_breakdown`` prices those operators one by one through ``hwmodels`` (the reference,
-as a ``Breakdown``). ``StepModel`` derives from the same prices, once per deployment, a table of
-the token part over T, a table of the sampling part over S, three coefficients of the decode
-attention (fixed, per sequence, per cached token: flash-decoding time is linear in the bytes it
-reads) and a memo of prefill-attention pieces; it then gives an iteration's time in about a
-microsecond, equal to the reference's. The tables are exact, not fitted: a GEMM's compute term
-changes only where its count of output tiles changes, i.e. at multiples of ``TILE_ROWS`` rows
-(``hwmodels.gemm``'s tiles are 64 or 128 rows), and its memory term is linear in the rows; every
-other token-part kernel is linear in T. The test suite checks the equality.
+as a ``Breakdown``). ``StepModel`` prices the same operators but remembers the parts: the token
+part by T, the sampling part by S, the decode attention by batch size as an intercept and a
+cost per cached token (flash-decoding's time is linear in the bytes it reads once the batch is
+fixed), and each prefill piece. A simulation meets few distinct token counts, so after a short
+warm-up an iteration costs a few dictionary lookups, and its time equals the reference's (the
+test suite checks it) whatever shape the kernel models take.
 
 A run of decode-only iterations with a fixed set of sequences has a closed form: the cached
 tokens grow by the number of sequences each iteration, so the total of k iterations is a sum
@@ -36,9 +34,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-import numpy as np
-
-from gpuplan.hwmodels.gemm import TILES
 from gpuplan.hwmodels.kernel_time import KernelTime
 from gpuplan.hwmodels.launch import launch_cost
 from gpuplan.hwmodels.price import kernel_count, price
@@ -49,9 +44,6 @@ from gpuplan.sim.step import layer_groups
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.operators import embedding_forward, kv_cache_append, layer_forward
 from gpuplan.workloads.ops import Attention, Collective, Elementwise, Gemm, Memory, Op, op_class
-
-TILE_ROWS = math.gcd(*(tile_m for tile_m, _ in TILES))  # GEMM compute is constant between
-_PROBE_TOKENS = 1000  # a token count at which every GEMM's rows reveal how they follow T
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -223,13 +215,6 @@ def iteration_breakdown(dep, batch: Batch) -> Breakdown:
 # --- the fast model ---------------------------------------------------------------------------
 
 
-def _affine(fn, t1: int, t2: int) -> tuple[float, float]:
-    """(intercept, slope) of a function known to be affine, from two of its values."""
-    y1, y2 = fn(t1), fn(t2)
-    slope = (y2 - y1) / (t2 - t1)
-    return y1 - slope * t1, slope
-
-
 def _total_s(ops: list[Op], dep) -> float:
     return sum(price_op(op, dep).total_s for op in ops)
 
@@ -238,123 +223,70 @@ def _kernels(ops: list[Op]) -> int:
     return sum(kernel_count(op) for op in ops)
 
 
-def gemm_table(op: Gemm, dep, m_max: int) -> np.ndarray:
-    """Time of ``op`` for every row count 0..m_max: priced row by row up to one tile, then
-    compute from the tile-grid points and memory linear in the rows (module docstring)."""
-    top = m_max // TILE_ROWS + 1
-    grid = [price_op(replace(op, m=TILE_ROWS * j), dep).compute_s for j in range(1, top + 1)]
-    one, two = price_op(replace(op, m=1), dep), price_op(replace(op, m=2), dep)
-    slope = two.memory_s - one.memory_s
-    m = np.arange(m_max + 1)
-    compute = np.asarray(grid)[np.maximum((m + TILE_ROWS - 1) // TILE_ROWS - 1, 0)]
-    out = np.maximum(compute, one.memory_s + slope * (m - 1)) + one.launch_s
-    small = min(TILE_ROWS, m_max)  # skinny kernels (quantization.SKINNY_ROWS) differ per row
-    out[1 : small + 1] = [price_op(replace(op, m=r), dep).total_s for r in range(1, small + 1)]
-    out[0] = 0.0
-    return out
-
-
 class StepModel:
-    """Iteration times of one deployment, derived once from the analytical model (module
-    docstring); ``iteration_s(batch)`` equals ``iteration_breakdown(dep, batch).total_s``."""
+    """Iteration times of one deployment from memoized analytical prices (module docstring);
+    ``iteration_s(batch)`` equals ``iteration_breakdown(dep, batch).total_s``."""
+
+    MEMO_LIMIT = 200_000  # prefill-attention pieces kept before the memo starts afresh
 
     def __init__(self, dep, *, max_tokens: int = 4096):
         self.dep = dep
-        cfg = dep.model
-        self._groups = layer_groups(cfg)
+        self._groups = layer_groups(dep.model)
         self._n_layers = sum(count for _, count in self._groups)
         self._templates = [attention_template(dep, layer=layer) for layer, _ in self._groups]
-        self._routed = (cfg.top_k, cfg.n_experts) if cfg.is_moe else None
+        self._token_memo: dict[int, float] = {}
+        self._sample_memo: dict[int, float] = {}
+        self._decode_memo: dict[int, tuple[float, float]] = {}
         self._prefill_memo: dict[tuple[int, int, int], float] = {}
-        self._decode_coefficients()
         self._kernel_counts()
-        self._size = 0
-        self._grow(max(max_tokens, 2 * TILE_ROWS))
+        self.max_tokens = max_tokens  # a size hint; any token count is priced on demand
 
-    # tables over tokens and samples
+    # memoized parts
 
-    def _routed_rows(self, t):
-        k, e = self._routed
-        return np.maximum(1, np.round(t * k / e)).astype(np.int64)
+    def token_s(self, tokens: int) -> float:
+        """Token part of an iteration over ``tokens`` tokens (all blocks, embedding, norm)."""
+        hit = self._token_memo.get(tokens)
+        if hit is None:
+            dep = self.dep
+            hit = _total_s(outer_ops(dep, tokens=tokens), dep) + sum(
+                count * _total_s(token_ops(dep, tokens=tokens, layer=layer), dep)
+                for layer, count in self._groups
+            )
+            self._token_memo[tokens] = hit
+        return hit
 
-    def _row_map(self, op: Gemm) -> str:
-        if op.m == _PROBE_TOKENS:
-            return "tokens"
-        if self._routed and op.m == int(self._routed_rows(np.int64(_PROBE_TOKENS))):
-            return "routed"
-        raise ValueError(f"GEMM {op.name}: m={op.m} follows tokens in an unknown way")
+    def sample_s(self, seqs: int) -> float:
+        """Sampling part: LM head and logits of ``seqs`` sequences."""
+        hit = self._sample_memo.get(seqs)
+        if hit is None:
+            hit = _total_s(sample_ops(self.dep, seqs=seqs), self.dep) if seqs else 0.0
+            self._sample_memo[seqs] = hit
+        return hit
 
-    def _grow(self, size: int) -> None:
-        """(Re)build the tables for up to ``size`` tokens and sampled sequences."""
-        dep, t = self.dep, np.arange(size + 1)
-        token = np.zeros(size + 1)
-        for (layer, count), _ in zip(self._groups, self._templates, strict=True):
-            probe = token_ops(dep, tokens=_PROBE_TOKENS, layer=layer)
-            for op in (op for op in probe if isinstance(op, Gemm)):
-                rows = t if self._row_map(op) == "tokens" else self._routed_rows(t)
-                token += count * gemm_table(op, dep, size)[rows]
-
-            def rest(n, layer=layer):
-                ops = token_ops(dep, tokens=n, layer=layer)
-                return _total_s([op for op in ops if not isinstance(op, Gemm)], dep)
-
-            a, b = _affine(rest, 8 * self._experts(), 64 * self._experts())
-            token += count * (a + b * t)
-        a, b = _affine(lambda n: _total_s(outer_ops(dep, tokens=n), dep), 1, 2)
-        token += a + b * t
-        token[0] = 0.0
-        head = sample_ops(dep, seqs=1)
-        sample = gemm_table(head[0], dep, size)
-        a, b = _affine(lambda n: _total_s(sample_ops(dep, seqs=n)[1:], dep), 1, 2)
-        sample += a + b * t
-        sample[0] = 0.0
-        self._token_s, self._sample_s, self._size = token, sample, size
-        self._token_list, self._sample_list = token.tolist(), sample.tolist()
-
-    def _experts(self) -> int:
-        return self._routed[1] if self._routed else 1
-
-    def _ensure(self, n: int) -> None:
-        if n > self._size:
-            self._grow(max(n, 2 * self._size))
-
-    def _kernel_counts(self) -> None:
-        dep = self.dep
-        self._token_kernels = _kernels(outer_ops(dep, tokens=1)) + sum(
-            count * _kernels(token_ops(dep, tokens=1, layer=layer)) for layer, count in self._groups
-        )
-        self._sample_kernels = _kernels(sample_ops(dep, seqs=1))
-        n_dec = self._token_kernels + self._sample_kernels + self._n_layers
-        self._dec_kernels = n_dec
-        # decode-only iteration time = max(K + gaps, host) for kernels K (launch model)
-        graph = dep.cuda_graph
-        self._dec_gap_s = launch_cost(n_dec, math.inf, dep.eff, cuda_graph=graph).total_s
-        self._dec_host_s = launch_cost(n_dec, 0.0, dep.eff, cuda_graph=graph).total_s
-
-    def _decode_coefficients(self) -> None:
-        """Fixed, per-sequence and per-cached-token time of the decode attention, all layers."""
-        fixed = per_seq = per_kv = 0.0
-        for (_, count), att in zip(self._groups, self._templates, strict=True):
-
-            def t(seqs, kv, att=att):
-                op = decode_attention(self.dep, att, seqs=seqs, kv_tokens=kv)
-                return price_op(op, self.dep).total_s
-
-            t11, t1k, t21 = t(1, 1), t(1, 1001), t(2, 2)
-            kv = (t1k - t11) / 1000
-            seq = t21 - t11 - kv
-            fixed += count * (t11 - seq - kv)
-            per_seq += count * seq
-            per_kv += count * kv
-        self._dec_fixed_s, self._dec_seq_s, self._dec_kv_s = fixed, per_seq, per_kv
-
-    # iteration times
+    def decode_attention_terms(self, seqs: int) -> tuple[float, float]:
+        """(intercept, per cached token) of the decode attention of ``seqs`` sequences, all
+        layers: flash-decoding's time is linear in the bytes it reads for a given batch."""
+        hit = self._decode_memo.get(seqs)
+        if hit is None:
+            one, many = seqs, 1001 * seqs  # 1 and 1001 cached tokens per sequence
+            lo = hi = 0.0
+            for (_, count), att in zip(self._groups, self._templates, strict=True):
+                for kv, acc in ((one, "lo"), (many, "hi")):
+                    op = decode_attention(self.dep, att, seqs=seqs, kv_tokens=kv)
+                    t = count * price_op(op, self.dep).total_s
+                    lo, hi = (lo + t, hi) if acc == "lo" else (lo, hi + t)
+            slope = (hi - lo) / (many - one)
+            hit = (lo - slope * one, slope)
+            self._decode_memo[seqs] = hit
+        return hit
 
     def prefill_attention_s(self, tokens: int, cached: int, seqs: int = 1) -> float:
-        """Prefill attention of one piece, all layers (memoized)."""
+        """Prefill attention of one piece, all layers."""
         key = (tokens, cached, seqs)
         hit = self._prefill_memo.get(key)
         if hit is None:
+            if len(self._prefill_memo) > self.MEMO_LIMIT:
+                self._prefill_memo.clear()
             hit = sum(
                 count
                 * price_op(
@@ -364,6 +296,20 @@ class StepModel:
             )
             self._prefill_memo[key] = hit
         return hit
+
+    def _kernel_counts(self) -> None:
+        dep = self.dep
+        self._token_kernels = _kernels(outer_ops(dep, tokens=1)) + sum(
+            count * _kernels(token_ops(dep, tokens=1, layer=layer)) for layer, count in self._groups
+        )
+        self._sample_kernels = _kernels(sample_ops(dep, seqs=1))
+        n_dec = self._token_kernels + self._sample_kernels + self._n_layers
+        # a decode-only iteration takes max(K + gaps, host) for kernels K (the launch model)
+        graph = dep.cuda_graph
+        self._dec_gap_s = launch_cost(n_dec, math.inf, dep.eff, cuda_graph=graph).total_s
+        self._dec_host_s = launch_cost(n_dec, 0.0, dep.eff, cuda_graph=graph).total_s
+
+    # iteration times
 
     def iteration_s(self, batch: Batch) -> float:
         """Time of one iteration (any mix of prefill pieces and decode sequences)."""
@@ -376,29 +322,19 @@ class StepModel:
         for c, cached, seqs in prefill:
             tokens += c * seqs
             kernels_s += self.prefill_attention_s(c, cached, seqs)
-        self._ensure(max(tokens, sampled))
-        kernels_s += self._token_list[tokens] + self._sample_list[sampled]
+        kernels_s += self.token_s(tokens) + self.sample_s(sampled)
         n = self._token_kernels + self._sample_kernels + self._n_layers * len(prefill)
         if decode_seqs:
-            kernels_s += (
-                self._dec_fixed_s
-                + self._dec_seq_s * decode_seqs
-                + self._dec_kv_s * decode_kv_tokens
-            )
+            fixed, per_kv = self.decode_attention_terms(decode_seqs)
+            kernels_s += fixed + per_kv * decode_kv_tokens
             n += self._n_layers
         graph = self.dep.cuda_graph and not prefill
         launch = launch_cost(n, kernels_s, self.dep.eff, cuda_graph=graph).total_s
         return kernels_s + launch + self.dep.iteration_overhead_s
 
     def _decode_kernels_s(self, seqs: int, kv_tokens: float) -> float:
-        self._ensure(seqs)
-        return (
-            self._token_list[seqs]
-            + self._sample_list[seqs]
-            + self._dec_fixed_s
-            + self._dec_seq_s * seqs
-            + self._dec_kv_s * kv_tokens
-        )
+        fixed, per_kv = self.decode_attention_terms(seqs)
+        return self.token_s(seqs) + self.sample_s(seqs) + fixed + per_kv * kv_tokens
 
     def decode_s(self, seqs: int, kv_tokens: int) -> float:
         """One decode-only iteration of ``seqs`` sequences reading ``kv_tokens`` in all."""
@@ -409,7 +345,7 @@ class StepModel:
         """(A, b, H, j*): iteration j of a run costs max(A + b j, H) + overhead; the first j*
         iterations are host-bound (cost H)."""
         a = self._decode_kernels_s(seqs, kv_tokens) + self._dec_gap_s
-        b = self._dec_kv_s * seqs
+        b = self.decode_attention_terms(seqs)[1] * seqs
         h = self._dec_host_s
         if a >= h:
             return a, b, h, 0
