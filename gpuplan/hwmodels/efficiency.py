@@ -52,7 +52,7 @@ class Efficiency:
     host_launch_s: float  # CPU time to issue one op in eager PyTorch
     autograd_s: float  # exposed CPU time of starting one backward pass (autograd engine)
     timer_headstart_s: float  # CPU head start of a call timed in isolation after an L2 flush
-    row_reduction_s_per_elem: float  # one row's reduction latency per element (norms, softmax)
+    row_reduction_s_per_elem: dict[str, float]  # per op: one row's reduction latency per element
     reduction_rows_per_sm: float  # rows a multiprocessor reduces at once
     graph_launch_s: float  # gap between kernels replayed from a CUDA graph
     # collectives (hwmodels.collectives)
@@ -65,8 +65,13 @@ class Efficiency:
         table = self.gemm_peak_fraction if aligned else self.gemm_unaligned_fraction
         return table.get(dtype, table.get("default", self.gemm_peak_fraction["bf16"]))
 
-    def elementwise_fraction(self, op: str) -> float:
-        return self.elementwise_hbm_fraction.get(op, self.elementwise_hbm_fraction["default"])
+    def elementwise_fraction(self, op: str, pass_: str = "fwd") -> float:
+        """Of HBM bandwidth, for ``op`` in ``pass_``: its backward's own entry (``op_bwd``)
+        where one was fitted, else the op's, else the default."""
+        table = self.elementwise_hbm_fraction
+        if pass_ == "bwd" and f"{op}_bwd" in table:
+            return table[f"{op}_bwd"]
+        return table.get(op, table["default"])
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

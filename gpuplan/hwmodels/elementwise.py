@@ -23,8 +23,9 @@ def elementwise_time(acc, op: Elementwise | Memory, eff: Efficiency) -> KernelTi
     """Time of a bandwidth-bound kernel (``op.count`` of them)."""
     if op.bytes == 0:
         return ZERO  # e.g. the backward of an add: the gradient passes through, no kernel runs
-    memory_s = op.bytes / (acc.hbm_bytes_per_s * eff.elementwise_fraction(op.op))
-    if isinstance(op, Elementwise) and op.op in ROW_REDUCTIONS:
+    pass_ = getattr(op, "pass_", "fwd")
+    memory_s = op.bytes / (acc.hbm_bytes_per_s * eff.elementwise_fraction(op.op, pass_))
+    if isinstance(op, Elementwise) and op.op in ROW_REDUCTIONS and op.pass_ == "fwd":
         memory_s = max(memory_s, row_reduction_s(acc, op, eff))
     kernels = op.kernels if isinstance(op, Elementwise) else op.count
     return KernelTime(0.0, memory_s, eff.kernel_overhead_s * kernels)
@@ -34,4 +35,5 @@ def row_reduction_s(acc, op: Elementwise, eff: Efficiency) -> float:
     """Latency floor of reducing ``op.tokens`` rows of ``op.hidden`` elements, a block per row."""
     concurrent = (acc.n_sms or 1) * eff.reduction_rows_per_sm
     waves = math.ceil(op.tokens / concurrent)
-    return waves * op.hidden * eff.row_reduction_s_per_elem * op.count
+    per_elem_s = eff.row_reduction_s_per_elem.get(op.op, 0.0)
+    return waves * op.hidden * per_elem_s * op.count

@@ -72,11 +72,19 @@ STAGES = (
         ("elementwise",),
         (
             *(_fraction(f"elementwise_hbm_fraction.{op}") for op in ELEMENTWISE),
+            *(
+                _fraction(f"elementwise_hbm_fraction.{op}_bwd")
+                for op in ELEMENTWISE
+                if op != "add"  # an add's backward runs no kernel
+            ),
             Param("kernel_overhead_s", 1e-7, 3e-5),
             Param("launch_latency_s", 1e-8, 2e-5),
             Param("autograd_s", 1e-6, 5e-4),
             Param("timer_headstart_s", 1e-6, 3e-4),
-            Param("row_reduction_s_per_elem", 1e-11, 1e-7),
+            *(
+                Param(f"row_reduction_s_per_elem.{op}", 1e-12, 1e-7)
+                for op in ("rmsnorm", "layernorm", "softmax")
+            ),
             Param("reduction_rows_per_sm", 0.25, 64.0),
         ),
     ),
@@ -218,6 +226,9 @@ def _matters(param: Param, records: Sequence[Record]) -> bool:
             r.params.get("dtype") == key and not is_aligned(r.params["n"], r.params["k"], key)
             for r in records
         )
+    if key.endswith("_bwd"):
+        op = key.removesuffix("_bwd")
+        return any(r.params.get("op") == op and r.params.get("pass") == "fwd_bwd" for r in records)
     if key in DTYPES or key in ELEMENTWISE:
         return any(r.params.get("dtype") == key or r.params.get("op") == key for r in records)
     return True
