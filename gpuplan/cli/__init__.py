@@ -25,7 +25,11 @@ from gpuplan import __version__
 from gpuplan.errors import GpuplanError
 
 COMMAND_MODULES = ("gpuplan.cli.catalog_cmd", "gpuplan.cli.validate_cmd")
-OPTIONAL_COMMAND_MODULES = ("gpuplan.cli.estimate_cmd",)
+OPTIONAL_COMMAND_MODULES = (
+    "gpuplan.cli.estimate_cmd",
+    "gpuplan.cli.train_cmd",
+    "gpuplan.cli.search_cmd",
+)
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 

@@ -17,8 +17,9 @@ the embedding, the last holds the LM head and the logits; the peak is the larger
   1 + (p - 1) / (p v) (Korthikanti sec. 4.2.3). The last stage holds one micro-batch and its
   logits (16-bit, fp32 upcast and fp32 softmax: 10 B per vocabulary entry, / tp).
 - communication buffers: the gathered activation of a TP/SP collective, pipeline send and receive
-  buffers, a data-parallel bucket (PyTorch DDP's default bucket_cap_mb = 25), ZeRO-3's gathered
-  layer (current and prefetched), MoE dispatch/combine buffers.
+  buffers, ZeRO-3's gathered layer (current and prefetched), MoE dispatch/combine buffers. Data-
+  parallel reductions run in place on the gradient buffer (Megatron's contiguous grad buffer,
+  PyTorch DDP's gradient_as_bucket_view), so they add nothing beyond the gradients.
 - fragmentation: 5% of the allocated bytes, a named floor (GMLake, Guo et al. ASPLOS 2024, measure
   far more on some large-model runs); cuda_context: 0.5 GB outside PyTorch's allocator (context,
   cuBLAS and NCCL workspaces; an order of magnitude, not a measurement).
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuplan.units import GB, MB
+from gpuplan.units import GB
 from gpuplan.workloads.memory import PRECISION_BYTES, layer_activation_bytes
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.params import (
@@ -43,7 +44,6 @@ from gpuplan.workloads.params import (
 )
 
 ACT_BYTES = 2  # 16-bit activations
-DP_BUCKET_BYTES = 25 * MB
 FRAGMENTATION = 0.05
 CUDA_CONTEXT_BYTES = 0.5 * GB
 LOGIT_BYTES = 10  # 16-bit logits, their fp32 upcast and the fp32 log-softmax
@@ -246,8 +246,7 @@ def comm_buffer_bytes(
     act = tokens * f.d_model * ACT_BYTES
     tp_buf = np.where(tp > 1, act, 0.0)
     pp_buf = np.where(pp > 1, 2 * act / np.where(sp, tp, 1), 0.0)
-    dp_buf = np.where((dp * cp > 1) & (zero < 3), DP_BUCKET_BYTES, 0.0)
     gathered_layer = 2.0 * 2 * blocks_p / np.maximum(per_stage, 1)  # bf16, current + prefetch
     z3 = np.where(zero >= 3, gathered_layer, 0.0)
     ep_buf = np.where(ep > 1, 2 * tokens * f.top_k * f.d_model * ACT_BYTES * load, 0.0)
-    return tp_buf + pp_buf + dp_buf + z3 + ep_buf
+    return tp_buf + pp_buf + z3 + ep_buf

@@ -163,11 +163,11 @@ def validate(strategy: Strategy, cfg: ModelConfig, n_gpus: int, seq: int) -> Non
 
 
 def _check_degrees(s: Strategy, cfg: ModelConfig, n_gpus: int, seq: int) -> None:
-    tps = valid_tp(cfg, n_gpus)
+    tps = valid_tp(cfg, cfg.n_heads)
     if s.tp not in tps:
         why = _tp_reason(s.tp, cfg)
         raise GpuplanError(f"tp={s.tp} {why}; valid tp: {nearest(s.tp, tps)}")
-    pps = valid_pp(cfg, n_gpus)
+    pps = valid_pp(cfg, cfg.n_layers)
     if s.pp not in pps:
         raise GpuplanError(
             f"pp={s.pp} does not divide n_layers={cfg.n_layers}; valid pp: {nearest(s.pp, pps)}"
@@ -191,7 +191,7 @@ def _tp_reason(tp: int, cfg: ModelConfig) -> str:
         return f"does not divide d_ff_expert={cfg.d_ff_expert}"
     if cfg.n_kv_heads % tp and tp % cfg.n_kv_heads:
         return f"neither divides nor is a multiple of n_kv_heads={cfg.n_kv_heads}"
-    return "is larger than the number of GPUs"
+    return "is not a valid tensor-parallel degree"
 
 
 def _check_world(s: Strategy, n_gpus: int) -> None:

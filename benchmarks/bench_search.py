@@ -1,0 +1,61 @@
+"""Strategy-search speed on one core: strategies evaluated per second, and a whole space's time.
+
+1. Llama-3 70B on 1,024 H100s (DGX H100 nodes), global batch 1,024 x 4,096 tokens: every valid
+   strategy (TP, CP, PP, DP, micro-batch, schedule and virtual stages, recomputation, ZeRO stage,
+   sequence parallelism, bf16/fp8) evaluated with numpy; prints strategies per second for the
+   evaluation (the part that scales with the space) and end to end (pricing of the distinct
+   kernel shapes included). Target: at least 100,000 per second.
+2. GPT-3 175B on 1,024 A100s (DGX A100 nodes, Narayanan et al. 2021's setting), global batch
+   1,536 x 2,048: the whole space, start to finish. Target: under a minute.
+
+Run: ``python benchmarks/bench_search.py`` (pin one core with ``taskset -c 0`` to be strict).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+# one core: keep numpy's BLAS from spreading out (the evaluation is elementwise anyway)
+for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(var, "1")
+
+from gpuplan.sim.parallel.search import search  # noqa: E402
+from gpuplan.sim.parallel.topology import get_cluster  # noqa: E402
+from gpuplan.workloads.presets import get_model  # noqa: E402
+
+CALCULON_PER_S = 136  # the issue's figure for Calculon's search on this machine
+
+
+def run(model: str, cluster: str, gpus: int, global_batch: int, seq: int) -> None:
+    cfg = get_model(model)
+    start = time.perf_counter()
+    result = search(
+        cfg, cluster=get_cluster(cluster), gpus=gpus, global_batch=global_batch, seq=seq
+    )
+    wall_s = time.perf_counter() - start
+    best = result.frame.iloc[0]
+    print(f"{model} on {gpus} x {cluster}, global batch {global_batch} x {seq}")
+    print(f"  strategies evaluated     {result.evaluated:>12,}")
+    print(f"  fit in memory            {result.fitting:>12,}")
+    print(f"  kernel shapes priced     {result.shapes_priced:>12,}  in {result.pricing_s:.2f} s")
+    print(
+        f"  evaluation               {result.evaluation_s:>12.3f} s  "
+        f"= {result.strategies_per_s:,.0f} strategies/s "
+        f"({result.strategies_per_s / CALCULON_PER_S:,.0f}x Calculon's {CALCULON_PER_S}/s)"
+    )
+    print(
+        f"  end to end               {wall_s:>12.3f} s  "
+        f"= {result.evaluated / wall_s:,.0f} strategies/s"
+    )
+    print(
+        f"  fastest: tp{best.tp} pp{best.pp} dp{best.dp} cp{best.cp} mb{best.micro_batch} "
+        f"{best.schedule}(v={best.virtual_stages}) rc:{best.recompute} zero{best.zero} "
+        f"{best.precision}: {best.step_time_s:.2f} s/step, MFU {100 * best.mfu:.1f}%"
+    )
+    print()
+
+
+if __name__ == "__main__":
+    run("llama3-70b", "dgx-h100", 1024, 1024, 4096)
+    run("gpt3-175b", "dgx-a100", 1024, 1536, 2048)

@@ -1,0 +1,122 @@
+"""``gpuplan search train``: every valid training strategy of a model on N GPUs, evaluated at once.
+
+Enumerates TP, CP, PP, DP, EP, micro-batch, schedule (GPipe, 1F1B, interleaved with every valid
+virtual-stage count), recomputation, ZeRO stage, sequence parallelism and precision; drops what
+does not fit; prints how many strategies were evaluated and how many per second, the fastest, and
+the Pareto front of step time, memory per GPU and cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from gpuplan.cli import require_subcommand
+from gpuplan.cli.tables import dump_json, format_value, render_table
+from gpuplan.cli.train_cmd import (
+    add_assumption_options,
+    add_cluster_options,
+    default_seq,
+    positive_int,
+    render_estimate,
+    resolve_cluster,
+    zero_stage,
+)
+from gpuplan.errors import GpuplanError
+
+COLUMNS = [
+    "tp", "pp", "dp", "cp", "ep", "sp", "zero", "micro_batch", "schedule", "virtual_stages",
+    "recompute", "precision", "step_time_s", "tokens_per_s", "mfu_pct",
+    "peak_memory_per_gpu_bytes", "cost_per_step_usd",
+]  # fmt: skip
+
+
+def register(subparsers) -> None:
+    group = subparsers.add_parser(
+        "search", help="search strategies (see 'gpuplan search train --help')"
+    )
+    sub = group.add_subparsers(title="search commands", metavar="COMMAND")
+    p = sub.add_parser(
+        "train",
+        help="every valid training strategy of a model on N GPUs: the fastest and the Pareto front",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--model", required=True, help="model preset or config.json")
+    add_cluster_options(p)
+    p.add_argument("--global-batch", type=positive_int, required=True, help="sequences per step")
+    p.add_argument("--seq", type=positive_int, help="sequence length (default: model's, <= 8192)")
+    p.add_argument("--top", type=positive_int, default=10, help="rows of the fastest to show")
+    p.add_argument(
+        "--recompute",
+        nargs="+",
+        choices=("none", "selective", "full"),
+        default=["none", "selective", "full"],
+    )
+    p.add_argument("--zero", nargs="+", type=zero_stage, default=[0, 1, 2, 3])
+    p.add_argument("--precision", nargs="+", choices=("bf16", "fp8"), default=["bf16", "fp8"])
+    p.add_argument("--max-cp", type=positive_int, default=16, help="largest context-parallel size")
+    p.add_argument(
+        "--expert-imbalance", type=float, default=1.0, help="MoE: busiest expert's load / mean"
+    )
+    add_assumption_options(p)
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    p.set_defaults(func=run)
+    require_subcommand(group, sub)
+
+
+def run(args) -> int:
+    from gpuplan.sim.parallel.estimate import estimate_training
+    from gpuplan.sim.parallel.search import SearchSpace, row_strategy, search
+    from gpuplan.workloads.presets import get_model
+
+    if not args.gpus:
+        raise GpuplanError("gpuplan search train needs --gpus")
+    cfg = get_model(args.model)
+    cluster = resolve_cluster(args)
+    seq = args.seq or default_seq(cfg)
+    space = SearchSpace(
+        recompute=tuple(args.recompute), zero=tuple(sorted(set(args.zero))),
+        precision=tuple(args.precision), max_cp=args.max_cp, attention=args.attention,
+        state_precision=args.state_precision, overlap_dp=args.overlap_dp,
+        overlap_tp=args.overlap_tp, overlap_pp=args.overlap_pp, load=args.expert_imbalance,
+    )  # fmt: skip
+    result = search(
+        cfg, cluster=cluster, gpus=args.gpus, global_batch=args.global_batch, seq=seq,
+        space=space, tokens=args.tokens, usd_per_gpu_hour=args.price_per_gpu_hour,
+    )  # fmt: skip
+    best = row_strategy(result.frame.iloc[0], global_batch=args.global_batch, space=space)
+    fastest = estimate_training(cfg, best, cluster=cluster, seq=seq, gpus=args.gpus).to_dict()
+    top = result.frame.head(args.top).assign(mfu_pct=lambda f: 100 * f["mfu"])
+    pareto = result.pareto.assign(mfu_pct=lambda f: 100 * f["mfu"])
+    stats = {
+        "model": cfg.name,
+        "cluster": cluster.key,
+        "gpus": args.gpus,
+        "global_batch": args.global_batch,
+        "seq": seq,
+        "evaluated": result.evaluated,
+        "fitting": result.fitting,
+        "shapes_priced": result.shapes_priced,
+        "pricing_s": result.pricing_s,
+        "evaluation_s": result.evaluation_s,
+        "strategies_per_s": result.strategies_per_s,
+    }
+    if args.json:
+        print(dump_json(stats | {"top": top, "pareto": pareto, "fastest": fastest}))
+        return 0
+    print(
+        f"evaluated {result.evaluated:,} strategies of {cfg.name} on {args.gpus} x "
+        f"{cluster.gpu} in {format_value('evaluation_s', result.evaluation_s)} "
+        f"({result.strategies_per_s:,.0f} strategies/s; {result.shapes_priced} kernel shapes "
+        f"priced in {format_value('pricing_s', result.pricing_s)}); {result.fitting:,} fit in memory"
+    )
+    cols = COLUMNS + (["time_to_train_s", "cost_usd"] if args.tokens else [])
+    fmt = {"mfu_pct": lambda v: f"{v:.1f}%", "cost_per_step_usd": lambda v: f"${v:.3g}"}
+    fmt |= {"cost_usd": lambda v: f"${v:,.0f}", "time_to_train_s": lambda v: f"{v / 86400:.1f} d"}
+    print(f"\nfastest {len(top)}:")
+    print(render_table(top, cols, formats=fmt))
+    print(f"\nPareto front (step time, memory per GPU, cost): {len(pareto)} strategies")
+    print(render_table(pareto, cols, formats=fmt))
+    print("\nthe fastest in full:\n")
+    print(render_estimate(fastest))
+    return 0

@@ -1,0 +1,294 @@
+"""``gpuplan train``: one multi-GPU training strategy's step time, memory per GPU, MFU and cost.
+
+Give the model, the GPUs and the layout (``--tp --pp --dp --ep --cp --zero --micro-batch
+--global-batch --seq --schedule --virtual-stages --recompute --precision``); gpuplan prices each
+GPU's kernels with the one-GPU models and adds communication, the pipeline bubble and the
+optimizer on the cluster's topology. ``--tokens`` adds the time, GPU-hours, cost and energy of a
+whole run. ``gpuplan train --reproduce`` prints gpuplan's predictions of published Megatron-LM
+runs (Narayanan et al. 2021; Korthikanti et al. 2022) next to what they measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from gpuplan.cli.tables import dump_json, format_value, render_table
+from gpuplan.errors import GpuplanError
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+RECOMPUTE = ("none", "selective", "full")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{value} must be greater than zero")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{value} must be greater than zero")
+    return value
+
+
+def zero_stage(text: str) -> int:
+    if text.lower() == "fsdp":
+        return 3
+    if text not in ("0", "1", "2", "3"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a ZeRO stage: 0, 1, 2, 3 or fsdp")
+    return int(text)
+
+
+def add_cluster_options(p) -> None:
+    """--gpu, --gpus, --cluster, --placement, shared with ``gpuplan search train``."""
+    p.add_argument("--gpu", help="accelerator key (default: the cluster's, else h200)")
+    p.add_argument("--gpus", type=positive_int, help="number of GPUs (the world size)")
+    p.add_argument(
+        "--cluster",
+        help="cluster preset: dgx-a100, dgx-h100, dgx-h200, gb200-nvl72 "
+        "(default: the preset of --gpu, else 8-GPU nodes of it)",
+    )
+    p.add_argument(
+        "--placement",
+        help="order of the parallel dimensions on the hierarchy, innermost first "
+        "(default tp,cp,dp,pp)",
+    )
+
+
+def add_assumption_options(p) -> None:
+    """Options that are assumptions rather than choices, shared with the search."""
+    p.add_argument(
+        "--attention",
+        choices=("flash", "unfused"),
+        default="flash",
+        help="attention kernels: flash (default) or unfused (QK^T/softmax/PV, Megatron 2021)",
+    )
+    p.add_argument(
+        "--state-precision",
+        choices=("bf16-mixed-megatron", "bf16-mixed", "bf16"),
+        default="bf16-mixed-megatron",
+        help="bytes per parameter of weights, gradients and Adam state (default 2+4+12)",
+    )
+    p.add_argument(
+        "--overlap-dp",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="hide data-parallel communication behind the backward (default: on)",
+    )
+    p.add_argument(
+        "--overlap-tp",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="hide TP collectives behind the GEMMs (default: off)",
+    )
+    p.add_argument(
+        "--overlap-pp",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="hide pipeline sends behind compute (default: off)",
+    )
+    p.add_argument("--tokens", type=positive_float, help="token budget of the whole run")
+    p.add_argument(
+        "--price-per-gpu-hour", type=positive_float, help="USD per GPU-hour (default: price file)"
+    )
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "train",
+        help="multi-GPU training estimate of one strategy (or --reproduce published runs)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--model", help="model preset or config.json")
+    add_cluster_options(p)
+    for name in ("tp", "pp", "dp", "ep", "cp"):
+        p.add_argument(f"--{name}", type=positive_int, help=f"{name} degree")
+    p.add_argument("--sp", action="store_true", help="Megatron sequence parallelism (tp > 1)")
+    p.add_argument("--zero", type=zero_stage, default=0, help="ZeRO stage 0-3 or fsdp (= 3)")
+    p.add_argument("--micro-batch", type=positive_int, default=1, help="sequences per micro-batch")
+    p.add_argument(
+        "--global-batch",
+        type=positive_int,
+        help="sequences per step (default: micro-batch x dp x max(1, 4 pp))",
+    )
+    p.add_argument("--seq", type=positive_int, help="sequence length (default: model's, <= 8192)")
+    p.add_argument("--schedule", choices=SCHEDULES, default="1f1b")
+    p.add_argument("--virtual-stages", type=positive_int, default=1)
+    p.add_argument("--recompute", choices=RECOMPUTE, default="none")
+    p.add_argument("--precision", choices=("bf16", "fp8"), default="bf16")
+    p.add_argument(
+        "--expert-imbalance",
+        type=float,
+        default=1.0,
+        help="MoE: busiest expert's load over the mean (default 1.0)",
+    )
+    p.add_argument("--capacity-factor", type=positive_float, help="MoE: pad to this capacity")
+    add_assumption_options(p)
+    p.add_argument(
+        "--reproduce",
+        action="store_true",
+        help="predict the published Megatron-LM runs and print the comparison",
+    )
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    p.set_defaults(func=run)
+
+
+def resolve_cluster(args):
+    """The cluster of --cluster/--gpu/--placement."""
+    from gpuplan.hwmodels.accelerators import get_accelerator
+    from gpuplan.sim.parallel.topology import cluster_for, get_cluster, with_placement
+
+    if args.cluster:
+        cluster = get_cluster(args.cluster)
+        if args.gpu and get_accelerator(args.gpu).key != cluster.gpu:
+            raise GpuplanError(
+                f"--gpu {args.gpu} does not match --cluster {args.cluster}, which is built of "
+                f"{cluster.gpu}; drop one of them"
+            )
+    else:
+        cluster = cluster_for(args.gpu or "h200")
+    return with_placement(cluster, args.placement) if args.placement else cluster
+
+
+def default_seq(cfg) -> int:
+    return min(cfg.max_seq_len, 8192)
+
+
+def _strategy(args, gpus: int | None):
+    from gpuplan.sim.parallel.strategy import Strategy
+
+    tp, pp, cp, ep = args.tp or 1, args.pp or 1, args.cp or 1, args.ep or 1
+    dp = args.dp
+    if dp is None:
+        inner = tp * pp * cp
+        if gpus is None:
+            dp = 1
+        elif gpus % inner:
+            raise GpuplanError(
+                f"tp*cp*pp = {tp}*{cp}*{pp} = {inner} does not divide gpus={gpus}; "
+                "choose degrees whose product divides the GPUs"
+            )
+        else:
+            dp = gpus // inner
+    gb = args.global_batch or args.micro_batch * dp * max(1, 4 * pp)
+    return Strategy(
+        tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sp=args.sp, zero=args.zero,
+        micro_batch=args.micro_batch, global_batch=gb, schedule=args.schedule,
+        virtual_stages=args.virtual_stages, recompute=args.recompute, precision=args.precision,
+        state_precision=args.state_precision, attention=args.attention,
+        overlap_dp=args.overlap_dp, overlap_tp=args.overlap_tp, overlap_pp=args.overlap_pp,
+        capacity_factor=args.capacity_factor, expert_imbalance=args.expert_imbalance,
+    )  # fmt: skip
+
+
+def run(args) -> int:
+    if args.reproduce:
+        return reproduce(args)
+    if not args.model:
+        raise GpuplanError("gpuplan train needs --model (or --reproduce)")
+    from gpuplan.sim.parallel.cost import run_budget
+    from gpuplan.sim.parallel.estimate import estimate_training
+    from gpuplan.workloads.presets import get_model
+
+    cfg = get_model(args.model)
+    cluster = resolve_cluster(args)
+    strategy = _strategy(args, args.gpus)
+    seq = args.seq or default_seq(cfg)
+    est = estimate_training(cfg, strategy, cluster=cluster, seq=seq, gpus=args.gpus)
+    doc = est.to_dict()
+    if args.tokens:
+        budget = run_budget(
+            tokens=args.tokens, tokens_per_s=est.tokens_per_s, gpus=est.gpus,
+            acc=cluster.accelerator, usd_per_gpu_hour=args.price_per_gpu_hour,
+        )  # fmt: skip
+        doc["budget"] = budget.to_dict()
+    if args.json:
+        print(dump_json(doc))
+        return 0
+    print(render_estimate(doc))
+    return 0
+
+
+def render_estimate(doc: dict[str, Any]) -> str:
+    """The estimate as people read it: headline, breakdown by class, memory terms."""
+    st = doc["strategy"]
+    fits = "fits" if doc["fits"] else "DOES NOT FIT"
+    lines = [
+        f"{doc['model']} on {doc['gpus']} GPUs of {doc['cluster']}: {st['label']}, "
+        f"global batch {st['global_batch']} x {doc['seq']} tokens",
+        "",
+        f"step time       {format_value('step_time_s', doc['step_time_s'])}",
+        f"tokens/s        {doc['tokens_per_s']:,.0f}",
+        f"MFU / HFU       {100 * doc['mfu']:.1f}% / {100 * doc['hfu']:.1f}%",
+        f"memory per GPU  {format_value('bytes', doc['peak_memory_per_gpu_bytes'])} of "
+        f"{format_value('bytes', doc['device_memory_bytes'])} ({fits})",
+        "",
+    ]
+    rows = [dict(r, share_pct=100 * r["share"]) for r in doc["by_category"]]
+    rows.sort(key=lambda r: -r["time_s"])
+    lines.append(render_table(rows, ["layer", "category", "time_s", "share_pct"]))
+    lines.append("")
+    mem = [{"term": k, "bytes": v} for k, v in doc["memory_bytes"].items()]
+    lines.append(render_table(mem, ["term", "bytes"]))
+    if "budget" in doc:
+        b = doc["budget"]
+        cost = "-" if b["cost_usd"] is None else f"${b['cost_usd']:,.0f}"
+        lines += [
+            "",
+            f"{b['tokens']:.3g} tokens: {b['time_to_train_s'] / 86400:.1f} days, "
+            f"{b['gpu_hours']:,.0f} GPU-hours, {cost}, {b['energy_kwh']:,.0f} kWh "
+            f"(power {b['power_fraction']:.0%} of TDP, PUE {b['pue']})",
+            f"price: {b['price_source']}",
+        ]
+    lines += ["", *[f"note: {n}" for n in doc["notes"]]]
+    return "\n".join(lines)
+
+
+def reproduce(args) -> int:
+    """Predict the published runs; print the comparison table and the median errors."""
+    from gpuplan.sim.parallel.published import reproduce as predict
+    from gpuplan.sim.parallel.published import summary
+
+    frame = predict()
+    summ = summary(frame)
+    if args.json:
+        print(dump_json({"rows": frame, "summary": summ}))
+        return 0
+    print(render_reproduction(frame, summ))
+    return 0
+
+
+def render_reproduction(frame, summ) -> str:
+    cols = ["id", "metric", "gpus", "measured", "predicted", "error_pct"]
+    fmt = {"measured": lambda v: f"{v:.4g}", "predicted": lambda v: f"{v:.4g}",
+           "error_pct": lambda v: f"{v:+.1f}%"}  # fmt: skip
+    kinds = summ[summ["by"] == "kind"]
+    sources = summ[summ["by"] == "source"]
+    lines = [
+        "Published runs (A100 80GB, DGX A100 / Selene) against gpuplan's predictions",
+        "",
+        render_table(frame, cols, formats=fmt),
+        "",
+        render_table(
+            sources.rename(columns={"median": "median_abs_pct_error", "max": "max_abs_pct_error"}),
+            ["kind", "group", "count", "median_abs_pct_error", "max_abs_pct_error"],
+            headers={"group": "source"},
+        ),
+        "",
+        render_table(
+            kinds.rename(columns={"median": "median_abs_pct_error", "max": "max_abs_pct_error"}),
+            ["group", "count", "median_abs_pct_error", "max_abs_pct_error", "target_pct", "met"],
+            headers={"group": "kind"},
+        ),
+    ]
+    return "\n".join(lines)
