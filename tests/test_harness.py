@@ -155,3 +155,23 @@ def test_tiny_run_on_cuda_writes_every_single_device_kind(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     for kind in kinds.split(","):
         assert read_records(tmp_path / f"{kind}.jsonl")
+
+
+DATA = ROOT / "gpuplan" / "validate" / "data"
+
+
+def test_committed_measurements_follow_the_contract():
+    files = sorted(DATA.rglob("*.jsonl"))
+    assert {f.stem for f in files} == set(ALL_KINDS)
+    for path in files:
+        for rec in read_records(path):
+            assert rec["kind"] == path.stem and rec["device"] == "h200", path
+            assert list(rec["params"]) == list(PARAM_KEYS[rec["kind"]]), path
+            assert set(rec["measured"]) == set(MEASURED_KEYS[rec["kind"]]), path
+            assert rec["measured"]["time_s"] > 0 and rec["source"], path
+
+
+def test_committed_measurements_have_their_environment():
+    for folder in {f.parent for f in DATA.rglob("*.jsonl")}:
+        env = json.loads((folder / "environment.json").read_text())
+        assert env["gpu_name"] == "NVIDIA H200" and env["torch"].startswith("2.11")
