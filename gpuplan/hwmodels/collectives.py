@@ -12,7 +12,9 @@ Gropp, IJHPCA 2005; NCCL's "performance.md" bus-bandwidth definitions), for ``n`
 | all_to_all     | 1 (pairwise, concurrent) | (n-1)/n * B  |
 | send_recv      | 1          | B                          |
 
-Time = fixed call cost + steps * per-step latency + bytes / (link bandwidth * fraction). The link
+Time = fixed call cost + steps * per-step latency + bytes / (link bandwidth * fraction), for the
+faster of NCCL's Simple and LL protocols (``_protocols``); point-to-point calls pay their own
+setup on top (``p2p_launch_s``). The link
 is the accelerator's scale-up link (NVLink, Infinity Fabric, ICI) one direction, or PCIe when it
 has none. One rank costs nothing: there is no one to talk to.
 
@@ -82,12 +84,29 @@ def collective_time(
         )
     if world == 1:
         return ZERO
-    bw = (link_bytes_per_s_override or link_bytes_per_s(acc)) * eff.collective_bw_fraction
+    link = link_override_or_default(acc, link_bytes_per_s_override)
     options = [ring_terms(op, world, bytes_per_rank)]
     if op == "all_reduce" and algorithm != "ring":
         options = [tree_terms(world, bytes_per_rank)] + (options if algorithm == "auto" else [])
+    launch_s = eff.collective_launch_s + (eff.p2p_launch_s if op == "send_recv" else 0.0)
     times = [
-        KernelTime(0.0, sent / bw, eff.collective_launch_s + steps * eff.collective_latency_s)
+        KernelTime(0.0, sent / (link * fraction), launch_s + steps * step_s)
         for steps, sent in options
+        for fraction, step_s in _protocols(eff)
     ]
     return min(times, key=lambda t: t.total_s)
+
+
+def _protocols(eff: Efficiency) -> tuple[tuple[float, float], ...]:
+    """(bandwidth fraction, latency per step) of NCCL's protocols: Simple (full bandwidth,
+    higher latency) and LL (low latency, a fraction of the bandwidth: it moves 8 bytes of
+    flags with every 8 bytes of data). NCCL's tuner takes the faster for each size
+    (NCCL documentation, NCCL_PROTO; src/graph/tuning.cc)."""
+    return (
+        (eff.collective_bw_fraction, eff.collective_latency_s),
+        (eff.collective_ll_bw_fraction, 0.0),
+    )
+
+
+def link_override_or_default(acc, override: float | None) -> float:
+    return override or link_bytes_per_s(acc)

@@ -120,6 +120,8 @@ STAGES = (
             Param("collective_latency_s", 1e-7, 1e-4),
             _fraction("collective_bw_fraction"),
             Param("collective_launch_s", 1e-7, 2e-4),
+            _fraction("collective_ll_bw_fraction"),
+            Param("p2p_launch_s", 1e-8, 2e-4),
         ),
     ),
     Stage(
