@@ -29,6 +29,7 @@ OPTIONAL_COMMAND_MODULES = (
     "gpuplan.cli.estimate_cmd",
     "gpuplan.cli.train_cmd",
     "gpuplan.cli.search_cmd",
+    "gpuplan.cli.serve_cmd",
 )
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3

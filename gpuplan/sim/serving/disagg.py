@@ -104,6 +104,7 @@ def simulate_disaggregated(
     progress: bool = False,
     slo_ttft_s: float | None = None,
     slo_tpot_s: float | None = None,
+    step: StepModel | None = None,
 ) -> ServingResult:
     """Serve ``workload`` with a prefill pool and a decode pool (``sched`` rules the decode
     replicas; ``prefill_sched``, default ``sched``, the prefill replicas' limits)."""
@@ -116,7 +117,7 @@ def simulate_disaggregated(
     env, table = simpy.Environment(), RequestTable(workload)
     pre_sched = prefill_sched or sched
     budget = max(pre_sched.batched_tokens(dep.model) or 0, sched.batched_tokens(dep.model) or 0)
-    step = StepModel(dep, max_tokens=max(budget, sched.max_seqs))
+    step = step or StepModel(dep, max_tokens=max(budget, sched.max_seqs))
     line, bar = Timeline(timeline), Progress(workload.n, progress)
     pre = [
         make_replica(env, i, table, dep, pre_sched, step, line, prefill_only=True)

@@ -187,14 +187,16 @@ def simulate(
     max_run_iterations: int | None = None,
     slo_ttft_s: float | None = None,
     slo_tpot_s: float | None = None,
+    step: StepModel | None = None,
 ) -> ServingResult:
-    """Serve ``workload`` with ``replicas`` identical replicas behind ``router``."""
+    """Serve ``workload`` with ``replicas`` identical replicas behind ``router`` (``step``: a
+    step model of ``dep`` to reuse, with its memo, across simulations)."""
     check_positive("replicas", replicas)
     if horizon_s is not None:
         check_positive("horizon_s", horizon_s)
     started = time.perf_counter()
     env, table = simpy.Environment(), RequestTable(workload)
-    step = StepModel(dep, max_tokens=_table_tokens(sched, dep.model))
+    step = step or StepModel(dep, max_tokens=_table_tokens(sched, dep.model))
     line, bar = Timeline(timeline), Progress(workload.n, progress)
     reps = [
         make_replica(env, i, table, dep, sched, step, line, max_run_iterations=max_run_iterations)

@@ -1,0 +1,413 @@
+"""``gpuplan serve``: simulate serving traffic, plan capacity under SLOs, estimate edge devices.
+
+- ``gpuplan serve --model M --gpu G --rate R --prompt-tokens P --output-tokens O`` runs one
+  simulation and prints the latency table (``--rate inf``: every request at time zero, an
+  offline throughput run);
+- ``gpuplan serve plan --model M --gpu G --rate R --slo-ttft-s X --slo-tpot-s Y`` searches
+  tensor parallelism, replicas, batch limits, quantization and disaggregation for the cheapest
+  configurations that meet the SLOs;
+- ``gpuplan serve edge --model M --gpu jetson-agx-orin-64gb`` gives single-stream and
+  small-batch tokens/s and memory per weight format, with the bound that limits them.
+
+Token counts (``--prompt-tokens``, ``--output-tokens``) are a number, ``uniform:LO:HI``,
+``lognormal:MEDIAN:P90[:MAX]`` or ``conversation`` (a fit to the Azure 2023 conversation trace).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from gpuplan.cli.tables import dump_json, format_seconds, format_value, render_table
+from gpuplan.errors import GpuplanError
+
+POLICIES = ("static", "dynamic", "continuous", "chunked")
+WEIGHT_DTYPES = ("bf16", "fp8", "int8", "int4")
+KV_DTYPES = ("bf16", "fp8")
+ROUTERS = ("round_robin", "least_outstanding", "shortest_queue_tokens")
+
+
+def _positive(kind):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"{text} is invalid: it must be greater than zero")
+        return value
+
+    return parse
+
+
+def _rate(text: str) -> float:
+    if text.strip().lower() in ("inf", "infinity"):
+        return math.inf
+    return _positive(float)(text)
+
+
+def _tokens(text: str):
+    """A whole number of tokens (> 0) or a length spec, checked when the workload is made."""
+    if text.strip().lstrip("-").isdigit():
+        return _positive(int)(text)
+    return text
+
+
+def _ratio(text: str) -> tuple[int, int]:
+    p, sep, d = text.partition(":")
+    if not sep or not p.isdigit() or not d.isdigit() or int(p) < 1 or int(d) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: give P:D, e.g. 1:2")
+    return int(p), int(d)
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list") from None
+    if any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: every value must be at least 1")
+    return values
+
+
+def _common(p, *, rate_required: bool) -> None:
+    # the parent ``serve`` parser cannot require them: ``serve plan`` passes them to its own
+    p.add_argument("--model", required=rate_required, help="model preset or config.json")
+    p.add_argument("--gpu", required=rate_required, help="accelerator key (see `gpuplan gpus`)")
+    p.add_argument("--rate", type=_rate, required=rate_required, help="requests per second, or inf")
+    p.add_argument("--prompt-tokens", type=_tokens, default=None, help="prompt length spec")
+    p.add_argument("--output-tokens", type=_tokens, default=None, help="output length spec")
+    p.add_argument(
+        "--trace", help="CSV or JSON Lines trace: arrival_s, prompt_tokens, output_tokens"
+    )
+    p.add_argument("--requests", type=_positive(int), default=None, help="requests to simulate")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "serve",
+        help="simulate LLM serving; `serve plan` for capacity, `serve edge` for edge devices",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _common(p, rate_required=False)
+    p.add_argument("--tp", type=_positive(int), default=1, help="tensor-parallel GPUs per replica")
+    p.add_argument("--replicas", type=_positive(int), default=1)
+    p.add_argument("--router", choices=ROUTERS, default="round_robin")
+    p.add_argument("--policy", choices=POLICIES, default="continuous")
+    p.add_argument("--weight-dtype", choices=WEIGHT_DTYPES, default="bf16")
+    p.add_argument("--kv-dtype", choices=KV_DTYPES, default="bf16")
+    p.add_argument("--max-seqs", type=_positive(int), default=256)
+    p.add_argument("--max-batched-tokens", type=_positive(int), default=None)
+    p.add_argument("--max-model-len", type=_positive(int), default=None)
+    p.add_argument("--block-tokens", type=_positive(int), default=16)
+    p.add_argument("--preemption", choices=("recompute", "swap"), default="recompute")
+    p.add_argument("--batch-timeout-s", type=_positive(float), default=0.1)
+    p.add_argument("--memory-utilization", type=_positive(float), default=0.9)
+    p.add_argument("--arrival", choices=("poisson", "gamma"), default="poisson")
+    p.add_argument("--cv", type=_positive(float), default=1.0, help="gamma arrivals' burstiness")
+    p.add_argument("--disaggregate", type=_ratio, help="P:D prefill and decode replicas")
+    p.add_argument("--kv-link", choices=("scaleout", "scaleup"), default="scaleout")
+    p.add_argument("--no-cuda-graph", action="store_true", help="decode iterations run eagerly")
+    p.add_argument("--impl", choices=("fused", "eager", "compiled"), default="fused")
+    p.add_argument("--slo-ttft-s", type=_positive(float), help="for goodput")
+    p.add_argument("--slo-tpot-s", type=_positive(float), help="for goodput")
+    p.add_argument("--horizon-s", type=_positive(float), help="stop the simulation at this time")
+    p.add_argument("--progress", action="store_true", help="a progress bar on stderr")
+    p.add_argument("--requests-csv", help="write the per-request table to this CSV file")
+    p.add_argument("--timeline-csv", help="write queue length and KV use over time to this CSV")
+    p.set_defaults(func=run_serve)
+    sub = p.add_subparsers(title="subcommands", metavar="{plan,edge}", dest="serve_command")
+    _register_plan(sub)
+    _register_edge(sub)
+
+
+def _register_plan(sub) -> None:
+    p = sub.add_parser("plan", help="cheapest configurations that meet TTFT and TPOT SLOs")
+    _common(p, rate_required=True)
+    p.add_argument("--slo-ttft-s", type=_positive(float), required=True)
+    p.add_argument("--slo-tpot-s", type=_positive(float), required=True)
+    p.add_argument("--percentile", type=_positive(float), default=99.0)
+    p.add_argument("--tp", type=_ints, help="tensor-parallel degrees to try (default: all)")
+    p.add_argument("--policy", choices=("continuous", "chunked"), default="chunked")
+    p.add_argument("--max-seqs", type=_ints, default=(64, 256), help="max_seqs values to try")
+    p.add_argument("--no-disaggregation", action="store_true")
+    p.add_argument("--max-gpus", type=_positive(int), default=64)
+    p.add_argument("--top", type=_positive(int), default=5)
+    p.add_argument("--price-per-gpu-hour", type=_positive(float), help="USD (default: price file)")
+    p.set_defaults(func=run_plan)
+
+
+def _register_edge(sub) -> None:
+    p = sub.add_parser("edge", help="tokens/s and memory of quantized models on one device")
+    p.add_argument("--model", required=True)
+    p.add_argument("--gpu", required=True, help="e.g. jetson-agx-orin-64gb, m2-ultra")
+    p.add_argument("--weight-dtype", choices=(*WEIGHT_DTYPES, "all"), default="all")
+    p.add_argument("--kv-dtype", choices=KV_DTYPES, default="bf16")
+    p.add_argument("--batch", type=_ints, default=(1, 2, 4, 8), help="e.g. 1,2,4,8")
+    p.add_argument("--context", type=_positive(int), default=1024, help="cached tokens")
+    p.add_argument("--prompt-tokens", type=_positive(int), default=512, help="for the TTFT")
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    p.set_defaults(func=run_edge)
+
+
+# --- serve -------------------------------------------------------------------------------------
+
+
+def _workload(args, *, default_requests: int):
+    from gpuplan.sim.serving.requests import make_workload, read_trace
+
+    if args.trace:
+        return read_trace(args.trace, rate_per_s=args.rate, seed=args.seed, limit=args.requests)
+    missing = [
+        flag
+        for flag, value in (
+            ("--rate", args.rate),
+            ("--prompt-tokens", args.prompt_tokens),
+            ("--output-tokens", args.output_tokens),
+        )
+        if value is None
+    ]
+    if missing:
+        raise GpuplanError(f"give {', '.join(missing)} (or --trace FILE)")
+    return make_workload(
+        rate_per_s=args.rate,
+        n=args.requests or default_requests,
+        prompt_tokens=args.prompt_tokens,
+        output_tokens=args.output_tokens,
+        seed=args.seed,
+        arrival=getattr(args, "arrival", "poisson"),
+        cv=getattr(args, "cv", 1.0),
+    )
+
+
+def run_serve(args) -> int:
+    from gpuplan.sim.serving.deployment import SchedulerConfig, deployment
+    from gpuplan.sim.serving.disagg import Disaggregation, simulate_disaggregated
+    from gpuplan.sim.serving.engine import simulate
+
+    missing = [flag for flag in ("model", "gpu") if getattr(args, flag) is None]
+    if missing:
+        flags = ", ".join("--" + m for m in missing)
+        raise GpuplanError(f"gpuplan serve needs {flags} (or a subcommand: plan, edge)")
+
+    dep = deployment(
+        args.model,
+        args.gpu,
+        tp=args.tp,
+        weight_dtype=args.weight_dtype,
+        kv_dtype=args.kv_dtype,
+        cuda_graph=not args.no_cuda_graph,
+        impl=args.impl,
+    )
+    sched = SchedulerConfig(
+        policy=args.policy,
+        max_seqs=args.max_seqs,
+        max_batched_tokens=args.max_batched_tokens,
+        block_tokens=args.block_tokens,
+        preemption=args.preemption,
+        batch_timeout_s=args.batch_timeout_s,
+        memory_utilization=args.memory_utilization,
+        max_model_len=args.max_model_len,
+    )
+    workload = _workload(args, default_requests=1000)
+    common = {
+        "horizon_s": args.horizon_s,
+        "timeline": bool(args.timeline_csv),
+        "progress": args.progress,
+        "slo_ttft_s": args.slo_ttft_s,
+        "slo_tpot_s": args.slo_tpot_s,
+    }
+    if args.disaggregate:
+        p, d = args.disaggregate
+        dis = Disaggregation(prefill_replicas=p, decode_replicas=d, link=args.kv_link)
+        prefill = SchedulerConfig(**{**_fields(sched), "policy": "continuous"})
+        result = simulate_disaggregated(dep, sched, workload, dis, prefill_sched=prefill, **common)
+        replicas = p + d
+    else:
+        result = simulate(
+            dep, sched, workload, replicas=args.replicas, router=args.router, **common
+        )
+        replicas = args.replicas
+    if args.requests_csv:
+        result.requests.to_csv(args.requests_csv, index=False)
+    if args.timeline_csv:
+        result.timeline.to_csv(args.timeline_csv, index=False)
+    doc = _serve_doc(args, dep, sched, workload, result, replicas)
+    print(dump_json(doc) if args.json else _render_serve(doc))
+    return 0
+
+
+def _fields(obj) -> dict:
+    import dataclasses
+
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+
+
+def _serve_doc(args, dep, sched, workload, result, replicas: int) -> dict:
+    cap = result.capacity
+    config = {
+        "model": dep.model.name,
+        "gpu": dep.acc.key,
+        "tp": dep.tp,
+        "replicas": replicas,
+        "gpus": replicas * dep.tp,
+        "disaggregate": None if not args.disaggregate else "{}:{}".format(*args.disaggregate),
+        "policy": sched.policy,
+        "max_seqs": sched.max_seqs,
+        "max_batched_tokens": sched.batched_tokens(dep.model),
+        "weight_dtype": dep.weight_dtype,
+        "kv_dtype": dep.kv_dtype,
+        "rate_per_s": args.rate,
+        "requests": workload.n,
+        "seed": args.seed,
+        "efficiency_source": dep.eff.source,
+    }
+    return {
+        **result.summary,
+        "config": config,
+        "kv_cache": {
+            "blocks": cap.blocks,
+            "block_tokens": cap.block_tokens,
+            "tokens": cap.tokens,
+            "kv_bytes_per_gpu": cap.kv_bytes,
+            "weights_bytes_per_gpu": cap.weights_bytes,
+            "workspace_bytes_per_gpu": cap.workspace_bytes,
+        },
+        "simulated_s": result.end_s,
+        "wall_s": result.wall_s,
+    }
+
+
+def _render_serve(doc: dict) -> str:
+    c, kv = doc["config"], doc["kv_cache"]
+    layout = (
+        f"{c['replicas']} replica(s)"
+        if not c["disaggregate"]
+        else (f"disaggregated {c['disaggregate']} (prefill:decode)")
+    )
+    lines = [
+        f"{c['model']} on {c['gpus']} x {c['gpu']}: {layout}, tp={c['tp']}, "
+        f"{c['weight_dtype']} weights, {c['kv_dtype']} KV cache, {c['policy']} batching "
+        f"(max {c['max_seqs']} sequences)",
+        f"KV cache per replica: {kv['blocks']:,} blocks of {kv['block_tokens']} tokens "
+        f"({kv['tokens']:,} tokens, {format_value('bytes', kv['kv_bytes_per_gpu'])} per GPU); "
+        f"weights {format_value('bytes', kv['weights_bytes_per_gpu'])} per GPU",
+        f"{c['requests']:,} requests at {c['rate_per_s']:g}/s: {doc['finished']:,} finished, "
+        f"{doc['rejected']:,} rejected, {doc['in_flight']:,} in flight, "
+        f"{doc['preemptions']:,} preemptions; simulated {format_seconds(doc['simulated_s'])} "
+        f"in {format_seconds(doc['wall_s'])}",
+        "",
+    ]
+    rows = [{"metric": m, **doc[m]} for m in ("ttft_s", "tpot_s", "e2e_s")]
+    cols = ["metric", "mean", "p50", "p90", "p99"]
+    lines.append(render_table(rows, cols, formats={k: format_seconds for k in cols[1:]}))
+    lines += [
+        "",
+        f"throughput: {doc['output_tokens_per_s']:,.1f} output tokens/s, "
+        f"{doc['requests_per_s']:.4g} requests/s",
+    ]
+    if "goodput_requests_per_s" in doc:
+        lines.append(
+            f"goodput: {doc['goodput_requests_per_s']:.4g} requests/s within "
+            f"the SLO ({100 * doc['slo_attainment']:.1f}% of finished requests)"
+        )
+    return "\n".join(lines)
+
+
+# --- plan --------------------------------------------------------------------------------------
+
+
+def run_plan(args) -> int:
+    from gpuplan.sim.serving.plan import RATIOS, SearchSpace, Slo, plan
+
+    if args.trace:
+        from gpuplan.sim.serving.requests import read_trace
+
+        load = read_trace(args.trace, rate_per_s=args.rate, seed=args.seed, limit=args.requests)
+    else:
+        args.prompt_tokens = args.prompt_tokens or 1024
+        args.output_tokens = args.output_tokens or 256
+        load = _workload(args, default_requests=1000)
+    space = SearchSpace(
+        tps=args.tp,
+        max_seqs=args.max_seqs,
+        policy=args.policy,
+        ratios=() if args.no_disaggregation else RATIOS,
+        max_gpus=args.max_gpus,
+    )
+    result = plan(
+        args.model,
+        args.gpu,
+        rate_per_s=args.rate,
+        slo=Slo(ttft_s=args.slo_ttft_s, tpot_s=args.slo_tpot_s, percentile=args.percentile),
+        lengths=(load.prompt_tokens, load.output_tokens),
+        requests=load.n,
+        seed=args.seed,
+        space=space,
+        usd_per_gpu_hour=args.price_per_gpu_hour,
+        top=args.top,
+    )
+    doc = {
+        "configs": result.best,
+        "evaluated": len(result.evaluated),
+        "candidates": result.candidates,
+        "price_source": result.price_source,
+        "rate_per_s": args.rate,
+        "slo": {
+            "ttft_s": args.slo_ttft_s,
+            "tpot_s": args.slo_tpot_s,
+            "percentile": args.percentile,
+        },
+        "wall_s": result.wall_s,
+    }
+    if args.json:
+        print(dump_json(doc))
+        return 0
+    pct = f"p{args.percentile:g}"
+    cols = ["layout", "tp", "weight_dtype", "kv_dtype", "max_seqs", "replicas", "gpus",
+            f"ttft_{pct}_s", f"tpot_{pct}_s", "usd_per_hour", "usd_per_m_output_tokens"]  # fmt: skip
+    money = {c: (lambda v: f"${v:,.2f}") for c in ("usd_per_hour", "usd_per_m_output_tokens")}
+    print(
+        f"cheapest ways to serve {args.model} at {args.rate:g} requests/s on {args.gpu} with "
+        f"TTFT {pct} <= {format_seconds(args.slo_ttft_s)} and TPOT {pct} <= "
+        f"{format_seconds(args.slo_tpot_s)}\n"
+    )
+    print(render_table(result.best, cols, formats=money))
+    print(
+        f"\n{len(result.evaluated)} of {result.candidates} candidates simulated in "
+        f"{format_seconds(result.wall_s)}; price: {result.price_source}"
+    )
+    return 0
+
+
+# --- edge --------------------------------------------------------------------------------------
+
+
+def run_edge(args) -> int:
+    from gpuplan.sim.serving.edge import edge_estimates
+
+    dtypes = WEIGHT_DTYPES if args.weight_dtype == "all" else (args.weight_dtype,)
+    frame = edge_estimates(
+        args.model,
+        args.gpu,
+        weight_dtypes=dtypes,
+        kv_dtype=args.kv_dtype,
+        batches=args.batch,
+        context=args.context,
+        prompt_tokens=args.prompt_tokens,
+    )
+    if args.json:
+        print(dump_json({"model": args.model, "rows": frame}))
+        return 0
+    cols = ["weight_dtype", "batch", "tokens_per_s", "stream_tokens_per_s", "step_s", "ttft_s",
+            "weights_bytes", "kv_bytes", "total_bytes", "fits", "bound"]  # fmt: skip
+    device = frame["device"].iloc[0]
+    print(
+        f"{args.model} on {device}: decode at {args.context} cached tokens, TTFT of a "
+        f"{args.prompt_tokens}-token prompt\n"
+    )
+    print(render_table(frame, cols))
+    return 0

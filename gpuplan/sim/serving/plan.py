@@ -1,0 +1,316 @@
+"""Capacity planning: the cheapest ways to serve a request rate under latency SLOs.
+
+The search covers, for one model on one kind of GPU: tensor parallelism (every divisor of the
+query heads up to 8 at which the model fits), weight and KV formats (bf16; fp8 weights with an
+fp8 cache; int8 and int4 weights), the scheduler's ``max_seqs``, and colocated replicas or
+disaggregated units of P prefill and D decode replicas. For each candidate it finds the fewest
+units that meet the SLOs by simulation and prices them.
+
+Method, with its assumptions named:
+- traffic splits evenly over units, and each unit is simulated alone at ``rate / units`` with
+  Poisson arrivals (random routing; round robin would be smoother, so this errs on the safe
+  side); a unit meets the SLO when the ``percentile`` of TTFT and of TPOT over its requests
+  after the first 10% (warm-up) are within the targets and none is rejected or left waiting;
+- the fewest units: doubling from a lower bound, then bisection (latency falls as units are
+  added, for a fixed candidate);
+- candidates are tried cheapest-bound first: a bound on a unit's throughput (prefill work plus
+  decode iterations shared by ``max_seqs`` sequences, or by as many as the KV cache holds) gives
+  a floor on its cost, and the search stops once ``top`` configurations cost no more than the
+  next candidate's floor;
+- cost: GPUs x price per GPU-hour (the parallelization price file, or one given), per million
+  output tokens at the offered rate.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+
+from gpuplan.errors import GpuplanError, check_positive
+from gpuplan.hwmodels.accelerators import get_accelerator
+from gpuplan.hwmodels.efficiency import efficiency_for
+from gpuplan.sim.serving.deployment import MAX_TP, Deployment, SchedulerConfig
+from gpuplan.sim.serving.disagg import Disaggregation, simulate_disaggregated
+from gpuplan.sim.serving.engine import simulate
+from gpuplan.sim.serving.kv_cache import kv_capacity
+from gpuplan.sim.serving.requests import Workload
+from gpuplan.sim.serving.step_model import Batch, StepModel
+from gpuplan.units import HOUR
+from gpuplan.workloads.presets import get_model
+
+WARMUP_SHARE = 0.1  # first requests left out of the percentiles
+FORMATS = (("bf16", "bf16"), ("fp8", "fp8"), ("int8", "bf16"), ("int4", "bf16"))
+RATIOS = ((1, 1), (1, 2), (1, 3))
+LOWER_BOUND_MARGIN = 0.5  # the throughput bound is not strict: start the search below it
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Slo:
+    ttft_s: float
+    tpot_s: float
+    percentile: float = 99.0
+
+    def __post_init__(self) -> None:
+        check_positive("slo_ttft_s", self.ttft_s)
+        check_positive("slo_tpot_s", self.tpot_s)
+        if not 0 < self.percentile <= 100:
+            raise GpuplanError(f"percentile={self.percentile} is invalid: give one in (0, 100]")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchSpace:
+    tps: tuple[int, ...] | None = None  # None: every divisor of the heads up to 8
+    formats: tuple[tuple[str, str], ...] = FORMATS
+    max_seqs: tuple[int, ...] = (64, 256)
+    policy: str = "chunked"
+    ratios: tuple[tuple[int, int], ...] = RATIOS  # () leaves disaggregation out
+    max_gpus: int = 64
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Candidate:
+    tp: int
+    weight_dtype: str
+    kv_dtype: str
+    max_seqs: int
+    policy: str
+    prefill: int = 0  # replicas of a disaggregated unit (0: one colocated replica)
+    decode: int = 0
+
+    @property
+    def unit_replicas(self) -> int:
+        return self.prefill + self.decode if self.prefill else 1
+
+    @property
+    def unit_gpus(self) -> int:
+        return self.tp * self.unit_replicas
+
+    @property
+    def layout(self) -> str:
+        return f"disaggregated {self.prefill}P:{self.decode}D" if self.prefill else "colocated"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanResult:
+    best: pd.DataFrame  # the cheapest configurations that meet the SLO, cheapest first
+    evaluated: pd.DataFrame  # every candidate simulated, met or not
+    candidates: int  # candidates that fit in memory
+    price_source: str
+    wall_s: float
+
+
+def candidates(cfg, acc, eff, space: SearchSpace) -> list[tuple[Candidate, Deployment]]:
+    """Every candidate of the space whose model fits (with its deployment)."""
+    tps = space.tps or tuple(t for t in range(1, MAX_TP + 1) if cfg.n_heads % t == 0)
+    out = []
+    for tp in tps:
+        for weight, kv in space.formats:
+            dep = Deployment(model=cfg, acc=acc, eff=eff, tp=tp, weight_dtype=weight, kv_dtype=kv)
+            for seqs in space.max_seqs:
+                base = Candidate(tp=tp, weight_dtype=weight, kv_dtype=kv, max_seqs=seqs,
+                                 policy=space.policy)  # fmt: skip
+                if not _fits(dep, _sched(base)):
+                    continue
+                out.append((base, dep))
+                out += [(replace(base, prefill=p, decode=d), dep) for p, d in space.ratios]
+    return out
+
+
+def _sched(c: Candidate) -> SchedulerConfig:
+    return SchedulerConfig(policy=c.policy, max_seqs=c.max_seqs)
+
+
+def _fits(dep: Deployment, sched: SchedulerConfig) -> bool:
+    try:
+        kv_capacity(dep, sched)
+    except GpuplanError:
+        return False
+    return True
+
+
+def unit_rate_bound(c: Candidate, dep: Deployment, step: StepModel, lengths) -> float:
+    """Requests per second one unit could not exceed by much (module docstring)."""
+    prompt, output = float(np.mean(lengths[0])), float(np.mean(lengths[1]))
+    cap = kv_capacity(dep, _sched(c))
+    seqs = max(1, min(c.max_seqs, int(cap.tokens // (prompt + output))))
+    p, o = max(1, round(prompt)), max(1, round(output))
+    prefill_s = step.iteration_s(Batch(prefill=((p, 0, 1),)))
+    context = seqs * round(prompt + output / 2)
+    decode_s = (o - 1) * step.decode_s(seqs, context) / seqs
+    if not c.prefill:
+        return 1.0 / (prefill_s + decode_s)
+    return min(c.prefill / prefill_s, c.decode / max(decode_s, 1e-12))
+
+
+class _Probe:
+    """Simulations of one candidate at a given number of units (memoized)."""
+
+    def __init__(self, c, dep, step, *, rate_per_s, lengths, slo, n_requests, seed):
+        self.c, self.dep, self.step, self.rate, self.slo = c, dep, step, rate_per_s, slo
+        self.lengths, self.n, self.seed = lengths, n_requests, seed
+        self.sched = _sched(c)
+        self.seen: dict[int, tuple[bool, float, float]] = {}
+
+    def __call__(self, units: int) -> tuple[bool, float, float]:
+        """(meets, TTFT and TPOT at the percentile) with traffic split over ``units``."""
+        if units not in self.seen:
+            self.seen[units] = self._run(self.rate / units)
+        return self.seen[units]
+
+    def _run(self, rate: float) -> tuple[bool, float, float]:
+        rng = np.random.default_rng(self.seed)
+        gaps = rng.exponential(1.0 / rate, self.n) if math.isfinite(rate) else np.zeros(self.n)
+        times = np.cumsum(gaps) - gaps[0]
+        load = Workload(arrival_s=times, prompt_tokens=self.lengths[0][: self.n],
+                        output_tokens=self.lengths[1][: self.n])  # fmt: skip
+        c = self.c
+        if c.prefill:
+            dis = Disaggregation(prefill_replicas=c.prefill, decode_replicas=c.decode)
+            pre = replace(self.sched, policy="continuous")
+            res = simulate_disaggregated(self.dep, self.sched, load, dis, prefill_sched=pre,
+                                         timeline=False, step=self.step)  # fmt: skip
+        else:
+            res = simulate(self.dep, self.sched, load, timeline=False, step=self.step)
+        return _verdict(res.requests, self.slo)
+
+
+def _verdict(frame: pd.DataFrame, slo: Slo) -> tuple[bool, float, float]:
+    if (frame["status"] != "finished").any():
+        return False, math.inf, math.inf
+    kept = frame.iloc[int(len(frame) * WARMUP_SHARE) :]
+    ttft = float(np.nanpercentile(kept["ttft_s"], slo.percentile))
+    tpots = kept["tpot_s"].dropna()
+    tpot = float(np.percentile(tpots, slo.percentile)) if len(tpots) else 0.0
+    return ttft <= slo.ttft_s and tpot <= slo.tpot_s, ttft, tpot
+
+
+def fewest_units(probe: _Probe, start: int, most: int) -> int | None:
+    """The fewest units in [1, most] that meet the SLO, searching from ``start``."""
+    if not probe(most)[0]:  # not even at the lightest load
+        return None
+    lo, hi = 0, max(1, min(start, most))
+    while not probe(hi)[0]:
+        if hi >= most:
+            return None
+        lo, hi = hi, min(2 * hi, most)
+    while hi - lo > 1:  # probe(lo) fails (or lo = 0), probe(hi) meets
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if probe(mid)[0] else (mid, hi)
+    return hi
+
+
+def plan(
+    model: str,
+    gpu: str,
+    *,
+    rate_per_s: float,
+    slo: Slo,
+    lengths: tuple[np.ndarray, np.ndarray],
+    requests: int = 1000,
+    seed: int = 0,
+    space: SearchSpace = SearchSpace(),
+    usd_per_gpu_hour: float | None = None,
+    top: int = 5,
+) -> PlanResult:
+    """The ``top`` cheapest configurations serving ``rate_per_s`` within ``slo``; ``lengths``
+    are (prompt, output) token arrays of at least ``requests`` requests."""
+    check_positive("rate_per_s", rate_per_s)
+    if math.isinf(rate_per_s):
+        raise GpuplanError("rate_per_s=inf is invalid for planning: give a finite request rate")
+    started = time.perf_counter()
+    cfg, acc = get_model(model), get_accelerator(gpu)
+    hourly, source = _price(acc.key, usd_per_gpu_hour)
+    found = candidates(cfg, acc, efficiency_for(acc.key), space)
+    if not found:
+        raise GpuplanError(f"{cfg.name} fits on no configuration of {acc.key} up to tp=8")
+    mean_output = float(np.mean(lengths[1][:requests]))
+    per_m = 1e6 / (rate_per_s * mean_output * HOUR)  # dollars per million tokens per $/hour
+    steps = {}
+    ordered = []
+    for c, dep in found:
+        step = steps.setdefault(id(dep), StepModel(dep))
+        bound = unit_rate_bound(c, dep, step, lengths)
+        start = max(1, math.floor(LOWER_BOUND_MARGIN * rate_per_s / bound))
+        ordered.append((start * c.unit_gpus, start, c, dep))
+    ordered.sort(key=lambda x: (x[0], x[2].tp, x[2].unit_replicas))
+    rows, met = [], []
+    for gpus_floor, start, c, dep in ordered:
+        if len(met) >= top and gpus_floor * hourly * per_m > sorted(met)[top - 1]:
+            break
+        probe = _Probe(c, dep, steps[id(dep)], rate_per_s=rate_per_s, lengths=lengths, slo=slo,
+                       n_requests=requests, seed=seed)  # fmt: skip
+        units = fewest_units(probe, start, max(1, space.max_gpus // c.unit_gpus))
+        row = _row(c, units, probe, hourly, per_m, slo)
+        rows.append(row)
+        if units is not None:
+            met.append(row["usd_per_m_output_tokens"])
+    evaluated = pd.DataFrame(rows)
+    best = evaluated[evaluated["meets"]].sort_values(["usd_per_m_output_tokens", "gpus"]).head(top)
+    if best.empty:
+        raise GpuplanError(_unmet(cfg, acc, rate_per_s, slo, space, evaluated))
+    return PlanResult(
+        best=best.reset_index(drop=True),
+        evaluated=evaluated,
+        candidates=len(found),
+        price_source=source,
+        wall_s=time.perf_counter() - started,
+    )
+
+
+def _row(c: Candidate, units, probe: _Probe, hourly: float, per_m: float, slo: Slo) -> dict:
+    tried = units if units is not None else max(probe.seen)
+    _, ttft, tpot = probe(tried)
+    gpus = tried * c.unit_gpus
+    pct = f"p{slo.percentile:g}"
+    return {
+        "layout": c.layout,
+        "tp": c.tp,
+        "weight_dtype": c.weight_dtype,
+        "kv_dtype": c.kv_dtype,
+        "max_seqs": c.max_seqs,
+        "units": tried,
+        "replicas": tried * c.unit_replicas,
+        "gpus": gpus,
+        f"ttft_{pct}_s": ttft,
+        f"tpot_{pct}_s": tpot,
+        "usd_per_hour": gpus * hourly,
+        "usd_per_m_output_tokens": gpus * hourly * per_m,
+        "meets": units is not None,
+    }
+
+
+def _price(gpu: str, override: float | None) -> tuple[float, str]:
+    from gpuplan.sim.parallel.cost import price_for
+
+    if override is not None:
+        check_positive("price_per_gpu_hour", override)
+        return override, "given by the user"
+    price = price_for(gpu)
+    if price is None:
+        raise GpuplanError(
+            f"the price file has no price for {gpu}: give --price-per-gpu-hour (USD)"
+        )
+    return price.usd_per_gpu_hour, f"{price.source} ({price.date})"
+
+
+def _unmet(cfg, acc, rate, slo: Slo, space: SearchSpace, evaluated: pd.DataFrame) -> str:
+    pct = f"p{slo.percentile:g}"
+    head = (
+        f"no configuration of {cfg.name} on {acc.key} serves {rate:g} requests/s with TTFT "
+        f"{pct} <= {slo.ttft_s:g} s and TPOT {pct} <= {slo.tpot_s:g} s within "
+        f"{space.max_gpus} GPUs"
+    )
+    if evaluated.empty:
+        return head
+    ttft, tpot = evaluated[f"ttft_{pct}_s"], evaluated[f"tpot_{pct}_s"]
+    closest = evaluated.loc[(ttft / slo.ttft_s).clip(lower=tpot / slo.tpot_s).idxmin()]
+    return (
+        f"{head}; the closest ({closest['layout']}, tp={closest['tp']}, "
+        f"{closest['weight_dtype']} weights, {closest['gpus']} GPUs) reached TTFT "
+        f"{closest[f'ttft_{pct}_s']:.3g} s and TPOT {closest[f'tpot_{pct}_s']:.3g} s: relax the "
+        "SLO, raise --max-gpus or choose a faster GPU"
+    )
