@@ -9,11 +9,9 @@ throughput and time, <= 10% on memory. The same table: ``gpuplan train --reprodu
 
 from __future__ import annotations
 
-from gpuplan.cli.train_cmd import render_reproduction
-from gpuplan.hwmodels.efficiency import efficiency_for
-from gpuplan.sim.parallel.published import reproduce, summary
+import sys
+
+from gpuplan.cli import main
 
 if __name__ == "__main__":
-    frame = reproduce()
-    print(render_reproduction(frame, summary(frame)))
-    print(f"\nA100 kernel efficiencies: {efficiency_for('a100-sxm-80gb').source}")
+    sys.exit(main(["train", "--reproduce"]))

@@ -102,3 +102,8 @@ def test_a_valid_strategy_reports_its_world_and_micro_batches():
 def test_divisors_and_nearest_valid_values():
     assert divisors(12) == [1, 2, 3, 4, 6, 12]
     assert nearest(3, [1, 2, 4, 8, 16, 32, 64]) == "1, 2, 4, 8"
+
+
+def test_a_vision_encoder_is_not_a_training_target_here():
+    with pytest.raises(GpuplanError, match="vit-l-14 is a vision encoder"):
+        validate(Strategy(), get_model("vit-l-14"), 1, 257)

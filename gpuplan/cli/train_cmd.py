@@ -256,15 +256,18 @@ def render_estimate(doc: dict[str, Any]) -> str:
 
 def reproduce(args) -> int:
     """Predict the published runs; print the comparison table and the median errors."""
+    from gpuplan.hwmodels.efficiency import efficiency_for
     from gpuplan.sim.parallel.published import reproduce as predict
     from gpuplan.sim.parallel.published import summary
 
     frame = predict()
     summ = summary(frame)
+    source = efficiency_for("a100-sxm-80gb").source
     if args.json:
-        print(dump_json({"rows": frame, "summary": summ}))
+        print(dump_json({"rows": frame, "summary": summ, "efficiency_source": source}))
         return 0
     print(render_reproduction(frame, summ))
+    print(f"\nA100 kernel efficiencies: {source}")
     return 0
 
 

@@ -1,0 +1,37 @@
+"""Layer 2, parallelization: multi-GPU training estimates, a vectorized strategy search, and
+published training runs reproduced.
+
+- ``strategy``: ``Strategy`` (tp, pp, dp, cp, ep, sp, ZeRO/FSDP, micro/global batch, schedule,
+  virtual stages, recomputation, precision, overlap options) and its validity rules;
+- ``topology``: ``Cluster`` presets (DGX A100/H100/H200, GB200 NVL72) and the placement of each
+  parallel dimension on scale-up domains and the scale-out network; ``collectives``:
+  hierarchical all-reduce, all-gather, reduce-scatter, all-to-all and point-to-point;
+- ``compute``/``stage``: one GPU's kernels for one micro-batch, priced by the one-GPU models;
+- ``step_time``/``memory``/``evaluate``: closed forms of communication, pipeline bubble,
+  optimizer and memory per GPU, for one strategy or a million at once;
+- ``estimate``: ``estimate_training`` -> ``TrainEstimate`` (breakdown, MFU, HFU, memory, fits);
+- ``search``: every valid strategy evaluated with numpy, the fastest and the Pareto front;
+- ``cost``: time, GPU-hours, money (``data/prices.json``) and energy of a token budget;
+- ``published``: Narayanan et al. 2021 and Korthikanti et al. 2022 runs against predictions.
+"""
+
+from gpuplan.sim.parallel.cost import RunBudget, run_budget
+from gpuplan.sim.parallel.estimate import TrainEstimate, estimate_training
+from gpuplan.sim.parallel.search import SearchResult, SearchSpace, search
+from gpuplan.sim.parallel.strategy import Strategy, validate
+from gpuplan.sim.parallel.topology import Cluster, cluster_for, get_cluster
+
+__all__ = [
+    "Strategy",
+    "validate",
+    "Cluster",
+    "get_cluster",
+    "cluster_for",
+    "TrainEstimate",
+    "estimate_training",
+    "SearchSpace",
+    "SearchResult",
+    "search",
+    "RunBudget",
+    "run_budget",
+]

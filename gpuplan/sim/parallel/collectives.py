@@ -6,8 +6,11 @@ once; the scalar estimate one) and returns seconds. ``local`` is the group's mem
 ``nodes`` the domains it spans; ``nbytes`` follows the measurement contract (each rank's input
 buffer). Formulas:
 
-- one level (the table of ``hwmodels.collectives.ring_terms``): launch + steps * latency + bytes sent / bandwidth
-  (Thakur, Rabenseifner and Gropp 2005); a group of one rank costs nothing.
+- inside one domain: the one-host model, ``hwmodels.collectives.collective_time`` on the domain's
+  link (the model scored against two-GPU measurements), evaluated once per distinct (ranks,
+  bytes) pair of an array; a group of one rank costs nothing.
+- between domains: a ring on each GPU's NIC: launch + steps * latency + bytes sent / bandwidth
+  (Thakur, Rabenseifner and Gropp 2005).
 - all-reduce across domains: reduce-scatter inside the domain, all-reduce of each 1/local shard
   between domains (every GPU on its own rail, concurrently), all-gather inside the domain — the
   standard hierarchical all-reduce (e.g. Jia et al. 2018, "Highly scalable deep learning training
@@ -16,16 +19,16 @@ buffer). Formulas:
   first, then between domains on the shard.
 - all-to-all: every rank sends (g-1)/g of its buffer; the part for other domains goes over the NIC,
   the rest over NVLink, concurrently: the slower of the two sets the time.
-- send/recv: one message over NVLink or over the NIC.
-Inside one domain every function equals ``hwmodels.collectives.collective_time`` on the same link.
+- send/recv: one message over NVLink (the one-host model) or over the NIC.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from gpuplan.hwmodels.collectives import collective_time
 from gpuplan.sim.parallel.topology import Cluster
 
 
@@ -40,6 +43,15 @@ class Links:
     launch_s: float
     nodes_per_leaf: int
     oversubscription: float
+    acc: object = field(default=None, compare=False)
+    eff: object = field(default=None, compare=False)
+    scaleup_bytes_per_s: float = 0.0
+
+    def one_host_s(self, op: str, n: int, nbytes: float) -> float:
+        """The one-host model's time of ``op`` on ``n`` GPUs of a domain."""
+        return collective_time(
+            self.acc, op, n, nbytes, self.eff, link_bytes_per_s_override=self.scaleup_bytes_per_s
+        ).total_s
 
 
 def links(cluster: Cluster, eff) -> Links:
@@ -52,6 +64,9 @@ def links(cluster: Cluster, eff) -> Links:
         launch_s=eff.collective_launch_s,
         nodes_per_leaf=cluster.nodes_per_leaf,
         oversubscription=cluster.oversubscription,
+        acc=cluster.accelerator,
+        eff=eff,
+        scaleup_bytes_per_s=cluster.scaleup_bytes_per_s,
     )
 
 
@@ -76,7 +91,22 @@ def _ring(op: str, n, nbytes, bw, latency_s, launch_s):
 
 
 def _intra(op, n, nbytes, lk: Links):
-    return _ring(op, n, nbytes, lk.intra_bytes_per_s, lk.intra_latency_s, lk.launch_s)
+    """The one-host model, once per distinct (ranks, bytes) pair."""
+    n, nbytes = np.broadcast_arrays(np.asarray(n), np.asarray(nbytes, dtype=float))
+    if n.ndim == 0:
+        return np.asarray(lk.one_host_s(op, int(n), float(nbytes)) if n > 1 else 0.0)
+    # 1-D sorts only (a row-wise unique of pairs is ten times slower)
+    sizes, size_idx = np.unique(nbytes.ravel(), return_inverse=True)
+    key = size_idx.ravel() * (int(n.max()) + 1) + n.ravel()
+    keys, inverse = np.unique(key, return_inverse=True)
+    ranks, which = keys % (int(n.max()) + 1), keys // (int(n.max()) + 1)
+    values = np.array(
+        [
+            lk.one_host_s(op, int(k), float(sizes[i])) if k > 1 else 0.0
+            for k, i in zip(ranks, which, strict=True)
+        ]
+    )
+    return values[inverse.ravel()].reshape(n.shape)
 
 
 def _inter(op, n, nbytes, lk: Links):
@@ -132,6 +162,6 @@ def all_to_all_s(lk: Links, local, nodes, nbytes):
 
 def send_recv_s(lk: Links, cross, nbytes):
     """One point-to-point message of ``nbytes``, leaving the domain where ``cross``."""
-    intra = lk.launch_s + lk.intra_latency_s + nbytes / lk.intra_bytes_per_s
+    intra = _intra("send_recv", 2, nbytes, lk)
     inter = lk.launch_s + lk.inter_latency_s + nbytes / lk.inter_bytes_per_s
     return np.where(cross, inter, intra)

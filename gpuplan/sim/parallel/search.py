@@ -35,7 +35,7 @@ from gpuplan.sim.parallel.evaluate import evaluate
 from gpuplan.sim.parallel.memory import RECOMPUTE_CODES, SCHEDULE_CODES, model_facts
 from gpuplan.sim.parallel.stage import TIME_FIELDS, shape_times
 from gpuplan.sim.parallel.step_time import step_total
-from gpuplan.sim.parallel.strategy import Strategy, divisors, valid_pp, valid_tp
+from gpuplan.sim.parallel.strategy import Strategy, divisors, valid_pp, valid_tp, validate
 from gpuplan.sim.parallel.topology import Cluster
 from gpuplan.units import HOUR
 
@@ -212,6 +212,7 @@ def search(
     for field, value in (("gpus", gpus), ("global_batch", global_batch), ("seq", seq)):
         check_positive(field, value)
     space = space or SearchSpace()
+    validate(Strategy(), cfg, 1, seq)  # model-level rules (a text decoder)
     acc = cluster.accelerator
     eff = eff or efficiency_for(acc.key)
     s = enumerate_space(cfg, gpus, global_batch, seq, acc, space)
@@ -343,21 +344,22 @@ def _fits_nowhere(cfg, frame, gpus, acc) -> GpuplanError:
 
 
 def pareto_front(
-    frame: pd.DataFrame, columns=("step_time_s", "peak_memory_per_gpu_bytes", "cost_per_step_usd")
-):
-    """Rows no other row matches or beats on every column (lower is better)."""
+    frame: pd.DataFrame,
+    columns=("step_time_s", "peak_memory_per_gpu_bytes", "cost_per_step_usd"),
+) -> pd.DataFrame:
+    """Rows no other row matches or beats on every column (lower is better), by time."""
     cols = [c for c in columns if c in frame and frame[c].notna().all()]
     values = frame[cols].to_numpy()
-    order = np.lexsort(values.T[::-1])
+    order = np.lexsort(values.T[::-1])  # by time, then memory, then cost
+    values = values[order]
+    alive = np.ones(len(values), dtype=bool)
     keep: list[int] = []
-    front = np.empty((0, len(cols)))
-    for i in order:
-        v = values[i]
-        if len(front) and np.any(np.all(front <= v, axis=1)):
-            continue
-        keep.append(i)
-        front = np.vstack([front, v])
-    return frame.iloc[sorted(keep, key=lambda i: values[i, 0])].reset_index(drop=True)
+    # the first live row in this order is dominated by no other row; drop all it dominates
+    while alive.any():
+        j = int(np.argmax(alive))
+        keep.append(int(order[j]))
+        alive &= ~np.all(values >= values[j], axis=1)
+    return frame.iloc[keep].reset_index(drop=True)
 
 
 def row_strategy(row, *, global_batch: int, space: SearchSpace) -> Strategy:

@@ -153,6 +153,11 @@ def valid_pp(cfg: ModelConfig, limit: int) -> list[int]:
 def validate(strategy: Strategy, cfg: ModelConfig, n_gpus: int, seq: int) -> None:
     """Raise a GpuplanError naming the first rule ``strategy`` breaks, with the valid values."""
     s = strategy
+    if cfg.is_vision:
+        raise GpuplanError(
+            f"{cfg.name} is a vision encoder: training estimates cover text decoders (a "
+            "vocabulary, an LM head and a loss); choose a decoder model"
+        )
     check_positive("gpus", n_gpus)
     check_positive("seq", seq)
     _check_degrees(s, cfg, n_gpus, seq)
