@@ -24,35 +24,15 @@ TARGETS = {"time_s": (10.0, 25.0), "peak_bytes": (10.0, None)}  # median, p90 (%
 def datasheet_roofline() -> Efficiency:
     """Every rate at its datasheet peak and no fixed costs: the naive calculator."""
     prior = prior_efficiency()
-    ones = {
-        f.name: {k: 1.0 for k in getattr(prior, f.name)}
-        for f in dataclasses.fields(prior)
-        if isinstance(getattr(prior, f.name), dict) and f.name != "provenance"
-    }
-    fractions = {
-        name: 1.0
-        for name in (
-            "hbm_fraction",
-            "gemm_hbm_fraction",
-            "attn_fwd_fraction",
-            "attn_bwd_fraction",
-            "attn_decode_hbm_fraction",
-            "collective_bw_fraction",
-        )
-    }
-    zeros = {
-        name: 0.0
-        for name in (
-            "kernel_overhead_s",
-            "host_launch_s",
-            "graph_launch_s",
-            "collective_latency_s",
-            "collective_launch_s",
-            "gemm_k_overhead",
-            "gemm_small_tile_penalty",
-        )
-    }
-    return dataclasses.replace(prior, source="datasheet roofline", **ones, **fractions, **zeros)
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(prior):
+        value = getattr(prior, f.name)
+        if f.name.endswith("_fraction"):  # achievable fractions of a peak: the peak itself
+            changes[f.name] = {k: 1.0 for k in value} if isinstance(value, dict) else 1.0
+        elif f.name.endswith(("_s", "_s_per_elem")):  # fixed costs and latencies: none
+            changes[f.name] = {k: 0.0 for k in value} if isinstance(value, dict) else 0.0
+    changes |= {"gemm_k_overhead": 0.0, "gemm_small_tile_penalty": 0.0, "attn_kv_overhead": 0.0}
+    return dataclasses.replace(prior, source="datasheet roofline", **changes)
 
 
 def held_out_scores(data_dir: str | Path | None = None, device: str = "h200") -> dict[str, Any]:
