@@ -1,0 +1,152 @@
+"""The space a strategy search covers: every valid layout of a model on N GPUs, as numpy arrays.
+
+Enumeration: the valid degree combinations (tp, cp, pp, dp, ep), then each micro-batch size and
+schedule (GPipe, 1F1B, interleaved with every valid virtual-stage count) as base rows, then the
+product with recomputation, ZeRO stage, sequence parallelism and precision.
+
+Pruning rules, named: context parallelism only in powers of two with chunks of at least 256
+tokens (and only with the flash kernel); expert parallelism only inside the data-parallel group;
+sequence parallelism only with tp > 1; GPipe, 1F1B and interleaved are distinct only when pp > 1;
+selective recomputation is left out with a flash kernel, where it keeps and recomputes exactly
+what no recomputation does. Overlap options, the attention kernel and the state precision are
+assumptions the caller fixes, not searched.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpuplan.sim.parallel.memory import RECOMPUTE_CODES, SCHEDULE_CODES
+from gpuplan.sim.parallel.strategy import Strategy, divisors, valid_pp, valid_tp
+
+SCHEDULE_NAMES = {v: k for k, v in SCHEDULE_CODES.items()}
+RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE_CODES.items()}
+MIN_CP_TOKENS = 256
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchSpace:
+    """The choices searched besides the degrees (each a tuple of allowed values)."""
+
+    recompute: tuple[str, ...] = ("none", "selective", "full")
+    zero: tuple[int, ...] = (0, 1, 2, 3)
+    precision: tuple[str, ...] = ("bf16", "fp8")
+    schedules: tuple[str, ...] = ("gpipe", "1f1b", "interleaved")
+    max_cp: int = 16
+    attention: str = "flash"
+    state_precision: str = "bf16-mixed-megatron"
+    overlap_dp: bool = True
+    overlap_tp: bool = False
+    overlap_pp: bool = False
+    load: float = 1.0
+
+
+def _degree_rows(cfg, n: int, gb: int, seq: int, space: SearchSpace) -> list[tuple]:
+    """(tp, cp, pp, dp, ep) combinations that tile ``n`` GPUs."""
+    cps = [
+        c
+        for c in (2**i for i in range(8))
+        if c <= space.max_cp
+        and seq % c == 0
+        and (c == 1 or (seq // c >= MIN_CP_TOKENS and space.attention == "flash"))
+    ]
+    rows = []
+    for tp, cp, pp in itertools.product(valid_tp(cfg, n), cps, valid_pp(cfg, n)):
+        if n % (tp * cp * pp):
+            continue
+        dp = n // (tp * cp * pp)
+        if gb % dp:
+            continue
+        eps = [e for e in divisors(cfg.n_experts) if dp % e == 0] if cfg.is_moe else [1]
+        rows += [(tp, cp, pp, dp, ep) for ep in eps]
+    return rows
+
+
+def _base_rows(cfg, n: int, gb: int, seq: int, space: SearchSpace) -> np.ndarray:
+    """Degrees x micro-batch x schedule rows: tp, cp, pp, dp, ep, mb, m, sched, chunks."""
+    out = []
+    for tp, cp, pp, dp, ep in _degree_rows(cfg, n, gb, seq, space):
+        for mb in divisors(gb // dp):
+            m = gb // (mb * dp)
+            for sched, v in _schedules(cfg, pp, m, space):
+                out.append((tp, cp, pp, dp, ep, mb, m, SCHEDULE_CODES[sched], v))
+    return np.array(out, dtype=np.int64).reshape(-1, 9)
+
+
+def _schedules(cfg, pp: int, m: int, space: SearchSpace) -> list[tuple[str, int]]:
+    if pp == 1:
+        return [("1f1b", 1)]
+    out = [(s, 1) for s in ("gpipe", "1f1b") if s in space.schedules]
+    if "interleaved" in space.schedules and m % pp == 0:
+        out += [("interleaved", v) for v in divisors(cfg.n_layers // pp) if v > 1]
+    return out
+
+
+def enumerate_space(cfg, n: int, gb: int, seq: int, acc, space: SearchSpace) -> dict:
+    """Every strategy as arrays (``evaluate``'s fields), base rows x categorical choices."""
+    base = _base_rows(cfg, n, gb, seq, space)
+    recompute = [
+        r for r in space.recompute if not (r == "selective" and space.attention == "flash")
+    ]
+    precisions = [p for p in space.precision if acc.supports(p)] or ["bf16"]
+    cats = np.array(
+        list(
+            itertools.product(
+                [RECOMPUTE_CODES[r] for r in recompute or ["none"]],
+                space.zero,
+                (0, 1),
+                [int(p == "fp8") for p in precisions],
+            )
+        ),
+        dtype=np.int64,
+    )
+    rows = np.repeat(base, len(cats), axis=0)
+    cat = np.tile(cats, (len(base), 1))
+    keep = (cat[:, 2] == 0) | (rows[:, 0] > 1)  # sequence parallelism only with tp > 1
+    rows, cat = rows[keep], cat[keep]
+    names = ("tp", "cp", "pp", "dp", "ep", "mb", "m", "sched", "chunks")
+    s = {k: rows[:, i] for i, k in enumerate(names)}
+    s |= {
+        "rc": cat[:, 0],
+        "zero": cat[:, 1],
+        "sp": cat[:, 2].astype(bool),
+        "fp8": cat[:, 3].astype(bool),
+    }
+    ones = np.ones(len(rows), dtype=bool)
+    s |= {
+        "overlap_dp": ones & space.overlap_dp,
+        "overlap_tp": ones & space.overlap_tp,
+        "overlap_pp": ones & space.overlap_pp,
+        "fused_accum": ones,
+        "load": np.full(len(rows), space.load),
+    }
+    return s
+
+
+def row_strategy(row, *, global_batch: int, space: SearchSpace) -> Strategy:
+    """The ``Strategy`` of one row of a search frame (to estimate it in full)."""
+    sched = row["schedule"]
+    return Strategy(
+        tp=int(row["tp"]),
+        pp=int(row["pp"]),
+        dp=int(row["dp"]),
+        cp=int(row["cp"]),
+        ep=int(row["ep"]),
+        sp=bool(row["sp"]),
+        zero=int(row["zero"]),
+        micro_batch=int(row["micro_batch"]),
+        global_batch=global_batch,
+        schedule=sched,
+        virtual_stages=int(row["virtual_stages"]) if sched == "interleaved" else 1,
+        recompute=row["recompute"],
+        precision=row["precision"],
+        state_precision=space.state_precision,
+        attention=space.attention,
+        overlap_dp=space.overlap_dp,
+        overlap_tp=space.overlap_tp,
+        overlap_pp=space.overlap_pp,
+        expert_imbalance=space.load,
+    )
