@@ -323,7 +323,9 @@ class StepModel:
             tokens += c * seqs
             kernels_s += self.prefill_attention_s(c, cached, seqs)
         kernels_s += self.token_s(tokens) + self.sample_s(sampled)
-        n = self._token_kernels + self._sample_kernels + self._n_layers * len(prefill)
+        n = self._token_kernels + self._n_layers * len(prefill)
+        if sampled:
+            n += self._sample_kernels
         if decode_seqs:
             fixed, per_kv = self.decode_attention_terms(decode_seqs)
             kernels_s += fixed + per_kv * decode_kv_tokens
