@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 
 from gpuplan.sim.breakdown import Item, priced_items
 from gpuplan.sim.step import layer_groups
+from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.operators import backward_of, embedding_forward, layer_forward
 from gpuplan.workloads.ops import Attention, Elementwise, Gemm, Memory, Op
 
@@ -129,24 +130,26 @@ def _attention(ops: list[Op], shape: Shape) -> tuple[list[Op], list[Op]]:
 
 
 def _unfused_core(op: Attention) -> tuple[list[Op], list[Op]]:
-    """QK^T, scale-mask-softmax, dropout, PV on the full s x s scores (heads stacked along m)."""
+    """QK^T, scale-mask-softmax, dropout, PV on the full s x s scores (heads stacked along m).
+
+    Megatron-LM's softmax is its own fused kernel (``FusedScaleMaskSoftmax``: scale, causal mask
+    and softmax in one pass, a row held in registers), so it is priced in the ``fused`` class
+    of hand- or compiler-fused bandwidth-bound kernels, not as torch's softmax; the dropout on
+    the probabilities is torch's dropout (read, write and a one-byte keep mask).
+    """
     rows = op.batch * op.heads_q * op.seq_q
     scores = rows * op.seq_kv
+    e = dtype_bytes(op.dtype)
     fwd: list[Op] = [
         Gemm(name=f"{CORE}.qk", m=rows, n=op.seq_kv, k=op.head_dim, dtype=op.dtype),
-        Elementwise(
-            name=f"{CORE}.softmax",
-            op="softmax",
-            tokens=rows,
-            hidden=op.seq_kv,
-            pass_="fwd",
-            dtype=op.dtype,
-        ),
-        # dropout on the probabilities: read, write, and a one-byte keep mask
-        Memory(name=f"{CORE}.dropout", op="copy", bytes_moved=scores * 5),
+        Memory(name=f"{CORE}.softmax", op="fused", bytes_moved=scores * 2 * e),  # x -> y
+        Memory(name=f"{CORE}.dropout", op="dropout_add", bytes_moved=scores * (2 * e + 1)),
         Gemm(name=f"{CORE}.pv", m=rows, n=op.v_head_dim, k=op.seq_kv, dtype=op.dtype),
     ]
-    bwd = [Memory(name=f"{CORE}.dropout.bwd", op="copy", bytes_moved=scores * 5)]
+    bwd = [  # backward_of skips Memory ops: their backwards are listed here
+        Memory(name=f"{CORE}.dropout.bwd", op="dropout_add", bytes_moved=scores * (2 * e + 1)),
+        Memory(name=f"{CORE}.softmax.bwd", op="fused", bytes_moved=scores * 3 * e),  # y, dy -> dx
+    ]
     return fwd, bwd
 
 
