@@ -104,7 +104,7 @@ def _protocols(eff: Efficiency) -> tuple[tuple[float, float], ...]:
     (NCCL documentation, NCCL_PROTO; src/graph/tuning.cc)."""
     return (
         (eff.collective_bw_fraction, eff.collective_latency_s),
-        (eff.collective_ll_bw_fraction, 0.0),
+        (eff.collective_ll_bw_fraction, eff.collective_ll_latency_s),
     )
 
 

@@ -33,7 +33,9 @@ def elementwise_time(acc, op: Elementwise | Memory, eff: Efficiency) -> KernelTi
 
 def row_reduction_s(acc, op: Elementwise, eff: Efficiency) -> float:
     """Latency floor of reducing ``op.tokens`` rows of ``op.hidden`` elements, a block per row."""
-    concurrent = (acc.n_sms or 1) * eff.reduction_rows_per_sm
+    if not acc.n_sms:  # unknown multiprocessor count (a blank datasheet cell): no floor
+        return 0.0
+    concurrent = acc.n_sms * eff.reduction_rows_per_sm
     waves = math.ceil(op.tokens / concurrent)
     per_elem_s = eff.row_reduction_s_per_elem.get(op.op, 0.0)
     return waves * op.hidden * per_elem_s * op.count

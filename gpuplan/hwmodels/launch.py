@@ -33,9 +33,11 @@ def launch_cost(
     cuda_graph: bool,
     backward_passes: int = 0,
     headstart: bool = False,
+    collectives: int = 0,
 ) -> LaunchCost:
     """Launch cost of ``n_kernels`` kernels whose device time adds up to ``kernels_s``; each
-    backward pass also costs the CPU the start of the autograd engine. ``headstart``: the call
+    backward pass also costs the CPU the start of the autograd engine, and each collective call
+    the CPU work of issuing it through torch.distributed and NCCL. ``headstart``: the call
     is timed in isolation after the GPU was kept busy (an L2 flush), so the CPU had
     ``timer_headstart_s`` to queue work before the timed region began."""
     gaps_s = n_kernels * eff.graph_launch_s  # the device's own gap between kernels
@@ -43,6 +45,10 @@ def launch_cost(
         host_s = eff.host_launch_s
         hidden_s = eff.timer_headstart_s if headstart else 0.0
     else:
-        host_s = n_kernels * eff.host_launch_s + backward_passes * eff.autograd_s
+        host_s = (
+            n_kernels * eff.host_launch_s
+            + backward_passes * eff.autograd_s
+            + collectives * eff.collective_host_s
+        )
         hidden_s = kernels_s + gaps_s + (eff.timer_headstart_s if headstart else 0.0)
     return LaunchCost(gaps_s, max(0.0, host_s - hidden_s))

@@ -56,6 +56,7 @@ def _launch_item(items: list[Item], eff, *, cuda_graph: bool, headstart: bool = 
         cuda_graph=cuda_graph,
         backward_passes=backward_passes,
         headstart=headstart,
+        collectives=sum(i.kernels for i in items if i.category == "communication"),
     )
     what = "graph replay gaps" if cuda_graph else "host issue time not hidden"
     return Item(

@@ -121,6 +121,7 @@ STAGES = (
             _fraction("collective_bw_fraction"),
             Param("collective_launch_s", 1e-7, 2e-4),
             _fraction("collective_ll_bw_fraction"),
+            Param("collective_ll_latency_s", 1e-8, 2e-5),
             Param("p2p_launch_s", 1e-8, 2e-4),
         ),
     ),
@@ -131,6 +132,7 @@ STAGES = (
             Param("host_launch_s", 5e-7, 1e-4),
             Param("graph_launch_s", 1e-8, 2e-5),
             _fraction("queued_overhead_fraction"),
+            Param("collective_host_s", 1e-7, 1.5e-4),  # the campaign saw 65-80 us
             *(
                 _fraction(f"elementwise_hbm_fraction.{op}")
                 for op in ("rope", "copy", "fused", "adamw", "cross_entropy", "embedding")
