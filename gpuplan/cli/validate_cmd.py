@@ -16,6 +16,7 @@ that a stand-in can take their place in ``sys.modules``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import sys
@@ -179,11 +180,33 @@ def _kernel_rows(table: Any) -> list[dict[str, Any]]:
     return table.to_dict("records")
 
 
+def _case_arg(args: argparse.Namespace) -> Any:
+    """``--kind`` with ``--params``: a case to predict, with nothing measured."""
+    if not (args.kind or args.params):
+        return None
+    if not (args.kind and args.params):
+        raise GpuplanError("--kind and --params go together (or give --record)")
+    text = args.params
+    if not text.lstrip().startswith("{"):
+        if not Path(text).is_file():
+            raise GpuplanError(f"--params file {text!r} does not exist")
+        text = Path(text).read_text()
+    try:
+        params = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise GpuplanError(f"--params is not valid JSON: {err.msg}") from None
+    from gpuplan.validate.records import parse_record
+
+    obj = {"kind": args.kind, "device": args.gpu, "params": params, "measured": {"time_s": 1.0}}
+    record = parse_record(obj)
+    return dataclasses.replace(record, measured={})
+
+
 def trace(args: argparse.Namespace) -> int:
     """``gpuplan validate trace TRACE``: kernel time by operator class, and a record's prediction."""
     if not Path(args.trace).is_file():
         raise GpuplanError(f"trace file {args.trace!r} does not exist")
-    record = _read_record_arg(args.record) if args.record else None
+    record = _read_record_arg(args.record) if args.record else _case_arg(args)
     traces = importlib.import_module("gpuplan.validate.trace")
     doc: dict[str, Any] = {
         "trace": args.trace,
@@ -195,11 +218,19 @@ def trace(args: argparse.Namespace) -> int:
             "measured": record.measured,
             "predicted": dict(load_predictor()(record)),
         }
+    if record is not None:
+        compare = importlib.import_module("gpuplan.validate.trace_compare")
+        table, iterations = compare.compare_case(
+            args.trace, record.kind, record.device, record.params, iterations=args.iterations
+        )
+        doc |= {"iterations": iterations, "comparison": table}
     if args.json:
         print(dump_json(doc))
         return 0
     print(render_table(doc["kernels"]))
     if record is not None:
+        print(f"\nper iteration ({doc['iterations']} in the trace), predicted beside measured:")
+        print(render_table(doc["comparison"]))
         print(f"\nrecord: {record.kind} on {record.device}: {_params_text(record.params)}")
         for metric, value in doc["predicted"].items():
             measured = format_value(metric, doc["measured"].get(metric))
@@ -262,6 +293,16 @@ def _register_trace(sub: Any) -> None:
     p.add_argument("trace", metavar="TRACE", help="a Chrome trace from torch.profiler")
     p.add_argument(
         "--record", metavar="JSON", help="a measurement record: inline JSON, or a file of one"
+    )
+    p.add_argument("--kind", help="with --params instead of --record: the case's kind (e.g. layer)")
+    p.add_argument(
+        "--params", metavar="JSON", help="with --kind: the case's params, inline JSON or a file"
+    )
+    p.add_argument("--gpu", default="h200", help="with --kind/--params: the device (h200)")
+    p.add_argument(
+        "--iterations",
+        type=_count,
+        help="iterations the trace holds (default: inferred from its GEMM count)",
     )
     add_common_options(p)
     p.set_defaults(func=trace)
