@@ -124,3 +124,34 @@ def test_a_file_that_is_not_a_trace_is_an_error(tmp_path):
     broken.write_text("{not json")
     with pytest.raises(GpuplanError, match="not a JSON trace"):
         kernel_table(broken)
+
+
+def test_the_comparison_sets_each_class_of_a_prediction_beside_the_trace():
+    import pandas as pd
+
+    from gpuplan.validate.trace_compare import compare_case
+
+    params = {
+        "hidden": 256,
+        "heads_q": 4,
+        "heads_kv": 2,
+        "ffn": 512,
+        "seq": 128,
+        "micro_batch": 1,
+        "pass": "fwd_bwd",
+        "compiled": False,
+        "dtype": "bf16",
+    }
+    measured = pd.DataFrame(
+        {
+            "class": ["gemm", "attention_fwd"],
+            "count": [24, 2],
+            "total_s": [2e-3, 1e-4],
+            "share": [0.95, 0.05],
+        }
+    )
+    table, iterations = compare_case(measured, "layer", "h200", params)
+    assert iterations == 2  # 24 measured GEMMs over 12 predicted per iteration
+    row = table.set_index("class").loc["gemm"]
+    assert row["measured_s"] == 1e-3 and row["predicted_kernels"] == 12
+    assert {"attention_bwd", "norm", "elementwise"} <= set(table["class"])

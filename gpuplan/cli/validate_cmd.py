@@ -221,7 +221,11 @@ def trace(args: argparse.Namespace) -> int:
     if record is not None:
         compare = importlib.import_module("gpuplan.validate.trace_compare")
         table, iterations = compare.compare_case(
-            args.trace, record.kind, record.device, record.params, iterations=args.iterations
+            traces.kernel_table(args.trace),
+            record.kind,
+            record.device,
+            record.params,
+            iterations=args.iterations,
         )
         doc |= {"iterations": iterations, "comparison": table}
     if args.json:

@@ -18,7 +18,6 @@ import pandas as pd
 
 from gpuplan.errors import GpuplanError
 from gpuplan.sim.breakdown import Breakdown, Item
-from gpuplan.validate.trace import kernel_table
 
 HOST = "launch/host (not in a kernel table)"
 
@@ -48,10 +47,12 @@ def predicted_class(item: Item) -> str:
 
 
 def compare(
-    trace_path: str, breakdown: Breakdown, *, iterations: int | None = None
+    measured_table: pd.DataFrame, breakdown: Breakdown, *, iterations: int | None = None
 ) -> tuple[pd.DataFrame, int]:
-    """Per class: measured and predicted time per iteration, kernel counts, difference."""
-    measured = kernel_table(trace_path).set_index("class")
+    """Per class: measured and predicted time per iteration, kernel counts, difference.
+    ``measured_table`` is ``validate.trace.kernel_table`` of the trace."""
+    has_column = "class" in measured_table.columns
+    measured = measured_table.set_index("class") if has_column else measured_table
     items = breakdown.frame().assign(**{"class": [predicted_class(i) for i in breakdown.items]})
     predicted = items.groupby("class")[["time_s", "kernels"]].sum()
     if iterations is None:
@@ -84,7 +85,7 @@ def _infer_iterations(measured: pd.DataFrame, predicted: pd.DataFrame) -> int:
 
 
 def compare_case(
-    trace_path: str,
+    measured_table: pd.DataFrame,
     kind: str,
     device: str,
     params: Mapping[str, Any],
@@ -93,4 +94,5 @@ def compare_case(
 ) -> tuple[pd.DataFrame, int]:
     from gpuplan.sim.predict import predict_breakdown
 
-    return compare(trace_path, predict_breakdown(kind, device, params), iterations=iterations)
+    bd = predict_breakdown(kind, device, params)
+    return compare(measured_table, bd, iterations=iterations)
