@@ -72,7 +72,18 @@ def predictor(monkeypatch, catalogue):
     def predict_record(record):
         return {"time_s": 1.1 * record.measured["time_s"], "peak_bytes": 2e9}
 
-    return fake_module(monkeypatch, "gpuplan.sim.predict", predict_record=predict_record)
+    def predict_breakdown(kind, device, params):
+        from gpuplan.sim.breakdown import Breakdown, Item
+
+        item = Item(layer="model", category="gemm", op="gemm", phase="fwd", time_s=1e-3, kernels=1)
+        return Breakdown(items=(item,))
+
+    return fake_module(
+        monkeypatch,
+        "gpuplan.sim.predict",
+        predict_record=predict_record,
+        predict_breakdown=predict_breakdown,
+    )
 
 
 def assert_one_line_error(err: str, code: int, *, expected: int = 2) -> None:
@@ -344,6 +355,8 @@ def test_trace_with_a_record_shows_its_prediction(capsys, traces, predictor):
     doc = json.loads(out)
     assert doc["record"]["params"]["n"] == 11008
     assert doc["predicted"]["time_s"] == pytest.approx(1.1 * doc["measured"]["time_s"])
+    gemm = next(row for row in doc["comparison"] if row["class"] == "gemm")
+    assert doc["iterations"] == 4 and gemm["measured_s"] == pytest.approx(0.75e-3)
     code, out, _ = run(capsys, "validate", "trace", traces, "--record", SAMPLE)  # a file
     assert code == 0 and "measured 545 µs, predicted 600 µs" in out
 
