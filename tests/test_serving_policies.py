@@ -43,6 +43,7 @@ def test_continuous_batching_admits_first_come_first_served_within_the_token_bud
     assert isinstance(plan, Iteration)
     assert plan.pieces == [(0, 100), (1, 200)]  # the third would pass 350 tokens
     assert plan.prefill == ((100, 0, 1), (200, 0, 1)) and plan.decode_seqs == 0
+    assert continuous().schedule(state_of([64] * 3, [2] * 3), 0.0).prefill == ((64, 0, 3),)
     assert list(st.waiting) == [2]
 
 

@@ -161,8 +161,16 @@ class ContinuousPolicy(Policy):
             tokens += target
         if not pieces:
             return None
-        prefill = tuple((c, 0, 1) for _, c in pieces)
-        return Iteration(pieces, prefill, sampled=len(pieces))
+        return Iteration(pieces, _grouped(pieces), sampled=len(pieces))
+
+
+def _grouped(pieces: list[tuple[int, int]]) -> tuple[tuple[int, int, int], ...]:
+    """Whole prompts of equal length as one attention piece of several sequences (one kernel:
+    vLLM's variable-length prefill kernel runs every prompt of an iteration at once)."""
+    counts: dict[int, int] = {}
+    for _, tokens in pieces:
+        counts[tokens] = counts.get(tokens, 0) + 1
+    return tuple((tokens, 0, n) for tokens, n in counts.items())
 
 
 class PrefillOnlyPolicy(ContinuousPolicy):
