@@ -10,13 +10,16 @@ A predicted-versus-measured plot per kind (log-log) is written beside the report
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from gpuplan.hwmodels.efficiency import Efficiency, calibrated_efficiency, prior_efficiency
 from gpuplan.validate import calibrate
+from gpuplan.validate.records import read_records
 
 TARGETS = {"time_s": (10.0, 25.0), "peak_bytes": (10.0, None)}  # median, p90 (% error)
 
@@ -81,6 +84,35 @@ def _meets(row: dict[str, Any]) -> bool:
     )
 
 
+def repeatability(data_dir: str | Path | None = None, device: str = "h200") -> pd.DataFrame:
+    """How far two measurements of the same case on two GPUs differ: the floor under any model's
+    error. Compares ``<device>/<kind>.jsonl`` with the repeat under ``<device>x2/repeat/``."""
+    root = Path(data_dir or calibrate.default_data_dir())
+    rows = []
+    for path in sorted((root / f"{device}x2" / "repeat").glob("*.jsonl")):
+        first = _times_by_case(root / device / path.name)
+        second = _times_by_case(path)
+        errors = [100 * abs(second[k] - t) / t for k, t in first.items() if k in second]
+        if errors:
+            median, p90 = np.percentile(errors, [50, 90])
+            rows.append(
+                {
+                    "kind": path.stem,
+                    "n": len(errors),
+                    "median_abs_pct_difference": median,
+                    "p90_abs_pct_difference": p90,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def _times_by_case(path: Path) -> dict[str, float]:
+    if not path.is_file():
+        return {}
+    records, _ = read_records(path)
+    return {json.dumps(r.params, sort_keys=True): r.measured["time_s"] for r in records}
+
+
 def write_report(out_dir: str | Path = "docs", data_dir: str | Path | None = None) -> Path:
     """Write ``validation.md`` and one PNG per kind under ``out_dir``; return the report path."""
     import matplotlib
@@ -104,13 +136,16 @@ def write_report(out_dir: str | Path = "docs", data_dir: str | Path | None = Non
         fig.savefig(out_dir / name, dpi=110, bbox_inches="tight")
         plt.close(fig)
         images.append((kind, name))
-    text = _markdown(scores, render_table(table), images)
+    noise = repeatability(data_dir)
+    text = _markdown(scores, render_table(table), images, render_table(noise) if len(noise) else "")
     path = out_dir / "validation.md"
     calibrate.write_atomically(path, text)
     return path
 
 
-def _markdown(scores: dict[str, Any], table: str, images: list[tuple[str, str]]) -> str:
+def _markdown(
+    scores: dict[str, Any], table: str, images: list[tuple[str, str]], noise: str = ""
+) -> str:
     lines = [
         "# Validation: predictions against H200 measurements",
         "",
@@ -130,6 +165,21 @@ def _markdown(scores: dict[str, Any], table: str, images: list[tuple[str, str]])
         "```",
         "",
     ]
+    if noise:
+        lines += [
+            "## How repeatable the measurements are",
+            "",
+            "The same cases measured again on a second H200 (`validate/data/h200x2/repeat/`):"
+            " the absolute difference between the two measurements. No model can be expected"
+            " to agree with one measurement more closely than two GPUs agree with each other;"
+            " the small elementwise cases, bound by the CPU's launch of a few microseconds of"
+            " work, are the noisiest.",
+            "",
+            "```",
+            noise,
+            "```",
+            "",
+        ]
     for kind, name in images:
         lines += [f"![{kind}]({name})", ""]
     return "\n".join(lines)
