@@ -1,26 +1,12 @@
-"""The time of one serving iteration, from the analytical model, fast enough for millions of them.
+"""The time of one serving iteration, fast enough for millions of them.
 
-An iteration of a replica (Orca, Yu et al. OSDI 2022; vLLM; Sarathi-Serve, Agrawal et al. OSDI
-2024) runs every scheduled token through the model once:
-
-- the token part: each block's kernels over T = prefill tokens + decode sequences (norms, the
-  q/k/v, output and MLP GEMMs, RoPE, residual adds, the KV-cache append, and under tensor
-  parallelism two all-reduces per block), the embedding and the final norm;
-- the sampling part: the LM head and the fp32 logits of the S sequences that emit a token;
-- attention: the decode sequences read their caches in one flash-decoding kernel (C cached
-  tokens in all); each prefill piece (new tokens of one or more sequences after the tokens
-  they already cached) attends causally in its own kernel;
-- launch: the CPU issues every kernel eagerly, except that decode-only iterations replay a CUDA
-  graph when ``cuda_graph`` is set (vLLM captures decode batches only); plus a fixed CPU cost per
-  iteration (``Deployment.iteration_overhead_s``).
-
-``iteration_breakdown`` prices those operators one by one through ``hwmodels`` (the reference,
-as a ``Breakdown``). ``StepModel`` prices the same operators but remembers the parts: the token
-part by T, the sampling part by S, the decode attention by batch size as an intercept and a
-cost per cached token (flash-decoding's time is linear in the bytes it reads once the batch is
-fixed), and each prefill piece. A simulation meets few distinct token counts, so after a short
-warm-up an iteration costs a few dictionary lookups, and its time equals the reference's (the
-test suite checks it) whatever shape the kernel models take.
+``StepModel`` prices the operators of ``iteration`` but remembers the parts: the token part by
+T, the sampling part by S, the decode attention by batch size as an intercept and a cost per
+cached token (flash-decoding's time is linear in the bytes it reads once the batch is fixed),
+and each prefill piece. A simulation meets few distinct token counts, so after a short warm-up
+an iteration costs a few dictionary lookups, and its time equals
+``iteration.iteration_breakdown``'s (the test suite checks it) whatever shape the kernel models
+take.
 
 A run of decode-only iterations with a fixed set of sequences has a closed form: the cached
 tokens grow by the number of sequences each iteration, so the total of k iterations is a sum
@@ -32,187 +18,24 @@ simulator jump from event to event instead of stepping every iteration.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
 
-from gpuplan.hwmodels.kernel_time import KernelTime
 from gpuplan.hwmodels.launch import launch_cost
-from gpuplan.hwmodels.price import kernel_count, price
-from gpuplan.sim.breakdown import Breakdown, Item
-from gpuplan.sim.compilation import eager, fuse_elementwise
-from gpuplan.sim.serving.quantization import compute_dtype, quantized_gemm_time
+from gpuplan.hwmodels.price import kernel_count
+from gpuplan.sim.serving.iteration import (
+    Batch,
+    attention_template,
+    decode_attention,
+    iteration_breakdown,
+    outer_ops,
+    prefill_attention,
+    price_op,
+    sample_ops,
+    token_ops,
+)
 from gpuplan.sim.step import layer_groups
-from gpuplan.workloads.dtypes import dtype_bytes
-from gpuplan.workloads.operators import embedding_forward, kv_cache_append, layer_forward
-from gpuplan.workloads.ops import Attention, Collective, Elementwise, Gemm, Memory, Op, op_class
+from gpuplan.workloads.ops import Op
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Batch:
-    """What one iteration runs. ``prefill`` pieces are (new tokens, tokens already cached,
-    sequences); decode sequences each add one token after their cached ones."""
-
-    prefill: tuple[tuple[int, int, int], ...] = ()
-    decode_seqs: int = 0
-    decode_kv_tokens: int = 0  # sum over decode sequences of (cached tokens + 1)
-    sampled: int | None = None  # sequences that emit a token (default: every sequence)
-
-    @property
-    def tokens(self) -> int:
-        return sum(c * b for c, _, b in self.prefill) + self.decode_seqs
-
-    @property
-    def samples(self) -> int:
-        if self.sampled is not None:
-            return self.sampled
-        return self.decode_seqs + sum(b for _, _, b in self.prefill)
-
-
-# --- the operators of an iteration (the reference) ------------------------------------------
-
-
-def _as_run(ops: list[Op], impl: str) -> list[Op]:
-    return {"fused": list, "eager": eager, "compiled": fuse_elementwise}[impl](ops)
-
-
-def token_ops(dep, *, tokens: int, layer: int = 0) -> list[Op]:
-    """One block's kernels over ``tokens`` tokens, attention excepted: GEMMs, norms, RoPE, adds,
-    the KV-cache append and, under tensor parallelism, its two all-reduces (Megatron)."""
-    cfg = dep.model
-    ops = layer_forward(cfg, batch=1, seq=tokens, dtype=dep.act_dtype, layer=layer, tp=dep.tp)
-    ops = [op for op in ops if not isinstance(op, Attention)]
-    ops.append(kv_cache_append(cfg, tokens=tokens, dtype=dep.kv_dtype, tp=dep.tp))
-    if dep.tp > 1:
-        reduce_bytes = tokens * cfg.d_model * dtype_bytes(dep.act_dtype)
-        ops.append(_collective("tp all_reduce", "all_reduce", dep.tp, reduce_bytes, count=2))
-    return _as_run(ops, dep.impl)
-
-
-def outer_ops(dep, *, tokens: int) -> list[Op]:
-    """Embedding lookup (vocab-parallel: an all-reduce under TP) and the final norm."""
-    cfg = dep.model
-    ops = list(embedding_forward(cfg, tokens=tokens, dtype=dep.act_dtype))
-    if dep.tp > 1:
-        nbytes = tokens * cfg.d_model * dtype_bytes(dep.act_dtype)
-        ops.append(_collective("embedding all_reduce", "all_reduce", dep.tp, nbytes))
-    norm = Elementwise(
-        name="final_norm",
-        op=cfg.norm,
-        tokens=tokens,
-        hidden=cfg.d_model,
-        pass_="fwd",
-        dtype=dep.act_dtype,
-    )
-    return _as_run(ops + [norm], dep.impl)
-
-
-def sample_ops(dep, *, seqs: int) -> list[Op]:
-    """LM head over the vocabulary shard, fp32 logits written and read by the sampler, and
-    their gather onto one rank under TP."""
-    cfg = dep.model
-    shard = -(-cfg.vocab_size // dep.tp)
-    ops: list[Op] = [
-        Gemm(name="lm_head", m=seqs, n=shard, k=cfg.d_model, dtype=dep.act_dtype),
-        Memory(name="logits", op="softmax", bytes_moved=seqs * shard * (4 + 4)),
-    ]
-    if dep.tp > 1:
-        ops.append(_collective("logits gather", "all_gather", dep.tp, seqs * shard * 4))
-    return ops
-
-
-def _collective(name: str, op: str, world: int, nbytes: float, count: int = 1) -> Collective:
-    return Collective(name=name, op=op, world=world, bytes_per_rank=nbytes, count=count)
-
-
-def attention_template(dep, *, layer: int = 0) -> Attention:
-    """Block ``layer``'s attention for one sequence (its heads per rank, dims and dtype)."""
-    ops = layer_forward(dep.model, batch=1, seq=1, dtype=dep.act_dtype, layer=layer, tp=dep.tp)
-    return next(op for op in ops if isinstance(op, Attention))
-
-
-def decode_attention(dep, att: Attention, *, seqs: int, kv_tokens: float) -> Attention:
-    """One flash-decoding kernel for ``seqs`` sequences reading ``kv_tokens`` cached tokens in
-    all (as ``seqs`` sequences of the mean length: the bytes are the same), in the cache's dtype."""
-    return replace(
-        att,
-        name="decode_attention",
-        batch=seqs,
-        seq_q=1,
-        seq_kv=kv_tokens / seqs,
-        causal=False,
-        dtype=dep.kv_dtype,
-    )
-
-
-def prefill_attention(att: Attention, *, tokens: int, cached: int, seqs: int) -> Attention:
-    """Causal attention of ``tokens`` new tokens after ``cached`` ones, for ``seqs`` sequences."""
-    return replace(att, name="prefill_attention", batch=seqs, seq_q=tokens, seq_kv=cached + tokens)
-
-
-def price_op(op: Op, dep) -> KernelTime:
-    """``hwmodels.price``, with quantized weights for GEMMs and a math-dtype fallback for
-    devices that publish no 16-bit rate (``quantization``)."""
-    if isinstance(op, Gemm):
-        return quantized_gemm_time(dep.acc, op, dep.eff, weight_dtype=dep.weight_dtype)
-    if isinstance(op, Attention) and op.seq_q > 1 and not dep.acc.supports(op.dtype):
-        op = replace(op, dtype=compute_dtype(dep.acc, op.dtype))
-    return price(op, dep.acc, dep.eff)
-
-
-def _items(ops: list[Op], dep, *, repeat: int = 1, phase: str = "iteration") -> list[Item]:
-    out = []
-    for op in ops:
-        kt = price_op(op, dep)
-        if kt.total_s == 0.0:
-            continue
-        out.append(
-            Item(
-                layer="parallel" if isinstance(op, Collective) else "model",
-                category=op_class(op),
-                op=op.name,
-                phase=phase,
-                time_s=kt.total_s * repeat,
-                flops=op.flops * repeat,
-                bytes=op.bytes * repeat,
-                kernels=kernel_count(op) * repeat,
-                bound=kt.bound,
-            )
-        )
-    return out
-
-
-def iteration_breakdown(dep, batch: Batch) -> Breakdown:
-    """Every kernel of one iteration priced one by one, plus launch and the CPU's fixed cost."""
-    items: list[Item] = []
-    tokens = batch.tokens
-    if tokens:
-        items += _items(outer_ops(dep, tokens=tokens), dep)
-    for layer, count in layer_groups(dep.model):
-        att = attention_template(dep, layer=layer)
-        if tokens:
-            items += _items(token_ops(dep, tokens=tokens, layer=layer), dep, repeat=count)
-        if batch.decode_seqs:
-            dec = decode_attention(
-                dep, att, seqs=batch.decode_seqs, kv_tokens=batch.decode_kv_tokens
-            )
-            items += _items([dec], dep, repeat=count)
-        for c, cached, seqs in batch.prefill:
-            pre = prefill_attention(att, tokens=c, cached=cached, seqs=seqs)
-            items += _items([pre], dep, repeat=count)
-    if batch.samples:
-        items += _items(sample_ops(dep, seqs=batch.samples), dep)
-    graph = dep.cuda_graph and not batch.prefill
-    kernels_s = sum(i.time_s for i in items)
-    cost = launch_cost(sum(i.kernels for i in items), kernels_s, dep.eff, cuda_graph=graph)
-    what = "graph replay gaps" if graph else "host issue time not hidden"
-    items.append(Item(layer="runtime", category="launch", op=what, phase="iteration",
-                      time_s=cost.total_s, bound="launch"))  # fmt: skip
-    if dep.iteration_overhead_s:
-        items.append(Item(layer="runtime", category="scheduler", op="per-iteration CPU work",
-                          phase="iteration", time_s=dep.iteration_overhead_s, bound="launch"))  # fmt: skip
-    return Breakdown(items=tuple(items))
-
-
-# --- the fast model ---------------------------------------------------------------------------
+__all__ = ["Batch", "StepModel", "iteration_breakdown"]
 
 
 def _total_s(ops: list[Op], dep) -> float:
