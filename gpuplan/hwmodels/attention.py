@@ -23,6 +23,7 @@ import math
 
 from gpuplan.hwmodels.efficiency import Efficiency
 from gpuplan.hwmodels.kernel_time import KernelTime
+from gpuplan.hwmodels.power import throttled
 from gpuplan.workloads.ops import Attention
 
 
@@ -46,6 +47,7 @@ def attention_time(acc, op: Attention, eff: Efficiency) -> KernelTime:
     keys = op.mean_keys_per_query
     block_factor = (keys + eff.attn_kv_overhead) / keys  # fixed work per block, in keys
     compute_s = op.flops * wave_factor * block_factor / (acc.peak(dtype) * fraction)
+    compute_s = throttled(compute_s, eff, dtype)
     return KernelTime(compute_s, memory_s, fixed_s)
 
 

@@ -49,6 +49,8 @@ class Efficiency:
     kernel_overhead_s: float  # device-side fixed cost of one kernel inside a stream of kernels
     launch_latency_s: float  # once per timed call: from the start event to the first kernel
     queued_overhead_fraction: float  # share of a kernel's fixed cost left when queued in a stream
+    sustained_clock_fraction: float  # clock under a long tensor-core load, of the boost clock
+    boost_time_constant_s: float  # how fast the clock falls from boost to sustained
     host_launch_s: float  # CPU time to issue one op in eager PyTorch
     autograd_s: float  # exposed CPU time of starting one backward pass (autograd engine)
     timer_headstart_s: float  # CPU head start of a call timed in isolation after an L2 flush
@@ -64,6 +66,7 @@ class Efficiency:
     p2p_launch_s: float  # extra fixed cost of a point-to-point send/recv
     collective_host_s: float  # CPU time to issue one collective (torch.distributed + NCCL)
     provenance: dict[str, Any] = field(default_factory=dict)
+    steady_state: bool = False  # kernels in a busy stream: sustained clock (set by ``queued``)
 
     def gemm_fraction(self, dtype: str, *, aligned: bool = True) -> float:
         table = self.gemm_peak_fraction if aligned else self.gemm_unaligned_fraction
@@ -82,15 +85,17 @@ class Efficiency:
 
 
 def queued(eff: Efficiency) -> Efficiency:
-    """The fixed per-kernel costs of kernels queued back to back in one stream: each one's
-    launch and prologue overlap the previous one's tail, so only a share of the fixed cost
-    measured on an isolated kernel remains (``queued_overhead_fraction``, fitted on steps)."""
+    """Kernels queued back to back in one stream: each one's launch and prologue overlap the
+    previous one's tail, so only a share of the fixed cost measured on an isolated kernel
+    remains (``queued_overhead_fraction``, fitted on steps); and the GPU, kept busy, runs at
+    its sustained clock (``hwmodels.power``)."""
     f = eff.queued_overhead_fraction
     return dataclasses.replace(
         eff,
         kernel_overhead_s=eff.kernel_overhead_s * f,
         gemm_overhead_s=eff.gemm_overhead_s * f,
         attn_fixed_s=eff.attn_fixed_s * f,
+        steady_state=True,
     )
 
 

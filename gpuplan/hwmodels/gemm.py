@@ -15,6 +15,8 @@ Guide", and LLMCompass, Zhang et al. ISCA 2024, sec. 4):
 - Alignment: cuBLAS's fast Hopper kernels need the leading dimensions (k of A, n of B and C in
   row-major terms) to be multiples of 16 bytes; otherwise it falls back to slower kernels, with
   their own achievable rate and bandwidth (fitted).
+- Clock: the achievable rates are at boost clock; ``hwmodels.power`` lowers them under a long
+  or continuous load (the power limit).
 - ``KernelTime.total_s`` overlaps the two and adds the fixed per-kernel overhead of a library
   GEMM (kernel selection, launch, prologue), which is larger than a plain kernel's.
 """
@@ -25,6 +27,7 @@ import math
 
 from gpuplan.hwmodels.efficiency import Efficiency
 from gpuplan.hwmodels.kernel_time import KernelTime
+from gpuplan.hwmodels.power import throttled
 from gpuplan.workloads.dtypes import dtype_bytes
 
 MIN_K_SLICE = 256  # split-K never cuts k below this many elements per slice
@@ -47,6 +50,7 @@ def gemm_time(acc, m: int, n: int, k: int, dtype: str, eff: Efficiency) -> Kerne
     """Time of C[m, n] = A[m, k] @ B[k, n] in ``dtype`` on accelerator ``acc``."""
     aligned = is_aligned(n, k, dtype)
     compute_s = min(_tiled_compute_s(acc, m, n, k, dtype, eff, t, aligned) for t in TILES)
+    compute_s = throttled(compute_s, eff, dtype)  # the clock the power limit allows
     memory_s = gemm_memory_s(acc, m, n, k, dtype, eff, aligned=aligned)
     return KernelTime(compute_s, memory_s, eff.gemm_overhead_s)
 

@@ -99,6 +99,7 @@ STAGES = (
             _fraction("gemm_hbm_fraction"),
             _fraction("gemm_unaligned_hbm_fraction"),
             Param("gemm_overhead_s", 1e-7, 3e-5),
+            Param("boost_time_constant_s", 2e-4, 5e-3),  # the campaign: settled by 5 ms
         ),
     ),
     Stage(
@@ -132,6 +133,7 @@ STAGES = (
             Param("host_launch_s", 5e-7, 1e-4),
             Param("graph_launch_s", 1e-8, 2e-5),
             _fraction("queued_overhead_fraction"),
+            Param("sustained_clock_fraction", 0.5, 1.0),  # steady-state kinds pin it down
             Param("collective_host_s", 1e-7, 1.5e-4),  # the campaign saw 65-80 us
             *(
                 _fraction(f"elementwise_hbm_fraction.{op}")
