@@ -55,6 +55,7 @@ def test_littles_law_holds_between_the_queue_timeline_and_the_request_table(poli
     throughput = len(done) / res.end_s
     assert in_system == pytest.approx(throughput * done["e2e_s"].mean(), rel=1e-9)
     assert in_system > 2  # the queues were not trivially empty
+    assert 0 < res.summary["kv_use_mean"] < 1 and res.summary["waiting_mean"] >= 0
 
 
 @pytest.mark.parametrize(

@@ -215,7 +215,7 @@ def run_serve(args) -> int:
     workload = _workload(args, default_requests=1000)
     common = {
         "horizon_s": args.horizon_s,
-        "timeline": bool(args.timeline_csv),
+        "timeline": True,
         "progress": args.progress,
         "slo_ttft_s": args.slo_ttft_s,
         "slo_tpot_s": args.slo_tpot_s,

@@ -22,7 +22,7 @@ import simpy
 
 from gpuplan.errors import GpuplanError, check_positive
 from gpuplan.sim.serving.kv_cache import KvCapacity, kv_capacity
-from gpuplan.sim.serving.metrics import Timeline, request_frame, summarize
+from gpuplan.sim.serving.metrics import Timeline, request_frame, summarize, time_average
 from gpuplan.sim.serving.policies import IDLE, DecodeRun, Iteration, WaitUntil, make_policy
 from gpuplan.sim.serving.router import Router
 from gpuplan.sim.serving.state import ReplicaState, RequestTable
@@ -209,12 +209,18 @@ def simulate(
     env.run(until=horizon_s)
     bar.close()
     end_s = env.now
-    frame = request_frame(table, end_s=end_s)
+    frame, over_time = request_frame(table, end_s=end_s), line.frame()
+    summary = summarize(frame, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s)
+    cap = kv_capacity(dep, sched)
+    if timeline:
+        summary["waiting_mean"] = time_average(over_time, "waiting", end_s=end_s)
+        used = time_average(over_time, "kv_blocks_used", end_s=end_s)
+        summary["kv_use_mean"] = used / (cap.blocks * replicas)
     return ServingResult(
         requests=frame,
-        timeline=line.frame(),
-        summary=summarize(frame, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s),
-        capacity=kv_capacity(dep, sched),
+        timeline=over_time,
+        summary=summary,
+        capacity=cap,
         end_s=end_s,
         wall_s=time.perf_counter() - started,
     )
