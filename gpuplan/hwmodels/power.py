@@ -26,7 +26,7 @@ def clock_factor(busy_s: float, eff: Efficiency, dtype: str) -> float:
     if dtype in SIMT_DTYPES or busy_s <= 0.0:
         return 1.0
     r = eff.sustained_clock_fraction
-    if eff.steady_state:
+    if eff.steady_state or eff.boost_time_constant_s <= 0.0:
         return r
     tau = eff.boost_time_constant_s
     return r + (1.0 - r) * tau / busy_s * (1.0 - math.exp(-busy_s / tau))
