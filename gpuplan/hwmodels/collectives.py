@@ -14,7 +14,8 @@ Gropp, IJHPCA 2005; NCCL's "performance.md" bus-bandwidth definitions), for ``n`
 
 Time = fixed call cost + steps * per-step latency + bytes / (link bandwidth * fraction), for the
 faster of NCCL's Simple and LL protocols (``_protocols``); point-to-point calls pay their own
-setup on top (``p2p_launch_s``). The link
+setup on top (``p2p_launch_s``). Each collective's kernel moves data at its own share of the
+link (a copy, a reduction, a transpose: ``collective_op_bw_factor``, fitted). The link
 is the accelerator's scale-up link (NVLink, Infinity Fabric, ICI) one direction, or PCIe when it
 has none. One rank costs nothing: there is no one to talk to.
 
@@ -89,8 +90,9 @@ def collective_time(
     if op == "all_reduce" and algorithm != "ring":
         options = [tree_terms(world, bytes_per_rank)] + (options if algorithm == "auto" else [])
     launch_s = eff.collective_launch_s + (eff.p2p_launch_s if op == "send_recv" else 0.0)
+    op_factor = eff.collective_op_bw_factor.get(op, 1.0)
     times = [
-        KernelTime(0.0, sent / (link * fraction), launch_s + steps * step_s)
+        KernelTime(0.0, sent / (link * fraction * op_factor), launch_s + steps * step_s)
         for steps, sent in options
         for fraction, step_s in _protocols(eff)
     ]

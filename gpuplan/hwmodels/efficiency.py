@@ -62,6 +62,7 @@ class Efficiency:
     collective_bw_fraction: float  # of the one-direction link bandwidth
     collective_launch_s: float  # fixed cost of one collective call
     collective_ll_bw_fraction: float  # of the link, NCCL's low-latency (LL) protocol
+    collective_op_bw_factor: dict[str, float]  # per op, times collective_bw_fraction
     collective_ll_latency_s: float  # per algorithm step, LL protocol
     p2p_launch_s: float  # extra fixed cost of a point-to-point send/recv
     collective_host_s: float  # CPU time to issue one collective (torch.distributed + NCCL)

@@ -122,6 +122,10 @@ STAGES = (
             _fraction("collective_bw_fraction"),
             Param("collective_launch_s", 1e-7, 2e-4),
             _fraction("collective_ll_bw_fraction"),
+            *(
+                Param(f"collective_op_bw_factor.{op}", 0.5, 1.6)
+                for op in ("all_gather", "reduce_scatter", "all_to_all", "send_recv")
+            ),
             Param("collective_ll_latency_s", 1e-8, 2e-5),
             Param("p2p_launch_s", 1e-8, 2e-4),
         ),
