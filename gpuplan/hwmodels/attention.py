@@ -12,7 +12,12 @@
   query heads into one block (``seqlenq_ngroups_swapped``), so the blocks are batch x KV heads.
   The split and unsplit kernels reach different fractions of the bandwidth (fitted).
 - Each block also does fixed work (loading its query tile, the softmax epilogue, writing the
-  output) worth ``attn_kv_overhead`` keys, which dominates short sequences.
+  output) worth ``attn_kv_overhead`` keys (``attn_bwd_kv_overhead`` for the backward), which
+  dominates short sequences.
+- The softmax's exponentials run on the multi-function units, far slower than the tensor cores,
+  and their count per score does not grow with the head dimension (FlashAttention-3, Shah et
+  al. 2024, sec. 3.1): modelled as ``attn_softmax_head_dim`` extra head dimensions of matmul
+  work, so a head of 64 reaches a lower fraction of peak than a head of 128.
 - Either way, the memory floor of reading q, k, v and writing o holds, and the fixed cost of the
   call (kernel overhead plus ``attn_fixed_s`` for its setup and helper kernels) is added.
 """
@@ -45,8 +50,12 @@ def attention_time(acc, op: Attention, eff: Efficiency) -> KernelTime:
     n_sms = acc.n_sms or 1
     wave_factor = math.ceil(blocks / n_sms) * n_sms / blocks  # >= 1: idle SMs in the last wave
     keys = op.mean_keys_per_query
-    block_factor = (keys + eff.attn_kv_overhead) / keys  # fixed work per block, in keys
-    compute_s = op.flops * wave_factor * block_factor / (acc.peak(dtype) * fraction)
+    kv_overhead = eff.attn_bwd_kv_overhead if op.pass_ == "bwd" else eff.attn_kv_overhead
+    block_factor = (keys + kv_overhead) / keys  # fixed work per block, in keys
+    d = (op.head_dim + op.v_head_dim) / 2
+    softmax_factor = (d + eff.attn_softmax_head_dim) / d  # exp per score, whatever d is
+    work = op.flops * wave_factor * block_factor * softmax_factor
+    compute_s = work / (acc.peak(dtype) * fraction)
     compute_s = throttled(compute_s, eff, dtype)
     return KernelTime(compute_s, memory_s, fixed_s)
 

@@ -42,6 +42,8 @@ class Efficiency:
     attn_decode_nosplit_hbm_fraction: float  # of HBM bandwidth, decode attention not split
     attn_tile_q: int  # query rows per attention block
     attn_kv_overhead: float  # per-block fixed work, in equivalent keys (prologue, epilogue)
+    attn_bwd_kv_overhead: float  # the same for the backward kernels
+    attn_softmax_head_dim: float  # softmax work per score, in equivalent head dimensions
     attn_fixed_s: float  # fixed device time of one attention call beyond one kernel
     # elementwise (hwmodels.elementwise)
     elementwise_hbm_fraction: dict[str, float]  # per op, of HBM bandwidth

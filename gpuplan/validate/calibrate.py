@@ -111,6 +111,8 @@ STAGES = (
             _fraction("attn_decode_hbm_fraction"),
             _fraction("attn_decode_nosplit_hbm_fraction"),
             Param("attn_kv_overhead", 1.0, 4096.0),
+            Param("attn_bwd_kv_overhead", 1.0, 4096.0),
+            Param("attn_softmax_head_dim", 0.1, 256.0),
             Param("attn_fixed_s", 1e-7, 1e-4),
         ),
     ),
