@@ -6,6 +6,10 @@ GPU's kernels with the one-GPU models and adds communication, the pipeline bubbl
 optimizer on the cluster's topology. ``--tokens`` adds the time, GPU-hours, cost and energy of a
 whole run. ``gpuplan train --reproduce`` prints gpuplan's predictions of published Megatron-LM
 runs (Narayanan et al. 2021; Korthikanti et al. 2022) next to what they measured.
+
+``--timeline out.json`` also plays the step out in time (``sim.timeline``: pipeline schedule,
+overlaps, shared links, stragglers, jitter) and writes a Chrome/Perfetto trace that opens in
+https://ui.perfetto.dev; symmetric ranks are simulated once unless ``--all-ranks``.
 """
 
 from __future__ import annotations
@@ -139,8 +143,33 @@ def register(subparsers) -> None:
         action="store_true",
         help="predict the published Megatron-LM runs and print the comparison",
     )
+    add_timeline_options(p)
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     p.set_defaults(func=run)
+
+
+def straggler(text: str):
+    """RANK:SLOWDOWN, e.g. 12:0.1 for GPU 12 computing 10% slower."""
+    try:
+        rank, slowdown = text.split(":")
+        return int(rank), float(slowdown)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not RANK:SLOWDOWN (e.g. 12:0.1 for GPU 12 computing 10% slower)"
+        ) from None
+
+
+def add_timeline_options(p) -> None:
+    """--timeline, --all-ranks and the timeline's perturbations."""
+    p.add_argument("--timeline", metavar="OUT.json",
+                   help="simulate the step in time and write a Chrome/Perfetto trace")  # fmt: skip
+    p.add_argument("--all-ranks", action="store_true",
+                   help="simulate (and draw) every GPU, not one per symmetric group")  # fmt: skip
+    p.add_argument("--straggler", type=straggler, action="append", default=[],
+                   metavar="RANK:SLOWDOWN", help="a GPU that computes slower (repeatable)")  # fmt: skip
+    p.add_argument("--jitter", type=float, default=0.0,
+                   help="kernel-time jitter, coefficient of variation (default 0)")  # fmt: skip
+    p.add_argument("--seed", type=int, default=0, help="seed of the jitter (default 0)")
 
 
 def resolve_cluster(args):
@@ -206,6 +235,8 @@ def run(args) -> int:
     seq = args.seq or default_seq(cfg)
     est = estimate_training(cfg, strategy, cluster=cluster, seq=seq, gpus=args.gpus)
     doc = est.to_dict()
+    if getattr(args, "timeline", None):
+        doc["timeline"] = write_timeline(args, cfg, strategy, cluster, seq)
     if args.tokens:
         budget = run_budget(
             tokens=args.tokens, tokens_per_s=est.tokens_per_s, gpus=est.gpus,
@@ -217,6 +248,37 @@ def run(args) -> int:
         return 0
     print(render_estimate(doc))
     return 0
+
+
+def write_timeline(args, cfg, strategy, cluster, seq) -> dict[str, Any]:
+    """Simulate the step, write its trace; the timeline's headline figures."""
+    from gpuplan.sim.timeline import Straggler, simulate_step
+    from gpuplan.sim.timeline.trace import trace_slices, write_chrome_trace
+
+    tl = simulate_step(
+        cfg, strategy, cluster=cluster, seq=seq, all_ranks=args.all_ranks, jitter=args.jitter,
+        seed=args.seed, stragglers=tuple(Straggler(rank=r, slowdown=s) for r, s in args.straggler),
+    )  # fmt: skip
+    detail = "kernel" if trace_slices(tl, "kernel") <= MAX_KERNEL_SLICES else "step"
+    slices = write_chrome_trace(tl, args.timeline, detail=detail)
+    return tl.to_dict() | {"trace": args.timeline, "trace_slices": slices, "trace_detail": detail}
+
+
+MAX_KERNEL_SLICES = 2_000_000  # beyond this the trace draws one slice per block half
+
+
+def render_timeline(t: dict[str, Any], estimate_s: float) -> list[str]:
+    diff = 100 * (t["step_time_s"] / estimate_s - 1)
+    return [
+        "",
+        f"timeline        {format_value('step_time_s', t['step_time_s'])} ({diff:+.1f}% vs the "
+        f"closed form), bubble {100 * t['bubble_fraction']:.1f}% on the last GPU to finish",
+        f"                {t['simulated_gpus']} TP x CP groups simulated for {t['world']} GPUs, "
+        f"{t['events']:,} events in {t['wall_s']:.2f} s",
+        *[f"                {n}" for n in t["notes"][1:]],
+        f"trace           {t['trace']} ({t['trace_slices']:,} slices, {t['trace_detail']} "
+        "detail; open in https://ui.perfetto.dev)",
+    ]
 
 
 def render_estimate(doc: dict[str, Any]) -> str:
@@ -250,6 +312,8 @@ def render_estimate(doc: dict[str, Any]) -> str:
             f"(power {b['power_fraction']:.0%} of TDP, PUE {b['pue']})",
             f"price: {b['price_source']}",
         ]
+    if "timeline" in doc:
+        lines += render_timeline(doc["timeline"], doc["step_time_s"])
     lines += ["", *[f"note: {n}" for n in doc["notes"]]]
     return "\n".join(lines)
 
