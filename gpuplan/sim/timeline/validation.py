@@ -1,0 +1,94 @@
+"""Predict measured pipeline steps (``validate/pipeline_bench.py`` records) with the timeline.
+
+A ``pipeline_step`` record is a two-stage ``torch.distributed.pipelining`` step of the contract's
+Llama-style model in eager PyTorch, bf16 weights, no optimizer. The prediction plays the same
+schedule on the timeline with:
+
+- kernels as eager PyTorch runs them (``impl="eager"``: elementwise ops in their ATen pieces,
+  queued fixed costs, the CPU's issue time where it is not hidden);
+- stage 0: embedding and the first half of the blocks; stage 1: the second half, the final norm,
+  the LM head and the cross-entropy on fp32-upcast logits;
+- sends on NCCL's own stream (``overlap_pp``): the sender goes on, the receiver waits for the
+  data; the two GPUs of one host over NVLink (the accelerator's ``dgx`` preset);
+- gradients accumulated by autograd over the micro-batches (an unfused add per micro-batch),
+  then scaled by 1 / micro-batches (``scale_grads``, one read and write of every gradient);
+  no optimizer and no data parallelism.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from gpuplan.errors import GpuplanError
+from gpuplan.hwmodels.accelerators import get_accelerator
+from gpuplan.hwmodels.efficiency import efficiency_for
+from gpuplan.sim.breakdown import Item
+from gpuplan.sim.parallel.strategy import Strategy, validate
+from gpuplan.sim.parallel.topology import cluster_for
+from gpuplan.sim.predict import contract_model
+from gpuplan.sim.timeline.engine import Engine
+from gpuplan.sim.timeline.work import OTHER, Step, build_plan
+
+KIND = "pipeline_step"
+PARAMS = ("hidden", "heads_q", "heads_kv", "ffn", "layers", "vocab", "seq", "micro_batch",
+          "micro_batches", "schedule", "stages")  # fmt: skip
+SCALE_BYTES_PER_PARAM = 4  # read and write a bf16 gradient
+
+
+def _scale_step(params: float, acc, eff) -> Step:
+    t = params * SCALE_BYTES_PER_PARAM / (acc.hbm_bytes_per_s * eff.elementwise_fraction("mul"))
+    t += eff.kernel_overhead_s
+    item = Item(layer="runtime", category="elementwise", op="gradient scaling (1/m)",
+                phase="optimizer", time_s=t, kernels=1, bound="memory")  # fmt: skip
+    return Step("gradient scaling", "optimizer", OTHER, (item,), t)
+
+
+def pipeline_strategy(p: Mapping[str, Any]) -> Strategy:
+    """The strategy a record ran: ``stages`` pipeline stages, nothing else parallel."""
+    return Strategy(
+        pp=p["stages"], micro_batch=p["micro_batch"],
+        global_batch=p["micro_batch"] * p["micro_batches"], schedule=p["schedule"],
+        state_precision="bf16", fused_grad_accumulation=False, overlap_pp=True,
+    )  # fmt: skip
+
+
+def predict_pipeline_step(p: Mapping[str, Any], device: str = "h200", *, eff=None) -> float:
+    """Predicted ``time_s`` of one ``pipeline_step`` record's step."""
+    missing = [k for k in PARAMS if k not in p]
+    if missing:
+        raise GpuplanError(f"{KIND}: missing parameter {missing[0]!r}")
+    acc = get_accelerator(device)
+    eff = eff or efficiency_for(acc.key)
+    cfg = contract_model(p)
+    st = pipeline_strategy(p)
+    validate(st, cfg, st.world, p["seq"])
+    cluster = cluster_for(acc.key)
+    plan = build_plan(cfg, st, cluster=cluster, seq=p["seq"], eff=eff, acc=acc, impl="eager")
+    scale = tuple(_scale_step(sum(v for _b, v in plan.blocks(s)), acc, eff) for s in range(st.pp))
+    engine = Engine(replace(plan, optimizer=scale), replicas=[0], factors={}, jitter=0.0, seed=0)
+    engine.run()
+    return max(engine.ends.values())
+
+
+def pipeline_errors(records: list[dict]):
+    """One row per record: the case, measured and predicted seconds, the error in percent."""
+    import pandas as pd
+
+    rows = []
+    for k, r in enumerate(records, 1):
+        if r.get("kind") != KIND:
+            continue
+        try:
+            p, measured = r["params"], float(r["measured"]["time_s"])
+        except (KeyError, TypeError, ValueError):
+            raise GpuplanError(f"record {k}: needs params and measured.time_s") from None
+        predicted = predict_pipeline_step(p, r.get("device", "h200"))
+        rows.append({
+            "hidden": p["hidden"], "layers": p["layers"], "vocab": p["vocab"], "seq": p["seq"],
+            "micro_batch": p["micro_batch"], "schedule": p["schedule"],
+            "micro_batches": p["micro_batches"], "measured_s": measured, "predicted_s": predicted,
+            "error_pct": 100 * (predicted - measured) / measured,
+        })  # fmt: skip
+    return pd.DataFrame(rows)
