@@ -157,9 +157,35 @@ def run(args) -> int:
     return 0
 
 
-def _params(kind: str, args, overrides: dict[str, Any]) -> dict[str, Any]:
+# What --model fills in, and what the whole-model path also takes.
+MODEL_SHAPE = ("hidden", "heads_q", "heads_kv", "ffn", "vocab")
+MODEL_EXTRA = {"layer": ("tp",), "decode_step": ("tp", "layers"), "train_step": ("layers",)}
+
+
+def accepted(kind: str, with_model: bool) -> set[str]:
+    """The parameters ``estimate KIND`` uses; any other flag given is an error, not ignored."""
+    names = set(DEFAULTS[kind]) | set(REQUIRED[kind])
+    if kind == "attention":
+        names.add("seq_kv")
+    if with_model:
+        names = (names - set(MODEL_SHAPE)) | set(MODEL_EXTRA.get(kind, ()))
+    return names
+
+
+def _params(
+    kind: str, args, overrides: dict[str, Any], *, with_model: bool = False
+) -> dict[str, Any]:
     given = {k: getattr(args, k) for k in (*INT_FLAGS, *BOOL_FLAGS, *STR_FLAGS, "bytes")}
-    params = DEFAULTS[kind] | overrides | {k: v for k, v in given.items() if v is not None}
+    given = {k: v for k, v in given.items() if v is not None}
+    unused = sorted(set(given) - accepted(kind, with_model))
+    if unused:
+        flags = ", ".join("--" + k.replace("_", "-") for k in unused)
+        valid = ", ".join("--" + k.replace("_", "-") for k in sorted(accepted(kind, with_model)))
+        how = " with --model" if with_model else ""
+        raise GpuplanError(
+            f"estimate {kind.replace('_', '-')}{how} does not use {flags} (it takes {valid})"
+        )
+    params = DEFAULTS[kind] | overrides | given
     if kind == "attention":
         params.setdefault("seq_kv", params.get("seq_q"))
     return params
@@ -172,10 +198,11 @@ def _estimate(kind: str, args, overrides: dict[str, Any]) -> dict[str, Any]:
     from gpuplan.sim.predict import predict_breakdown
 
     model = args.model or ("llama3-8b" if args.kind is None else None)
-    params = _params(kind, args, overrides)
+    with_model = bool(model) and kind in ("layer", "train_step", "decode_step")
+    params = _params(kind, args, overrides, with_model=with_model)
     acc = get_accelerator(args.gpu)
     eff = efficiency_for(acc.key)
-    if model and kind in ("layer", "train_step", "decode_step"):
+    if with_model:
         bd = model_breakdown(kind, acc, eff, model, params, impl=args.impl or "fused")
     else:
         missing = [k for k in REQUIRED[kind] if k not in params]

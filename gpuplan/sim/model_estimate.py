@@ -36,6 +36,7 @@ def model_breakdown(
             pass_=params["pass"],
             compiled=impl == "compiled",
             dtype=params["dtype"],
+            tp=params.get("tp", 1),
         )
     if kind == "train_step":
         return step.train_step_breakdown(
@@ -58,4 +59,5 @@ def model_breakdown(
         dtype=params["dtype"],
         impl=impl,
         with_head=True,
+        tp=params.get("tp", 1),
     )

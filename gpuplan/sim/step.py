@@ -18,6 +18,8 @@ Execution assumptions, named:
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gpuplan.hwmodels.collectives import collective_time
 from gpuplan.hwmodels.efficiency import queued
 from gpuplan.hwmodels.launch import launch_cost
@@ -88,13 +90,18 @@ def layer_breakdown(
     dtype: str = "bf16",
     tp: int = 1,
 ) -> Breakdown:
-    """One decoder block, forward or forward+backward, eager or compiled."""
+    """One decoder block, forward or forward+backward, eager or compiled; under tensor
+    parallelism with its two all-reduces each way (Shoeybi et al. 2019, fig. 4)."""
     eff = queued(eff)
     fwd = layer_forward(cfg, batch=micro_batch, seq=seq, dtype=dtype, tp=tp)
     impl = "compiled" if compiled else "eager"
-    items = priced_items(_as_run(fwd, impl), acc, eff, phase="fwd")
+    comm = _tp_all_reduce(acc, eff, cfg, tokens=micro_batch * seq, tp=tp, dtype=dtype)
+    items = priced_items(_as_run(fwd, impl), acc, eff, phase="fwd") + 2 * _all_reduce_items(
+        comm, tp, "fwd"
+    )
     if pass_ == "fwd_bwd":
         items += priced_items(_as_run(backward_of(fwd), impl), acc, eff, phase="bwd")
+        items += 2 * _all_reduce_items(comm, tp, "bwd")
     acts = layer_activation_bytes(
         cfg,
         tokens=micro_batch * seq,
@@ -126,6 +133,11 @@ def tp_mlp_breakdown(
         items += priced_items(backward_of(fwd), acc, eff, phase="bwd")
         items += _all_reduce_items(comm, tp, "bwd")
     return _with_launch(items, eff)
+
+
+def _tp_all_reduce(acc, eff, cfg: ModelConfig, *, tokens: int, tp: int, dtype: str):
+    """One all-reduce of the block's output activations among ``tp`` ranks of one host."""
+    return collective_time(acc, "all_reduce", tp, tokens * cfg.d_model * dtype_bytes(dtype), eff)
 
 
 def _all_reduce_items(comm, tp: int, phase: str) -> list[Item]:
@@ -303,6 +315,12 @@ def decode_step_breakdown(
             cfg, batch=batch, seq=1, dtype=dtype, context=context, tp=tp, layer=layer
         )
         items += priced_items(_as_run(ops, impl), acc, eff, phase="fwd", repeat=count)
+    if tp > 1:  # two all-reduces per block (after attention and after the MLP)
+        comm = _tp_all_reduce(acc, eff, cfg, tokens=batch, tp=tp, dtype=dtype)
+        reduce = _all_reduce_items(comm, tp, "fwd")[0]
+        items.append(
+            replace(reduce, time_s=reduce.time_s * 2 * cfg.n_layers, kernels=2 * cfg.n_layers)
+        )
     if with_head:  # final norm and LM head; sampling from the logits is left out
         head = head_forward(cfg, tokens=batch, dtype=dtype)[:2]
         items += priced_items(_as_run(head, impl), acc, eff, phase="fwd")
