@@ -4,6 +4,14 @@ A ``Deployment`` is everything the time of an iteration depends on; the schedule
 (``SchedulerConfig``) are everything the order of work depends on. Both are frozen and checked
 on construction, with messages that name the field, the value and what is valid.
 
+Decode padding (what a server that replays captured CUDA graphs computes; vLLM captures one
+graph per batch size of a list and pads a decode batch up to the next one): with
+``decode_buckets`` set, a decode-only iteration of B sequences runs the smallest bucket >= B
+(B itself when it exceeds them all) for every operator, the padding rows included; with
+``decode_context_tokens`` set, every row of such an iteration attends over that fixed span
+(a mask hides the positions past its own length, but the kernel still reads them all).
+Iterations with prefill work run eagerly and are never padded.
+
 Tensor parallelism stays inside one node (Megatron column/row split, Shoeybi et al. 2019): ``tp``
 must divide the query heads and be at most ``MAX_TP`` (an 8-GPU node: DGX/HGX).
 """
@@ -41,6 +49,8 @@ class Deployment:
     cuda_graph: bool = True  # decode-only iterations replay a CUDA graph (vLLM's default)
     impl: str = "fused"  # how elementwise ops run: fused kernels, eager PyTorch, torch.compile
     iteration_overhead_s: float = 0.0  # CPU time per iteration not hidden (scheduler, sampler)
+    decode_buckets: tuple[int, ...] = ()  # decode batch sizes run (padded up to); () no padding
+    decode_context_tokens: int | None = None  # fixed span every padded decode row attends over
 
     def __post_init__(self) -> None:
         check_positive("tp", self.tp)
@@ -56,12 +66,47 @@ class Deployment:
         check_formats(self.weight_dtype, self.kv_dtype)
         check_choice("impl", self.impl, IMPLS)
         check_positive("iteration_overhead_s", self.iteration_overhead_s, allow_zero=True)
+        self._check_padding()
         if self.model.is_vision:
             raise GpuplanError(f"{self.model.name} is a vision encoder: it generates no tokens")
+
+    def _check_padding(self) -> None:
+        buckets = self.decode_buckets
+        if not isinstance(buckets, tuple) or any(
+            not isinstance(b, int) or isinstance(b, bool) or b <= 0 for b in buckets
+        ):
+            raise GpuplanError(
+                f"decode_buckets={buckets!r} is invalid: give a tuple of positive integers"
+            )
+        if list(buckets) != sorted(set(buckets)):
+            raise GpuplanError(
+                f"decode_buckets={buckets!r} is invalid: the sizes must be strictly increasing"
+            )
+        if self.decode_context_tokens is not None:
+            check_positive("decode_context_tokens", self.decode_context_tokens)
 
     @property
     def gpus(self) -> int:
         return self.tp
+
+    @property
+    def pads_decode(self) -> bool:
+        return bool(self.decode_buckets) or self.decode_context_tokens is not None
+
+    def decode_bucket(self, seqs: int) -> int:
+        """The batch size a decode-only iteration of ``seqs`` sequences runs."""
+        for b in self.decode_buckets:
+            if b >= seqs:
+                return b
+        return seqs
+
+    def padded_decode(self, seqs: int, kv_tokens: float) -> tuple[int, float]:
+        """(rows, cached tokens read in all) of a decode-only iteration of ``seqs`` sequences
+        reading ``kv_tokens`` (each padding row reads one position unless the span is fixed)."""
+        rows = self.decode_bucket(seqs)
+        if self.decode_context_tokens is not None:
+            return rows, rows * self.decode_context_tokens
+        return rows, kv_tokens + (rows - seqs)
 
 
 def deployment(model: str | ModelConfig, gpu: str, **kw) -> Deployment:

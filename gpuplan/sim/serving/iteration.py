@@ -10,6 +10,9 @@ An iteration of a replica (Orca, Yu et al. OSDI 2022; vLLM; Sarathi-Serve, Agraw
 - attention: the decode sequences read their caches in one flash-decoding kernel (C cached
   tokens in all); each prefill piece (new tokens of one or more sequences after the tokens
   they already cached) attends causally in its own kernel;
+- padding: a decode-only iteration of a deployment with ``decode_buckets`` or
+  ``decode_context_tokens`` runs the padded batch (``Deployment.padded_decode``): every
+  operator over the bucket's rows, the attention over the fixed span of each;
 - launch: the CPU issues every kernel eagerly, except that decode-only iterations replay a CUDA
   graph when ``cuda_graph`` is set (vLLM captures decode batches only); plus a fixed CPU cost per
   iteration (``Deployment.iteration_overhead_s``).
@@ -169,9 +172,20 @@ def _items(ops: list[Op], dep, *, repeat: int = 1, phase: str = "iteration") -> 
     return out
 
 
+def padded_batch(dep, batch: Batch) -> Batch:
+    """The batch a decode-only iteration really runs under the deployment's decode padding
+    (``batch`` itself when there is none, or when the iteration has prefill work)."""
+    if batch.prefill or not batch.decode_seqs or not dep.pads_decode:
+        return batch
+    rows, kv = dep.padded_decode(batch.decode_seqs, batch.decode_kv_tokens)
+    return Batch(decode_seqs=rows, decode_kv_tokens=kv,
+                 sampled=batch.samples + rows - batch.decode_seqs)  # fmt: skip
+
+
 def iteration_breakdown(dep, batch: Batch) -> Breakdown:
     """Every kernel of one iteration priced one by one, plus launch and the CPU's fixed cost."""
     items: list[Item] = []
+    batch = padded_batch(dep, batch)
     tokens = batch.tokens
     if tokens:
         items += _items(outer_ops(dep, tokens=tokens), dep)

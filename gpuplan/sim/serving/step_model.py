@@ -12,7 +12,9 @@ A run of decode-only iterations with a fixed set of sequences has a closed form:
 tokens grow by the number of sequences each iteration, so the total of k iterations is a sum
 of ``max(A + b j, H)`` terms (the launch model: the GPU's time or the CPU's issue time,
 whichever is longer). ``decode_run_s`` and ``decode_iterations_until`` use it, which lets the
-simulator jump from event to event instead of stepping every iteration.
+simulator jump from event to event instead of stepping every iteration. Under the deployment's
+decode padding (``Deployment.padded_decode``) every decode-only time is that of the padded
+batch; with a fixed attention span the cost per iteration of such a run is constant (b = 0).
 """
 
 from __future__ import annotations
@@ -140,6 +142,10 @@ class StepModel:
 
     def mixed_s(self, prefill, decode_seqs: int, decode_kv_tokens: int, sampled: int) -> float:
         """``iteration_s`` from plain arguments (the simulator's hot path)."""
+        if not prefill and decode_seqs and self.dep.pads_decode:
+            rows, decode_kv_tokens = self.dep.padded_decode(decode_seqs, decode_kv_tokens)
+            sampled += rows - decode_seqs
+            decode_seqs = rows
         tokens = decode_seqs
         kernels_s = 0.0
         for c, cached, seqs in prefill:
@@ -163,14 +169,17 @@ class StepModel:
 
     def decode_s(self, seqs: int, kv_tokens: int) -> float:
         """One decode-only iteration of ``seqs`` sequences reading ``kv_tokens`` in all."""
-        k = self._decode_kernels_s(seqs, kv_tokens)
+        k = self._decode_kernels_s(*self.dep.padded_decode(seqs, kv_tokens))
         return max(k + self._dec_gap_s, self._dec_host_s) + self.dep.iteration_overhead_s
 
     def _run_terms(self, seqs: int, kv_tokens: int) -> tuple[float, float, float, int]:
         """(A, b, H, j*): iteration j of a run costs max(A + b j, H) + overhead; the first j*
         iterations are host-bound (cost H)."""
-        a = self._decode_kernels_s(seqs, kv_tokens) + self._dec_gap_s
-        b = self.decode_attention_terms(seqs)[1] * seqs
+        rows, padded_kv = self.dep.padded_decode(seqs, kv_tokens)
+        a = self._decode_kernels_s(rows, padded_kv) + self._dec_gap_s
+        # the real sequences read one more token each iteration, unless the span is fixed
+        grows = self.dep.decode_context_tokens is None
+        b = self.decode_attention_terms(rows)[1] * seqs if grows else 0.0
         h = self._dec_host_s
         if a >= h:
             return a, b, h, 0

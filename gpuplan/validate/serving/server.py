@@ -16,8 +16,20 @@ as a prefill-only iteration (prompts of equal length batched in one forward); ot
 running sequence decodes one token. A decode step attends over the longest running context with
 a mask for the shorter ones. Every iteration ends with a device synchronization, so its end
 time is when its tokens exist; a request's first token is the end of its prefill iteration and
-its finish is the end of the iteration that emitted its last token. Everything runs eagerly
-(no CUDA graphs, no torch.compile), under ``torch.inference_mode``.
+its finish is the end of the iteration that emitted its last token. Everything runs under
+``torch.inference_mode``, without torch.compile.
+
+Decode on a padded batch (``PaddedDecoder``; what vLLM and TensorRT-LLM do to replay decode
+iterations from CUDA graphs): the decode batch sizes are buckets 1, 2, 4, ... up to
+``max_seqs`` (and ``max_seqs`` itself); a decode iteration of B sequences runs the smallest
+bucket >= B, the padding rows reading token 0 at position 0 of the free cache slots after the
+running ones (never read by a running sequence: a prefill rewrites a slot before it is used), and
+every row attends over a fixed span of ``max_context`` positions with a mask hiding those past
+its own position. On CUDA each bucket is captured once in a ``torch.cuda.CUDAGraph`` (one
+shared memory pool) over static token and position buffers, and a decode iteration is two small
+host-to-device copies and one ``replay()``; on the CPU the same padded step runs eagerly.
+Prefill iterations always run eagerly. Without padding a decode step attends over the longest
+running context.
 
 Load: Poisson arrivals at each rate for ``duration_s`` seconds (seeded), then the server drains
 what is left. A request's arrival time is its scheduled time, measured on the same clock.
@@ -160,6 +172,77 @@ class Model(nn.Module):
         self.v_cache[:, dst, :, :length] = self.v_cache[:, src, :, :length]
 
 
+def decode_buckets(max_seqs: int) -> list[int]:
+    """Powers of two below ``max_seqs``, then ``max_seqs`` (vLLM captures a similar list)."""
+    out, b = [], 1
+    while b < max_seqs:
+        out.append(b)
+        b *= 2
+    return out + [max_seqs]
+
+
+class PaddedDecoder:
+    """Decode steps over bucketed batches and a fixed span (module docstring): replayed from one
+    CUDA graph per bucket when ``graphs``, else run eagerly on the same padded inputs."""
+
+    def __init__(self, model: Model, *, buckets: list[int], span: int, device, graphs: bool):
+        self.model, self.buckets, self.span = model, list(buckets), span
+        self.tokens = torch.zeros(max(buckets), dtype=torch.long, device=device)
+        self.positions = torch.zeros(max(buckets), dtype=torch.long, device=device)
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.outputs: dict[int, torch.Tensor] = {}
+        self.prep_s = 0.0  # host time of the last step before its kernels could start
+        self.graph_error: str | None = None
+        if graphs:
+            try:
+                self._capture()
+            except Exception as err:  # run eagerly on the padded inputs, and say why
+                self.graphs.clear()
+                self.outputs.clear()
+                self.graph_error = f"{type(err).__name__}: {err}"[:2000]
+                torch.cuda.synchronize()
+
+    def bucket(self, n: int) -> int:
+        return next((b for b in self.buckets if b >= n), n)
+
+    def _step(self, b: int) -> torch.Tensor:
+        return self.model.decode(self.tokens[:b], self.positions[:b], self.span)
+
+    def _capture(self) -> None:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up off the capture: cuBLAS handles, workspaces
+            for b in self.buckets:
+                for _ in range(2):
+                    self._step(b)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        pool = torch.cuda.graph_pool_handle()
+        for b in sorted(self.buckets, reverse=True):  # the largest first: the pool fits all
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                self.outputs[b] = self._step(b)
+            self.graphs[b] = graph
+        torch.cuda.synchronize()
+
+    def __call__(self, tokens: list[int], positions: list[int], started: float) -> list[int]:
+        """Next tokens of ``len(tokens)`` sequences in slots 0.. (``started``: perf_counter
+        when the iteration began, for ``prep_s``)."""
+        n = len(tokens)
+        b = self.bucket(n)
+        pad = [0] * (b - n)
+        self.tokens[:b].copy_(torch.tensor(tokens + pad))
+        self.positions[:b].copy_(torch.tensor(positions + pad))
+        graph = self.graphs.get(b)
+        self.prep_s = time.perf_counter() - started
+        if graph is None:
+            out = self._step(b)
+        else:
+            graph.replay()
+            out = self.outputs[b]
+        return out[:n].tolist()
+
+
 @dataclass
 class Request:
     rid: int
@@ -184,9 +267,10 @@ def poisson(rate_per_s: float, duration_s: float, rng: random.Random) -> list[fl
 class Server:
     """The scheduling loop (module docstring)."""
 
-    def __init__(self, model: Model, *, max_seqs: int, max_batched_tokens: int, device):
+    def __init__(self, model: Model, *, max_seqs: int, max_batched_tokens: int, device,
+                 decoder: PaddedDecoder | None = None):  # fmt: skip
         self.model, self.max_seqs, self.budget = model, max_seqs, max_batched_tokens
-        self.device = device
+        self.device, self.decoder = device, decoder
         self.sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
 
     def run(self, requests: list[Request], *, drain_s: float) -> list[dict]:
@@ -209,6 +293,7 @@ class Server:
                 break  # give up on what is left (recorded as unfinished)
             batch = self._admit(waiting, running)
             start = time.perf_counter() - t0
+            extra = {"bucket": None, "span": None, "prep_s": None}
             if batch:
                 self._prefill(batch, running)
                 kind, size, kv = "prefill", len(batch), 0
@@ -216,14 +301,14 @@ class Server:
             else:
                 # each sequence reads its cache and its new token: positions 0..prompt+generated-1
                 kv = sum(r.prompt + r.generated for r in running)
-                self._decode(running)
+                extra = self._decode(running, t0 + start)
                 kind, size, prompts = "decode", len(running), []
             self.sync()
             end = time.perf_counter() - t0
             self._settle(batch, running, end)
             iterations.append({"kind": kind, "seqs": size, "prompts": prompts, "kv_tokens": kv,
                                "start_s": start, "end_s": end,
-                               "host_gap_s": start - ready})  # fmt: skip
+                               "host_gap_s": start - ready, **extra})  # fmt: skip
             ready = end  # the next gap counts settling, the loop and admission
         return iterations
 
@@ -256,14 +341,23 @@ class Server:
                 r.token = tok
                 running.append(r)
 
-    def _decode(self, running: list) -> None:
+    def _decode(self, running: list, started: float) -> dict:
+        """One token for every running sequence; the iteration's padded shape and host time."""
         dev = self.device
         positions = [r.prompt + r.generated - 1 for r in running]  # the input token's position
-        tokens = torch.tensor([r.token for r in running], device=dev)
-        span = max(positions) + 1
-        out = self.model.decode(tokens, torch.tensor(positions, device=dev), span)
-        for r, tok in zip(running, out.tolist(), strict=True):
+        tokens = [r.token for r in running]
+        if self.decoder is not None:
+            out = self.decoder(tokens, positions, started)
+            shape = {"bucket": self.decoder.bucket(len(running)), "span": self.decoder.span,
+                     "prep_s": self.decoder.prep_s}  # fmt: skip
+        else:
+            span = max(positions) + 1
+            out = self.model.decode(torch.tensor(tokens, device=dev),
+                                    torch.tensor(positions, device=dev), span).tolist()  # fmt: skip
+            shape = {"bucket": len(running), "span": span, "prep_s": None}
+        for r, tok in zip(running, out, strict=True):
             r.token = tok
+        return shape
 
     def _settle(self, batch: list, running: list, end_s: float) -> None:
         """Count the tokens the iteration emitted; retire the finished sequences."""
@@ -309,14 +403,37 @@ def serve_rates(
     dtype,
     seed: int = 0,
     drain_s: float = 60.0,
+    pad_decode: bool = False,
+    cuda_graph: bool = False,
+    max_context: int | None = None,
+    info: dict | None = None,
 ) -> tuple[list[dict], list[dict]]:
-    """Requests and iterations measured at each rate (rows carry ``rate_per_s``)."""
+    """Requests and iterations measured at each rate (rows carry ``rate_per_s``).
+
+    ``pad_decode``: decode on bucketed batches over a fixed span of ``max_context`` positions
+    (default ``prompt + output``), from CUDA graphs when ``cuda_graph`` (CUDA only). ``info``,
+    if given, receives what the decode computes (``decode_padding``, ``cuda_graph``)."""
     torch.manual_seed(seed)
-    model = Model(shape, max_seqs=max_seqs, max_len=prompt + output, device=device, dtype=dtype)
-    server = Server(model, max_seqs=max_seqs, max_batched_tokens=max_batched_tokens,
-                    device=device)  # fmt: skip
+    span = max_context or prompt + output
+    if span < prompt + output:
+        raise ValueError(f"max_context={span} is invalid: it must be at least prompt + output "
+                         f"= {prompt + output}")  # fmt: skip
+    model = Model(shape, max_seqs=max_seqs, max_len=span, device=device, dtype=dtype)
     requests_out, iterations_out = [], []
     with torch.inference_mode():
+        decoder = None
+        if pad_decode:
+            graphs = cuda_graph and str(device).startswith("cuda")
+            decoder = PaddedDecoder(model, buckets=decode_buckets(max_seqs), span=span,
+                                    device=device, graphs=graphs)  # fmt: skip
+        if info is not None:
+            info["cuda_graph"] = bool(decoder and decoder.graphs)
+            info["graph_error"] = decoder.graph_error if decoder else None
+            info["decode_padding"] = (
+                {"buckets": decoder.buckets, "context_tokens": span} if decoder else None
+            )
+        server = Server(model, max_seqs=max_seqs, max_batched_tokens=max_batched_tokens,
+                        device=device, decoder=decoder)  # fmt: skip
         warm_up(server, prompt=prompt, output=output)
         for k, rate in enumerate(rates):
             times = poisson(rate, duration_s, random.Random(seed * 1000 + k))
