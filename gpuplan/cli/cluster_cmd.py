@@ -1,0 +1,218 @@
+"""``gpuplan cluster SCENARIO``: a cluster over weeks — queueing, placement, failures, checkpoints.
+
+SCENARIO is a YAML file or a built-in name (``gpuplan cluster --list``): ``llama3-405b`` (Llama 3
+405B on 16,384 H100s for 54 days, against the interruptions Dubey et al. 2024 report) and
+``thousand-gpu`` (a 1,024-GPU cluster under four scheduling and placement policies). Prints, for
+each run of the scenario, utilization, goodput, lost work, job completion and queueing
+percentiles, energy, interruptions by cause, the published figures where the scenario has them,
+and the number of simulated events; ``--repeat N`` runs N seeds and prints means and spreads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from gpuplan.cli.tables import dump_json, render_table
+from gpuplan.errors import GpuplanError
+
+HEADLINE = (
+    ("utilization", "utilization", "pct"),
+    ("goodput", "goodput", "pct"),
+    ("effective utilization", "effective_utilization", "pct"),
+    ("placement efficiency", "placement_efficiency", "pct"),
+    ("effective training time", "effective_training_time", "pct"),
+    ("interruptions", "interruptions", "int"),
+    ("unexpected interruptions", "unexpected_interruptions", "int"),
+    ("planned interruptions", "planned_interruptions", "int"),
+    ("preemptions", "preemptions", "int"),
+    ("lost work (GPU-hours)", "lost_gpu_hours", "int"),
+    ("checkpoints (GPU-hours)", "checkpoint_gpu_hours", "int"),
+    ("restarts (GPU-hours)", "recovery_gpu_hours", "int"),
+    ("energy (MWh)", "energy_kwh", "mwh"),
+    ("jobs finished", "finished", "int"),
+    ("jobs running", "running", "int"),
+    ("jobs queued", "queued", "int"),
+    ("jobs rejected", "rejected", "int"),
+    ("JCT p50 / p90 / p99 (h)", ("jct_p50_s", "jct_p90_s", "jct_p99_s"), "hours"),
+    ("queueing p50 / p90 / p99 (h)", ("queue_p50_s", "queue_p90_s", "queue_p99_s"), "hours"),
+)
+COMPARE = ("policy", "placement", "utilization", "goodput", "placement_efficiency",
+           "effective_utilization", "finished", "queue_p50_s", "jct_p50_s", "interruptions")  # fmt: skip
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "cluster",
+        help="simulate a GPU cluster over weeks: scheduling, placement, failures, checkpoints",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("scenario", nargs="?", help="scenario YAML file or built-in name")
+    p.add_argument("--seed", type=int, help="random seed (default: the scenario's)")
+    p.add_argument("--repeat", type=int, default=1, help="run this many seeds, print means")
+    p.add_argument("--plot", metavar="PNG", help="write the cluster timeline plot of each run")
+    p.add_argument("--jobs", metavar="CSV", help="write the per-job table (all runs)")
+    p.add_argument("--events", metavar="CSV", help="write the per-event table (all runs)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--list", action="store_true", help="list the built-in scenarios")
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from gpuplan.sim.cluster.scenario import builtin_scenarios, load_scenario, run_scenario
+
+    if args.list:
+        for name, path in sorted(builtin_scenarios().items()):
+            print(f"{name:16s} {path}")
+        return 0
+    if not args.scenario:
+        raise GpuplanError("gpuplan cluster needs a SCENARIO (a YAML file, or see --list)")
+    if args.repeat < 1:
+        raise GpuplanError(f"--repeat {args.repeat} is invalid: use 1 or more")
+    doc, path = load_scenario(args.scenario)
+    seed = int(doc.get("seed", 0)) if args.seed is None else args.seed
+    progress = not args.no_progress and not args.json and sys.stderr.isatty()
+    batches = [run_scenario(path, seed=seed + k, progress=progress) for k in range(args.repeat)]
+    results = batches[0]
+    _write_tables(args, batches)
+    if args.plot:
+        _plots(args.plot, results)
+    expect = doc.get("expect") or {}
+    if args.json:
+        print(dump_json(_document(batches, expect, seed)))
+        return 0
+    print(render(results, doc, seed, batches if args.repeat > 1 else None))
+    return 0
+
+
+def _document(batches, expect, seed) -> dict[str, Any]:
+    runs = []
+    for k, result in enumerate(batches[0]):
+        entry = result.to_dict() | {"seed": seed}
+        if len(batches) > 1:
+            entry["repeats"] = [b[k].summary for b in batches]
+            entry["mean"] = _mean([b[k].summary for b in batches])
+        runs.append(entry)
+    return {"runs": runs, "expect": expect}
+
+
+def _mean(summaries: list[dict]) -> dict[str, float]:
+    import numpy as np
+
+    keys = [k for k, v in summaries[0].items() if isinstance(v, int | float) and k != "wall_s"]
+    return {k: float(np.mean([s[k] for s in summaries])) for k in keys} | {
+        f"{k}_std": float(np.std([s[k] for s in summaries])) for k in keys
+    }
+
+
+def _write_tables(args, batches) -> None:
+    import pandas as pd
+
+    for flag, attr in (("jobs", "jobs"), ("events", "events")):
+        target = getattr(args, flag)
+        if target:
+            frames = [
+                getattr(r, attr).assign(run=r.name, seed=k)
+                for k, b in enumerate(batches)
+                for r in b
+            ]
+            pd.concat(frames, ignore_index=True).to_csv(target, index=False)
+
+
+def _plots(target: str, results) -> None:
+    from pathlib import Path
+
+    from gpuplan.sim.cluster.plot import plot_timeline
+
+    base = Path(target)
+    for k, result in enumerate(results):
+        path = base if k == 0 else base.with_name(f"{base.stem}-{k}{base.suffix}")
+        plot_timeline(result, path)
+
+
+def _fmt(kind: str, value) -> str:
+    if isinstance(value, tuple):
+        return " / ".join(_fmt(kind, v) for v in value)
+    if value is None or value != value:  # NaN
+        return "-"
+    return {
+        "pct": lambda v: f"{100 * v:.1f}%",
+        "int": lambda v: f"{v:,.0f}",
+        "mwh": lambda v: f"{v / 1000:,.1f}",
+        "hours": lambda v: f"{v / 3600:.1f}",
+    }[kind](value)
+
+
+def _expected(key, expect: dict, kind: str) -> str:
+    if isinstance(key, tuple) or key not in expect:
+        return ""
+    value = expect[key]
+    text = _fmt(kind, value)
+    return f"> {text}" if key == "effective_training_time" else text
+
+
+def render(results, doc: dict, seed: int, batches=None) -> str:
+    expect = doc.get("expect") or {}
+    lines = [f"{doc.get('name', 'scenario')}: {doc.get('description', '')}".rstrip(": "), ""]
+    for k, result in enumerate(results):
+        s = result.summary
+        means = _mean([b[k].summary for b in batches]) if batches else None
+        lines.append(
+            f"== {result.name}: {s['nodes']:,} nodes + {s['spare_nodes']} spares "
+            f"({s['capacity_gpus']:,} GPUs), {s['policy']} + {s['placement']} placement, "
+            f"{s['simulated_s'] / 86400:.1f} days, seed {seed}"
+            + (f" (+{len(batches) - 1} more seeds)" if batches else "")
+        )
+        lines.append(f"   simulated {s['events']:,} events in {s['wall_s']:.2f} s")
+        rows = []
+        for label, key, kind in HEADLINE:
+            value = tuple(s[x] for x in key) if isinstance(key, tuple) else s[key]
+            row = {"metric": label, "simulated": _fmt(kind, value)}
+            if means is not None and not isinstance(key, tuple):
+                row["mean over seeds"] = (f"{_fmt(kind, means[key])} "
+                                          f"± {_fmt(kind, means[key + '_std'])}")  # fmt: skip
+            if expect:
+                row["published"] = _expected(key, expect, kind)
+            rows.append(row)
+        cols = ["metric", "simulated"] + (["mean over seeds"] if means else []) + (
+            ["published"] if expect else [])  # fmt: skip
+        lines += ["", render_table(rows, cols), ""]
+        lines += _causes(s, expect.get("interruptions_by_cause") or {})
+        lines.append(
+            f"   conservation checks: {'ok' if result.conservation.get('ok') else 'FAILED'}"
+        )
+        lines.append("")
+    if len(results) > 1:
+        lines += ["== comparison", "", _comparison(results), ""]
+    return "\n".join(lines)
+
+
+def _causes(s: dict, published: dict) -> list[str]:
+    causes = s["interruptions_by_cause"]
+    if not causes and not published:
+        return []
+    names = list(dict.fromkeys([*published, *causes]))
+    rows = [{"cause": n, "simulated": causes.get(n, 0), "published": published.get(n, "")}
+            for n in names]  # fmt: skip
+    cols = ["cause", "simulated"] + (["published"] if published else [])
+    return [render_table(rows, cols), ""]
+
+
+def _comparison(results) -> str:
+    rows = []
+    for r in results:
+        s = r.summary
+        row = {"run": r.name}
+        for key in COMPARE:
+            value = s[key]
+            if key in ("utilization", "goodput", "placement_efficiency", "effective_utilization"):
+                value = f"{100 * value:.1f}%"
+            elif key.endswith("_s"):
+                value = f"{value / 3600:.1f} h" if value == value else "-"
+            row[key] = value
+        rows.append(row)
+    return render_table(rows, ["run", *COMPARE],
+                        headers={"queue_p50_s": "queue p50", "jct_p50_s": "JCT p50"})  # fmt: skip

@@ -1,0 +1,216 @@
+"""Scenario files (YAML): a cluster, its policies, failures, checkpoints and jobs, and variants
+that change a few of them — one file, several runs to compare.
+
+Top-level keys (each section optional unless noted):
+
+    name, description, seed, horizon_days
+    cluster:    preset (required), nodes (required), spare_nodes, nodes_per_leaf, oversubscription
+    scheduler:  policy (fifo, backfill, priority, gang), placement (topology, first-fit, random,
+                gpu-first-fit), backfill_depth, quantum_s
+    failures:   rates (default: the Llama 3 Table 5 file, or a path), scale, distribution
+                (exponential, weibull), overrides {cause: {field: value}}, enabled
+    recovery:   reschedule_s, restart_s
+    checkpoint: policy (none, fixed, young, daly), interval_s, mode (blocking, async),
+                write_bytes_per_s, read_bytes_per_s, node_write_bytes_per_s, overhead_s
+    trace:      file (CSV or JSON Lines, relative to the scenario) or generate {jobs, load, seed,
+                mix, high_priority_share, size_scale, duration_scale}
+    jobs:       a list of jobs (``jobs.JobSpec`` keys; ``strategy`` a dict)
+    on_oversize: error (default) or reject
+    variants:   a list of {name, <any section above, merged into the base>}
+    expect:     published figures to print beside the simulated ones (free-form numbers)
+
+``run_scenario`` runs the base and every variant with the same seed (the file's, or the one
+given), so variants differ only by what they change.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from gpuplan.errors import GpuplanError, unknown_key
+from gpuplan.sim.cluster.checkpoint import CheckpointConfig
+from gpuplan.sim.cluster.config import ClusterConfig
+from gpuplan.sim.cluster.failures import load_causes
+from gpuplan.sim.cluster.jobs import generate_trace, job_from_dict, load_trace
+from gpuplan.sim.parallel.topology import get_cluster
+
+TOP_KEYS = ("name", "description", "seed", "horizon_days", "cluster", "scheduler", "failures",
+            "recovery", "checkpoint", "trace", "jobs", "on_oversize", "variants", "expect")  # fmt: skip
+SECTION_KEYS = {
+    "cluster": ("preset", "nodes", "spare_nodes", "nodes_per_leaf", "oversubscription"),
+    "scheduler": ("policy", "placement", "backfill_depth", "quantum_s"),
+    "failures": ("rates", "scale", "distribution", "overrides", "enabled"),
+    "recovery": ("reschedule_s", "restart_s"),
+    "checkpoint": (
+        "policy",
+        "interval_s",
+        "mode",
+        "write_bytes_per_s",
+        "read_bytes_per_s",
+        "node_write_bytes_per_s",
+        "overhead_s",
+    ),  # fmt: skip
+    "trace": ("file", "generate"),
+}
+DAY_S = 86400.0
+
+
+def builtin_scenarios() -> dict[str, Path]:
+    """Scenario names shipped with gpuplan -> their files."""
+    folder = resources.files("gpuplan.sim.cluster") / "scenarios"
+    return {
+        p.name.removesuffix(".yaml").replace("_", "-"): Path(str(p))
+        for p in folder.iterdir()
+        if p.name.endswith(".yaml")
+    }
+
+
+def scenario_path(name_or_path: str | Path) -> Path:
+    """A built-in scenario's file, or the path given."""
+    path = Path(name_or_path)
+    if path.exists():
+        return path
+    known = builtin_scenarios()
+    key = str(name_or_path).removesuffix(".yaml").replace("_", "-")
+    if key in known:
+        return known[key]
+    raise unknown_key("scenario (a YAML file or a built-in name)", str(name_or_path), known)
+
+
+def load_scenario(name_or_path) -> tuple[dict, Path]:
+    """The scenario document, checked for unknown keys, and its file."""
+    path = scenario_path(name_or_path)
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise GpuplanError(f"{path}: not valid YAML: {err}") from None
+    if not isinstance(doc, dict):
+        raise GpuplanError(f"{path}: a scenario is a mapping of sections")
+    _check_keys(doc, str(path))
+    for k, variant in enumerate(doc.get("variants") or []):
+        _check_keys(variant, f"{path} variant {k + 1}", variant=True)
+    return doc, path
+
+
+def _check_keys(doc: dict, where: str, *, variant: bool = False) -> None:
+    for key, value in doc.items():
+        if key not in TOP_KEYS:
+            raise unknown_key(f"{where}: section", key, TOP_KEYS)
+        if key in SECTION_KEYS and isinstance(value, dict):
+            for sub in value:
+                if sub not in SECTION_KEYS[key]:
+                    raise unknown_key(f"{where}: {key} key", sub, SECTION_KEYS[key])
+    if not variant and "cluster" not in doc:
+        raise GpuplanError(f"{where}: needs a cluster section (preset and nodes)")
+
+
+def merged(base: dict, variant: dict) -> dict:
+    """``base`` with the variant's sections merged over it (one level deep)."""
+    out = copy.deepcopy({k: v for k, v in base.items() if k != "variants"})
+    for key, value in variant.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = out[key] | value
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def build(doc: dict, folder: Path):
+    """(ClusterConfig, jobs) of one run's document."""
+    c = doc["cluster"]
+    if "preset" not in c or "nodes" not in c:
+        raise GpuplanError("cluster: needs preset and nodes")
+    cluster = get_cluster(c["preset"])
+    cluster = replace(
+        cluster,
+        nodes_per_leaf=int(c.get("nodes_per_leaf", cluster.nodes_per_leaf)),
+        oversubscription=float(c.get("oversubscription", cluster.oversubscription)),
+    )
+    f = doc.get("failures") or {}
+    causes, shape = (), 0.75
+    if f.get("enabled", True):
+        rates = f.get("rates", "default")
+        if rates != "default":
+            rates = folder / rates
+        causes, shape = load_causes(rates, scale=float(f.get("scale", 1.0)),
+                                    overrides=f.get("overrides"))  # fmt: skip
+    s, r = doc.get("scheduler") or {}, doc.get("recovery") or {}
+    horizon = doc.get("horizon_days")
+    cfg = ClusterConfig(
+        cluster=cluster, nodes=int(c["nodes"]), spare_nodes=int(c.get("spare_nodes", 0)),
+        policy=s.get("policy", "fifo"), placement=s.get("placement", "topology"),
+        backfill_depth=int(s.get("backfill_depth", 500)),
+        quantum_s=float(s.get("quantum_s", 3600.0)),
+        checkpoint=CheckpointConfig(**_numbers(doc.get("checkpoint") or {})), causes=causes,
+        distribution=f.get("distribution", "exponential"), weibull_shape=shape,
+        reschedule_s=float(r.get("reschedule_s", 60.0)),
+        restart_s=float(r.get("restart_s", 180.0)),
+        horizon_s=None if horizon is None else float(horizon) * DAY_S,
+        on_oversize=doc.get("on_oversize", "error"),
+    )  # fmt: skip
+    return cfg, _jobs(doc, folder, cfg)
+
+
+def _numbers(section: dict) -> dict:
+    """Numbers YAML 1.1 reads as text (``2.0e12`` without a sign) turned into floats."""
+    out = {}
+    for key, value in section.items():
+        if isinstance(value, str) and _is_number(value):
+            value = float(value)
+        out[key] = value
+    return out
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _jobs(doc: dict, folder: Path, cfg: ClusterConfig) -> list:
+    jobs = [job_from_dict(raw, k) for k, raw in enumerate(doc.get("jobs") or [])]
+    trace = doc.get("trace") or {}
+    if "file" in trace:
+        jobs += load_trace(folder / trace["file"])
+    if "generate" in trace:
+        g = trace["generate"]
+        jobs += generate_trace(
+            jobs=int(g.get("jobs", 1000)), capacity_gpus=cfg.schedulable_gpus,
+            load=float(g.get("load", 1.0)), seed=int(g.get("seed", 0)), mix_path=g.get("mix"),
+            high_priority_share=float(g.get("high_priority_share", 0.0)),
+            size_scale=int(g.get("size_scale", 1)),
+            duration_scale=float(g.get("duration_scale", 1.0)),
+        )  # fmt: skip
+    if not jobs:
+        raise GpuplanError("the scenario has no jobs: give jobs, trace.file or trace.generate")
+    return jobs
+
+
+def runs(doc: dict) -> list[tuple[str, dict]]:
+    """(name, document) of the base run and of every variant."""
+    base = doc.get("name", "scenario")
+    out = [(base, doc)]
+    for k, variant in enumerate(doc.get("variants") or []):
+        name = variant.get("name", f"variant {k + 1}")
+        out.append((name, merged(doc, {k2: v for k2, v in variant.items() if k2 != "name"})))
+    return out
+
+
+def run_scenario(name_or_path, *, seed: int | None = None, progress: bool = False):
+    """Run a scenario's base and variants; a list of ``ClusterResult``."""
+    from gpuplan.sim.cluster import simulate_cluster
+
+    doc, path = load_scenario(name_or_path)
+    seed = int(doc.get("seed", 0)) if seed is None else seed
+    results = []
+    for name, run_doc in runs(doc):
+        cfg, jobs = build(run_doc, path.parent)
+        results.append(simulate_cluster(cfg, jobs, seed=seed, progress=progress, name=name))
+    return results
