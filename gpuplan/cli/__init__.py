@@ -30,6 +30,7 @@ OPTIONAL_COMMAND_MODULES = (
     "gpuplan.cli.train_cmd",
     "gpuplan.cli.search_cmd",
     "gpuplan.cli.serve_cmd",
+    "gpuplan.cli.cluster_cmd",
 )
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
