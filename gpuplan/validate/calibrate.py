@@ -137,7 +137,6 @@ STAGES = (
         COMPOSITE,
         (
             Param("host_launch_s", 5e-7, 1e-4),
-            Param("graph_launch_s", 1e-8, 2e-5),
             _fraction("queued_overhead_fraction"),
             Param("sustained_clock_fraction", 0.5, 1.0),  # steady-state kinds pin it down
             Param("collective_host_s", 1e-7, 1.5e-4),  # the campaign saw 65-80 us

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from gpuplan.errors import GpuplanError, check_choice, check_positive
 from gpuplan.hwmodels.accelerators import Accelerator, get_accelerator
-from gpuplan.hwmodels.efficiency import Efficiency, efficiency_for
+from gpuplan.hwmodels.efficiency import Efficiency, efficiency_for, queued
 from gpuplan.sim.serving.quantization import check_formats
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.presets import get_model
@@ -113,7 +113,8 @@ def deployment(model: str | ModelConfig, gpu: str, **kw) -> Deployment:
     """A ``Deployment`` from catalogue keys (or a ModelConfig), with the GPU's efficiency fit."""
     cfg = model if isinstance(model, ModelConfig) else get_model(model)
     acc = get_accelerator(gpu)
-    return Deployment(model=cfg, acc=acc, eff=efficiency_for(acc.key), **kw)
+    # an iteration is a stream of kernels: each keeps only the queued share of its fixed cost
+    return Deployment(model=cfg, acc=acc, eff=queued(efficiency_for(acc.key)), **kw)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from gpuplan.hwmodels.accelerators import get_accelerator
-from gpuplan.hwmodels.efficiency import efficiency_for
+from gpuplan.hwmodels.efficiency import efficiency_for, queued
 from gpuplan.sim.serving.deployment import Deployment, SchedulerConfig
 from gpuplan.sim.serving.engine import simulate
 from gpuplan.sim.serving.requests import Workload
@@ -87,7 +87,7 @@ def deployment_of(settings: dict, iterations: pd.DataFrame, *, device_key: str |
                   host_gap: bool) -> Deployment:  # fmt: skip
     acc = get_accelerator(device_key or settings.get("device_key") or settings["device_name"])
     overhead = sum(host_terms(iterations)) if host_gap else 0.0
-    return Deployment(model=server_model(settings), acc=acc, eff=efficiency_for(acc.key),
+    return Deployment(model=server_model(settings), acc=acc, eff=queued(efficiency_for(acc.key)),
                       impl="eager", cuda_graph=bool(settings.get("cuda_graph", False)),
                       iteration_overhead_s=overhead, **padding_of(settings))  # fmt: skip
 
