@@ -353,12 +353,15 @@ class ClusterSim:
             self._interrupt(self.jobs[job_id], cause)
 
     def _job_failure(self, cause, unit: int) -> None:
-        if cause.unit == "job_gpu":
+        if cause.unit in ("gpu", "job_gpu"):
             node, slot = divmod(unit, self.gpn)
             owner = _slot_owner(self.node_jobs[node], slot)
             victims = [owner] if owner else []
-        else:
+        elif cause.unit == "node":
             victims = sorted(self.node_jobs[unit])
+        else:
+            nodes = range(unit * self.npl, min((unit + 1) * self.npl, len(self.down)))
+            victims = sorted({j for n in nodes for j in self.node_jobs[n]})
         for job_id in victims:
             self.note("failure", job_id, cause=cause.name)
             self._interrupt(self.jobs[job_id], cause)
