@@ -139,7 +139,7 @@ def load_trace(path: str | Path) -> list[JobSpec]:
         import pandas as pd
 
         frame = pd.read_csv(path)
-        if "submit_time" in frame and not np.issubdtype(frame["submit_time"].dtype, np.number):
+        if "submit_time" in frame and not pd.api.types.is_numeric_dtype(frame["submit_time"]):
             t = pd.to_datetime(frame["submit_time"])
             frame["submit_time"] = (t - t.min()).dt.total_seconds()
         rows = frame.to_dict("records")
