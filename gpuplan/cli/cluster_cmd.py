@@ -186,7 +186,11 @@ def render(results, doc: dict, seed: int, batches=None) -> str:
         )
         lines.append("")
     if len(results) > 1:
-        lines += ["== comparison", "", _comparison(results), ""]
+        lines += ["== comparison" + (f" (seed {seed})" if batches else ""), "",
+                  _comparison(results), ""]  # fmt: skip
+        if batches:
+            lines += [f"== comparison, mean ± spread over {len(batches)} seeds", "",
+                      _comparison_means(batches), ""]  # fmt: skip
     return "\n".join(lines)
 
 
@@ -199,6 +203,18 @@ def _causes(s: dict, published: dict) -> list[str]:
             for n in names]  # fmt: skip
     cols = ["cause", "simulated"] + (["published"] if published else [])
     return [render_table(rows, cols), ""]
+
+
+def _comparison_means(batches) -> str:
+    rows = []
+    for k, r in enumerate(batches[0]):
+        m = _mean([b[k].summary for b in batches])
+        row = {"run": r.name}
+        for key in ("utilization", "goodput", "placement_efficiency", "effective_utilization"):
+            row[key] = f"{100 * m[key]:.1f}% ± {100 * m[key + '_std']:.1f}"
+        rows.append(row)
+    return render_table(rows, ["run", "utilization", "goodput", "placement_efficiency",
+                               "effective_utilization"])  # fmt: skip
 
 
 def _comparison(results) -> str:

@@ -20,7 +20,8 @@ Top-level keys (each section optional unless noted):
     expect:     published figures to print beside the simulated ones (free-form numbers)
 
 ``run_scenario`` runs the base and every variant with the same seed (the file's, or the one
-given), so variants differ only by what they change.
+given), so variants differ only by what they change. A seed other than the file's also shifts a
+generated trace's seed by as much: another seed is another draw of the whole scenario.
 """
 
 from __future__ import annotations
@@ -208,7 +209,12 @@ def run_scenario(name_or_path, *, seed: int | None = None, progress: bool = Fals
     from gpuplan.sim.cluster import simulate_cluster
 
     doc, path = load_scenario(name_or_path)
-    seed = int(doc.get("seed", 0)) if seed is None else seed
+    base = int(doc.get("seed", 0))
+    seed = base if seed is None else seed
+    gen = (doc.get("trace") or {}).get("generate")
+    if gen is not None and seed != base:  # another seed draws another trace too
+        shifted = gen | {"seed": int(gen.get("seed", 0)) + seed - base}
+        doc = merged(doc, {"trace": {"generate": shifted}}) | {"variants": doc.get("variants")}
     results = []
     for name, run_doc in runs(doc):
         cfg, jobs = build(run_doc, path.parent)
