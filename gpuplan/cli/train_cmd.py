@@ -260,11 +260,17 @@ def write_timeline(args, cfg, strategy, cluster, seq) -> dict[str, Any]:
         seed=args.seed, stragglers=tuple(Straggler(rank=r, slowdown=s) for r, s in args.straggler),
     )  # fmt: skip
     detail = "kernel" if trace_slices(tl, "kernel") <= MAX_KERNEL_SLICES else "step"
+    if detail == "step" and (n := trace_slices(tl, "step")) > MAX_STEP_SLICES:
+        raise GpuplanError(
+            f"the trace would hold {n:,} slices even one per block half (at most "
+            f"{MAX_STEP_SLICES:,}); drop --all-ranks to draw each symmetric group once"
+        )
     slices = write_chrome_trace(tl, args.timeline, detail=detail)
     return tl.to_dict() | {"trace": args.timeline, "trace_slices": slices, "trace_detail": detail}
 
 
 MAX_KERNEL_SLICES = 2_000_000  # beyond this the trace draws one slice per block half
+MAX_STEP_SLICES = 8_000_000  # about 1 GB of JSON: more than a browser trace viewer opens
 
 
 def render_timeline(t: dict[str, Any], estimate_s: float) -> list[str]:
