@@ -196,7 +196,9 @@ class Engine:
         g.used = [self.env.event() for _ in range(n)]
         limit = self.prefetch if plan.zero == 3 else 1
         if not plan.overlap_dp:
-            limit = n  # all at once, before the compute starts (it waits for the last)
+            # ZeRO 1/2: every gather before the compute starts (it waits for the last);
+            # ZeRO 3: each gather when the block before it is done (one at a time)
+            limit = n if plan.zero < 3 else 1
         self.env.process(self._gather_stream(g, comms, limit))
         return uses
 
@@ -212,7 +214,7 @@ class Engine:
         env, plan = self.env, self.plan
         order = stage_order(plan.schedule, p=plan.p, m=plan.m, v=plan.v, stage=g.s)
         uses = self._gathers(g, order)
-        if uses and not plan.overlap_dp:
+        if uses and not plan.overlap_dp and plan.zero < 3:
             start = env.now
             yield g.ready[-1]
             self._wait(g, "dp param all_gather", start)
@@ -228,9 +230,12 @@ class Engine:
                         start = env.now
                         yield g.ready[k]
                         self._wait(g, "dp param all_gather", start)
-                    g.used[k].succeed()
+                    if plan.overlap_dp:  # the next gather may start while this block runs
+                        g.used[k].succeed()
                 for step in bw.steps:
                     yield from self._step(g, step, mb, c)
+                if k is not None and not plan.overlap_dp:
+                    g.used[k].succeed()
                 if kind == "B" and bw.block != OTHER:
                     bucket = yield from self._reduce(g, bw.params, bucket, mb, deferred)
             if kind == "B" and bucket > 0:
