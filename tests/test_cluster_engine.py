@@ -150,3 +150,15 @@ def test_weibull_failures_have_the_mean_rate_of_the_exponential_ones():
     expected = 466 * 365 / 54
     assert exp == pytest.approx(expected, rel=0.06) and wei == pytest.approx(expected, rel=0.1)
     assert math.isfinite(wei)
+
+
+def test_an_nvl72_job_stays_in_one_nvlink_rack_with_topology_aware_placement():
+    from gpuplan.sim.cluster.jobs import make_strategy
+
+    nvl = get_cluster("gb200-nvl72")  # trays of 4 GPUs, 72-GPU NVLink domains
+    spec = JobSpec(id="a", arrival_s=0, gpus=64, duration_s=3600.0, model="llama3-70b",
+                   strategy=make_strategy(64, {"tp": 8, "pp": 4}), seq=4096)  # fmt: skip
+    packed = simulate_cluster(ClusterConfig(cluster=nvl, nodes=72), [spec]).jobs.iloc[0]
+    scattered = simulate_cluster(ClusterConfig(cluster=nvl, nodes=72, placement="random"),
+                                 [spec]).jobs.iloc[0]  # fmt: skip
+    assert packed.slowdown == pytest.approx(1.0) and scattered.slowdown > 1.1

@@ -46,7 +46,11 @@ class ClusterSim:
     def __init__(self, cfg: ClusterConfig, jobs: list[JobSpec], *, seed: int = 0,
                  progress: bool = False) -> None:  # fmt: skip
         self.cfg, self.env = cfg, simpy.Environment()  # the engine's one environment
-        self.gpn, self.npl = cfg.gpus_per_node, cfg.cluster.nodes_per_leaf
+        self.gpn = cfg.gpus_per_node
+        # nodes per scale-up domain (1 for DGX; 18 trays of 4 GPUs in a GB200 NVL72 rack) and
+        # per leaf group (the cluster counts leaf groups in domains)
+        self.npd = max(1, cfg.cluster.scaleup_size // self.gpn)
+        self.npl = cfg.cluster.nodes_per_leaf * self.npd
         n = cfg.total_nodes
         self.node_alloc = np.zeros(n, int)
         self.down = np.zeros(n, bool)
@@ -151,7 +155,8 @@ class ClusterSim:
         usable = ~self.down & ~self.spare
         free = self.gpn - self.node_alloc
         alloc = place(self.cfg.placement, job.gpus, free, usable, gpus_per_node=self.gpn,
-                      nodes_per_leaf=self.npl, rng=self.place_rng)  # fmt: skip
+                      nodes_per_leaf=self.npl, rng=self.place_rng,
+                      nodes_per_domain=self.npd)  # fmt: skip
         if alloc is None:
             return False
         self._tick()
@@ -202,7 +207,7 @@ class ClusterSim:
 
     def _begin(self, job: JobState, startup_s: float) -> None:
         """Start a run segment on the job's allocation."""
-        shape = job.alloc.shape(self.npl)
+        shape = job.alloc.shape(self.npl, self.npd)
         job.step_s = self.steps.placed(job.spec, shape)
         job.leaf_groups = shape.leaf_groups
         cost = self._cost(job)

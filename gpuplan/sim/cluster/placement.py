@@ -57,14 +57,24 @@ class Allocation:
     def gpus(self) -> int:
         return sum(self.counts)
 
-    def shape(self, nodes_per_leaf: int) -> PlacementShape:
+    def shape(self, nodes_per_leaf: int, nodes_per_domain: int = 1) -> PlacementShape:
+        """The allocation's shape; ``nodes_per_leaf`` counts nodes, the result's
+        ``nodes_per_leaf`` scale-up domains (NVLink domains span several nodes in NVL72)."""
+        per_domain: dict[int, int] = {}
+        for node, count in zip(self.nodes, self.counts, strict=True):
+            per_domain[node // nodes_per_domain] = (
+                per_domain.get(node // nodes_per_domain, 0) + count
+            )
         leafs = len({n // nodes_per_leaf for n in self.nodes})
+        domains = len(per_domain)
         return PlacementShape(
             gpus=self.gpus,
-            nodes=len(self.nodes),
-            aligned=reduce(math.gcd, self.counts),
+            nodes=domains,
+            aligned=reduce(math.gcd, per_domain.values()),
             leaf_groups=leafs,
-            nodes_per_leaf=nodes_per_leaf if leafs == 1 else max(1, len(self.nodes) // leafs),
+            nodes_per_leaf=max(1, nodes_per_leaf // nodes_per_domain)
+            if leafs == 1
+            else max(1, domains // leafs),
         )
 
     def replace_node(self, old: int, new: int) -> Allocation:
@@ -72,8 +82,10 @@ class Allocation:
 
 
 def place(policy: str, gpus: int, free: np.ndarray, usable: np.ndarray, *, gpus_per_node: int,
-          nodes_per_leaf: int, rng=None) -> Allocation | None:  # fmt: skip
-    """An allocation of ``gpus`` GPUs under ``policy``, or None when they do not fit."""
+          nodes_per_leaf: int, rng=None, nodes_per_domain: int = 1) -> Allocation | None:  # fmt: skip
+    """An allocation of ``gpus`` GPUs under ``policy``, or None when they do not fit.
+    ``nodes_per_domain``: nodes of one scale-up (NVLink) domain; topology-aware placement keeps
+    a job that fits in one domain inside one."""
     check_choice("placement", policy, PLACEMENTS)
     avail = np.where(usable, free, 0)
     if avail.sum() < gpus:
@@ -81,9 +93,13 @@ def place(policy: str, gpus: int, free: np.ndarray, usable: np.ndarray, *, gpus_
     if policy == "gpu-first-fit":
         return _take_in_order(gpus, avail, np.flatnonzero(avail > 0))
     if policy == "topology":
-        if gpus >= gpus_per_node:
-            return _whole_nodes(gpus, avail, gpus_per_node, nodes_per_leaf)
-        return _best_fit_node(gpus, avail)
+        if gpus < gpus_per_node:
+            return _best_fit_node(gpus, avail)
+        if nodes_per_domain > 1 and gpus <= nodes_per_domain * gpus_per_node:
+            inside = _whole_nodes(gpus, avail, gpus_per_node, nodes_per_domain)
+            if inside is not None and len({n // nodes_per_domain for n in inside.nodes}) == 1:
+                return inside
+        return _whole_nodes(gpus, avail, gpus_per_node, nodes_per_leaf)
     order = np.arange(len(avail)) if policy == "first-fit" else rng.permutation(len(avail))
     if gpus < gpus_per_node:
         fits = order[avail[order] >= gpus]
