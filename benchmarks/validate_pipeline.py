@@ -1,7 +1,7 @@
 """Two-stage pipeline steps measured with torch.distributed.pipelining, predicted by the timeline.
 
 Reads the records ``gpuplan/validate/pipeline_bench.py`` wrote (default:
-``gpuplan/validate/data/h200x2/pipeline.jsonl``), predicts each step with
+``gpuplan/validate/data/pipeline_h200x2/pipeline.jsonl``), predicts each step with
 ``sim.timeline.validation.predict_pipeline_step`` and prints the error table and its summary.
 Target: every record within 10%.
 
@@ -18,7 +18,7 @@ from pathlib import Path
 from gpuplan.cli.tables import render_table
 from gpuplan.sim.timeline.validation import pipeline_errors
 
-DEFAULT = Path(__file__).resolve().parents[1] / "gpuplan/validate/data/h200x2/pipeline.jsonl"
+DEFAULT = Path(__file__).resolve().parents[1] / "gpuplan/validate/data/pipeline_h200x2/pipeline.jsonl"
 TARGET_PCT = 10.0
 
 

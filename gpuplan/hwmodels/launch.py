@@ -34,19 +34,22 @@ def launch_cost(
     backward_passes: int = 0,
     headstart: bool = False,
     collectives: int = 0,
+    host_calls: int | None = None,
 ) -> LaunchCost:
     """Launch cost of ``n_kernels`` kernels whose device time adds up to ``kernels_s``; each
     backward pass also costs the CPU the start of the autograd engine, and each collective call
     the CPU work of issuing it through torch.distributed and NCCL. ``headstart``: the call
     is timed in isolation after the GPU was kept busy (an L2 flush), so the CPU had
-    ``timer_headstart_s`` to queue work before the timed region began."""
+    ``timer_headstart_s`` to queue work before the timed region began. ``host_calls``: the
+    torch calls the CPU dispatches, when they outnumber the kernels (views, no-op casts)."""
     gaps_s = n_kernels * eff.graph_launch_s  # the device's own gap between kernels
     if cuda_graph:  # one launch from the CPU, before any of the graph's kernels can start
         host_s = eff.host_launch_s
         hidden_s = eff.timer_headstart_s if headstart else 0.0
     else:
+        calls = n_kernels if host_calls is None else host_calls
         host_s = (
-            n_kernels * eff.host_launch_s
+            calls * eff.host_launch_s
             + backward_passes * eff.autograd_s
             + collectives * eff.collective_host_s
         )

@@ -29,3 +29,8 @@ def kernel_count(op: Op) -> int:
     if isinstance(op, Elementwise):
         return op.kernels
     return 0 if op.bytes == 0 and op.flops == 0 else op.count
+
+
+def host_calls(op: Op) -> int:
+    """Torch calls the CPU dispatches to run ``op`` (its kernels, plus views where known)."""
+    return getattr(op, "host_calls", kernel_count(op))

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from gpuplan.hwmodels.kernel_time import KernelTime
-from gpuplan.hwmodels.price import kernel_count, price
+from gpuplan.hwmodels.price import host_calls, kernel_count, price
 from gpuplan.workloads.ops import Op, op_class
 
 LAYERS = ("model", "parallel", "runtime", "compile", "hardware")
@@ -29,6 +29,7 @@ class Item:
     flops: float = 0.0
     bytes: float = 0.0
     kernels: int = 0
+    host_calls: int = 0  # torch calls the CPU dispatches (eager): kernels plus views
     bound: str = ""  # compute, memory, launch (what limits the kernel)
 
 
@@ -86,7 +87,7 @@ def priced_items(
     items = []
     for op in ops:
         kt: KernelTime = price(op, acc, eff)
-        if kt.total_s == 0.0:
+        if kt.total_s == 0.0 and host_calls(op) == 0:
             continue
         items.append(
             Item(
@@ -98,6 +99,7 @@ def priced_items(
                 flops=op.flops * repeat,
                 bytes=op.bytes * repeat,
                 kernels=kernel_count(op) * repeat,
+                host_calls=host_calls(op) * repeat,
                 bound=kt.bound,
             )
         )

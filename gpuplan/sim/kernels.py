@@ -109,6 +109,7 @@ def _items_by_pass(ops, acc, eff) -> list[Item]:
         cuda_graph=False,
         backward_passes=int(len(ops) > 1),
         headstart=True,
+        host_calls=sum(i.host_calls for i in items),
     )
     items.append(
         Item(

@@ -22,7 +22,7 @@ from gpuplan.errors import GpuplanError
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.memory import kv_cache_bytes_per_token_layer
 from gpuplan.workloads.model import ModelConfig
-from gpuplan.workloads.ops import Attention, Elementwise, Gemm, Memory, Op
+from gpuplan.workloads.ops import QKV_VIEW_CALLS, Attention, Elementwise, Gemm, Memory, Op
 
 
 def _div(value: int, tp: int, what: str) -> int:
@@ -69,6 +69,8 @@ def attention_block(
     else:
         # one fused projection, as Megatron-LM and vLLM run q, k and v
         ops.append(Gemm(name="qkv_proj", m=t, n=hq * dqk + hkv * (dqk + dv), k=h, dtype=dtype))
+        # views only: no kernel, but a CPU dispatch each in eager PyTorch
+        ops.append(Memory(name="qkv_views", op="view", bytes_moved=0, calls=QKV_VIEW_CALLS))
     if cfg.position == "rope":
         rope_k = hkv * (cfg.qk_rope_head_dim if cfg.is_mla else dqk)
         ops += [
@@ -225,7 +227,7 @@ def layer_forward(
 def kv_cache_append(cfg: ModelConfig, *, tokens: int, dtype: str, tp: int = 1) -> Memory:
     """Writing the new tokens' keys and values into the cache (read once, written once)."""
     per_token = kv_cache_bytes_per_token_layer(cfg, dtype) / tp
-    return Memory(name="kv_cache_append", op="copy", bytes_moved=2 * tokens * per_token)
+    return Memory(name="kv_cache_append", op="copy", bytes_moved=2 * tokens * per_token, calls=6)
 
 
 def backward_of(ops: list[Op]) -> list[Op]:

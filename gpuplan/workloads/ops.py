@@ -65,6 +65,13 @@ EAGER_KERNELS: dict[tuple[str, str], tuple[int, int]] = {
     ("copy", "fwd"): (1, 2),
     ("copy", "bwd"): (1, 2),
 }
+# Python-level torch calls of the eager version's forward (views and no-op casts included: they
+# cost the CPU a dispatch each but launch nothing): RoPE slices twice, negates, concatenates,
+# casts cos and sin (no-ops), multiplies twice and adds; silu_mul chunks, applies silu and
+# multiplies; the output layout copy is a transpose and a reshape. Backward passes run in
+# autograd's C++ engine: one dispatch per kernel.
+EAGER_FWD_CALLS: dict[str, int] = {"rope": 9, "silu_mul": 3, "copy": 2, "dropout_add": 2}
+QKV_VIEW_CALLS = 7  # splitting the fused q/k/v output, then a view and a transpose of each
 ELEMENTWISE_OPS = ("layernorm", "rmsnorm", "gelu", "silu_mul", "softmax", "add", "dropout_add")
 
 
@@ -166,6 +173,13 @@ class Elementwise:
         return self.count if self.tensor_passes else 0
 
     @property
+    def host_calls(self) -> int:
+        """Torch calls the CPU dispatches for it (eager), else one per kernel."""
+        if self.impl == "eager" and self.pass_ == "fwd" and self.op in EAGER_FWD_CALLS:
+            return EAGER_FWD_CALLS[self.op] * self.count
+        return self.kernels
+
+    @property
     def bytes(self) -> float:
         elems = self.tokens * self.hidden
         extra = elems if self.op == "dropout_add" else 0  # the one-byte keep mask
@@ -182,6 +196,11 @@ class Memory:
     bytes_moved: float
     flops_done: float = 0.0
     count: int = 1
+    calls: int = 1  # torch calls that run it (a KV-cache write: select, assign, slice, twice)
+
+    @property
+    def host_calls(self) -> int:
+        return self.calls * self.count
 
     @property
     def flops(self) -> float:
