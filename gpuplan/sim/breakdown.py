@@ -9,12 +9,12 @@ The total is the sum of the items by construction: items carry only exposed time
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from gpuplan.hwmodels.kernel_time import KernelTime
 from gpuplan.hwmodels.price import host_calls, kernel_count, price
-from gpuplan.workloads.ops import Op, op_class
+from gpuplan.workloads.ops import Collective, Op, op_class
 
 LAYERS = ("model", "parallel", "runtime", "compile", "hardware")
 
@@ -81,17 +81,26 @@ class Breakdown:
 
 
 def priced_items(
-    ops: Iterable[Op], acc, eff, *, phase: str, layer: str = "model", repeat: int = 1
+    ops: Iterable[Op],
+    acc,
+    eff,
+    *,
+    phase: str,
+    layer: str = "model",
+    repeat: int = 1,
+    price_fn: Callable[[Op], KernelTime] | None = None,
 ) -> list[Item]:
-    """Price each operator on ``acc`` and wrap it as an item; ``repeat`` multiplies (layers)."""
+    """Price each operator on ``acc`` and wrap it as an item; ``repeat`` multiplies (layers).
+    ``price_fn`` replaces ``hwmodels.price`` (e.g. quantized weights); collectives count as
+    the parallelization layer's time."""
     items = []
     for op in ops:
-        kt: KernelTime = price(op, acc, eff)
+        kt: KernelTime = price_fn(op) if price_fn else price(op, acc, eff)
         if kt.total_s == 0.0 and host_calls(op) == 0:
             continue
         items.append(
             Item(
-                layer=layer,
+                layer="parallel" if isinstance(op, Collective) else layer,
                 category=op_class(op),
                 op=op.name,
                 phase=phase,

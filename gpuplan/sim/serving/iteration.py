@@ -28,14 +28,14 @@ from dataclasses import dataclass, replace
 
 from gpuplan.hwmodels.kernel_time import KernelTime
 from gpuplan.hwmodels.launch import launch_cost
-from gpuplan.hwmodels.price import kernel_count, price
-from gpuplan.sim.breakdown import Breakdown, Item
+from gpuplan.hwmodels.price import price
+from gpuplan.sim.breakdown import Breakdown, Item, priced_items
 from gpuplan.sim.compilation import eager, fuse_elementwise
 from gpuplan.sim.serving.quantization import compute_dtype, quantized_gemm_time
 from gpuplan.sim.step import layer_groups
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.operators import embedding_forward, kv_cache_append, layer_forward
-from gpuplan.workloads.ops import Attention, Collective, Elementwise, Gemm, Memory, Op, op_class
+from gpuplan.workloads.ops import Attention, Collective, Elementwise, Gemm, Memory, Op
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -151,25 +151,9 @@ def price_op(op: Op, dep) -> KernelTime:
 
 
 def _items(ops: list[Op], dep, *, repeat: int = 1, phase: str = "iteration") -> list[Item]:
-    out = []
-    for op in ops:
-        kt = price_op(op, dep)
-        if kt.total_s == 0.0:
-            continue
-        out.append(
-            Item(
-                layer="parallel" if isinstance(op, Collective) else "model",
-                category=op_class(op),
-                op=op.name,
-                phase=phase,
-                time_s=kt.total_s * repeat,
-                flops=op.flops * repeat,
-                bytes=op.bytes * repeat,
-                kernels=kernel_count(op) * repeat,
-                bound=kt.bound,
-            )
-        )
-    return out
+    return priced_items(
+        ops, dep.acc, dep.eff, phase=phase, repeat=repeat, price_fn=lambda op: price_op(op, dep)
+    )
 
 
 def padded_batch(dep, batch: Batch) -> Batch:

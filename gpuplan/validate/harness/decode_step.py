@@ -16,15 +16,8 @@ import random
 
 import torch
 
-from .model import DecoderLayer, rope_tables
+from .model import CONFIGS, DecoderLayer, rope_tables
 
-# (hidden, heads_q, heads_kv, ffn)
-CONFIGS = {
-    "llama3-8b": (4096, 32, 8, 14336),
-    "llama2-7b": (4096, 32, 32, 11008),
-    "small": (2048, 16, 16, 5632),
-    "big": (8192, 64, 8, 28672),
-}
 _LAYERS = (2, 4, 8, 16)
 _BATCH = (1, 4, 16, 64, 128, 256)
 _CONTEXT = (128, 1024, 4096, 16384)

@@ -20,7 +20,7 @@ import random
 
 import torch
 
-from .model import DecoderLayer, rope_tables
+from .model import CONFIGS, DecoderLayer, rope_tables
 
 ACTIVATION_DEFINITION = (
     "torch.cuda.memory_allocated() after a forward with grad enabled minus before it; the input "
@@ -28,13 +28,6 @@ ACTIVATION_DEFINITION = (
 )
 CPU_ACTIVATION_DEFINITION = "bytes of distinct storages saved by autograd in one forward + output"
 
-# (hidden, heads_q, heads_kv, ffn)
-CONFIGS = {
-    "llama3-8b": (4096, 32, 8, 14336),
-    "llama2-7b": (4096, 32, 32, 11008),
-    "small": (2048, 16, 16, 5632),
-    "big": (8192, 64, 8, 28672),
-}
 _SEQ_MB = ((512, 1), (1024, 2), (2048, 1), (2048, 4), (4096, 1), (4096, 2), (8192, 1), (1024, 8))
 _MAX_TOKENS = {"big": 8192}
 _compiled: dict[tuple, object] = {}

@@ -27,6 +27,13 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+# Layer shapes the campaign measures: (hidden, heads_q, heads_kv, ffn)
+CONFIGS = {
+    "llama3-8b": (4096, 32, 8, 14336),
+    "llama2-7b": (4096, 32, 32, 11008),
+    "small": (2048, 16, 16, 5632),
+    "big": (8192, 64, 8, 28672),
+}
 ROPE_BASE = 500_000.0  # Llama 3 (config "rope_theta"); only the values of cos/sin depend on it
 
 
