@@ -16,6 +16,7 @@ from typing import Any
 
 from gpuplan.cli.tables import dump_json, render_table
 from gpuplan.errors import GpuplanError
+from gpuplan.outputs import write_csv
 
 HEADLINE = (
     ("utilization", "utilization", "pct"),
@@ -119,7 +120,7 @@ def _write_tables(args, batches) -> None:
                 for k, b in enumerate(batches)
                 for r in b
             ]
-            pd.concat(frames, ignore_index=True).to_csv(target, index=False)
+            write_csv(target, pd.concat(frames, ignore_index=True))
 
 
 def _plots(target: str, results) -> None:

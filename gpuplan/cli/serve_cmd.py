@@ -20,6 +20,7 @@ import math
 
 from gpuplan.cli.tables import dump_json, format_seconds, format_value, render_table
 from gpuplan.errors import GpuplanError
+from gpuplan.outputs import write_csv
 
 POLICIES = ("static", "dynamic", "continuous", "chunked")
 WEIGHT_DTYPES = ("bf16", "fp8", "int8", "int4")
@@ -232,9 +233,9 @@ def run_serve(args) -> int:
         )
         replicas = args.replicas
     if args.requests_csv:
-        result.requests.to_csv(args.requests_csv, index=False)
+        write_csv(args.requests_csv, result.requests)
     if args.timeline_csv:
-        result.timeline.to_csv(args.timeline_csv, index=False)
+        write_csv(args.timeline_csv, result.timeline)
     doc = _serve_doc(args, dep, sched, workload, result, replicas)
     print(dump_json(doc) if args.json else _render_serve(doc))
     return 0

@@ -38,6 +38,7 @@ from scipy.optimize import least_squares
 from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.efficiency import Efficiency, prior_efficiency
 from gpuplan.hwmodels.gemm import is_aligned
+from gpuplan.outputs import write_text
 from gpuplan.sim.predict import predict_record
 from gpuplan.validate.records import Record, read_records
 from gpuplan.validate.score import ScoreResult, score_records
@@ -329,13 +330,6 @@ def default_output(device: str = "h200") -> Path:
     return Path(str(resources.files("gpuplan.hwmodels") / "data")) / f"calibration_{device}.json"
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write to a temporary file beside ``path``, then rename: never a half-written file."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-
-
 def main(args) -> int:
     """``gpuplan validate calibrate``: fit, write the parameters, print both error tables."""
     from gpuplan.cli.tables import dump_json, render_table
@@ -348,7 +342,7 @@ def main(args) -> int:
         progress=lambda s: None if args.json else print(f"fitting {s} ..."),
     )
     out = Path(args.out) if args.out else default_output()
-    write_atomically(out, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    write_text(out, json.dumps(doc, indent=2, sort_keys=True) + "\n")
     efficiency.calibrated_efficiency.cache_clear()
     if args.json:
         print(dump_json({"output": str(out), **doc}))

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from gpuplan.hwmodels.efficiency import Efficiency, calibrated_efficiency, prior_efficiency
+from gpuplan.outputs import save_figure, write_text
 from gpuplan.validate import calibrate
 from gpuplan.validate.records import read_records
 
@@ -133,13 +134,13 @@ def write_report(out_dir: str | Path = "docs", data_dir: str | Path | None = Non
         fig = predicted_vs_measured(rows[rows["kind"] == kind])
         fig.axes[0].set_title(f"{kind}: held-out records")
         name = f"img/validation_{kind}.png"
-        fig.savefig(out_dir / name, dpi=110, bbox_inches="tight")
+        save_figure(out_dir / name, fig, dpi=110, bbox_inches="tight")
         plt.close(fig)
         images.append((kind, name))
     noise = repeatability(data_dir)
     text = _markdown(scores, render_table(table), images, render_table(noise) if len(noise) else "")
     path = out_dir / "validation.md"
-    calibrate.write_atomically(path, text)
+    write_text(path, text)
     return path
 
 

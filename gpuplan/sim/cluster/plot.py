@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpuplan.outputs import save_figure
 from gpuplan.sim.cluster.metrics import ClusterResult
 
 DAY_S = 86400.0
@@ -37,5 +38,5 @@ def plot_timeline(result: ClusterResult, path: str | Path | None = None, *, ax=N
     ax.legend(loc="lower right", fontsize=8, ncols=4)
     if path is not None:
         ax.figure.tight_layout()
-        ax.figure.savefig(path, dpi=120)
+        save_figure(path, ax.figure, dpi=120)
     return ax

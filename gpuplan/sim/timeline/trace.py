@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 from gpuplan.errors import check_choice
+from gpuplan.outputs import write_text
 from gpuplan.sim.timeline.result import STREAMS, StepTimeline
 
 US_PER_S = 1e6
@@ -105,7 +106,7 @@ def chrome_trace(tl: StepTimeline, *, detail: str = "kernel") -> dict:
 def write_chrome_trace(tl: StepTimeline, path: str | Path, *, detail: str = "kernel") -> int:
     """Write the trace to ``path`` (JSON); returns the number of slices written."""
     doc = chrome_trace(tl, detail=detail)
-    Path(path).write_text(json.dumps(doc, separators=(",", ":")))
+    write_text(path, json.dumps(doc, separators=(",", ":")))
     return sum(1 for e in doc["traceEvents"] if e["ph"] == "X")
 
 
