@@ -10,9 +10,15 @@ from gpuplan.hwmodels.efficiency import Efficiency, efficiency_for
 from gpuplan.hwmodels.price import price
 from gpuplan.plots import breakdown_bar, operator_points, predicted_vs_measured, roofline
 from gpuplan.sim.breakdown import Breakdown
+from gpuplan.sim.cluster import run_scenario, simulate_cluster
 from gpuplan.sim.model_estimate import model_breakdown
+from gpuplan.sim.parallel import Cluster, Strategy, estimate_training, get_cluster, run_budget
+from gpuplan.sim.parallel import search as search_training
 from gpuplan.sim.predict import predict_breakdown
+from gpuplan.sim.serving import deployment, edge_estimates, make_workload, simulate
+from gpuplan.sim.serving import plan as plan_serving
 from gpuplan.sim.step import decode_step_breakdown, train_step_breakdown
+from gpuplan.sim.timeline import simulate_step
 from gpuplan.workloads.memory import (
     kv_cache_bytes_per_token,
     layer_activation_bytes,
@@ -49,6 +55,21 @@ __all__ = [
     "model_breakdown",
     "train_step_breakdown",
     "decode_step_breakdown",
+    # many GPUs (layer 2) and over time (layer 3)
+    "Strategy",
+    "Cluster",
+    "get_cluster",
+    "estimate_training",
+    "search_training",
+    "run_budget",
+    "simulate_step",
+    "deployment",
+    "make_workload",
+    "simulate",
+    "plan_serving",
+    "edge_estimates",
+    "simulate_cluster",
+    "run_scenario",
     # figures
     "roofline",
     "operator_points",
