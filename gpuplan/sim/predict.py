@@ -5,7 +5,9 @@ says so), so their elementwise ops are priced as eager PyTorch runs them.
 
 ``predict_breakdown(kind, device, params)`` returns the ``Breakdown``; ``predict_record(record)``
 returns the metrics the contract measures (``time_s``, and ``peak_bytes`` for ``layer`` and
-``train_step``), which is what ``gpuplan validate score`` compares.
+``train_step``), which is what ``gpuplan validate score`` compares. Beside the contract's kinds,
+``tp_layer`` (the decoder layer on one of ``tp`` ranks, eager) is predicted by the same layer
+breakdown with its tensor-parallel all-reduces.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ KINDS = (
     "decode_step",
     "collective",
     "tp_mlp",
+    "tp_layer",
 )
 
 
@@ -147,6 +150,21 @@ def _tp_mlp(acc, eff, p):
     )
 
 
+def _tp_layer(acc, eff, p):
+    """One of ``tp`` ranks of the eager decoder layer, with its two all-reduces each way."""
+    return step.layer_breakdown(
+        acc,
+        eff,
+        contract_model(p),
+        micro_batch=p["micro_batch"],
+        seq=p["seq"],
+        pass_=p["pass"],
+        compiled=False,
+        dtype=p["dtype"],
+        tp=p["tp"],
+    )
+
+
 _PREDICTORS: dict[str, Callable[[Any, Efficiency, Mapping[str, Any]], Breakdown]] = {
     "gemm": _gemm,
     "attention": _attention,
@@ -156,6 +174,7 @@ _PREDICTORS: dict[str, Callable[[Any, Efficiency, Mapping[str, Any]], Breakdown]
     "decode_step": _decode_step,
     "collective": _collective,
     "tp_mlp": _tp_mlp,
+    "tp_layer": _tp_layer,
 }
 
 

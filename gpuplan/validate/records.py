@@ -11,7 +11,10 @@ Assumptions, stated:
   a floating format (``FLOAT_DTYPES``); a collective moves any format of ``DTYPE_BYTES``.
 - Shape rules that make a record meaningless otherwise are checked too: ``heads_q`` a multiple
   of ``heads_kv`` (GQA), ``hidden`` a multiple of ``heads_q`` (head_dim = hidden / heads_q in a
-  Llama layer), ``ffn`` a multiple of ``tp`` (each rank holds ``ffn / tp``).
+  Llama layer), ``ffn`` a multiple of ``tp`` (each rank holds ``ffn / tp``), and for
+  ``tp_layer`` ``heads_kv`` a multiple of ``tp`` (each rank holds ``heads_kv / tp``).
+- ``tp_layer`` is an extension kind beside the contract's fixed table (ARCHITECTURE.md): the
+  contract's kinds and keys are unchanged.
 - Extra keys, at any level, are allowed and dropped: ``Record.params`` and ``Record.measured``
   hold the contract's keys only.
 - A bad line becomes a ``RecordError`` (line number and a reason naming the key, the value and
@@ -111,6 +114,21 @@ PARAM_RULES: dict[str, dict[str, Rule]] = {
         "pass": PASSES,
         "dtype": FLOAT_DTYPES,
     },
+    # An extension beside the contract's kinds (their keys unchanged): the contract's decoder
+    # layer under Megatron tensor parallelism, eager, one of ``tp`` ranks of one host timed
+    # (the slowest); each rank holds heads_q / tp query heads, heads_kv / tp key/value heads and
+    # ffn / tp of the MLP width, with two all-reduces in the forward and two in the backward.
+    "tp_layer": {
+        "hidden": POSITIVE_INT,
+        "heads_q": POSITIVE_INT,
+        "heads_kv": POSITIVE_INT,
+        "ffn": POSITIVE_INT,
+        "seq": POSITIVE_INT,
+        "micro_batch": POSITIVE_INT,
+        "tp": POSITIVE_INT,
+        "pass": PASSES,
+        "dtype": FLOAT_DTYPES,
+    },
 }
 KINDS: tuple[str, ...] = tuple(PARAM_RULES)
 
@@ -127,6 +145,12 @@ _MULTIPLES: dict[str, tuple[tuple[str, str], ...]] = {
     "train_step": (("heads_q", "heads_kv"), ("hidden", "heads_q")),
     "decode_step": (("heads_q", "heads_kv"), ("hidden", "heads_q")),
     "tp_mlp": (("ffn", "tp"),),
+    "tp_layer": (
+        ("heads_q", "heads_kv"),
+        ("hidden", "heads_q"),
+        ("heads_kv", "tp"),
+        ("ffn", "tp"),
+    ),
 }
 
 

@@ -1,6 +1,7 @@
 """Real-GPU measurement harness: measures every kind of the measurement-record contract
-(gemm, attention, elementwise, layer, train_step, decode_step, collective, tp_mlp) with torch on
-the machine it runs on and writes contract records as JSON Lines.
+(gemm, attention, elementwise, layer, train_step, decode_step, collective, tp_mlp), and the
+extension kind tp_layer (the decoder layer under tensor parallelism), with torch on the machine it
+runs on and writes contract records as JSON Lines.
 
 Run: ``python3 -m gpuplan.validate.harness --out DIR [--kinds ...] [--tiny] [--device cpu|cuda]
 [--budget-s N] [--trace DIR]``.

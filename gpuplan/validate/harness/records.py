@@ -70,6 +70,18 @@ PARAM_KEYS: dict[str, tuple[str, ...]] = {
     ),
     "collective": ("op", "world", "bytes", "dtype"),
     "tp_mlp": ("hidden", "ffn", "tokens", "tp", "pass", "dtype"),
+    # An extension beside the contract's kinds: the decoder layer under tensor parallelism.
+    "tp_layer": (
+        "hidden",
+        "heads_q",
+        "heads_kv",
+        "ffn",
+        "seq",
+        "micro_batch",
+        "tp",
+        "pass",
+        "dtype",
+    ),
 }
 
 MEASURED_KEYS: dict[str, tuple[str, ...]] = {

@@ -4,8 +4,8 @@ Every kind gets a share of the time left when it starts (``WEIGHTS``), so time a
 use passes to the next; within a kind, cases run in their listed order (most informative first)
 until its deadline, so a run cut short still spans each kind's range. A failing case is logged
 and skipped; a kind whose first cases all fail, or that fails as a whole, is logged and the next
-kind runs. Single-device kinds run in this process; ``collective`` and ``tp_mlp`` spawn one
-process per GPU (two gloo processes on the CPU).
+kind runs. Single-device kinds run in this process; ``collective``, ``tp_mlp`` and ``tp_layer``
+spawn one process per GPU (two gloo processes on the CPU).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ KINDS = (
     "decode_step",
     "collective",
     "tp_mlp",
+    "tp_layer",
 )
 SINGLE_DEVICE = KINDS[:6]
 # Share of the remaining budget each kind gets when it starts (relative weights).
@@ -42,6 +43,7 @@ WEIGHTS = {
     "decode_step": 0.16,
     "collective": 0.45,
     "tp_mlp": 0.45,
+    "tp_layer": 0.45,
     "trace": 0.07,
 }
 _GIVE_UP_AFTER = 6  # consecutive failures with no success: the kind is broken, move on
@@ -179,7 +181,7 @@ def _run_multi(kind, ctx, out_dir, deadline, summary: KindSummary) -> None:
         if kind == "collective":
             _log("  collective: one device, world=1 is trivial; skipped")
             return
-        _run_tp1_here(ctx, out_dir, deadline, summary)
+        _run_tp1_here(kind, ctx, out_dir, deadline, summary)
         return
     job = distributed.Job(
         kind=kind,
@@ -200,21 +202,18 @@ def _run_multi(kind, ctx, out_dir, deadline, summary: KindSummary) -> None:
         summary.cases = summary.records
 
 
-def _run_tp1_here(ctx, out_dir, deadline, summary) -> None:
-    """tp_mlp on a one-device machine: the tp=1 cases, in this process."""
-    from . import tp_mlp
-
-    writer = RecordWriter(out_dir, "tp_mlp")
-    for params in tp_mlp.cases(ctx.tiny, ctx.device, 1):
+def _run_tp1_here(kind, ctx, out_dir, deadline, summary) -> None:
+    """tp_mlp or tp_layer on a one-device machine: the tp=1 cases, in this process."""
+    mod = _module(kind)
+    writer = RecordWriter(out_dir, kind)
+    for params in mod.cases(ctx.tiny, ctx.device, 1):
         if time.monotonic() >= deadline:
             summary.stopped_by_budget = True
             break
-        result = tp_mlp.run_single(ctx, params)
+        result = mod.run_single(ctx, params)
         extra = result["extra"]
         writer.write(
-            make_record(
-                "tp_mlp", ctx.device_key, params, result["measured"], result["source"], **extra
-            )
+            make_record(kind, ctx.device_key, params, result["measured"], result["source"], **extra)
         )
         summary.records += 1
 
