@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 
 from gpuplan.cli.tables import dump_json, format_seconds, format_value, render_table
 from gpuplan.errors import GpuplanError
@@ -350,6 +351,7 @@ def run_plan(args) -> int:
         space=space,
         usd_per_gpu_hour=args.price_per_gpu_hour,
         top=args.top,
+        progress=not args.json and sys.stderr.isatty(),
     )
     doc = {
         "configs": result.best,

@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
+from tqdm import tqdm
 
 from gpuplan.errors import GpuplanError, check_positive
 from gpuplan.hwmodels.accelerators import get_accelerator
@@ -215,6 +216,7 @@ def plan(
     space: SearchSpace = SearchSpace(),
     usd_per_gpu_hour: float | None = None,
     top: int = 5,
+    progress: bool = False,
 ) -> PlanResult:
     """The ``top`` cheapest configurations serving ``rate_per_s`` within ``slo``; ``lengths``
     are (prompt, output) token arrays of at least ``requests`` requests."""
@@ -238,7 +240,9 @@ def plan(
         ordered.append((start * c.unit_gpus, start, c, dep))
     ordered.sort(key=lambda x: (x[0], x[2].tp, x[2].unit_replicas))
     rows, met = [], []
+    bar = tqdm(total=len(ordered), unit="config", disable=not progress, leave=False)
     for gpus_floor, start, c, dep in ordered:
+        bar.update()
         if len(met) >= top and gpus_floor * hourly * per_m > sorted(met)[top - 1]:
             break
         probe = _Probe(c, dep, steps[id(dep)], rate_per_s=rate_per_s, lengths=lengths, slo=slo,
@@ -248,6 +252,7 @@ def plan(
         rows.append(row)
         if units is not None:
             met.append(row["usd_per_m_output_tokens"])
+    bar.close()
     evaluated = pd.DataFrame(rows)
     best = evaluated[evaluated["meets"]].sort_values(["usd_per_m_output_tokens", "gpus"]).head(top)
     if best.empty:
