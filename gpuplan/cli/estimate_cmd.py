@@ -253,7 +253,7 @@ def _render(r: dict[str, Any], by: str) -> str:
         render_table(
             shown,
             [*keys, "time_s", "share_pct", "flops", "bytes", "kernels"],
-            formats={"flops": lambda v: f"{v / 1e9:.4g} GFLOP"},
+            formats={"flops": _format_flops},
         )
     )
     if len(table) > len(shown):
@@ -278,6 +278,13 @@ def _render(r: dict[str, Any], by: str) -> str:
             f"{_fmt('bytes', r['device_memory_bytes'])} ({fits}): {terms}"
         )
     return "\n".join(lines)
+
+
+def _format_flops(value: float) -> str:
+    """FLOPs of an operator, in GFLOP or TFLOP as their size asks."""
+    if value >= 1e13:
+        return f"{value / 1e12:,.1f} TFLOP"
+    return f"{value / 1e9:,.1f} GFLOP"
 
 
 def _fmt(name: str, value: float) -> str:
