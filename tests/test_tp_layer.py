@@ -133,3 +133,25 @@ def test_more_ranks_make_the_layer_faster_but_less_than_linearly():
          for tp in (1, 2, 4, 8)}  # fmt: skip
     assert t[1] > t[2] > t[4] > t[8]
     assert t[8] > t[1] / 8
+
+
+def test_calibration_loads_tp_layer_records_beside_the_contract_kinds_and_fits_none_on_them(
+    tmp_path,
+):
+    from gpuplan.hwmodels.efficiency import prior_efficiency
+    from gpuplan.validate import calibrate
+
+    folder = tmp_path / "h200x4"
+    folder.mkdir()
+    lines = [_record(tp=tp, seq=seq) for tp in (1, 4) for seq in (2048, 4096)]
+    (folder / "tp_layer.jsonl").write_text("\n".join(json.dumps(r) for r in lines) + "\n")
+    pipeline = tmp_path / "pipeline_h200x4"  # not an h200*/ folder: never loaded
+    pipeline.mkdir()
+    (pipeline / "pipeline.jsonl").write_text('{"kind": "pipeline_step"}\n')
+    records, files = calibrate.load_measurements(tmp_path, "h200")
+    assert [Path(f).parent.name for f in files] == ["h200x4"]
+    assert {r.kind for r in records} == {"tp_layer"} and len(records) == 4
+    prior = prior_efficiency()
+    assert calibrate.fit(records, prior=prior, sweeps=1) == prior  # no stage takes tp_layer
+    scored = calibrate.score(records, prior)
+    assert list(scored.summary["kind"]) == ["tp_layer"] and not scored.errors
