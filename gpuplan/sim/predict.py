@@ -82,6 +82,8 @@ def _elementwise(acc, eff, p):
 
 
 def _layer(acc, eff, p):
+    """The eager (or compiled) decoder layer; for ``tp_layer``, one of ``tp`` ranks with its two
+    all-reduces each way."""
     return step.layer_breakdown(
         acc,
         eff,
@@ -89,8 +91,9 @@ def _layer(acc, eff, p):
         micro_batch=p["micro_batch"],
         seq=p["seq"],
         pass_=p["pass"],
-        compiled=p["compiled"],
+        compiled=p.get("compiled", False),
         dtype=p["dtype"],
+        tp=p.get("tp", 1),
     )
 
 
@@ -150,21 +153,6 @@ def _tp_mlp(acc, eff, p):
     )
 
 
-def _tp_layer(acc, eff, p):
-    """One of ``tp`` ranks of the eager decoder layer, with its two all-reduces each way."""
-    return step.layer_breakdown(
-        acc,
-        eff,
-        contract_model(p),
-        micro_batch=p["micro_batch"],
-        seq=p["seq"],
-        pass_=p["pass"],
-        compiled=False,
-        dtype=p["dtype"],
-        tp=p["tp"],
-    )
-
-
 _PREDICTORS: dict[str, Callable[[Any, Efficiency, Mapping[str, Any]], Breakdown]] = {
     "gemm": _gemm,
     "attention": _attention,
@@ -174,7 +162,7 @@ _PREDICTORS: dict[str, Callable[[Any, Efficiency, Mapping[str, Any]], Breakdown]
     "decode_step": _decode_step,
     "collective": _collective,
     "tp_mlp": _tp_mlp,
-    "tp_layer": _tp_layer,
+    "tp_layer": _layer,
 }
 
 
