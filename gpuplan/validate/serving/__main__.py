@@ -60,6 +60,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-context", type=int, default=None,
                     help="positions every padded decode row attends over (default: prompt + "
                     "output tokens)")  # fmt: skip
+    ap.add_argument("--no-decode-mask", action="store_true",
+                    help="timing only: decode rows read the whole span unmasked (flash kernel)")
     ap.add_argument("--tiny", action="store_true", help="a tiny model (a CPU smoke test)")
     ap.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda if any")
     ap.add_argument("--device-key", default=None, help="catalogue key (default: from the name)")
@@ -86,6 +88,7 @@ def main(argv: list[str] | None = None) -> None:
         pad_decode=graph,
         cuda_graph=graph,
         max_context=args.max_context,
+        mask_decode=not args.no_decode_mask,
         info=decode_info,
     )
     out = Path(args.out)
@@ -107,6 +110,7 @@ def main(argv: list[str] | None = None) -> None:
         "device_name": name,
         "device_key": args.device_key,
         "torch": torch.__version__,
+        "decode_mask": not args.no_decode_mask,
         "cuda_graph": decode_info["cuda_graph"],  # decode iterations replay captured graphs
         "decode_padding": decode_info["decode_padding"],  # {buckets, context_tokens} or null
         "graph_error": decode_info["graph_error"],

@@ -140,6 +140,10 @@ class Model(nn.Module):
         self.v_cache = torch.zeros(cache, device=device, dtype=dtype)
         self.cos, self.sin = rope_tables(max_len, d, device=device, dtype=dtype)
         self.hidden = hidden
+        # With a mask, PyTorch runs decode attention on its memory-efficient kernel; without
+        # one, on the flash kernel, reading the whole span for every row (the positions past a
+        # sequence's own hold stale cache entries: harmless for timing with random weights).
+        self.mask_decode = True
 
     def _sample(self, x):
         h = F.rms_norm(x, (self.hidden,), self.norm, 1e-5)
@@ -162,6 +166,8 @@ class Model(nn.Module):
         rows = torch.arange(b, device=tokens.device)
         keys = torch.arange(span, device=tokens.device)
         mask = (keys[None] <= positions[:, None])[:, None, None]  # (B, 1, 1, span)
+        if not self.mask_decode:  # timing only: every row reads the whole span, flash kernel
+            mask = None
         for i, layer in enumerate(self.layers):
             x = layer.decode(x, cos, sin, self.k_cache[i], self.v_cache[i], rows, positions,
                              span, mask)  # fmt: skip
@@ -407,6 +413,7 @@ def serve_rates(
     cuda_graph: bool = False,
     max_context: int | None = None,
     info: dict | None = None,
+    mask_decode: bool = True,
 ) -> tuple[list[dict], list[dict]]:
     """Requests and iterations measured at each rate (rows carry ``rate_per_s``).
 
@@ -419,6 +426,7 @@ def serve_rates(
         raise ValueError(f"max_context={span} is invalid: it must be at least prompt + output "
                          f"= {prompt + output}")  # fmt: skip
     model = Model(shape, max_seqs=max_seqs, max_len=span, device=device, dtype=dtype)
+    model.mask_decode = mask_decode
     requests_out, iterations_out = [], []
     with torch.inference_mode():
         decoder = None
