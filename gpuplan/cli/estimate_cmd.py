@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from gpuplan.cli.argtypes import positive_int
 from gpuplan.cli.tables import dump_json, render_table
 from gpuplan.errors import GpuplanError
 
@@ -117,7 +118,7 @@ def register(subparsers) -> None:
     )
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     for name in INT_FLAGS:
-        p.add_argument("--" + name.replace("_", "-"), dest=name, type=_count(name))
+        p.add_argument("--" + name.replace("_", "-"), dest=name, type=positive_int)
     p.add_argument("--bytes", dest="bytes", type=float, help="collective buffer bytes per rank")
     for name in STR_FLAGS:
         p.add_argument("--" + name.replace("_", "-"), dest=name)
@@ -129,19 +130,6 @@ def register(subparsers) -> None:
             default=None,
         )
     p.set_defaults(func=run)
-
-
-def _count(name: str):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"--{name}={text!r} is not a whole number") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"--{name}={value} must be greater than zero")
-        return value
-
-    return parse
 
 
 def run(args) -> int:

@@ -11,12 +11,12 @@ from __future__ import annotations
 import argparse
 
 from gpuplan.cli import require_subcommand
+from gpuplan.cli.argtypes import positive_int
 from gpuplan.cli.tables import dump_json, format_value, render_table
 from gpuplan.cli.train_cmd import (
     add_assumption_options,
     add_cluster_options,
     default_seq,
-    positive_int,
     render_estimate,
     resolve_cluster,
     zero_stage,

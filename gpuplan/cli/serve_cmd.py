@@ -19,6 +19,7 @@ import argparse
 import math
 import sys
 
+from gpuplan.cli.argtypes import positive
 from gpuplan.cli.tables import dump_json, format_seconds, format_value, render_table
 from gpuplan.errors import GpuplanError
 from gpuplan.outputs import write_csv
@@ -29,29 +30,16 @@ KV_DTYPES = ("bf16", "fp8")
 ROUTERS = ("round_robin", "least_outstanding", "shortest_queue_tokens")
 
 
-def _positive(kind):
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"{text} is invalid: it must be greater than zero")
-        return value
-
-    return parse
-
-
 def _rate(text: str) -> float:
     if text.strip().lower() in ("inf", "infinity"):
         return math.inf
-    return _positive(float)(text)
+    return positive(float)(text)
 
 
 def _tokens(text: str):
     """A whole number of tokens (> 0) or a length spec, checked when the workload is made."""
     if text.strip().lstrip("-").isdigit():
-        return _positive(int)(text)
+        return positive(int)(text)
     return text
 
 
@@ -82,7 +70,7 @@ def _common(p, *, rate_required: bool) -> None:
     p.add_argument(
         "--trace", help="CSV or JSON Lines trace: arrival_s, prompt_tokens, output_tokens"
     )
-    p.add_argument("--requests", type=_positive(int), default=None, help="requests to simulate")
+    p.add_argument("--requests", type=positive(int), default=None, help="requests to simulate")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
@@ -95,28 +83,28 @@ def register(subparsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _common(p, rate_required=False)
-    p.add_argument("--tp", type=_positive(int), default=1, help="tensor-parallel GPUs per replica")
-    p.add_argument("--replicas", type=_positive(int), default=1)
+    p.add_argument("--tp", type=positive(int), default=1, help="tensor-parallel GPUs per replica")
+    p.add_argument("--replicas", type=positive(int), default=1)
     p.add_argument("--router", choices=ROUTERS, default="round_robin")
     p.add_argument("--policy", choices=POLICIES, default="continuous")
     p.add_argument("--weight-dtype", choices=WEIGHT_DTYPES, default="bf16")
     p.add_argument("--kv-dtype", choices=KV_DTYPES, default="bf16")
-    p.add_argument("--max-seqs", type=_positive(int), default=256)
-    p.add_argument("--max-batched-tokens", type=_positive(int), default=None)
-    p.add_argument("--max-model-len", type=_positive(int), default=None)
-    p.add_argument("--block-tokens", type=_positive(int), default=16)
+    p.add_argument("--max-seqs", type=positive(int), default=256)
+    p.add_argument("--max-batched-tokens", type=positive(int), default=None)
+    p.add_argument("--max-model-len", type=positive(int), default=None)
+    p.add_argument("--block-tokens", type=positive(int), default=16)
     p.add_argument("--preemption", choices=("recompute", "swap"), default="recompute")
-    p.add_argument("--batch-timeout-s", type=_positive(float), default=0.1)
-    p.add_argument("--memory-utilization", type=_positive(float), default=0.9)
+    p.add_argument("--batch-timeout-s", type=positive(float), default=0.1)
+    p.add_argument("--memory-utilization", type=positive(float), default=0.9)
     p.add_argument("--arrival", choices=("poisson", "gamma"), default="poisson")
-    p.add_argument("--cv", type=_positive(float), default=1.0, help="gamma arrivals' burstiness")
+    p.add_argument("--cv", type=positive(float), default=1.0, help="gamma arrivals' burstiness")
     p.add_argument("--disaggregate", type=_ratio, help="P:D prefill and decode replicas")
     p.add_argument("--kv-link", choices=("scaleout", "scaleup"), default="scaleout")
     p.add_argument("--no-cuda-graph", action="store_true", help="decode iterations run eagerly")
     p.add_argument("--impl", choices=("fused", "eager", "compiled"), default="fused")
-    p.add_argument("--slo-ttft-s", type=_positive(float), help="for goodput")
-    p.add_argument("--slo-tpot-s", type=_positive(float), help="for goodput")
-    p.add_argument("--horizon-s", type=_positive(float), help="stop the simulation at this time")
+    p.add_argument("--slo-ttft-s", type=positive(float), help="for goodput")
+    p.add_argument("--slo-tpot-s", type=positive(float), help="for goodput")
+    p.add_argument("--horizon-s", type=positive(float), help="stop the simulation at this time")
     p.add_argument("--progress", action="store_true", help="a progress bar on stderr")
     p.add_argument("--requests-csv", help="write the per-request table to this CSV file")
     p.add_argument("--timeline-csv", help="write queue length and KV use over time to this CSV")
@@ -129,16 +117,16 @@ def register(subparsers) -> None:
 def _register_plan(sub) -> None:
     p = sub.add_parser("plan", help="cheapest configurations that meet TTFT and TPOT SLOs")
     _common(p, rate_required=True)
-    p.add_argument("--slo-ttft-s", type=_positive(float), required=True)
-    p.add_argument("--slo-tpot-s", type=_positive(float), required=True)
-    p.add_argument("--percentile", type=_positive(float), default=99.0)
+    p.add_argument("--slo-ttft-s", type=positive(float), required=True)
+    p.add_argument("--slo-tpot-s", type=positive(float), required=True)
+    p.add_argument("--percentile", type=positive(float), default=99.0)
     p.add_argument("--tp", type=_ints, help="tensor-parallel degrees to try (default: all)")
     p.add_argument("--policy", choices=("continuous", "chunked"), default="chunked")
     p.add_argument("--max-seqs", type=_ints, default=(64, 256), help="max_seqs values to try")
     p.add_argument("--no-disaggregation", action="store_true")
-    p.add_argument("--max-gpus", type=_positive(int), default=64)
-    p.add_argument("--top", type=_positive(int), default=5)
-    p.add_argument("--price-per-gpu-hour", type=_positive(float), help="USD (default: price file)")
+    p.add_argument("--max-gpus", type=positive(int), default=64)
+    p.add_argument("--top", type=positive(int), default=5)
+    p.add_argument("--price-per-gpu-hour", type=positive(float), help="USD (default: price file)")
     p.set_defaults(func=run_plan)
 
 
@@ -149,8 +137,8 @@ def _register_edge(sub) -> None:
     p.add_argument("--weight-dtype", choices=(*WEIGHT_DTYPES, "all"), default="all")
     p.add_argument("--kv-dtype", choices=KV_DTYPES, default="bf16")
     p.add_argument("--batch", type=_ints, default=(1, 2, 4, 8), help="e.g. 1,2,4,8")
-    p.add_argument("--context", type=_positive(int), default=1024, help="cached tokens")
-    p.add_argument("--prompt-tokens", type=_positive(int), default=512, help="for the TTFT")
+    p.add_argument("--context", type=positive(int), default=1024, help="cached tokens")
+    p.add_argument("--prompt-tokens", type=positive(int), default=512, help="for the TTFT")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     p.set_defaults(func=run_edge)
 

@@ -17,31 +17,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from gpuplan.cli.argtypes import positive_float, positive_int
 from gpuplan.cli.tables import dump_json, format_value, render_table
 from gpuplan.errors import GpuplanError
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{value} must be greater than zero")
-    return value
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{value} must be greater than zero")
-    return value
 
 
 def zero_stage(text: str) -> int:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuplan.cli import add_common_options, require_subcommand
+from gpuplan.cli.argtypes import non_negative, open_fraction
 from gpuplan.cli.tables import dump_json, format_value, render_table
 from gpuplan.errors import GpuplanError
 
@@ -43,33 +44,6 @@ def known_device_keys() -> list[str]:
 def load_predictor() -> Any:
     """The default predictor: ``predict_record(record) -> {metric: value}``."""
     return importlib.import_module(PREDICT_MODULE).predict_record
-
-
-def _non_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is invalid: it must be zero or more")
-    return value
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is invalid: it must be zero or more")
-    return value
-
-
-def _fraction(text: str) -> float:
-    value = _non_negative(text)
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is invalid: it must lie between 0 and 1")
-    return value
 
 
 def _param_text(name: str, value: Any) -> str:
@@ -253,12 +227,16 @@ def _register_score(sub: Any) -> None:
     p.add_argument("file", metavar="FILE", help="measurement records, one JSON object a line")
     p.add_argument(
         "--max-median-error",
-        type=_non_negative,
+        type=non_negative(float),
         metavar="PCT",
         help="fail (exit 1) when any kind's median error is above PCT percent",
     )
     p.add_argument(
-        "--rows", type=_count, default=20, metavar="N", help="rows to show (default 20; 0: all)"
+        "--rows",
+        type=non_negative(int),
+        default=20,
+        metavar="N",
+        help="rows to show (default 20; 0: all)",
     )
     add_common_options(p)
     p.set_defaults(func=score)
@@ -277,7 +255,7 @@ def _register_calibrate(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the split (0)")
     p.add_argument(
         "--train-fraction",
-        type=_fraction,
+        type=open_fraction,
         default=0.7,
         metavar="F",
         help="share of records used to fit, between 0 and 1 (0.7)",
@@ -305,7 +283,7 @@ def _register_trace(sub: Any) -> None:
     p.add_argument("--gpu", default="h200", help="with --kind/--params: the device (h200)")
     p.add_argument(
         "--iterations",
-        type=_count,
+        type=non_negative(int),
         help="iterations the trace holds (default: inferred from its GEMM count)",
     )
     add_common_options(p)
