@@ -30,7 +30,7 @@ import numpy as np
 
 from gpuplan.errors import GpuplanError, check_positive, unknown_key
 from gpuplan.hwmodels.accelerators import get_accelerator
-from gpuplan.units import GB, US
+from gpuplan.units import US
 
 PLACEMENT_DIMS = ("tp", "cp", "dp", "pp")
 # Assumptions, named: NCCL over InfiniBand/RoCE reaches about 90% of the NIC's line rate for large
@@ -79,47 +79,58 @@ class Cluster:
         return get_accelerator(self.gpu)
 
 
+def _nodes(
+    key: str, name: str, gpu: str, *, gpus_per_node: int, scaleup_size: int, source: str, **kw
+) -> Cluster:
+    """A preset of ``gpu`` nodes whose links are the accelerator catalogue's (one source)."""
+    acc = get_accelerator(gpu)
+    return Cluster(
+        key=key,
+        name=name,
+        gpu=gpu,
+        gpus_per_node=gpus_per_node,
+        scaleup_size=scaleup_size,
+        scaleup_bytes_per_s=acc.scaleup_bytes_per_s,
+        scaleout_bytes_per_s=acc.scaleout_bytes_per_s,
+        source=source,
+        **kw,
+    )
+
+
 PRESETS: dict[str, Cluster] = {
     c.key: c
     for c in (
-        Cluster(
-            key="dgx-a100",
-            name="DGX A100 nodes (Selene), 8x A100 80GB, NVLink 3, 8x HDR 200 Gb/s",
-            gpu="a100-sxm-80gb",
+        _nodes(
+            "dgx-a100",
+            "DGX A100 nodes (Selene), 8x A100 80GB, NVLink 3, 8x HDR 200 Gb/s",
+            "a100-sxm-80gb",
             gpus_per_node=8,
             scaleup_size=8,
-            scaleup_bytes_per_s=300 * GB,  # 600 GB/s bidirectional
-            scaleout_bytes_per_s=25 * GB,  # 200 Gb/s HDR per GPU
             source="NVIDIA DGX A100 System Architecture white paper; Narayanan et al. 2021 sec. 5",
         ),
-        Cluster(
-            key="dgx-h100",
-            name="DGX H100 nodes, 8x H100 SXM, NVLink 4, 8x NDR 400 Gb/s",
-            gpu="h100-sxm",
+        _nodes(
+            "dgx-h100",
+            "DGX H100 nodes, 8x H100 SXM, NVLink 4, 8x NDR 400 Gb/s",
+            "h100-sxm",
             gpus_per_node=8,
             scaleup_size=8,
-            scaleup_bytes_per_s=450 * GB,  # 900 GB/s bidirectional
-            scaleout_bytes_per_s=50 * GB,  # 400 Gb/s NDR per GPU
-            source="NVIDIA DGX H100 datasheet; DGX SuperPOD reference architecture (rail-optimized)",
+            source="NVIDIA DGX H100 datasheet; DGX SuperPOD reference architecture "
+            "(rail-optimized)",
         ),
-        Cluster(
-            key="dgx-h200",
-            name="DGX H200 nodes, 8x H200, NVLink 4, 8x NDR 400 Gb/s",
-            gpu="h200",
+        _nodes(
+            "dgx-h200",
+            "DGX H200 nodes, 8x H200, NVLink 4, 8x NDR 400 Gb/s",
+            "h200",
             gpus_per_node=8,
             scaleup_size=8,
-            scaleup_bytes_per_s=450 * GB,
-            scaleout_bytes_per_s=50 * GB,
             source="NVIDIA DGX H200 datasheet",
         ),
-        Cluster(
-            key="gb200-nvl72",
-            name="GB200 NVL72 racks, 72 Blackwell GPUs per NVLink 5 domain, 400 Gb/s per GPU",
-            gpu="gb200",
+        _nodes(
+            "gb200-nvl72",
+            "GB200 NVL72 racks, 72 Blackwell GPUs per NVLink 5 domain, 400 Gb/s per GPU",
+            "gb200",
             gpus_per_node=4,
             scaleup_size=72,
-            scaleup_bytes_per_s=900 * GB,  # 1.8 TB/s bidirectional
-            scaleout_bytes_per_s=50 * GB,
             nodes_per_leaf=8,
             source="NVIDIA GB200 NVL72 datasheet",
         ),
