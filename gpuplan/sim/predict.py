@@ -20,6 +20,7 @@ from gpuplan.hwmodels.accelerators import get_accelerator
 from gpuplan.hwmodels.efficiency import Efficiency, efficiency_for
 from gpuplan.sim import kernels, step
 from gpuplan.sim.breakdown import Breakdown
+from gpuplan.sim.model_estimate import config_breakdown
 from gpuplan.workloads.model import ModelConfig
 
 KINDS = (
@@ -84,44 +85,18 @@ def _elementwise(acc, eff, p):
 def _layer(acc, eff, p):
     """The eager (or compiled) decoder layer; for ``tp_layer``, one of ``tp`` ranks with its two
     all-reduces each way."""
-    return step.layer_breakdown(
-        acc,
-        eff,
-        contract_model(p),
-        micro_batch=p["micro_batch"],
-        seq=p["seq"],
-        pass_=p["pass"],
-        compiled=p.get("compiled", False),
-        dtype=p["dtype"],
-        tp=p.get("tp", 1),
-    )
+    impl = "compiled" if p.get("compiled", False) else "eager"
+    return config_breakdown("layer", acc, eff, contract_model(p), p, impl=impl)
 
 
 def _train_step(acc, eff, p):
     check_choice("optimizer", p.get("optimizer", "adamw"), ("adamw",))
-    return step.train_step_breakdown(
-        acc,
-        eff,
-        contract_model(p),
-        micro_batch=p["micro_batch"],
-        seq=p["seq"],
-        recompute=p["recompute"],
-        precision=p.get("precision", "bf16-mixed"),
-        impl="eager",
-    )
+    return config_breakdown("train_step", acc, eff, contract_model(p), p, impl="eager")
 
 
 def _decode_step(acc, eff, p):
-    return step.decode_step_breakdown(
-        acc,
-        eff,
-        contract_model(p),
-        batch=p["batch"],
-        context=p["context"],
-        cuda_graph=p["cuda_graph"],
-        dtype=p["dtype"],
-        impl="eager",
-        isolated=True,
+    return config_breakdown(
+        "decode_step", acc, eff, contract_model(p), p, impl="eager", isolated=True
     )
 
 
