@@ -536,3 +536,31 @@ def test_json_has_no_nan_and_unwraps_numpy_values():
     assert json.loads(dump_json({"rows": frame})) == {
         "rows": [{"x": 1.0, "n": 1}, {"x": None, "n": 2}]
     }
+
+
+def test_trace_kind_without_params_is_one_clear_error(capsys, traces):
+    code, _, err = run(capsys, "validate", "trace", traces, "--kind", "layer")
+    assert_one_line_error(err, code)
+    assert "--kind and --params go together" in err
+
+
+def test_a_trace_whose_iterations_cannot_be_inferred_asks_for_them(capsys, monkeypatch, tmp_path):
+    table = pd.DataFrame(
+        {"count": [2], "total_s": [1e-3], "share": [1.0]}, index=pd.Index(["norm"], name="class")
+    )
+    fake_module(monkeypatch, "gpuplan.validate.trace", kernel_table=lambda path: table)
+    path = tmp_path / "trace.json"
+    path.write_text("{}")
+    params = '{"m": 64, "n": 64, "k": 64, "dtype": "bf16"}'
+    code, _, err = run(capsys, "validate", "trace", str(path), "--kind", "gemm", "--params", params)
+    assert_one_line_error(err, code)
+    assert "give --iterations" in err
+
+
+def test_a_report_without_a_calibration_says_how_to_make_one(capsys, monkeypatch):
+    from gpuplan.validate import report
+
+    monkeypatch.setattr(report, "calibrated_efficiency", lambda device: None)
+    code, _, err = run(capsys, "validate", "report")
+    assert_one_line_error(err, code)
+    assert "gpuplan validate calibrate" in err
