@@ -30,7 +30,10 @@ from gpuplan.hwmodels.kernel_time import KernelTime
 from gpuplan.hwmodels.power import throttled
 from gpuplan.workloads.dtypes import dtype_bytes
 
-MIN_K_SLICE = 256  # split-K never cuts k below this many elements per slice
+# split-K never cuts k below this many elements per slice. Assumption, named: a slice must
+# cover a few of the k=64 tile steps of a Hopper GEMM main loop to amortize its prologue and
+# the partial-sum reduction (CUTLASS 3 sm90 kernels step k by 64 for 16-bit inputs).
+MIN_K_SLICE = 256
 # Candidate tiles (tile_m, tile_n): Hopper cuBLAS/CUTLASS kernels use 128x256, 128x128 and
 # 64x128 CTA tiles for 16- and 8-bit inputs (CUTLASS 3 sm90 profiler kernel names).
 TILES = ((128, 256), (128, 128), (64, 128))
