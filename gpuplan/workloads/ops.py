@@ -66,8 +66,8 @@ EAGER_KERNELS: dict[tuple[str, str], tuple[int, int]] = {
     ("copy", "bwd"): (1, 2),
 }
 # Python-level torch calls of the eager version's forward, counted in the record contract's
-# layer as the harness writes it (gpuplan/validate/harness/model.py) (views and no-op casts included: they
-# cost the CPU a dispatch each but launch nothing): RoPE slices twice, negates, concatenates,
+# layer as the harness writes it (gpuplan/validate/harness/model.py), views and no-op casts
+# included (they cost the CPU a dispatch each but launch nothing): RoPE slices twice, negates, concatenates,
 # casts cos and sin (no-ops), multiplies twice and adds; silu_mul chunks, applies silu and
 # multiplies; the output layout copy is a transpose and a reshape. Backward passes run in
 # autograd's C++ engine: one dispatch per kernel.
