@@ -148,6 +148,40 @@ def _time_one(rt: Rank, fn, token, align: bool, sleep: bool) -> float:
     return start.elapsed_time(end) * 1e-3
 
 
+def measure_cases(rt: Rank, kind: str, cases, *, build, reps_of, what_of, extras_of=None) -> None:
+    """Time each case on every rank until the deadline; rank 0 writes a record per case.
+
+    ``build(params)`` returns the function to time, ``reps_of(params)`` its repetitions,
+    ``what_of(params)`` the words of its source string and ``extras_of(params)`` extra record
+    keys (the contract allows them)."""
+    from .records import RecordWriter, make_record
+
+    job = rt.job
+    writer = RecordWriter(job.out_dir, job.kind) if rt.rank == 0 else None
+    for params in cases:
+        if not go_on(rt):
+            break
+        reps = reps_of(params)
+        stats = time_ranks(rt, build(params), reps=reps)
+        if rt.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+        if writer is None:
+            continue
+        extras = extras_of(params) if extras_of else {}
+        writer.write(
+            make_record(
+                kind,
+                job.device_key,
+                params,
+                {"time_s": stats["median_s"]},
+                source(rt, what_of(params), reps),
+                stats=stats,
+                **extras,
+            )  # fmt: skip
+        )
+        print(f"  {kind} {params}  {stats['median_s'] * 1e3:9.3f} ms", flush=True)
+
+
 def source(rt: Rank, what: str, reps: int, *, statistic: str = "of the slowest rank") -> str:
     """Provenance of a multi-rank record."""
     if rt.device.startswith("cuda"):

@@ -36,7 +36,6 @@ from torch import nn
 
 from . import distributed
 from .model import CONFIGS, apply_rope, rope_tables
-from .records import RecordWriter, make_record
 from .tp_mlp import _ReduceBackward, _ReduceForward
 
 _SHAPES = ("llama3-8b", "llama2-7b", "small", "big")
@@ -181,35 +180,25 @@ def _reps(tiny: bool, p: dict) -> int:
 
 def run_rank(rt) -> None:
     """Measure every case until the deadline; rank 0 writes the records."""
-    job = rt.job
-    writer = RecordWriter(job.out_dir, job.kind) if rt.rank == 0 else None
-    for params in cases(job.tiny, job.device, rt.world):
-        if not distributed.go_on(rt):
-            break
-        reps = _reps(job.tiny, params)
-        stats = distributed.time_ranks(rt, layer_fn(rt.device, params), reps=reps)
-        if rt.device.startswith("cuda"):
-            torch.cuda.empty_cache()
-        if writer is None:
-            continue
-        tp = params["tp"]
-        what = f"Megatron TP Llama decoder layer tp={tp}, eager, SDPA"
-        what += ", all_reduce 2 fwd + 2 bwd" if tp > 1 else ", no communication"
-        writer.write(
-            make_record(
-                "tp_layer",
-                job.device_key,
-                params,
-                {"time_s": stats["median_s"]},
-                distributed.source(rt, what, reps),
-                stats=stats,
-                structure="fused wqkv and w_gate_up column-parallel, wo and w_down row-parallel",
-                note="tp=1: every rank runs its own full layer, no communication"
-                if tp == 1
-                else "",
-            )
-        )
-        print(f"  tp_layer {params}  {stats['median_s'] * 1e3:9.3f} ms", flush=True)
+    distributed.measure_cases(
+        rt,
+        "tp_layer",
+        cases(rt.job.tiny, rt.job.device, rt.world),
+        build=lambda p: layer_fn(rt.device, p),
+        reps_of=lambda p: _reps(rt.job.tiny, p),
+        what_of=_what,
+        extras_of=lambda p: {
+            "structure": "fused wqkv and w_gate_up column-parallel, wo and w_down row-parallel",
+            "note": "tp=1: every rank runs its own full layer, no communication"
+            if p["tp"] == 1
+            else "",
+        },
+    )
+
+
+def _what(p: dict) -> str:
+    comm = ", all_reduce 2 fwd + 2 bwd" if p["tp"] > 1 else ", no communication"
+    return f"Megatron TP Llama decoder layer tp={p['tp']}, eager, SDPA{comm}"
 
 
 def run_single(ctx, params: dict) -> dict:

@@ -24,7 +24,6 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from . import distributed
-from .records import RecordWriter, make_record
 
 _SHAPES = ((4096, 14336), (8192, 28672), (4096, 11008))
 _TOKENS = (512, 2048, 8192, 16384)
@@ -101,30 +100,19 @@ def _mlp_fn(rt, p: dict):
 
 def run_rank(rt) -> None:
     """Measure every case whose tp fits the world until the deadline; rank 0 writes."""
-    job = rt.job
-    writer = RecordWriter(job.out_dir, job.kind) if rt.rank == 0 else None
-    for params in cases(job.tiny, job.device, rt.world):
-        if not distributed.go_on(rt):
-            break
-        tp = params["tp"]
-        reps = 3 if job.tiny else 20
-        fn = _mlp_fn(rt, params)
-        stats = distributed.time_ranks(rt, fn, reps=reps)
-        if writer is None:
-            continue
-        what = f"Megatron TP SwiGLU MLP tp={tp}, F.linear, all_reduce fwd+bwd"
-        writer.write(
-            make_record(
-                "tp_mlp",
-                job.device_key,
-                params,
-                {"time_s": stats["median_s"]},
-                distributed.source(rt, what, reps),
-                stats=stats,
-                note="tp=1: every rank runs its own full MLP, no communication" if tp == 1 else "",
-            )
-        )
-        print(f"  tp_mlp {params}  {stats['median_s'] * 1e3:9.3f} ms", flush=True)
+    distributed.measure_cases(
+        rt,
+        "tp_mlp",
+        cases(rt.job.tiny, rt.job.device, rt.world),
+        build=lambda p: _mlp_fn(rt, p),
+        reps_of=lambda p: 3 if rt.job.tiny else 20,
+        what_of=lambda p: f"Megatron TP SwiGLU MLP tp={p['tp']}, F.linear, all_reduce fwd+bwd",
+        extras_of=lambda p: {
+            "note": "tp=1: every rank runs its own full MLP, no communication"
+            if p["tp"] == 1
+            else ""
+        },
+    )
 
 
 def run_single(ctx, params: dict) -> dict:
