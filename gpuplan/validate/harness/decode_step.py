@@ -114,13 +114,15 @@ def measure(params: dict, ctx) -> dict:
     """Median time of one decode step (eager, or one CUDA graph replay)."""
     step = _build(ctx, params)
     fn = _graphed(step) if params["cuda_graph"] else step
+    probe_before_s = ctx.clock.host_probe_s()
     timing = ctx.clock.time(fn, flush=True, max_reps=40)
+    probe_s = (probe_before_s, ctx.clock.host_probe_s())  # host speed around the timing
     what = "decode step, CUDA graph replay" if params["cuda_graph"] else "decode step, eager"
     return {
         "measured": {"time_s": timing.median_s},
         "source": ctx.source(f"{what}, SDPA on a bf16 KV cache", timing),
         "extra": {
-            "stats": timing.stats(),
+            "stats": timing.stats() | {"host_probe_s": probe_s},
             "embedding_lm_head": False,
             "kv_cache_bytes": kv_cache_bytes(params),
             "weight_bytes": weight_bytes(params),

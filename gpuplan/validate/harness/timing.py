@@ -88,6 +88,23 @@ class Clock:
             self._flush_buf = self.torch.empty(FLUSH_BYTES, dtype=self.torch.int8, device="cuda")
         self._flush_buf.zero_()
 
+    def host_probe_s(self, launches: int = 64, reps: int = 5) -> float:
+        """Host speed now: median wall time to launch ``launches`` tiny kernels (no sync inside).
+
+        A CPU-bound call (an eager decode step, a small fwd_bwd) costs host time per launch; on
+        a shared virtual machine that speed drifts, and this probe, taken beside such a case,
+        says how fast the host was when the case ran."""
+        x = self.torch.zeros(1, device=self.device)
+        times = []
+        for _ in range(reps):
+            self.sync()
+            start = time.perf_counter()
+            for _ in range(launches):
+                x.add_(1.0)
+            times.append(time.perf_counter() - start)
+        self.sync()
+        return statistics.median(times)
+
     def sync(self) -> None:
         if self.device == "cuda":
             self.torch.cuda.synchronize()

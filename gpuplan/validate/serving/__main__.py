@@ -62,6 +62,9 @@ def main(argv: list[str] | None = None) -> None:
                     "output tokens)")  # fmt: skip
     ap.add_argument("--no-decode-mask", action="store_true",
                     help="timing only: decode rows read the whole span unmasked (flash kernel)")
+    ap.add_argument("--no-cudnn-attention", action="store_true",
+                    help="leave cuDNN out of SDPA's dispatch (flash first, as the validation "
+                    "harness runs; by default PyTorch may pick cuDNN attention on Hopper)")  # fmt: skip
     ap.add_argument("--tiny", action="store_true", help="a tiny model (a CPU smoke test)")
     ap.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda if any")
     ap.add_argument("--device-key", default=None, help="catalogue key (default: from the name)")
@@ -71,6 +74,8 @@ def main(argv: list[str] | None = None) -> None:
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     shape = TINY if args.tiny else LLAMA2_7B
     graph = device == "cuda" if args.cuda_graph is None else args.cuda_graph
+    if args.no_cudnn_attention:
+        torch.backends.cuda.enable_cudnn_sdp(False)
     decode_info: dict = {}
     started = time.perf_counter()
     requests, iterations = serve_rates(
@@ -111,6 +116,7 @@ def main(argv: list[str] | None = None) -> None:
         "device_key": args.device_key,
         "torch": torch.__version__,
         "decode_mask": not args.no_decode_mask,
+        "cudnn_attention": torch.backends.cuda.cudnn_sdp_enabled(),
         "cuda_graph": decode_info["cuda_graph"],  # decode iterations replay captured graphs
         "decode_padding": decode_info["decode_padding"],  # {buckets, context_tokens} or null
         "graph_error": decode_info["graph_error"],

@@ -1,0 +1,213 @@
+"""Decode attention as a decode step sees it, and the kernels of whole decode steps.
+
+Two questions the contract kinds leave open, measured here on one GPU:
+
+1. Does a one-query SDPA call against a KV cache stream the cache as fast alone (the
+   ``attention`` kind: one call after an L2 flush) as it does inside a decode step, where the
+   calls of ``L`` layers run back to back (CUDA graph, no launch gaps)? For a grid of batch,
+   heads and cache spans, each case is timed three ways and written as contract ``attention``
+   records, one file per way:
+   - ``attention_isolated.jsonl``: one call after an L2 flush (the ``attention`` kind's method);
+   - ``attention_sequence.jsonl``: a CUDA graph of ``L`` calls on ``L`` distinct caches (as the
+     layers of a step), L2 flushed before each replay; ``time_s`` is the replay time over ``L``;
+   - ``attention_sequence_masked.jsonl``: the same with an additive float mask [B, 1, 1, S]
+     (the mask a padded serving batch passes; SDPA then leaves flash for another kernel).
+   ``kernels.json`` names the GPU kernels one call of each case launches (does it split the
+   keys?).
+2. Where does a decode step's time go? torch.profiler traces of a few eager decode steps of the
+   ``decode_step`` kind (``trace_<name>.json.gz``, with ``<name>.params.json``), and each step's
+   CUDA-graph replay time (``steps.json``).
+
+Run: ``python3 -m gpuplan.validate.harness.decode_probe --out DIR [--tiny] [--budget-s S]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import shutil
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from . import decode_step
+from .records import RecordWriter, environment, make_record
+from .runner import make_context
+
+_HEADS = ((32, 32, 128), (32, 8, 128))  # Llama-2-7B (MHA) and Llama-3-8B (GQA) heads
+_BATCH = (1, 2, 4, 8, 16, 32, 64, 128)
+_SPANS = (256, 512, 1152, 2048, 4096, 8192)
+_LAYER_BYTES_CAP = 24 * 2**30  # caches of all L calls of one case stay under this
+_MAX_L = 8
+
+
+def _case(b, hq, hkv, s, d) -> dict:
+    return {
+        "batch": b,
+        "heads_q": hq,
+        "heads_kv": hkv,
+        "seq_q": 1,
+        "seq_kv": s,
+        "head_dim": d,
+        "causal": False,
+        "pass": "fwd",
+        "dtype": "bf16",
+    }
+
+
+def attention_cases(tiny: bool) -> list[dict]:
+    if tiny:
+        return [_case(b, 4, 2, 64, 16) for b in (1, 2)]
+    return [_case(b, hq, hkv, s, d) for hq, hkv, d in _HEADS for b in _BATCH for s in _SPANS]
+
+
+def _cache_bytes(p: dict) -> int:
+    return 2 * p["batch"] * p["heads_kv"] * p["seq_kv"] * p["head_dim"] * 2
+
+
+def _calls(ctx, p: dict, n: int, masked: bool):
+    """``n`` SDPA decode calls on ``n`` distinct caches, as one function."""
+    b, hq, hkv, s, d = p["batch"], p["heads_q"], p["heads_kv"], p["seq_kv"], p["head_dim"]
+    q = ctx.randn(b, hq, 1, d)
+    kvs = [(ctx.randn(b, hkv, s, d), ctx.randn(b, hkv, s, d)) for _ in range(n)]
+    mask = None
+    if masked:  # the last quarter of each row is padding, as in a bucketed serving batch
+        mask = torch.zeros(b, 1, 1, s, device=ctx.device, dtype=q.dtype)
+        mask[..., (3 * s) // 4 :] = float("-inf")
+    gqa = hq != hkv
+
+    def fn():
+        o = None
+        for k, v in kvs:
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+        return o
+
+    return fn
+
+
+def _record(ctx, p: dict, time_s: float, what: str, timing, **extra) -> dict:
+    source = ctx.source(what, timing)
+    stats = timing.stats()
+    return make_record(
+        "attention", ctx.device_key, p, {"time_s": time_s}, source, stats=stats, **extra
+    )
+
+
+def _graphed(ctx, fn):
+    if ctx.device != "cuda":
+        return fn
+    return decode_step._graphed(fn)
+
+
+def _kernel_names(fn) -> list[str]:
+    fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+@torch.no_grad()
+def measure_attention(ctx, out: Path, deadline: float) -> int:
+    writers = {
+        way: RecordWriter(out, f"attention_{way}")
+        for way in ("isolated", "sequence", "sequence_masked")
+    }
+    kernels: dict[str, list[str]] = {}
+    n_done = 0
+    for p in attention_cases(ctx.tiny):
+        if time.monotonic() > deadline:
+            break
+        n = max(1, min(_MAX_L, _LAYER_BYTES_CAP // _cache_bytes(p)))
+        one = _calls(ctx, p, 1, masked=False)
+        timing = ctx.clock.time(one, flush=True)
+        writers["isolated"].write(_record(ctx, p, timing.median_s, "SDPA decode, one call", timing))
+        if ctx.device == "cuda":
+            key = "b{batch}_hq{heads_q}_hkv{heads_kv}_s{seq_kv}".format(**p)
+            kernels[key] = _kernel_names(one)
+        del one
+        for way, masked in (("sequence", False), ("sequence_masked", True)):
+            fn = _graphed(ctx, _calls(ctx, p, n, masked=masked))
+            timing = ctx.clock.time(fn, flush=True)
+            how = "in one CUDA graph" if ctx.device == "cuda" else "eagerly"
+            what = f"SDPA decode, {n} calls on {n} caches {how}, time / {n}"
+            if masked:
+                what += ", additive mask"
+            writers[way].write(_record(ctx, p, timing.median_s / n, what, timing, calls=n))
+            del fn
+        if ctx.device == "cuda":
+            torch.cuda.empty_cache()
+        n_done += 1
+    (out / "kernels.json").write_text(json.dumps(kernels, indent=1) + "\n")
+    return n_done
+
+
+def step_cases(tiny: bool) -> dict[str, dict]:
+    if tiny:
+        return {"tiny": decode_step._case((64, 4, 2, 128), 2, 2, 32, False)}
+    llama2, llama3 = (4096, 32, 32, 11008), (4096, 32, 8, 14336)
+    out = {f"llama2_b{b}_c1151": decode_step._case(llama2, 8, b, 1151, False) for b in (1, 8, 32)}
+    out["llama3_b16_c16384"] = decode_step._case(llama3, 8, 16, 16384, False)
+    out["llama3_b64_c4096"] = decode_step._case(llama3, 8, 64, 4096, False)
+    return out
+
+
+@torch.no_grad()
+def trace_steps(ctx, out: Path) -> dict:
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    if ctx.device == "cuda":
+        acts.append(torch.profiler.ProfilerActivity.CUDA)
+    result = {}
+    for name, p in step_cases(ctx.tiny).items():
+        step = decode_step._build(ctx, p)
+        eager = ctx.clock.time(step, flush=True, max_reps=20).median_s
+        graph_s = None
+        if ctx.device == "cuda":
+            graph_s = ctx.clock.time(decode_step._graphed(step), flush=True, max_reps=20).median_s
+        for _ in range(2):
+            step()
+        ctx.clock.sync()
+        with torch.profiler.profile(activities=acts) as prof:
+            for _ in range(2):
+                ctx.clock.flush_l2()
+                step()
+            ctx.clock.sync()
+        path = out / f"trace_{name}.json"
+        prof.export_chrome_trace(str(path))
+        with path.open("rb") as src, gzip.open(str(path) + ".gz", "wb", compresslevel=6) as dst:
+            shutil.copyfileobj(src, dst)
+        path.unlink()
+        (out / f"{name}.params.json").write_text(json.dumps(p) + "\n")
+        result[name] = {"params": p, "eager_s": eager, "graph_s": graph_s, "traced_steps": 2}
+        del step, prof
+        if ctx.device == "cuda":
+            torch.cuda.empty_cache()
+    (out / "steps.json").write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default=None)
+    ap.add_argument("--budget-s", type=float, default=120.0, help="for the attention grid")
+    args = ap.parse_args(argv)
+    ctx = make_context(args.device, args.tiny)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    env = environment(torch, ctx.device)
+    (out / "environment.json").write_text(json.dumps(env, indent=1) + "\n")
+    start = time.monotonic()
+    n = measure_attention(ctx, out, start + args.budget_s)
+    print(f"attention: {n} cases in {time.monotonic() - start:.0f} s", flush=True)
+    steps = trace_steps(ctx, out)
+    print(f"steps: {len(steps)} traced in {time.monotonic() - start:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
