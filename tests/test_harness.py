@@ -165,7 +165,9 @@ def test_tiny_run_on_cuda_writes_every_single_device_kind(tmp_path):
 
 
 DATA = ROOT / "gpuplan" / "validate" / "data"
-CAMPAIGN_FILES = sorted([*(DATA / "h200").rglob("*.jsonl"), *(DATA / "h200x2").rglob("*.jsonl")])
+CAMPAIGN_FILES = sorted(
+    f for run in ("h200", "h200x2", "h200_run2") for f in (DATA / run).rglob("*.jsonl")
+)
 
 
 def test_committed_measurements_follow_the_contract():

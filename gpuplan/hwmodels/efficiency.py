@@ -70,6 +70,11 @@ class Efficiency:
     collective_host_s: float  # CPU time to issue one collective (torch.distributed + NCCL)
     provenance: dict[str, Any] = field(default_factory=dict)
     steady_state: bool = False  # kernels in a busy stream: sustained clock (set by ``queued``)
+    # The CPU speed of each measured run (data folder) relative to the reference run's host, as
+    # a factor on the host costs (``validate.calibrate.HOST_COSTS``): lent machines of one kind
+    # differ in their CPUs, and eager CPU-bound times follow them. Fitted with the rest; used
+    # only to score each run's records. Predictions use the reference host (factor 1).
+    host_factor: dict[str, float] = field(default_factory=dict)
 
     def gemm_fraction(self, dtype: str, *, aligned: bool = True) -> float:
         table = self.gemm_peak_fraction if aligned else self.gemm_unaligned_fraction

@@ -10,6 +10,13 @@ Method:
   launch latency and the autograd start on ``elementwise`` (fitted first: the others use them); link
   latency and bandwidth on ``collective``; launch costs and the bandwidth of the ops that occur
   only inside layers (RoPE, layout copies, fused kernels, the optimizer) on the composite kinds.
+- Lent machines of one kind differ in their CPUs, and a CPU-bound call (an eager decode step, a
+  small fwd_bwd) runs at its host's speed. Every run (a data folder) other than the reference
+  (``<device>/``) gets a host factor on the CPU costs (``HOST_COSTS``), fitted with the stages
+  that fit those costs; each record is predicted with its run's factor. Predictions for users
+  use the reference host.
+- The split is by case: the records of one kind with the same parameters (the same case measured
+  in two runs) fall on the same side, so no held-out case was seen in fitting on another host.
 - The stages are swept twice: the CPU's cost per eager op, which only the composite kinds pin
   down, feeds back into the single-op stages, whose timer head start it interacts with.
 - Each stage minimises the robust (soft-L1) sum of squared log errors, log(predicted/measured),
@@ -44,6 +51,9 @@ from gpuplan.validate.records import Record, read_records
 from gpuplan.validate.score import ScoreResult, score_records
 
 COMPOSITE = ("layer", "train_step", "decode_step", "tp_mlp")
+HOST_COSTS = ("host_launch_s", "autograd_s")  # CPU time per eager op and per backward start
+HOST_FACTOR_BOUNDS = (0.2, 5.0)
+HOST_STAGES = ("elementwise", "composite")  # the stages that fit the CPU costs
 SWEEPS = 2
 DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8", "int8")
 ELEMENTWISE = ("layernorm", "rmsnorm", "gelu", "silu_mul", "softmax", "add", "dropout_add")
@@ -190,39 +200,78 @@ def load_measurements(data_dir: str | Path, device: str = "h200") -> tuple[list[
 def split(
     records: Sequence[Record], *, seed: int, train_fraction: float
 ) -> tuple[list[Record], list[Record]]:
-    """Seeded split stratified by kind: ``train_fraction`` of each kind to train, rest to test."""
+    """Seeded split stratified by kind: ``train_fraction`` of each kind's cases to train, the rest
+    to test; the records of one case (same kind and parameters, measured in several runs) go
+    together."""
     rng = np.random.default_rng(seed)
     train, test = [], []
     for kind in sorted({r.kind for r in records}):
-        group = [r for r in records if r.kind == kind]
-        order = rng.permutation(len(group))
-        n_train = int(round(train_fraction * len(group)))
-        train += [group[i] for i in order[:n_train]]
-        test += [group[i] for i in order[n_train:]]
+        cases: dict[str, list[Record]] = {}
+        for r in records:
+            if r.kind == kind:
+                cases.setdefault(json.dumps(r.params, sort_keys=True), []).append(r)
+        groups = list(cases.values())
+        order = rng.permutation(len(groups))
+        n_train = int(round(train_fraction * len(groups)))
+        train += [r for i in order[:n_train] for r in groups[i]]
+        test += [r for i in order[n_train:] for r in groups[i]]
     return train, test
 
 
-def _log_residuals(records: Sequence[Record], eff: Efficiency) -> np.ndarray:
+def run_of(record: Record) -> str:
+    """The run (data folder) a loaded record came from: ``load_measurements`` names it first in
+    the record's source; '' for a record from elsewhere."""
+    folder, sep, _ = record.source.partition("/")
+    return folder if sep else ""
+
+
+def for_run(eff: Efficiency, run: str) -> Efficiency:
+    """``eff`` on the host of ``run``: its CPU costs times the run's host factor."""
+    factor = eff.host_factor.get(run, 1.0)
+    if factor == 1.0:
+        return eff
+    return dataclasses.replace(eff, **{c: getattr(eff, c) * factor for c in HOST_COSTS})
+
+
+def _predict_time_s(records: Sequence[Record], eff: Efficiency) -> list[float]:
+    per_run: dict[str, Efficiency] = {}
     out = []
     for r in records:
-        predicted = predict_record(r, eff=eff)["time_s"]
-        out.append(np.log(predicted / r.measured["time_s"]))
-    return np.asarray(out)
+        run = run_of(r)
+        if run not in per_run:
+            per_run[run] = for_run(eff, run)
+        out.append(predict_record(r, eff=per_run[run])["time_s"])
+    return out
+
+
+def _log_residuals(records: Sequence[Record], eff: Efficiency) -> np.ndarray:
+    predicted = np.asarray(_predict_time_s(records, eff))
+    return np.log(predicted / np.asarray([r.measured["time_s"] for r in records]))
 
 
 def fit_stage(stage: Stage, records: Sequence[Record], eff: Efficiency) -> Efficiency:
-    """Least-squares fit of one stage's parameters on its kinds' records."""
+    """Least-squares fit of one stage's parameters on its kinds' records (and, in a stage that
+    fits CPU costs, the host factor of every run but the reference among them)."""
     mine = [r for r in records if r.kind in stage.kinds]
     params = [p for p in stage.params if _matters(p, mine)]
+    if stage.name in HOST_STAGES:
+        lo, hi = HOST_FACTOR_BOUNDS
+        params += [Param(f"host_factor.{run}", lo, hi) for run in sorted(eff.host_factor)
+                   if any(run_of(r) == run for r in mine)]  # fmt: skip
     if not mine or not params:
         return eff
     lo = np.log([p.low for p in params])
     hi = np.log([p.high for p in params])
     x0 = np.clip(np.log([get_value(eff, p.path) for p in params]), lo + 1e-9, hi - 1e-9)
 
+    counts = {k: sum(r.kind == k for r in mine) for k in stage.kinds}
+    present = [k for k in stage.kinds if counts[k]]
+    # each kind weighs the same in a stage that fits several (not the one with most records)
+    weight = np.asarray([np.sqrt(len(mine) / (len(present) * counts[r.kind])) for r in mine])
+
     def residuals(x: np.ndarray) -> np.ndarray:
         trial = with_values(eff, {p.path: v for p, v in zip(params, np.exp(x), strict=True)})
-        return _log_residuals(mine, trial)
+        return weight * _log_residuals(mine, trial)
 
     result = least_squares(
         residuals, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, diff_step=1e-3, max_nfev=200
@@ -257,6 +306,9 @@ def fit(
     stage's parameters (the CPU's cost per eager op, fitted on composite kinds) feed back into
     the earlier stages on the next sweep."""
     eff = prior or prior_efficiency()
+    reference = reference_run(train)
+    runs = sorted({run_of(r) for r in train} - {reference, ""})
+    eff = dataclasses.replace(eff, host_factor={run: 1.0 for run in runs})
     for sweep in range(sweeps):
         for stage in STAGES:
             progress(f"{stage.name} (sweep {sweep + 1} of {sweeps})")
@@ -264,8 +316,24 @@ def fit(
     return eff
 
 
+def reference_run(records: Sequence[Record]) -> str:
+    """The run whose host the others are measured against: the folder named after the device
+    (``h200/``), else the first in order."""
+    runs = sorted({run_of(r) for r in records} - {""})
+    devices = {r.device for r in records}
+    return next((run for run in runs if run in devices), runs[0] if runs else "")
+
+
 def score(records: Sequence[Record], eff: Efficiency) -> ScoreResult:
-    return score_records(records, lambda r: predict_record(r, eff=eff))
+    per_run: dict[str, Efficiency] = {}
+
+    def predict(r: Record) -> dict[str, Any]:
+        run = run_of(r)
+        if run not in per_run:
+            per_run[run] = for_run(eff, run)
+        return predict_record(r, eff=per_run[run])
+
+    return score_records(records, predict)
 
 
 def _sha256(path: str) -> str:
@@ -283,7 +351,7 @@ def calibration_document(
     device: str,
 ) -> dict[str, Any]:
     fitted = {p.path for s in STAGES for p in s.params}
-    fields = {p.partition(".")[0] for p in fitted}
+    fields = {p.partition(".")[0] for p in fitted} | {"host_factor"}
     return {
         "source": f"fitted by `gpuplan validate calibrate` on {device} measurements "
         f"(seed {seed}, {train_fraction:.0%} train)",
