@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.accelerators import get_accelerator
+from gpuplan.hwmodels.attention import decode_splits_keys
 from gpuplan.hwmodels.collectives import collective_time
 from gpuplan.hwmodels.efficiency import efficiency_for, prior_efficiency
 from gpuplan.hwmodels.gemm import gemm_time
@@ -88,6 +89,35 @@ def test_decode_attention_is_priced_by_the_kv_cache_it_reads():
     )
     t = price(op, H200, EFF)
     assert t.compute_s == 0 and t.memory_s >= op.bytes / H200.hbm_bytes_per_s
+
+
+@pytest.mark.parametrize(
+    ("batch", "heads_q", "heads_kv", "splits"),
+    [
+        (4, 32, 32, True),  # 128 blocks: below 0.8 x 2 x 132 SMs
+        (8, 32, 32, False),  # 256 blocks
+        (16, 32, 8, True),  # GQA: a group's query heads share a block, 16 x 8 blocks
+        (32, 32, 8, False),
+    ],
+)
+def test_decode_splits_the_keys_as_flash_attention_2_does_on_an_h200(
+    batch, heads_q, heads_kv, splits
+):
+    # kernel names seen on an H200: validate/data/decode_probe_h200/kernels.json
+    op = Attention(
+        name="a",
+        batch=batch,
+        heads_q=heads_q,
+        heads_kv=heads_kv,
+        seq_q=1,
+        seq_kv=4096,
+        head_dim=128,
+        v_head_dim=128,
+        causal=False,
+        pass_="fwd",
+        dtype="bf16",
+    )
+    assert decode_splits_keys(H200, op) is splits
 
 
 @settings(max_examples=40, deadline=None)

@@ -7,8 +7,9 @@
 - Decode (``seq_q`` shorter than one query tile): the kernel streams the KV cache once, so the
   time is the cache's bytes at an achievable fraction of HBM bandwidth. FlashAttention-2 splits
   the keys across blocks (flash-decoding, Dao et al. 2023) only when its blocks would not
-  otherwise nearly fill the GPU: ``num_splits_heuristic`` in its ``flash_api.cpp`` uses one split
-  once blocks >= 0.8 x SMs. For one query token with grouped-query attention it packs a group's
+  otherwise nearly fill the GPU: ``set_params_splitkv`` in its ``flash_api.cpp`` calls
+  ``num_splits_heuristic`` with twice the SM count ("128 threads per block": two blocks per SM),
+  which uses one split once blocks >= 0.8 x 2 x SMs. For one query token with grouped-query attention it packs a group's
   query heads into one block (``seqlenq_ngroups_swapped``), so the blocks are batch x KV heads.
   The split and unsplit kernels reach different fractions of the bandwidth (fitted).
 - Each block also does fixed work (loading its query tile, the softmax epilogue, writing the
@@ -60,7 +61,11 @@ def attention_time(acc, op: Attention, eff: Efficiency) -> KernelTime:
     return KernelTime(compute_s, memory_s, fixed_s)
 
 
-SPLIT_FILL = 0.8  # FlashAttention-2 num_splits_heuristic: no split once blocks >= 0.8 x SMs
+# FlashAttention-2 flash_api.cpp: num_splits_heuristic(blocks, 2 * SMs, ...) returns one split
+# once blocks >= 0.8 x its SM argument. Checked on an H200 (132 SMs) with the kernel names in
+# validate/data/decode_probe_h200/kernels.json: 128 blocks split, 256 do not.
+SPLIT_FILL = 0.8
+BLOCKS_PER_SM = 2
 
 
 def decode_splits_keys(acc, op: Attention) -> bool:
@@ -69,4 +74,4 @@ def decode_splits_keys(acc, op: Attention) -> bool:
         blocks = op.batch * op.heads_kv  # query heads of a group packed into one block
     else:
         blocks = op.batch * op.heads_q
-    return blocks < SPLIT_FILL * (acc.n_sms or 1)
+    return blocks < SPLIT_FILL * BLOCKS_PER_SM * (acc.n_sms or 1)

@@ -60,8 +60,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-context", type=int, default=None,
                     help="positions every padded decode row attends over (default: prompt + "
                     "output tokens)")  # fmt: skip
-    ap.add_argument("--no-decode-mask", action="store_true",
-                    help="timing only: decode rows read the whole span unmasked (flash kernel)")
+    ap.add_argument(
+        "--no-decode-mask",
+        action="store_true",
+        help="timing only: decode rows read the whole span unmasked (flash kernel)",
+    )
     ap.add_argument("--no-cudnn-attention", action="store_true",
                     help="leave cuDNN out of SDPA's dispatch (flash first, as the validation "
                     "harness runs; by default PyTorch may pick cuDNN attention on Hopper)")  # fmt: skip
