@@ -188,6 +188,10 @@ def load_measurements(data_dir: str | Path, device: str = "h200") -> tuple[list[
     if not files:
         raise GpuplanError(f"no measurement files under {str(data_dir)!r}/{device}*/ (*.jsonl)")
     records = []
+    for timing in sorted(Path(data_dir).glob(f"{device}*/timing.json")):
+        for kind, note in json.loads(timing.read_text()).items():
+            if note.get("prespin_s"):
+                _PRESPIN_S[(timing.parent.name, kind)] = float(note["prespin_s"])
     for path in files:
         found, _errors = read_records(path)
         records += [
@@ -225,23 +229,38 @@ def run_of(record: Record) -> str:
     return folder if sep else ""
 
 
-def for_run(eff: Efficiency, run: str) -> Efficiency:
-    """``eff`` on the host of ``run``: its CPU costs times the run's host factor."""
+# (run, kind) -> the GPU spin before each timed call, from the run's ``timing.json`` (written by
+# the harness where a kind spins; ``load_measurements`` fills it).
+_PRESPIN_S: dict[tuple[str, str], float] = {}
+
+
+def for_run(eff: Efficiency, run: str, kind: str = "") -> Efficiency:
+    """``eff`` for the records of ``kind`` in ``run``: its CPU costs times the run's host
+    factor; where the run's harness spun the GPU before each timed call, that spin is the CPU's
+    head start (it queues the whole call meanwhile)."""
     factor = eff.host_factor.get(run, 1.0)
-    if factor == 1.0:
-        return eff
-    return dataclasses.replace(eff, **{c: getattr(eff, c) * factor for c in HOST_COSTS})
+    changes = {c: getattr(eff, c) * factor for c in HOST_COSTS} if factor != 1.0 else {}
+    spin_s = _PRESPIN_S.get((run, kind))
+    if spin_s:
+        changes["timer_headstart_s"] = spin_s
+    return dataclasses.replace(eff, **changes) if changes else eff
+
+
+def _predictor(eff: Efficiency) -> Callable[[Record], dict[str, Any]]:
+    memo: dict[tuple[str, str], Efficiency] = {}
+
+    def predict(r: Record) -> dict[str, Any]:
+        key = (run_of(r), r.kind)
+        if key not in memo:
+            memo[key] = for_run(eff, *key)
+        return predict_record(r, eff=memo[key])
+
+    return predict
 
 
 def _predict_time_s(records: Sequence[Record], eff: Efficiency) -> list[float]:
-    per_run: dict[str, Efficiency] = {}
-    out = []
-    for r in records:
-        run = run_of(r)
-        if run not in per_run:
-            per_run[run] = for_run(eff, run)
-        out.append(predict_record(r, eff=per_run[run])["time_s"])
-    return out
+    predict = _predictor(eff)
+    return [predict(r)["time_s"] for r in records]
 
 
 def _log_residuals(records: Sequence[Record], eff: Efficiency) -> np.ndarray:
@@ -325,15 +344,7 @@ def reference_run(records: Sequence[Record]) -> str:
 
 
 def score(records: Sequence[Record], eff: Efficiency) -> ScoreResult:
-    per_run: dict[str, Efficiency] = {}
-
-    def predict(r: Record) -> dict[str, Any]:
-        run = run_of(r)
-        if run not in per_run:
-            per_run[run] = for_run(eff, run)
-        return predict_record(r, eff=per_run[run])
-
-    return score_records(records, predict)
+    return score_records(records, _predictor(eff))
 
 
 def _sha256(path: str) -> str:

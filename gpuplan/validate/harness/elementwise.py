@@ -85,13 +85,31 @@ def make_fn(ctx, p: dict):
     return lambda: torch.autograd.grad(_apply(p["op"], inputs), inputs, g)
 
 
+# The GPU spins this many cycles after the L2 flush, before the start event (about 0.5 ms on an
+# H200 at 1.98 GHz), longer than the CPU takes to issue any case's forward and backward: every
+# record is then the device's time of the call's kernels, queued back to back. Without it the
+# CPU's launch and autograd work races the ~60 us flush, and a small fwd_bwd lands on either
+# side of that race from one run to the next (the two H200 runs of 2026-11-30 differ by a p90
+# of 38% on the same cases).
+PRESPIN_CYCLES = 1_000_000
+
+
+def timing_note(ctx) -> dict:
+    """What the run's ``timing.json`` says of this kind: the spin before each timed call."""
+    return {"prespin_cycles": PRESPIN_CYCLES, "prespin_s": ctx.clock.spin_s(PRESPIN_CYCLES)}
+
+
 def measure(params: dict, ctx) -> dict:
-    """Median time of one call of the op (and its backward for fwd_bwd)."""
+    """Median device time of one call of the op (and its backward for fwd_bwd)."""
     probe_before_s = ctx.clock.host_probe_s()
-    timing = ctx.clock.time(make_fn(ctx, params), flush=True)
+    spin = PRESPIN_CYCLES if ctx.device == "cuda" else 0
+    timing = ctx.clock.time(make_fn(ctx, params), flush=True, prespin_cycles=spin)
     probe_s = (probe_before_s, ctx.clock.host_probe_s())  # host speed around the timing
+    what = f"eager torch {params['op']}"
+    if spin:
+        what += f", GPU spins {spin} cycles before the start event (device time, no launch gap)"
     return {
         "measured": {"time_s": timing.median_s},
-        "source": ctx.source(f"eager torch {params['op']}", timing),
-        "extra": {"stats": timing.stats() | {"host_probe_s": probe_s}},
+        "source": ctx.source(what, timing),
+        "extra": {"stats": timing.stats() | {"host_probe_s": probe_s, "prespin_cycles": spin}},
     }

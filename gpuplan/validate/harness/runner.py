@@ -121,9 +121,19 @@ def _module(kind: str):
     return importlib.import_module(f"{__package__}.{kind}")
 
 
+def _note_timing(out_dir: Path, kind: str, note: dict) -> None:
+    """Add ``kind``'s timing method to the run's ``timing.json`` (read by the calibration)."""
+    path = Path(out_dir) / "timing.json"
+    notes = json.loads(path.read_text()) if path.is_file() else {}
+    notes[kind] = note
+    path.write_text(json.dumps(notes, indent=1, sort_keys=True) + "\n")
+
+
 def _run_single(kind, ctx, out_dir, deadline, summary: KindSummary) -> None:
     mod = _module(kind)
     writer = RecordWriter(out_dir, kind)
+    if hasattr(mod, "timing_note") and ctx.device == "cuda":
+        _note_timing(out_dir, kind, mod.timing_note(ctx))
     cases = mod.cases(ctx.tiny, ctx.device)
     failures_in_a_row = 0
     for i, params in enumerate(cases):

@@ -79,6 +79,7 @@ class Clock:
         self.min_reps = min_reps
         self.max_reps = max_reps
         self._flush_buf = None
+        self._prespin = 0
 
     def flush_l2(self) -> None:
         """Evict the L2 by writing a buffer four times its size (CUDA only)."""
@@ -109,10 +110,37 @@ class Clock:
         if self.device == "cuda":
             self.torch.cuda.synchronize()
 
+    def spin_s(self, cycles: int) -> float:
+        """How long ``torch.cuda._sleep(cycles)`` keeps this GPU busy (median of 5; 0 on a CPU)."""
+        if self.device != "cuda" or cycles <= 0:
+            return 0.0
+        t = self.torch
+        times = []
+        for _ in range(5):
+            start, end = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
+            start.record()
+            t.cuda._sleep(cycles)
+            end.record()
+            t.cuda.synchronize()
+            times.append(start.elapsed_time(end) * 1e-3)
+        return statistics.median(times)
+
     def time(
-        self, fn, *, flush: bool, warmup: int = 3, min_reps: int | None = None, max_reps=None
+        self,
+        fn,
+        *,
+        flush: bool,
+        warmup: int = 3,
+        min_reps: int | None = None,
+        max_reps=None,
+        prespin_cycles: int = 0,
     ) -> Timing:
-        """Warm up ``fn``, then time ``reps`` single calls; the count adapts to the call's length."""
+        """Warm up ``fn``, then time ``reps`` single calls; the count adapts to the call's length.
+
+        ``prespin_cycles``: after the flush the GPU also spins this many clock cycles
+        (``torch.cuda._sleep``) before the start event, so the CPU has queued the whole call
+        by then and the time is the device's alone (no launch or autograd gap)."""
+        self._prespin = prespin_cycles
         for _ in range(warmup):
             fn()
         self.sync()
@@ -142,6 +170,8 @@ class Clock:
         for start, end in zip(starts, ends, strict=True):
             if flush:
                 self.flush_l2()
+            if self._prespin:
+                self.torch.cuda._sleep(self._prespin)
             start.record()
             fn()
             end.record()
