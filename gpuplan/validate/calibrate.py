@@ -96,7 +96,7 @@ STAGES = (
                 Param(f"row_reduction_s_per_elem.{op}", 1e-12, 1e-7)
                 for op in ("rmsnorm", "layernorm", "softmax")
             ),
-            Param("reduction_rows_per_sm", 0.25, 64.0),
+            Param("reduction_rows_per_sm", 0.25, 32.0),
         ),
     ),
     Stage(
