@@ -10,7 +10,7 @@ from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.accelerators import get_accelerator
 from gpuplan.hwmodels.attention import decode_splits_keys
 from gpuplan.hwmodels.collectives import collective_time
-from gpuplan.hwmodels.efficiency import efficiency_for, prior_efficiency
+from gpuplan.hwmodels.efficiency import efficiency_for, prior_efficiency, queued
 from gpuplan.hwmodels.gemm import gemm_time
 from gpuplan.hwmodels.launch import launch_cost
 from gpuplan.hwmodels.price import price
@@ -66,6 +66,31 @@ def test_fp8_gemms_are_faster_than_bf16_when_compute_bound():
     bf16 = gemm_time(H200, 8192, 8192, 8192, "bf16", EFF).total_s
     fp8 = gemm_time(H200, 8192, 8192, 8192, "fp8", EFF).total_s
     assert fp8 < bf16
+
+
+def test_fp32_small_m_runs_on_a_32_row_simt_tile_not_a_64_row_wgmma_tile():
+    def compute_s(m, dtype):
+        return gemm_time(H200, m, 28672, 4096, dtype, EFF).compute_s
+
+    assert compute_s(8, "fp32") == compute_s(32, "fp32") < compute_s(64, "fp32")
+    assert compute_s(8, "bf16") == compute_s(64, "bf16")  # wgmma: 64 rows at least
+
+
+def test_a_tiles_prologue_and_epilogue_are_not_priced_at_the_cuda_core_rate():
+    # k = 8: the fixed cost of a tile dominates; fp32 math is 15x slower than bf16, its memory
+    # work is not
+    fp32 = gemm_time(H200, 128, 128, 8, "fp32", EFF).compute_s
+    assert fp32 < 2 * gemm_time(H200, 128, 128, 8, "bf16", EFF).compute_s
+
+
+def test_a_gemm_timed_after_an_l2_flush_writes_back_at_most_the_l2():
+    def extra_s(n):
+        isolated = gemm_time(H200, 1, n, 8192, "bf16", EFF).memory_s
+        return isolated - gemm_time(H200, 1, n, 8192, "bf16", queued(EFF)).memory_s
+
+    bw = H200.hbm_bytes_per_s * EFF.gemm_hbm_fraction
+    assert extra_s(1024) == pytest.approx((1024 + 1) * 8192 * 2 / bw)  # its reads: 17 MB
+    assert extra_s(57344) == pytest.approx(H200.l2_bytes / bw)  # 940 MB: the whole L2
 
 
 def test_a_dtype_the_chip_lacks_is_an_error_listing_what_it_has():

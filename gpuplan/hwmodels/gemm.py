@@ -6,12 +6,15 @@ Guide", and LLMCompass, Zhang et al. ISCA 2024, sec. 4):
   so the tiles run in ``ceil(tiles / n_sms)`` waves and the last wave may leave SMs idle.
 - When there are fewer tiles than SMs, the library splits k (split-K) so that idle SMs share the
   reduction; the split is bounded so each slice keeps at least ``MIN_K_SLICE`` of k.
-- A tile costs ``2 * tile_m * tile_n * (k_slice + k_overhead)`` FLOPs' worth of tensor-core time
-  at the achievable per-SM rate: ``k_overhead`` stands for the prologue (pipeline fill) and the
-  epilogue (writing C), which do not shrink with k.
+- A tile costs ``2 * tile_m * tile_n * k_slice`` FLOPs at the achievable per-SM rate of its
+  dtype, plus a fixed time for the prologue (pipeline fill) and the epilogue (writing C), which
+  do not shrink with k: ``k_overhead`` k-steps of a 16-bit tensor-core tile, whatever the dtype.
+- Tiles: the tensor-core dtypes (bf16, fp16, tf32, fp8, int8) use Hopper's wgmma tiles, 64 rows
+  or more; fp32 without TF32 uses CUDA-core (SIMT) tiles, down to 32 rows.
 - The library picks the tile shape that runs fastest, as cuBLAS's heuristics try to.
 - Memory: every operand read once and the output written once, at the GEMV-reachable HBM rate.
-  This is the regime of small m (decode), where a GEMM is a bandwidth-bound GEMV.
+  This is the regime of small m (decode), where a GEMM is a bandwidth-bound GEMV. Timed alone
+  after an L2 flush, a GEMM also writes back the dirty lines the flush left in the L2.
 - Alignment: cuBLAS's fast Hopper kernels need the leading dimensions (k of A, n of B and C in
   row-major terms) to be multiples of 16 bytes; otherwise it falls back to slower kernels, with
   their own achievable rate and bandwidth (fitted).
@@ -27,7 +30,7 @@ import math
 
 from gpuplan.hwmodels.efficiency import Efficiency
 from gpuplan.hwmodels.kernel_time import KernelTime
-from gpuplan.hwmodels.power import throttled
+from gpuplan.hwmodels.power import SIMT_DTYPES, throttled
 from gpuplan.workloads.dtypes import dtype_bytes
 
 # split-K never cuts k below this many elements per slice. Assumption, named: a slice must
@@ -37,6 +40,10 @@ MIN_K_SLICE = 256
 # Candidate tiles (tile_m, tile_n): Hopper cuBLAS/CUTLASS kernels use 128x256, 128x128 and
 # 64x128 CTA tiles for 16- and 8-bit inputs (CUTLASS 3 sm90 profiler kernel names).
 TILES = ((128, 256), (128, 128), (64, 128))
+# fp32 without TF32 runs on CUDA-core (SIMT) kernels, not bound to wgmma's 64-row minimum: the
+# CUTLASS SIMT sgemm tiles are 128x128, 128x64, 64x128, 64x64, 128x32 and 32x128 (CUTLASS
+# tools/library/scripts/generator.py, GenerateSM50_Simt).
+SIMT_TILES = ((128, 128), (128, 64), (64, 128), (64, 64), (128, 32), (32, 128))
 OUT_DTYPE = {"fp8": "bf16", "int8": "fp32"}  # _scaled_mm writes bf16; _int_mm writes int32
 
 
@@ -52,7 +59,8 @@ def is_aligned(n: int, k: int, dtype: str) -> bool:
 def gemm_time(acc, m: int, n: int, k: int, dtype: str, eff: Efficiency) -> KernelTime:
     """Time of C[m, n] = A[m, k] @ B[k, n] in ``dtype`` on accelerator ``acc``."""
     aligned = is_aligned(n, k, dtype)
-    compute_s = min(_tiled_compute_s(acc, m, n, k, dtype, eff, t, aligned) for t in TILES)
+    tiles = SIMT_TILES if dtype in SIMT_DTYPES else TILES
+    compute_s = min(_tiled_compute_s(acc, m, n, k, dtype, eff, t, aligned) for t in tiles)
     compute_s = throttled(compute_s, eff, dtype)  # the clock the power limit allows
     memory_s = gemm_memory_s(acc, m, n, k, dtype, eff, aligned=aligned)
     return KernelTime(compute_s, memory_s, eff.gemm_overhead_s)
@@ -68,7 +76,24 @@ def gemm_memory_s(
     acc, m: int, n: int, k: int, dtype: str, eff: Efficiency, *, aligned: bool = True
 ) -> float:
     fraction = eff.gemm_hbm_fraction if aligned else eff.gemm_unaligned_hbm_fraction
-    return gemm_bytes(m, n, k, dtype) / (acc.hbm_bytes_per_s * fraction)
+    hbm_bytes = gemm_bytes(m, n, k, dtype) + flushed_l2_writeback_bytes(acc, m, n, k, dtype, eff)
+    return hbm_bytes / (acc.hbm_bytes_per_s * fraction)
+
+
+def flushed_l2_writeback_bytes(acc, m: int, n: int, k: int, dtype: str, eff: Efficiency) -> float:
+    """Dirty L2 lines a GEMM timed alone after an L2 flush writes back to HBM.
+
+    The flush is a write (zeroing a 256 MB buffer, docs/dev/campaign.md), so it leaves the
+    write-back L2 full of dirty lines; each line the GEMM reads evicts one, which goes back to
+    HBM first, until the L2's worth is gone. The H200 campaign shows it: m = 1 GEMVs take
+    19, 42, 72 and 242 us for 34, 117, 235 and 940 MB of bf16 weights (fp8: 12, 28, 41 and 124 us
+    for 17, 59, 118 and 470 MB), one line of 4.2 TB/s over the weights plus min(weights, L2)
+    and the fixed overhead, not one rate. In a busy stream (``eff.steady_state``) the L2 holds
+    the previous kernels' small outputs, and nothing of the kind is paid."""
+    if eff.steady_state:
+        return 0.0
+    read_bytes = (m * k + k * n) * dtype_bytes(dtype)
+    return min(read_bytes, acc.l2_bytes or 0.0)
 
 
 def _tiled_compute_s(
@@ -84,8 +109,19 @@ def _tiled_compute_s(
     k_slice = k / split
     per_sm_flops_per_s = acc.peak(dtype) * eff.gemm_fraction(dtype, aligned=aligned) / n_sms
     small = 1.0 + eff.gemm_small_tile_penalty * (tile_m < 128)  # narrower tiles reuse less
-    tile_flops = 2.0 * tile_m * tile_n * (k_slice + eff.gemm_k_overhead) * small
-    return waves * tile_flops / per_sm_flops_per_s
+    main_loop_s = 2.0 * tile_m * tile_n * k_slice * small / per_sm_flops_per_s
+    return waves * (main_loop_s + _tile_fixed_s(acc, tile_m, tile_n, dtype, eff) * small)
+
+
+def _tile_fixed_s(acc, tile_m: int, tile_n: int, dtype: str, eff: Efficiency) -> float:
+    """Prologue (pipeline fill) and epilogue (writing C) of one tile: memory latency and traffic
+    that do not shrink with k, nor change with the speed of the math unit. Counted as
+    ``gemm_k_overhead`` k-steps of a 16-bit tensor-core tile whatever the dtype: at its own rate
+    an fp32 CUDA-core tile would pay 15x the bf16 time for the same memory work (the H200's fp32
+    128^3 takes 8.9 us, against 22 us so priced)."""
+    ref = next((d for d in ("bf16", "fp16") if d in acc.peak_flops_per_s), dtype)
+    per_sm_flops_per_s = acc.peak(ref) * eff.gemm_fraction(ref) / (acc.n_sms or 1)
+    return 2.0 * tile_m * tile_n * eff.gemm_k_overhead / per_sm_flops_per_s
 
 
 def gemm_flops(m: int, n: int, k: int) -> float:
