@@ -207,3 +207,14 @@ def test_a_tree_all_reduce_wins_small_messages_and_the_ring_wins_large_ones():
 def test_an_unknown_collective_algorithm_is_an_error():
     with pytest.raises(GpuplanError, match="algorithm='star'"):
         collective_time(H200, "all_reduce", 2, 1e6, EFF, algorithm="star")
+
+
+@pytest.mark.parametrize(
+    ("hidden", "family"), [(1024, "softmax_warp"), (1025, "softmax"), (32000, "softmax")]
+)
+def test_short_row_softmax_is_priced_as_pytorchs_warp_softmax_kernel(hidden, family):
+    from gpuplan.hwmodels.elementwise import kernel_family
+    from gpuplan.workloads.ops import Elementwise
+
+    op = Elementwise(name="s", op="softmax", tokens=8, hidden=hidden, dtype="bf16", pass_="fwd")
+    assert kernel_family(op) == family

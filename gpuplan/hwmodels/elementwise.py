@@ -14,6 +14,7 @@ import math
 
 from gpuplan.hwmodels.efficiency import Efficiency
 from gpuplan.hwmodels.kernel_time import ZERO, KernelTime
+from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.ops import Elementwise, Memory
 
 ROW_REDUCTIONS = ("rmsnorm", "layernorm", "softmax")
@@ -24,11 +25,29 @@ def elementwise_time(acc, op: Elementwise | Memory, eff: Efficiency) -> KernelTi
     if op.bytes == 0:
         return ZERO  # e.g. the backward of an add: the gradient passes through, no kernel runs
     pass_ = getattr(op, "pass_", "fwd")
-    memory_s = op.bytes / (acc.hbm_bytes_per_s * eff.elementwise_fraction(op.op, pass_))
+    memory_s = op.bytes / (acc.hbm_bytes_per_s * eff.elementwise_fraction(kernel_family(op), pass_))
     if isinstance(op, Elementwise) and op.op in ROW_REDUCTIONS and op.pass_ == "fwd":
         memory_s = max(memory_s, row_reduction_s(acc, op, eff))
     kernels = op.kernels if isinstance(op, Elementwise) else op.count
     return KernelTime(0.0, memory_s, eff.kernel_overhead_s * kernels)
+
+
+# PyTorch's softmax (aten/src/ATen/native/cuda/SoftMax.cu, host_softmax) runs rows of at most
+# 1024 elements (and 4096 bytes) on its persistent warp-per-row kernel (softmax_warp_forward)
+# and longer rows on a block-per-row kernel (cunn_SoftMaxForward, or its shared-memory variant):
+# two kernels with their own bandwidth and row latency.
+WARP_SOFTMAX_MAX_ELEMS = 1024
+WARP_SOFTMAX_MAX_BYTES = 4096
+
+
+def kernel_family(op) -> str:
+    """The efficiency entry of ``op``: its name, or ``softmax_warp`` for a short-row softmax."""
+    name = op.op
+    if name == "softmax" and isinstance(op, Elementwise):
+        row_bytes = op.hidden * dtype_bytes(op.dtype)
+        if op.hidden <= WARP_SOFTMAX_MAX_ELEMS and row_bytes <= WARP_SOFTMAX_MAX_BYTES:
+            return "softmax_warp"
+    return name
 
 
 def row_reduction_s(acc, op: Elementwise, eff: Efficiency) -> float:
@@ -37,5 +56,6 @@ def row_reduction_s(acc, op: Elementwise, eff: Efficiency) -> float:
         return 0.0
     concurrent = acc.n_sms * eff.reduction_rows_per_sm
     waves = math.ceil(op.tokens / concurrent)
-    per_elem_s = eff.row_reduction_s_per_elem.get(op.op, 0.0)
+    table = eff.row_reduction_s_per_elem
+    per_elem_s = table.get(kernel_family(op), table.get(op.op, 0.0))
     return waves * op.hidden * per_elem_s * op.count

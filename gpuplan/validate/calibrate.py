@@ -88,13 +88,15 @@ STAGES = (
                 for op in ELEMENTWISE
                 if op != "add"  # an add's backward runs no kernel
             ),
+            _fraction("elementwise_hbm_fraction.softmax_warp"),  # rows <= 1024: another kernel
+            _fraction("elementwise_hbm_fraction.softmax_warp_bwd"),
             Param("kernel_overhead_s", 1e-7, 3e-5),
             Param("launch_latency_s", 1e-8, 2e-5),
             Param("autograd_s", 1e-6, 5e-4),
             Param("timer_headstart_s", 1e-6, 3e-4),
             *(
                 Param(f"row_reduction_s_per_elem.{op}", 1e-12, 1e-7)
-                for op in ("rmsnorm", "layernorm", "softmax")
+                for op in ("rmsnorm", "layernorm", "softmax", "softmax_warp")
             ),
             Param("reduction_rows_per_sm", 0.25, 32.0),
         ),
@@ -307,7 +309,7 @@ def _matters(param: Param, records: Sequence[Record]) -> bool:
             for r in records
         )
     if key.endswith("_bwd"):
-        op = key.removesuffix("_bwd")
+        op = key.removesuffix("_bwd").removesuffix("_warp")  # softmax_warp: short-row softmax
         return any(r.params.get("op") == op and r.params.get("pass") == "fwd_bwd" for r in records)
     if key in DTYPES or key in ELEMENTWISE:
         return any(r.params.get("dtype") == key or r.params.get("op") == key for r in records)
