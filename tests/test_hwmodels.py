@@ -51,6 +51,23 @@ def test_a_bigger_gemm_is_never_faster(m, n, k):
     assert bigger >= gemm_time(H200, m, n, k, "bf16", EFF).total_s
 
 
+def _decode(batch: int, heads_q: int, heads_kv: int, seq_kv: int) -> Attention:
+    """One query per sequence against a KV cache of ``seq_kv`` positions, head dim 128, bf16."""
+    return Attention(
+        name="a",
+        batch=batch,
+        heads_q=heads_q,
+        heads_kv=heads_kv,
+        seq_q=1,
+        seq_kv=seq_kv,
+        head_dim=128,
+        v_head_dim=128,
+        causal=False,
+        pass_="fwd",
+        dtype="bf16",
+    )
+
+
 def test_an_unaligned_leading_dimension_falls_back_to_slower_kernels():
     aligned_s = gemm_time(H200, 4096, 4096, 4096, "bf16", EFF).total_s
     unaligned_s = gemm_time(H200, 4096, 4096, 4095, "bf16", EFF).total_s
@@ -99,19 +116,7 @@ def test_a_dtype_the_chip_lacks_is_an_error_listing_what_it_has():
 
 
 def test_decode_attention_is_priced_by_the_kv_cache_it_reads():
-    op = Attention(
-        name="a",
-        batch=8,
-        heads_q=32,
-        heads_kv=8,
-        seq_q=1,
-        seq_kv=8192,
-        head_dim=128,
-        v_head_dim=128,
-        causal=False,
-        pass_="fwd",
-        dtype="bf16",
-    )
+    op = _decode(8, 32, 8, 8192)
     t = price(op, H200, EFF)
     assert t.compute_s == 0 and t.memory_s >= op.bytes / H200.hbm_bytes_per_s
 
@@ -129,38 +134,14 @@ def test_decode_splits_the_keys_as_flash_attention_2_does_on_an_h200(
     batch, heads_q, heads_kv, splits
 ):
     # kernel names seen on an H200: validate/data/decode_probe_h200/kernels.json
-    op = Attention(
-        name="a",
-        batch=batch,
-        heads_q=heads_q,
-        heads_kv=heads_kv,
-        seq_q=1,
-        seq_kv=4096,
-        head_dim=128,
-        v_head_dim=128,
-        causal=False,
-        pass_="fwd",
-        dtype="bf16",
-    )
+    op = _decode(batch, heads_q, heads_kv, 4096)
     assert decode_splits_keys(H200, op) is splits
 
 
 @settings(max_examples=40, deadline=None)
 @given(context=st.integers(1, 32_000), extra=st.integers(1, 32_000))
 def test_decode_attention_never_gets_faster_as_the_context_grows(context, extra):
-    op = Attention(
-        name="a",
-        batch=4,
-        heads_q=32,
-        heads_kv=8,
-        seq_q=1,
-        seq_kv=context,
-        head_dim=128,
-        v_head_dim=128,
-        causal=False,
-        pass_="fwd",
-        dtype="bf16",
-    )
+    op = _decode(4, 32, 8, context)
     longer = replace(op, seq_kv=context + extra)
     assert price(longer, H200, EFF).total_s >= price(op, H200, EFF).total_s
 
@@ -218,3 +199,12 @@ def test_short_row_softmax_is_priced_as_pytorchs_warp_softmax_kernel(hidden, fam
 
     op = Elementwise(name="s", op="softmax", tokens=8, hidden=hidden, dtype="bf16", pass_="fwd")
     assert kernel_family(op) == family
+
+
+def test_each_backward_op_costs_the_autograd_engine_its_per_node_work():
+    eff = replace(EFF, autograd_op_s=5e-5)
+    fwd = launch_cost(40, 0.0, eff, cuda_graph=False, host_calls=40)
+    bwd = launch_cost(40, 0.0, eff, cuda_graph=False, host_calls=40, backward_calls=30)
+    assert bwd.host_exposed_s - fwd.host_exposed_s == pytest.approx(30 * 5e-5)
+    graphed = launch_cost(40, 0.0, eff, cuda_graph=True, backward_calls=30)
+    assert graphed.total_s == launch_cost(40, 0.0, eff, cuda_graph=True).total_s

@@ -55,6 +55,7 @@ class Efficiency:
     boost_time_constant_s: float  # how fast the clock falls from boost to sustained
     host_launch_s: float  # CPU time to issue one op in eager PyTorch
     autograd_s: float  # exposed CPU time of starting one backward pass (autograd engine)
+    autograd_op_s: float  # CPU time the autograd engine adds to each op of a backward
     timer_headstart_s: float  # CPU head start of a call timed in isolation after an L2 flush
     row_reduction_s_per_elem: dict[str, float]  # per op: one row's reduction latency per element
     reduction_rows_per_sm: float  # rows a multiprocessor reduces at once

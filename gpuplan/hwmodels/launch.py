@@ -35,13 +35,16 @@ def launch_cost(
     headstart: bool = False,
     collectives: int = 0,
     host_calls: int | None = None,
+    backward_calls: int = 0,
 ) -> LaunchCost:
     """Launch cost of ``n_kernels`` kernels whose device time adds up to ``kernels_s``; each
     backward pass also costs the CPU the start of the autograd engine, and each collective call
     the CPU work of issuing it through torch.distributed and NCCL. ``headstart``: the call
     is timed in isolation after the GPU was kept busy (an L2 flush), so the CPU had
     ``timer_headstart_s`` to queue work before the timed region began. ``host_calls``: the
-    torch calls the CPU dispatches, when they outnumber the kernels (views, no-op casts)."""
+    torch calls the CPU dispatches, when they outnumber the kernels (views, no-op casts).
+    ``backward_calls``: those of them that the autograd engine runs in a backward pass, each
+    costing the engine's own per-node work on top of the dispatch."""
     gaps_s = n_kernels * eff.graph_launch_s  # the device's own gap between kernels
     if cuda_graph:  # one launch from the CPU, before any of the graph's kernels can start
         host_s = eff.host_launch_s
@@ -51,6 +54,7 @@ def launch_cost(
         host_s = (
             calls * eff.host_launch_s
             + backward_passes * eff.autograd_s
+            + backward_calls * eff.autograd_op_s
             + collectives * eff.collective_host_s
         )
         hidden_s = kernels_s + gaps_s + (eff.timer_headstart_s if headstart else 0.0)

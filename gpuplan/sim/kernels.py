@@ -110,6 +110,7 @@ def _items_by_pass(ops, acc, eff) -> list[Item]:
         backward_passes=int(len(ops) > 1),
         headstart=True,
         host_calls=sum(i.host_calls for i in items),
+        backward_calls=sum(i.host_calls for i in items if i.phase == "bwd"),
     )
     items.append(
         Item(

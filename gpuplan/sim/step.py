@@ -60,6 +60,7 @@ def _launch_item(items: list[Item], eff, *, cuda_graph: bool, headstart: bool = 
         headstart=headstart,
         collectives=sum(i.kernels for i in items if i.category == "communication"),
         host_calls=sum(i.host_calls for i in items),
+        backward_calls=sum(i.host_calls for i in items if i.phase == "bwd"),
     )
     what = "graph replay gaps" if cuda_graph else "host issue time not hidden"
     return Item(

@@ -51,7 +51,7 @@ from gpuplan.validate.records import Record, read_records
 from gpuplan.validate.score import ScoreResult, score_records
 
 COMPOSITE = ("layer", "train_step", "decode_step", "tp_mlp")
-HOST_COSTS = ("host_launch_s", "autograd_s")  # CPU time per eager op and per backward start
+HOST_COSTS = ("host_launch_s", "autograd_s", "autograd_op_s")  # CPU per eager op, backward
 HOST_FACTOR_BOUNDS = (0.2, 5.0)
 HOST_STAGES = ("composite",)  # the stage that fits the CPU costs
 SWEEPS = 2
@@ -152,6 +152,7 @@ STAGES = (
             # so the start of a backward pass is pinned down by the composite kinds' fwd_bwd
             # at most 150 us: more would stand in for per-op host costs of an eager backward
             Param("autograd_s", 1e-6, 1.5e-4),
+            Param("autograd_op_s", 1e-7, 1e-4),
             _fraction("queued_overhead_fraction"),
             Param("sustained_clock_fraction", 0.5, 1.0),  # steady-state kinds pin it down
             Param("collective_host_s", 1e-7, 1.5e-4),  # the campaign saw 65-80 us

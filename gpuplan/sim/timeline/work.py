@@ -419,6 +419,7 @@ def _with_host(b: _Builder, blocks: list[BlockWork], phase: str) -> tuple[BlockW
         cuda_graph=False,
         backward_passes=int(phase == "bwd"),
         collectives=comms,
+        backward_calls=sum(i.kernels for i in items) if phase == "bwd" else 0,
     )
     if cost.total_s <= 0:
         return tuple(blocks)
