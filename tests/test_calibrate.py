@@ -71,6 +71,24 @@ def test_the_split_is_seeded_stratified_and_disjoint():
     assert len(train) + len(test) == len(RECORDS)
 
 
+def test_a_kinds_split_does_not_move_when_another_kind_gets_records():
+    gemms = [r for r in RECORDS if r.kind == "gemm"]
+    alone, _ = calibrate.split(gemms, seed=3, train_fraction=0.7)
+    mixed, _ = calibrate.split(RECORDS, seed=3, train_fraction=0.7)
+    assert [r.line_no for r in alone] == [r.line_no for r in mixed if r.kind == "gemm"]
+
+
+def test_a_case_measured_in_two_runs_falls_on_one_side():
+    twice = RECORDS + [
+        Record(kind=r.kind, device=r.device, params=r.params, measured=r.measured,
+               source=f"h200_run2/{r.kind}.jsonl:{r.line_no}", line_no=r.line_no + 1000)
+        for r in RECORDS
+    ]  # fmt: skip
+    train, test = calibrate.split(twice, seed=3, train_fraction=0.7)
+    key = lambda r: (r.kind, json.dumps(r.params, sort_keys=True))  # noqa: E731
+    assert not {key(r) for r in train} & {key(r) for r in test}
+
+
 def test_setting_a_parameter_copies_instead_of_mutating():
     changed = calibrate.with_values(PRIOR, {"gemm_peak_fraction.fp8": 0.1})
     assert PRIOR.gemm_fraction("fp8") != 0.1 and changed.gemm_fraction("fp8") == 0.1

@@ -32,6 +32,7 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -212,9 +213,10 @@ def split(
     """Seeded split stratified by kind: ``train_fraction`` of each kind's cases to train, the rest
     to test; the records of one case (same kind and parameters, measured in several runs) go
     together."""
-    rng = np.random.default_rng(seed)
     train, test = [], []
     for kind in sorted({r.kind for r in records}):
+        # one stream per kind: adding another kind's records leaves this kind's split alone
+        rng = np.random.default_rng([seed, zlib.crc32(kind.encode())])
         cases: dict[str, list[Record]] = {}
         for r in records:
             if r.kind == kind:
