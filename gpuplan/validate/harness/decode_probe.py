@@ -24,6 +24,7 @@ Run: ``python3 -m gpuplan.validate.harness.decode_probe --out DIR [--tiny] [--bu
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import json
 import shutil
@@ -32,6 +33,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from . import decode_step
 from .records import RecordWriter, environment, make_record
@@ -68,8 +70,9 @@ def _cache_bytes(p: dict) -> int:
     return 2 * p["batch"] * p["heads_kv"] * p["seq_kv"] * p["head_dim"] * 2
 
 
-def _calls(ctx, p: dict, n: int, masked: bool):
-    """``n`` SDPA decode calls on ``n`` distinct caches, as one function."""
+def _calls(ctx, p: dict, n: int, masked: bool, backends=None):
+    """``n`` SDPA decode calls on ``n`` distinct caches, as one function (``backends``: the
+    SDPA kernels allowed; None leaves the dispatch alone)."""
     b, hq, hkv, s, d = p["batch"], p["heads_q"], p["heads_kv"], p["seq_kv"], p["head_dim"]
     q = ctx.randn(b, hq, 1, d)
     kvs = [(ctx.randn(b, hkv, s, d), ctx.randn(b, hkv, s, d)) for _ in range(n)]
@@ -81,8 +84,9 @@ def _calls(ctx, p: dict, n: int, masked: bool):
 
     def fn():
         o = None
-        for k, v in kvs:
-            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+        with sdpa_kernel(backends) if backends else contextlib.nullcontext():
+            for k, v in kvs:
+                o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
         return o
 
     return fn
@@ -109,6 +113,41 @@ def _kernel_names(fn) -> list[str]:
         fn()
         torch.cuda.synchronize()
     return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+@torch.no_grad()
+def measure_cudnn(ctx, out: Path, deadline: float) -> int:
+    """cuDNN's SDPA decode kernel (PyTorch's default dispatch on Hopper picks it when cuDNN
+    attention is on) over the same grid: ``attention.jsonl`` (one call after the flush, the
+    ``attention`` kind's method) and ``attention_sequence.jsonl`` (calls back to back in a
+    CUDA graph); ``timing.json`` names the kernel for the calibration."""
+    torch.backends.cuda.enable_cudnn_sdp(True)
+    backends = [SDPBackend.CUDNN_ATTENTION] if ctx.device == "cuda" else None  # CPU: smoke test
+    iso, seq = RecordWriter(out, "attention"), RecordWriter(out, "attention_sequence")
+    kernels: dict[str, list[str]] = {}
+    n_done = 0
+    for p in attention_cases(ctx.tiny):
+        if time.monotonic() > deadline:
+            break
+        one = _calls(ctx, p, 1, masked=False, backends=backends)
+        timing = ctx.clock.time(one, flush=True)
+        iso.write(_record(ctx, p, timing.median_s, "SDPA decode (cuDNN), one call", timing,
+                          backend="cudnn"))  # fmt: skip
+        if ctx.device == "cuda":
+            kernels["b{batch}_hq{heads_q}_hkv{heads_kv}_s{seq_kv}".format(**p)] = _kernel_names(one)
+        n = max(1, min(_MAX_L, _LAYER_BYTES_CAP // _cache_bytes(p)))
+        fn = _graphed(ctx, _calls(ctx, p, n, masked=False, backends=backends))
+        timing = ctx.clock.time(fn, flush=True)
+        what = f"SDPA decode (cuDNN), {n} calls on {n} caches in one CUDA graph, time / {n}"
+        seq.write(_record(ctx, p, timing.median_s / n, what, timing, calls=n, backend="cudnn"))
+        del one, fn
+        if ctx.device == "cuda":
+            torch.cuda.empty_cache()
+        n_done += 1
+    (out / "kernels.json").write_text(json.dumps(kernels, indent=1) + "\n")
+    note = {"attention": {"kernel": "cudnn", "calls": "one-query decode, cuDNN SDPA"}}
+    (out / "timing.json").write_text(json.dumps(note, indent=1) + "\n")
+    return n_done
 
 
 @torch.no_grad()
@@ -196,6 +235,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--device", choices=("cpu", "cuda"), default=None)
     ap.add_argument("--budget-s", type=float, default=120.0, help="for the attention grid")
+    ap.add_argument("--cudnn", action="store_true",
+                    help="only the grid on cuDNN's SDPA kernel (attention.jsonl, timing.json)")  # fmt: skip
     args = ap.parse_args(argv)
     ctx = make_context(args.device, args.tiny)
     out = Path(args.out)
@@ -203,6 +244,10 @@ def main(argv: list[str] | None = None) -> None:
     env = environment(torch, ctx.device)
     (out / "environment.json").write_text(json.dumps(env, indent=1) + "\n")
     start = time.monotonic()
+    if args.cudnn:
+        n = measure_cudnn(ctx, out, start + args.budget_s)
+        print(f"attention (cuDNN): {n} cases in {time.monotonic() - start:.0f} s", flush=True)
+        return
     n = measure_attention(ctx, out, start + args.budget_s)
     print(f"attention: {n} cases in {time.monotonic() - start:.0f} s", flush=True)
     steps = trace_steps(ctx, out)
