@@ -166,7 +166,9 @@ def test_tiny_run_on_cuda_writes_every_single_device_kind(tmp_path):
 
 DATA = ROOT / "gpuplan" / "validate" / "data"
 CAMPAIGN_FILES = sorted(
-    f for run in ("h200", "h200x2", "h200_run2", "h200_run3") for f in (DATA / run).rglob("*.jsonl")
+    f
+    for run in ("h200", "h200x2", "h200_run2", "h200_run3", "h200_decode", "h200_cudnn")
+    for f in (DATA / run).rglob("*.jsonl")
 )
 
 

@@ -208,3 +208,12 @@ def test_each_backward_op_costs_the_autograd_engine_its_per_node_work():
     assert bwd.host_exposed_s - fwd.host_exposed_s == pytest.approx(30 * 5e-5)
     graphed = launch_cost(40, 0.0, eff, cuda_graph=True, backward_calls=30)
     assert graphed.total_s == launch_cost(40, 0.0, eff, cuda_graph=True).total_s
+
+
+def test_cudnn_decode_streams_the_cache_at_its_own_rate_with_no_split():
+    op = _decode(64, 32, 8, 8192)  # no split for FlashAttention-2 either: one rate each
+    flash = price(op, H200, EFF)
+    cudnn_eff = replace(EFF, attention_kernel="cudnn", attn_decode_cudnn_hbm_fraction=0.8)
+    cudnn = price(op, H200, cudnn_eff)
+    assert cudnn.memory_s == pytest.approx(op.bytes / (H200.hbm_bytes_per_s * 0.8))
+    assert cudnn.total_s < flash.total_s

@@ -122,3 +122,14 @@ def test_serve_edge_prints_tokens_per_second_and_the_bound(capsys):
                        "jetson-agx-orin-64gb", "--json")  # fmt: skip
     rows = json.loads(out)["rows"]
     assert {r["weight_dtype"] for r in rows} == {"bf16", "fp8", "int8", "int4"}
+
+
+def test_serve_with_cudnn_attention_decodes_long_contexts_faster(capsys):
+    argv = [*BASE, "--rate", "8", "--prompt-tokens", "3000", "--output-tokens", "64",
+            "--requests", "100", "--seed", "1", "--json"]  # fmt: skip
+    tpot = {}
+    for kernel in ("flash2", "cudnn"):
+        code, out, err = run(capsys, *argv, "--attention-kernel", kernel)
+        assert code == 0, err
+        tpot[kernel] = json.loads(out)["tpot_s"]["p50"]
+    assert tpot["cudnn"] < tpot["flash2"]

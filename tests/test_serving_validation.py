@@ -136,3 +136,16 @@ def test_the_comparison_predicts_the_padded_decode(padded_folder):
     assert doc["iteration_overhead_s"] == pytest.approx(doc["host_gap_s"] + doc["decode_prep_s"])
     buckets = {b["bucket"] for b in doc["iteration_errors_by_bucket"]}
     assert buckets <= {1, 2, 4, 6}
+
+
+@pytest.mark.parametrize(
+    ("settings", "kernel"),
+    [
+        ({"device": "cuda"}, "cudnn"),  # recorded before the setting: PyTorch's default dispatch
+        ({"device": "cuda", "cudnn_attention": True}, "cudnn"),
+        ({"device": "cuda", "cudnn_attention": False}, "flash2"),
+        ({"device": "cpu"}, "flash2"),
+    ],
+)
+def test_the_comparison_prices_the_attention_kernels_the_server_ran(settings, kernel):
+    assert compare.attention_kernel_of(settings) == kernel

@@ -76,6 +76,8 @@ def _common(p, *, rate_required: bool) -> None:
 
 
 def register(subparsers) -> None:
+    from gpuplan.hwmodels.attention import ATTENTION_KERNELS
+
     p = subparsers.add_parser(
         "serve",
         help="simulate LLM serving; `serve plan` for capacity, `serve edge` for edge devices",
@@ -102,6 +104,9 @@ def register(subparsers) -> None:
     p.add_argument("--kv-link", choices=("scaleout", "scaleup"), default="scaleout")
     p.add_argument("--no-cuda-graph", action="store_true", help="decode iterations run eagerly")
     p.add_argument("--impl", choices=("fused", "eager", "compiled"), default="fused")
+    p.add_argument("--attention-kernel", choices=ATTENTION_KERNELS, default="flash2",
+                   help="fused attention: FlashAttention-2, or cuDNN's (PyTorch's default SDPA "
+                   "dispatch for decode on Hopper; faster at streaming the KV cache)")  # fmt: skip
     p.add_argument("--slo-ttft-s", type=positive(float), help="for goodput")
     p.add_argument("--slo-tpot-s", type=positive(float), help="for goodput")
     p.add_argument("--horizon-s", type=positive(float), help="stop the simulation at this time")
@@ -191,6 +196,7 @@ def run_serve(args) -> int:
         kv_dtype=args.kv_dtype,
         cuda_graph=not args.no_cuda_graph,
         impl=args.impl,
+        attention_kernel=args.attention_kernel,
     )
     sched = SchedulerConfig(
         policy=args.policy,

@@ -12,6 +12,10 @@
   which uses one split once blocks >= 0.8 x 2 x SMs. For one query token with grouped-query attention it packs a group's
   query heads into one block (``seqlenq_ngroups_swapped``), so the blocks are batch x KV heads.
   The split and unsplit kernels reach different fractions of the bandwidth (fitted).
+- cuDNN's fused attention (``Efficiency.attention_kernel == "cudnn"``, what PyTorch's default
+  SDPA dispatch runs for one-query decode on Hopper) streams the cache at its own fitted
+  fraction of HBM bandwidth (measured: 4.3–4.7 TB/s once the batch fills the GPU, against
+  2.4–2.7 for FlashAttention-2's unsplit kernel; validate/data/h200_cudnn).
 - Each block also does fixed work (loading its query tile, the softmax epilogue, writing the
   output) worth ``attn_kv_overhead`` keys (``attn_bwd_kv_overhead`` for the backward), which
   dominates short sequences.
@@ -39,11 +43,12 @@ def attention_time(acc, op: Attention, eff: Efficiency) -> KernelTime:
     memory_s = op.bytes / (acc.hbm_bytes_per_s * eff.hbm_fraction)
     fixed_s = (eff.kernel_overhead_s + eff.attn_fixed_s) * op.count
     if op.seq_q < eff.attn_tile_q and op.pass_ == "fwd":
-        fraction = (
-            eff.attn_decode_hbm_fraction
-            if decode_splits_keys(acc, op)
-            else eff.attn_decode_nosplit_hbm_fraction
-        )
+        if eff.attention_kernel == "cudnn":
+            fraction = eff.attn_decode_cudnn_hbm_fraction
+        elif decode_splits_keys(acc, op):
+            fraction = eff.attn_decode_hbm_fraction
+        else:
+            fraction = eff.attn_decode_nosplit_hbm_fraction
         decode_s = op.bytes / (acc.hbm_bytes_per_s * fraction)
         return KernelTime(0.0, max(memory_s, decode_s), fixed_s)
     fraction = eff.attn_bwd_fraction if op.pass_ == "bwd" else eff.attn_fwd_fraction
@@ -64,6 +69,7 @@ def attention_time(acc, op: Attention, eff: Efficiency) -> KernelTime:
 # FlashAttention-2 flash_api.cpp: num_splits_heuristic(blocks, 2 * SMs, ...) returns one split
 # once blocks >= 0.8 x its SM argument. Checked on an H200 (132 SMs) with the kernel names in
 # validate/data/decode_probe_h200/kernels.json: 128 blocks split, 256 do not.
+ATTENTION_KERNELS = ("flash2", "cudnn")  # Efficiency.attention_kernel
 SPLIT_FILL = 0.8
 BLOCKS_PER_SM = 2
 

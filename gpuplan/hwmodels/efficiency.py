@@ -76,6 +76,12 @@ class Efficiency:
     # differ in their CPUs, and eager CPU-bound times follow them. Fitted with the rest; used
     # only to score each run's records. Predictions use the reference host (factor 1).
     host_factor: dict[str, float] = field(default_factory=dict)
+    # Which fused-attention kernels run (hwmodels.attention.ATTENTION_KERNELS): FlashAttention-2,
+    # as the validation harness runs SDPA, or cuDNN's, which PyTorch's default SDPA dispatch picks
+    # for one-query decode on Hopper (docs/serving_validation.md). cuDNN's decode kernel streams
+    # the KV cache at its own fraction of HBM bandwidth, with no key split to choose.
+    attention_kernel: str = "flash2"
+    attn_decode_cudnn_hbm_fraction: float = 0.9
 
     def gemm_fraction(self, dtype: str, *, aligned: bool = True) -> float:
         table = self.gemm_peak_fraction if aligned else self.gemm_unaligned_fraction

@@ -122,6 +122,7 @@ STAGES = (
             _fraction("attn_bwd_fraction"),
             _fraction("attn_decode_hbm_fraction"),
             _fraction("attn_decode_nosplit_hbm_fraction"),
+            _fraction("attn_decode_cudnn_hbm_fraction"),
             Param("attn_kv_overhead", 1.0, 4096.0),
             Param("attn_bwd_kv_overhead", 1.0, 4096.0),
             Param("attn_softmax_head_dim", 0.1, 256.0),
@@ -198,6 +199,8 @@ def load_measurements(data_dir: str | Path, device: str = "h200") -> tuple[list[
         for kind, note in json.loads(timing.read_text()).items():
             if note.get("prespin_s"):
                 _PRESPIN_S[(timing.parent.name, kind)] = float(note["prespin_s"])
+            if note.get("kernel"):
+                _KERNEL[(timing.parent.name, kind)] = str(note["kernel"])
     for path in files:
         found, _errors = read_records(path)
         records += [
@@ -236,9 +239,11 @@ def run_of(record: Record) -> str:
     return folder if sep else ""
 
 
-# (run, kind) -> the GPU spin before each timed call, from the run's ``timing.json`` (written by
-# the harness where a kind spins; ``load_measurements`` fills it).
+# (run, kind) -> the GPU spin before each timed call, and the attention kernel where it is not
+# FlashAttention-2, from the run's ``timing.json`` (written by the harness; filled by
+# ``load_measurements``).
 _PRESPIN_S: dict[tuple[str, str], float] = {}
+_KERNEL: dict[tuple[str, str], str] = {}
 
 
 def for_run(eff: Efficiency, run: str, kind: str = "") -> Efficiency:
@@ -250,6 +255,8 @@ def for_run(eff: Efficiency, run: str, kind: str = "") -> Efficiency:
     spin_s = _PRESPIN_S.get((run, kind))
     if spin_s:
         changes["timer_headstart_s"] = spin_s
+    if (run, kind) in _KERNEL:
+        changes["attention_kernel"] = _KERNEL[(run, kind)]
     return dataclasses.replace(eff, **changes) if changes else eff
 
 
@@ -308,6 +315,8 @@ def fit_stage(stage: Stage, records: Sequence[Record], eff: Efficiency) -> Effic
 def _matters(param: Param, records: Sequence[Record]) -> bool:
     """A per-dtype or per-op entry is fitted only when some record exercises it."""
     field, _, key = param.path.partition(".")
+    if field == "attn_decode_cudnn_hbm_fraction":
+        return any(_KERNEL.get((run_of(r), r.kind)) == "cudnn" for r in records)
     if field == "gemm_unaligned_fraction":
         return any(
             r.params.get("dtype") == key and not is_aligned(r.params["n"], r.params["k"], key)

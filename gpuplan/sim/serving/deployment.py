@@ -18,10 +18,12 @@ must divide the query heads and be at most ``MAX_TP`` (an 8-GPU node: DGX/HGX).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from gpuplan.errors import GpuplanError, check_choice, check_positive
 from gpuplan.hwmodels.accelerators import Accelerator, get_accelerator
+from gpuplan.hwmodels.attention import ATTENTION_KERNELS
 from gpuplan.hwmodels.efficiency import Efficiency, efficiency_for, queued
 from gpuplan.sim.serving.quantization import check_formats
 from gpuplan.workloads.model import ModelConfig
@@ -109,12 +111,17 @@ class Deployment:
         return rows, kv_tokens + (rows - seqs)
 
 
-def deployment(model: str | ModelConfig, gpu: str, **kw) -> Deployment:
-    """A ``Deployment`` from catalogue keys (or a ModelConfig), with the GPU's efficiency fit."""
+def deployment(
+    model: str | ModelConfig, gpu: str, *, attention_kernel: str = "flash2", **kw
+) -> Deployment:
+    """A ``Deployment`` from catalogue keys (or a ModelConfig), with the GPU's efficiency fit;
+    ``attention_kernel``: the fused-attention kernels the server runs (``ATTENTION_KERNELS``)."""
     cfg = model if isinstance(model, ModelConfig) else get_model(model)
     acc = get_accelerator(gpu)
+    check_choice("attention_kernel", attention_kernel, ATTENTION_KERNELS)
     # an iteration is a stream of kernels: each keeps only the queued share of its fixed cost
-    return Deployment(model=cfg, acc=acc, eff=queued(efficiency_for(acc.key)), **kw)
+    eff = dataclasses.replace(queued(efficiency_for(acc.key)), attention_kernel=attention_kernel)
+    return Deployment(model=cfg, acc=acc, eff=eff, **kw)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

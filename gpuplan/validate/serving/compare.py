@@ -24,6 +24,7 @@ Writes ``comparison.json`` and ``comparison.md`` into DIR.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -83,11 +84,22 @@ def padding_of(settings: dict) -> dict:
             "decode_context_tokens": int(pad["context_tokens"])}  # fmt: skip
 
 
+def attention_kernel_of(settings: dict) -> str:
+    """The attention kernels the server ran: FlashAttention-2 where it left cuDNN out of SDPA's
+    dispatch (``--no-cudnn-attention``), else cuDNN's (PyTorch's default dispatch picks it for
+    one-query decode on an H200 with torch 2.11: docs/serving_validation.md). Runs recorded
+    before the setting existed used the default dispatch."""
+    on_gpu = settings.get("device") == "cuda"
+    return "cudnn" if on_gpu and settings.get("cudnn_attention", True) else "flash2"
+
+
 def deployment_of(settings: dict, iterations: pd.DataFrame, *, device_key: str | None,
                   host_gap: bool) -> Deployment:  # fmt: skip
     acc = get_accelerator(device_key or settings.get("device_key") or settings["device_name"])
     overhead = sum(host_terms(iterations)) if host_gap else 0.0
-    return Deployment(model=server_model(settings), acc=acc, eff=queued(efficiency_for(acc.key)),
+    eff = dataclasses.replace(queued(efficiency_for(acc.key)),
+                              attention_kernel=attention_kernel_of(settings))  # fmt: skip
+    return Deployment(model=server_model(settings), acc=acc, eff=eff,
                       impl="eager", cuda_graph=bool(settings.get("cuda_graph", False)),
                       iteration_overhead_s=overhead, **padding_of(settings))  # fmt: skip
 
@@ -182,6 +194,7 @@ def compare(folder: Path, *, device_key: str | None = None, host_gap: bool = Tru
     return {
         "device": dep.acc.key,
         "efficiency_source": dep.eff.source,
+        "attention_kernel": dep.eff.attention_kernel,
         "cuda_graph": dep.cuda_graph,
         "decode_buckets": list(dep.decode_buckets),
         "decode_context_tokens": dep.decode_context_tokens,
@@ -203,7 +216,8 @@ def markdown(doc: dict) -> str:
                   f"{doc.get('decode_context_tokens')}")  # fmt: skip
     lines = [
         f"Serving validation on {doc['device']} (hardware fit: {doc['efficiency_source']}; "
-        f"host time per iteration given: {1e3 * doc['iteration_overhead_s']:.3f} ms)",
+        f"host time per iteration given: {1e3 * doc['iteration_overhead_s']:.3f} ms; "
+        f"attention kernels: {doc.get('attention_kernel', 'flash2')})",
         "",
         f"decode iterations: {decode}; prefill iterations: eager",
         "",
