@@ -89,3 +89,10 @@ def test_edge_memory_says_when_a_model_does_not_fit_and_batches_raise_throughput
     by = frame.set_index(["weight_dtype", "batch"])
     assert not by.loc[("bf16", 1), "fits"] and by.loc[("int4", 1), "fits"]
     assert by.loc[("int4", 4), "tokens_per_s"] > by.loc[("int4", 1), "tokens_per_s"]
+
+
+def test_an_unknown_attention_kernel_is_named_with_the_valid_ones():
+    space = SearchSpace(tps=(1,), max_seqs=(64,), ratios=(), attention_kernel="fa9")
+    with pytest.raises(GpuplanError, match="attention_kernel.*fa9.*flash2.*cudnn"):
+        plan("llama3-8b", "h100-sxm", rate_per_s=RATE, slo=SLO, lengths=LENGTHS,
+             requests=300, space=space)  # fmt: skip

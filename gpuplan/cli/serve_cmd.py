@@ -120,6 +120,8 @@ def register(subparsers) -> None:
 
 
 def _register_plan(sub) -> None:
+    from gpuplan.hwmodels.attention import ATTENTION_KERNELS
+
     p = sub.add_parser("plan", help="cheapest configurations that meet TTFT and TPOT SLOs")
     _common(p, rate_required=True)
     p.add_argument("--slo-ttft-s", type=positive(float), required=True)
@@ -132,6 +134,8 @@ def _register_plan(sub) -> None:
     p.add_argument("--max-gpus", type=positive(int), default=64)
     p.add_argument("--top", type=positive(int), default=5)
     p.add_argument("--price-per-gpu-hour", type=positive(float), help="USD (default: price file)")
+    p.add_argument("--attention-kernel", choices=ATTENTION_KERNELS, default="flash2",
+                   help="fused attention kernels the servers run (see `gpuplan serve --help`)")  # fmt: skip
     p.set_defaults(func=run_plan)
 
 
@@ -333,6 +337,7 @@ def run_plan(args) -> int:
         policy=args.policy,
         ratios=() if args.no_disaggregation else RATIOS,
         max_gpus=args.max_gpus,
+        attention_kernel=args.attention_kernel,
     )
     result = plan(
         args.model,
