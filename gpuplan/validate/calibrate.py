@@ -11,9 +11,9 @@ Method:
   latency and bandwidth on ``collective``; launch costs and the bandwidth of the ops that occur
   only inside layers (RoPE, layout copies, fused kernels, the optimizer) on the composite kinds.
 - Lent machines of one kind differ in their CPUs, and a CPU-bound call (an eager decode step, a
-  small fwd_bwd) runs at its host's speed. Every run (a data folder) other than the reference
-  (``<device>/``) gets a host factor on the CPU costs (``HOST_COSTS``), fitted with the stages
-  that fit those costs; each record is predicted with its run's factor. Predictions for users
+  small fwd_bwd) runs at its host's speed. Every single-GPU run (a data folder) other than the
+  reference (``<device>/``) gets a host factor on the CPU costs (``HOST_COSTS``), fitted with
+  the stage that fits those costs; each record is predicted with its run's factor. Predictions for users
   use the reference host.
 - The split is by case: the records of one kind with the same parameters (the same case measured
   in two runs) fall on the same side, so no held-out case was seen in fitting on another host.
@@ -54,6 +54,7 @@ from gpuplan.validate.score import ScoreResult, score_records
 COMPOSITE = ("layer", "train_step", "decode_step", "tp_mlp")
 HOST_COSTS = ("host_launch_s", "autograd_s", "autograd_op_s")  # CPU per eager op, backward
 HOST_FACTOR_BOUNDS = (0.2, 5.0)
+MULTI_GPU_KINDS = ("collective", "tp_mlp", "tp_layer")
 HOST_STAGES = ("composite",)  # the stage that fits the CPU costs
 SWEEPS = 2
 DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8", "int8")
@@ -342,7 +343,10 @@ def fit(
     the earlier stages on the next sweep."""
     eff = prior or prior_efficiency()
     reference = reference_run(train)
-    runs = sorted({run_of(r) for r in train} - {reference, ""})
+    # a multi-GPU run's CPU costs are tied to the collective issue cost that only it measures: a
+    # host factor there would trade off against that cost, so such a run keeps the reference's
+    multi_gpu = {run_of(r) for r in train if r.kind in MULTI_GPU_KINDS}
+    runs = sorted({run_of(r) for r in train} - {reference, ""} - multi_gpu)
     eff = dataclasses.replace(eff, host_factor={run: 1.0 for run in runs})
     for sweep in range(sweeps):
         for stage in STAGES:
