@@ -167,14 +167,22 @@ def test_tiny_run_on_cuda_writes_every_single_device_kind(tmp_path):
 DATA = ROOT / "gpuplan" / "validate" / "data"
 CAMPAIGN_FILES = sorted(
     f
-    for run in ("h200", "h200x2", "h200_run2", "h200_run3", "h200_decode", "h200_cudnn")
+    for run in (
+        "h200",
+        "h200x2",
+        "h200_run2",
+        "h200_run3",
+        "h200_decode",
+        "h200_cudnn",
+        "h200x2_tplayer",
+    )
     for f in (DATA / run).rglob("*.jsonl")
 )
 
 
 def test_committed_measurements_follow_the_contract():
     stems = {f.stem for f in CAMPAIGN_FILES}
-    assert set(ALL_KINDS) - {"tp_layer"} <= stems <= set(ALL_KINDS)  # tp_layer: 4 and 8 GPUs
+    assert set(ALL_KINDS) <= stems <= set(ALL_KINDS)
     for path in CAMPAIGN_FILES:
         for rec in read_records(path):
             assert rec["kind"] == path.stem and rec["device"] == "h200", path
