@@ -158,7 +158,9 @@ STAGES = (
             Param("autograd_op_s", 1e-7, 1e-4),
             _fraction("queued_overhead_fraction"),
             Param("sustained_clock_fraction", 0.5, 1.0),  # steady-state kinds pin it down
-            Param("collective_host_s", 1e-7, 1.5e-4),  # the campaign saw 65-80 us
+            # an eager collective's CPU issue (39-73 us without the GPU spin: the records'
+            # with_launch) plus, in a multi-process step, the wait for the slower rank
+            Param("collective_host_s", 1e-7, 4e-4),
             *(
                 _fraction(f"elementwise_hbm_fraction.{op}")
                 for op in ("rope", "copy", "fused", "adamw", "cross_entropy", "embedding")
