@@ -96,3 +96,8 @@ def test_an_unknown_attention_kernel_is_named_with_the_valid_ones():
     with pytest.raises(GpuplanError, match="attention_kernel.*fa9.*flash2.*cudnn"):
         plan("llama3-8b", "h100-sxm", rate_per_s=RATE, slo=SLO, lengths=LENGTHS,
              requests=300, space=space)  # fmt: skip
+
+
+def test_a_deployment_names_an_unknown_attention_kernel():
+    with pytest.raises(GpuplanError, match="attention_kernel='fa9' is invalid"):
+        deployment("llama3-8b", "h100-sxm", attention_kernel="fa9")

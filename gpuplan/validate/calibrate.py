@@ -18,7 +18,8 @@ Method:
 - The split is by case: the records of one kind with the same parameters (the same case measured
   in two runs) fall on the same side, so no held-out case was seen in fitting on another host.
 - The stages are swept twice: the CPU's cost per eager op, which only the composite kinds pin
-  down, feeds back into the single-op stages, whose timer head start it interacts with.
+  down, feeds back into the single-op stages (an isolated call's CPU work hides behind the
+  timer's head start, ``timer_headstart_s``: computed from the flush, not fitted).
 - Each stage minimises the robust (soft-L1) sum of squared log errors, log(predicted/measured),
   over its training records with ``scipy.optimize.least_squares``, parameters in log space
   within physical bounds (a fraction of a peak stays within (0, 1]).
@@ -198,6 +199,8 @@ def load_measurements(data_dir: str | Path, device: str = "h200") -> tuple[list[
     if not files:
         raise GpuplanError(f"no measurement files under {str(data_dir)!r}/{device}*/ (*.jsonl)")
     records = []
+    _PRESPIN_S.clear()  # the notes of the runs loaded last, not of an earlier load
+    _KERNEL.clear()
     for timing in sorted(Path(data_dir).glob(f"{device}*/timing.json")):
         for kind, note in json.loads(timing.read_text()).items():
             if note.get("prespin_s"):
