@@ -89,8 +89,8 @@ def make_fn(ctx, p: dict):
 # H200 at 1.98 GHz), longer than the CPU takes to issue any case's forward and backward: every
 # record is then the device's time of the call's kernels, queued back to back. Without it the
 # CPU's launch and autograd work races the ~60 us flush, and a small fwd_bwd lands on either
-# side of that race from one run to the next (the two H200 runs of 2026-11-30 differ by a p90
-# of 38% on the same cases).
+# side of that race from one run to the next (the first H200 run and its repeat on a second GPU
+# differ by a p90 of 38% on the same cases).
 PRESPIN_CYCLES = 1_000_000
 
 

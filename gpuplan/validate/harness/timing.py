@@ -79,7 +79,6 @@ class Clock:
         self.min_reps = min_reps
         self.max_reps = max_reps
         self._flush_buf = None
-        self._prespin = 0
 
     def flush_l2(self) -> None:
         """Evict the L2 by writing a buffer four times its size (CUDA only)."""
@@ -140,38 +139,37 @@ class Clock:
         ``prespin_cycles``: after the flush the GPU also spins this many clock cycles
         (``torch.cuda._sleep``) before the start event, so the CPU has queued the whole call
         by then and the time is the device's alone (no launch or autograd gap)."""
-        self._prespin = prespin_cycles
         for _ in range(warmup):
             fn()
         self.sync()
-        estimate_s = max(self._time_once(fn, flush=flush), 1e-7)
+        estimate_s = max(self._time_once(fn, flush=flush, spin=prespin_cycles), 1e-7)
         hi = self.max_reps if max_reps is None else min(max_reps, self.max_reps)
         lo = min(hi, self.min_reps if min_reps is None else min_reps)
         reps = max(lo, min(hi, int(self.target_s / estimate_s)))
         if estimate_s * reps > 8 * self.target_s:  # slow calls: fewer, but at least 3
             reps = max(3, int(8 * self.target_s / estimate_s))
-        times = self._time_cuda(fn, reps, flush) if self.device == "cuda" else None
+        times = self._time_cuda(fn, reps, flush, prespin_cycles) if self.device == "cuda" else None
         if times is None:
-            times = [self._time_once(fn, flush=flush) for _ in range(reps)]
+            times = [self._time_once(fn, flush=flush, spin=prespin_cycles) for _ in range(reps)]
         flushed = flush and self.device == "cuda"
         return Timing(times_s=tuple(times), warmup=warmup, l2="flushed" if flushed else "warm")
 
-    def _time_once(self, fn, *, flush: bool) -> float:
+    def _time_once(self, fn, *, flush: bool, spin: int = 0) -> float:
         if self.device != "cuda":
             start = time.perf_counter()
             fn()
             return time.perf_counter() - start
-        return self._time_cuda(fn, 1, flush)[0]
+        return self._time_cuda(fn, 1, flush, spin)[0]
 
-    def _time_cuda(self, fn, reps: int, flush: bool) -> list[float]:
+    def _time_cuda(self, fn, reps: int, flush: bool, spin: int = 0) -> list[float]:
         event = self.torch.cuda.Event
         starts = [event(enable_timing=True) for _ in range(reps)]
         ends = [event(enable_timing=True) for _ in range(reps)]
         for start, end in zip(starts, ends, strict=True):
             if flush:
                 self.flush_l2()
-            if self._prespin:
-                self.torch.cuda._sleep(self._prespin)
+            if spin:
+                self.torch.cuda._sleep(spin)
             start.record()
             fn()
             end.record()
