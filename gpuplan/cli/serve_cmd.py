@@ -22,6 +22,7 @@ import sys
 from gpuplan.cli.argtypes import positive
 from gpuplan.cli.tables import dump_json, format_seconds, format_value, render_table
 from gpuplan.errors import GpuplanError
+from gpuplan.hwmodels.attention import ATTENTION_KERNELS
 from gpuplan.outputs import write_csv
 
 POLICIES = ("static", "dynamic", "continuous", "chunked")
@@ -73,11 +74,12 @@ def _common(p, *, rate_required: bool) -> None:
     p.add_argument("--requests", type=positive(int), default=None, help="requests to simulate")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    p.add_argument("--attention-kernel", choices=ATTENTION_KERNELS, default="flash2",
+                   help="fused attention: FlashAttention-2, or cuDNN's (PyTorch's default SDPA "
+                   "dispatch for decode on Hopper; faster at streaming the KV cache)")  # fmt: skip
 
 
 def register(subparsers) -> None:
-    from gpuplan.hwmodels.attention import ATTENTION_KERNELS
-
     p = subparsers.add_parser(
         "serve",
         help="simulate LLM serving; `serve plan` for capacity, `serve edge` for edge devices",
@@ -104,9 +106,6 @@ def register(subparsers) -> None:
     p.add_argument("--kv-link", choices=("scaleout", "scaleup"), default="scaleout")
     p.add_argument("--no-cuda-graph", action="store_true", help="decode iterations run eagerly")
     p.add_argument("--impl", choices=("fused", "eager", "compiled"), default="fused")
-    p.add_argument("--attention-kernel", choices=ATTENTION_KERNELS, default="flash2",
-                   help="fused attention: FlashAttention-2, or cuDNN's (PyTorch's default SDPA "
-                   "dispatch for decode on Hopper; faster at streaming the KV cache)")  # fmt: skip
     p.add_argument("--slo-ttft-s", type=positive(float), help="for goodput")
     p.add_argument("--slo-tpot-s", type=positive(float), help="for goodput")
     p.add_argument("--horizon-s", type=positive(float), help="stop the simulation at this time")
@@ -120,8 +119,6 @@ def register(subparsers) -> None:
 
 
 def _register_plan(sub) -> None:
-    from gpuplan.hwmodels.attention import ATTENTION_KERNELS
-
     p = sub.add_parser("plan", help="cheapest configurations that meet TTFT and TPOT SLOs")
     _common(p, rate_required=True)
     p.add_argument("--slo-ttft-s", type=positive(float), required=True)
@@ -134,8 +131,6 @@ def _register_plan(sub) -> None:
     p.add_argument("--max-gpus", type=positive(int), default=64)
     p.add_argument("--top", type=positive(int), default=5)
     p.add_argument("--price-per-gpu-hour", type=positive(float), help="USD (default: price file)")
-    p.add_argument("--attention-kernel", choices=ATTENTION_KERNELS, default="flash2",
-                   help="fused attention kernels the servers run (see `gpuplan serve --help`)")  # fmt: skip
     p.set_defaults(func=run_plan)
 
 

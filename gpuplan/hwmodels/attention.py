@@ -9,8 +9,9 @@
   the keys across blocks (flash-decoding, Dao et al. 2023) only when its blocks would not
   otherwise nearly fill the GPU: ``set_params_splitkv`` in its ``flash_api.cpp`` calls
   ``num_splits_heuristic`` with twice the SM count ("128 threads per block": two blocks per SM),
-  which uses one split once blocks >= 0.8 x 2 x SMs. For one query token with grouped-query attention it packs a group's
-  query heads into one block (``seqlenq_ngroups_swapped``), so the blocks are batch x KV heads.
+  which uses one split once blocks >= 0.8 x 2 x SMs. For one query token with grouped-query
+  attention it packs a group's query heads into one block (``seqlenq_ngroups_swapped``), so the
+  blocks are batch x KV heads.
   The split and unsplit kernels reach different fractions of the bandwidth (fitted).
 - cuDNN's fused attention (``Efficiency.attention_kernel == "cudnn"``, what PyTorch's default
   SDPA dispatch runs for one-query decode on Hopper) streams the cache at its own fitted

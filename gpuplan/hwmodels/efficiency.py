@@ -40,6 +40,7 @@ class Efficiency:
     attn_bwd_fraction: float  # of the bf16 dense peak, flash backward
     attn_decode_hbm_fraction: float  # of HBM bandwidth, decode attention split along the keys
     attn_decode_nosplit_hbm_fraction: float  # of HBM bandwidth, decode attention not split
+    attn_decode_cudnn_hbm_fraction: float  # of HBM bandwidth, cuDNN's decode attention kernel
     attn_tile_q: int  # query rows per attention block
     attn_kv_overhead: float  # per-block fixed work, in equivalent keys (prologue, epilogue)
     attn_bwd_kv_overhead: float  # the same for the backward kernels
@@ -79,9 +80,9 @@ class Efficiency:
     # Which fused-attention kernels run (hwmodels.attention.ATTENTION_KERNELS): FlashAttention-2,
     # as the validation harness runs SDPA, or cuDNN's, which PyTorch's default SDPA dispatch picks
     # for one-query decode on Hopper (docs/serving_validation.md). cuDNN's decode kernel streams
-    # the KV cache at its own fraction of HBM bandwidth, with no key split to choose.
+    # the KV cache at its own fraction of HBM bandwidth (attn_decode_cudnn_hbm_fraction), with no
+    # key split to choose.
     attention_kernel: str = "flash2"
-    attn_decode_cudnn_hbm_fraction: float = 0.9
 
     def gemm_fraction(self, dtype: str, *, aligned: bool = True) -> float:
         table = self.gemm_peak_fraction if aligned else self.gemm_unaligned_fraction

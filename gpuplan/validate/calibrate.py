@@ -13,8 +13,8 @@ Method:
 - Lent machines of one kind differ in their CPUs, and a CPU-bound call (an eager decode step, a
   small fwd_bwd) runs at its host's speed. Every single-GPU run (a data folder) other than the
   reference (``<device>/``) gets a host factor on the CPU costs (``HOST_COSTS``), fitted with
-  the stage that fits those costs; each record is predicted with its run's factor. Predictions for users
-  use the reference host.
+  the stage that fits those costs; each record is predicted with its run's factor. Predictions
+  for users use the reference host.
 - The split is by case: the records of one kind with the same parameters (the same case measured
   in two runs) fall on the same side, so no held-out case was seen in fitting on another host.
 - The stages are swept twice: the CPU's cost per eager op, which only the composite kinds pin

@@ -111,16 +111,21 @@ class Deployment:
         return rows, kv_tokens + (rows - seqs)
 
 
+def serving_efficiency(acc_key: str, attention_kernel: str = "flash2") -> Efficiency:
+    """The GPU's efficiency fit as a serving iteration meets it: a stream of kernels, each
+    keeping only the queued share of its fixed cost, with the fused-attention kernels the server
+    runs (``ATTENTION_KERNELS``)."""
+    check_choice("attention_kernel", attention_kernel, ATTENTION_KERNELS)
+    return dataclasses.replace(queued(efficiency_for(acc_key)), attention_kernel=attention_kernel)
+
+
 def deployment(
     model: str | ModelConfig, gpu: str, *, attention_kernel: str = "flash2", **kw
 ) -> Deployment:
-    """A ``Deployment`` from catalogue keys (or a ModelConfig), with the GPU's efficiency fit;
-    ``attention_kernel``: the fused-attention kernels the server runs (``ATTENTION_KERNELS``)."""
+    """A ``Deployment`` from catalogue keys (or a ModelConfig), with ``serving_efficiency``."""
     cfg = model if isinstance(model, ModelConfig) else get_model(model)
     acc = get_accelerator(gpu)
-    check_choice("attention_kernel", attention_kernel, ATTENTION_KERNELS)
-    # an iteration is a stream of kernels: each keeps only the queued share of its fixed cost
-    eff = dataclasses.replace(queued(efficiency_for(acc.key)), attention_kernel=attention_kernel)
+    eff = serving_efficiency(acc.key, attention_kernel)
     return Deployment(model=cfg, acc=acc, eff=eff, **kw)
 
 

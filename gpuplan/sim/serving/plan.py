@@ -31,11 +31,14 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from gpuplan.errors import GpuplanError, check_choice, check_positive
+from gpuplan.errors import GpuplanError, check_positive
 from gpuplan.hwmodels.accelerators import get_accelerator
-from gpuplan.hwmodels.attention import ATTENTION_KERNELS
-from gpuplan.hwmodels.efficiency import efficiency_for, queued
-from gpuplan.sim.serving.deployment import MAX_TP, Deployment, SchedulerConfig
+from gpuplan.sim.serving.deployment import (
+    MAX_TP,
+    Deployment,
+    SchedulerConfig,
+    serving_efficiency,
+)
 from gpuplan.sim.serving.disagg import Disaggregation, simulate_disaggregated
 from gpuplan.sim.serving.engine import simulate
 from gpuplan.sim.serving.kv_cache import kv_capacity
@@ -228,10 +231,7 @@ def plan(
     started = time.perf_counter()
     cfg, acc = get_model(model), get_accelerator(gpu)
     hourly, source = _price(acc.key, usd_per_gpu_hour)
-    check_choice("attention_kernel", space.attention_kernel, ATTENTION_KERNELS)
-    # as ``deployment`` prices a serving iteration: a stream of kernels, queued
-    eff = replace(queued(efficiency_for(acc.key)), attention_kernel=space.attention_kernel)
-    found = candidates(cfg, acc, eff, space)
+    found = candidates(cfg, acc, serving_efficiency(acc.key, space.attention_kernel), space)
     if not found:
         raise GpuplanError(f"{cfg.name} fits on no configuration of {acc.key} up to tp=8")
     mean_output = float(np.mean(lengths[1][:requests]))

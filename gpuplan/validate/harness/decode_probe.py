@@ -29,6 +29,7 @@ import gzip
 import json
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -39,6 +40,7 @@ from . import decode_step
 from .elementwise import PRESPIN_CYCLES
 from .records import RecordWriter, environment, make_record
 from .runner import make_context
+from .trace import device_kernels
 
 _HEADS = ((32, 32, 128), (32, 8, 128))  # Llama-2-7B (MHA) and Llama-3-8B (GQA) heads
 _BATCH = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -107,13 +109,56 @@ def _graphed(ctx, fn):
     return decode_step._graphed(fn)
 
 
-def _kernel_names(fn) -> list[str]:
-    fn()
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+@dataclass(frozen=True, slots=True)
+class _Grid:
+    """How one pass over the decode grid measures each case."""
+
+    isolated: str  # file stem of the one-call records
+    sequences: tuple[tuple[str, bool], ...]  # (file stem, masked) of the back-to-back calls
+    kernel: str = ""  # "" leaves SDPA's dispatch alone; "cudnn" allows only cuDNN's kernel
+    spin: int = 0  # GPU cycles spun before each one-call timing (harness.timing)
+
+
+def _measure_grid(ctx, out: Path, deadline: float, grid: _Grid) -> int:
+    """Every case of the grid once: its one-call record, its back-to-back records and the
+    kernels one call launches (``kernels.json``); the number of cases measured."""
+    cudnn = grid.kernel == "cudnn" and ctx.device == "cuda"  # on a CPU: a smoke test
+    backends = [SDPBackend.CUDNN_ATTENTION] if cudnn else None
+    label = " (cuDNN)" if grid.kernel == "cudnn" else ""
+    extra = {"backend": grid.kernel} if grid.kernel else {}
+    stems = (grid.isolated, *(stem for stem, _ in grid.sequences))
+    writers = {stem: RecordWriter(out, stem) for stem in stems}
+    kernels: dict[str, list[str]] = {}
+    n_done = 0
+    for p in attention_cases(ctx.tiny):
+        if time.monotonic() > deadline:
+            break
+        n = max(1, min(_MAX_L, _LAYER_BYTES_CAP // _cache_bytes(p)))
+        one = _calls(ctx, p, 1, masked=False, backends=backends)
+        timing = ctx.clock.time(one, flush=True, prespin_cycles=grid.spin)
+        what = f"SDPA decode{label}, one call"
+        if grid.spin:
+            what += f", GPU spins {grid.spin} cycles before the start event (device time)"
+        writers[grid.isolated].write(_record(ctx, p, timing.median_s, what, timing, **extra))
+        if ctx.device == "cuda":
+            key = "b{batch}_hq{heads_q}_hkv{heads_kv}_s{seq_kv}".format(**p)
+            kernels[key] = device_kernels(one)
+        del one
+        for stem, masked in grid.sequences:
+            fn = _graphed(ctx, _calls(ctx, p, n, masked=masked, backends=backends))
+            timing = ctx.clock.time(fn, flush=True)
+            how = "in one CUDA graph" if ctx.device == "cuda" else "eagerly"
+            what = f"SDPA decode{label}, {n} calls on {n} caches {how}, time / {n}"
+            if masked:
+                what += ", additive mask"
+            record = _record(ctx, p, timing.median_s / n, what, timing, calls=n, **extra)
+            writers[stem].write(record)
+            del fn
+        if ctx.device == "cuda":
+            torch.cuda.empty_cache()
+        n_done += 1
+    (out / "kernels.json").write_text(json.dumps(kernels, indent=1) + "\n")
+    return n_done
 
 
 @torch.no_grad()
@@ -123,35 +168,12 @@ def measure_cudnn(ctx, out: Path, deadline: float) -> int:
     ``attention`` kind's method) and ``attention_sequence.jsonl`` (calls back to back in a
     CUDA graph); ``timing.json`` names the kernel for the calibration."""
     torch.backends.cuda.enable_cudnn_sdp(True)
-    backends = [SDPBackend.CUDNN_ATTENTION] if ctx.device == "cuda" else None  # CPU: smoke test
     # the GPU spins before each isolated call, as the elementwise kind does: cuDNN's host work
     # per call (its graph cache) otherwise outlasts the flush's head start in some cases and
     # shows up as a 50-80 us call where the kernel takes 10-30 us
     spin = PRESPIN_CYCLES if ctx.device == "cuda" else 0
-    iso, seq = RecordWriter(out, "attention"), RecordWriter(out, "attention_sequence")
-    kernels: dict[str, list[str]] = {}
-    n_done = 0
-    for p in attention_cases(ctx.tiny):
-        if time.monotonic() > deadline:
-            break
-        one = _calls(ctx, p, 1, masked=False, backends=backends)
-        timing = ctx.clock.time(one, flush=True, prespin_cycles=spin)
-        what = "SDPA decode (cuDNN), one call"
-        if spin:
-            what += f", GPU spins {spin} cycles before the start event (device time)"
-        iso.write(_record(ctx, p, timing.median_s, what, timing, backend="cudnn"))
-        if ctx.device == "cuda":
-            kernels["b{batch}_hq{heads_q}_hkv{heads_kv}_s{seq_kv}".format(**p)] = _kernel_names(one)
-        n = max(1, min(_MAX_L, _LAYER_BYTES_CAP // _cache_bytes(p)))
-        fn = _graphed(ctx, _calls(ctx, p, n, masked=False, backends=backends))
-        timing = ctx.clock.time(fn, flush=True)
-        what = f"SDPA decode (cuDNN), {n} calls on {n} caches in one CUDA graph, time / {n}"
-        seq.write(_record(ctx, p, timing.median_s / n, what, timing, calls=n, backend="cudnn"))
-        del one, fn
-        if ctx.device == "cuda":
-            torch.cuda.empty_cache()
-        n_done += 1
-    (out / "kernels.json").write_text(json.dumps(kernels, indent=1) + "\n")
+    grid = _Grid("attention", (("attention_sequence", False),), kernel="cudnn", spin=spin)
+    n_done = _measure_grid(ctx, out, deadline, grid)
     note = {"attention": {"kernel": "cudnn", "calls": "one-query decode, cuDNN SDPA",
                           "prespin_cycles": spin, "prespin_s": ctx.clock.spin_s(spin)}}  # fmt: skip
     (out / "timing.json").write_text(json.dumps(note, indent=1) + "\n")
@@ -160,37 +182,10 @@ def measure_cudnn(ctx, out: Path, deadline: float) -> int:
 
 @torch.no_grad()
 def measure_attention(ctx, out: Path, deadline: float) -> int:
-    writers = {
-        way: RecordWriter(out, f"attention_{way}")
-        for way in ("isolated", "sequence", "sequence_masked")
-    }
-    kernels: dict[str, list[str]] = {}
-    n_done = 0
-    for p in attention_cases(ctx.tiny):
-        if time.monotonic() > deadline:
-            break
-        n = max(1, min(_MAX_L, _LAYER_BYTES_CAP // _cache_bytes(p)))
-        one = _calls(ctx, p, 1, masked=False)
-        timing = ctx.clock.time(one, flush=True)
-        writers["isolated"].write(_record(ctx, p, timing.median_s, "SDPA decode, one call", timing))
-        if ctx.device == "cuda":
-            key = "b{batch}_hq{heads_q}_hkv{heads_kv}_s{seq_kv}".format(**p)
-            kernels[key] = _kernel_names(one)
-        del one
-        for way, masked in (("sequence", False), ("sequence_masked", True)):
-            fn = _graphed(ctx, _calls(ctx, p, n, masked=masked))
-            timing = ctx.clock.time(fn, flush=True)
-            how = "in one CUDA graph" if ctx.device == "cuda" else "eagerly"
-            what = f"SDPA decode, {n} calls on {n} caches {how}, time / {n}"
-            if masked:
-                what += ", additive mask"
-            writers[way].write(_record(ctx, p, timing.median_s / n, what, timing, calls=n))
-            del fn
-        if ctx.device == "cuda":
-            torch.cuda.empty_cache()
-        n_done += 1
-    (out / "kernels.json").write_text(json.dumps(kernels, indent=1) + "\n")
-    return n_done
+    """The grid under SDPA's dispatch (cuDNN attention off, as the harness runs): one call,
+    back to back, and back to back with a mask."""
+    sequences = (("attention_sequence", False), ("attention_sequence_masked", True))
+    return _measure_grid(ctx, out, deadline, _Grid("attention_isolated", sequences))
 
 
 def step_cases(tiny: bool) -> dict[str, dict]:
@@ -244,7 +239,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", choices=("cpu", "cuda"), default=None)
     ap.add_argument("--budget-s", type=float, default=120.0, help="for the attention grid")
     ap.add_argument("--cudnn", action="store_true",
-                    help="only the grid on cuDNN's SDPA kernel (attention.jsonl, timing.json)")  # fmt: skip
+                    help="only the grid, on cuDNN's SDPA kernel (attention.jsonl, "
+                    "timing.json)")  # fmt: skip
     args = ap.parse_args(argv)
     ctx = make_context(args.device, args.tiny)
     out = Path(args.out)

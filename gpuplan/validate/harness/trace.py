@@ -67,7 +67,7 @@ def capture(out_dir: str | Path, ctx) -> list[Path]:
     return paths + ([counted] if counted else [])
 
 
-def _device_kernels(fn) -> list[str]:
+def device_kernels(fn) -> list[str]:
     """Names of the GPU activities (kernels, memcpy, memset) one call of ``fn`` launches."""
     fn()
     torch.cuda.synchronize()
@@ -86,16 +86,16 @@ def count_kernels(out_dir: str | Path, ctx) -> Path | None:
     for op in elementwise.OPS:
         for pass_ in ("fwd", "fwd_bwd"):
             p = {"op": op, "tokens": 2048, "hidden": 4096, "pass": pass_, "dtype": "bf16"}
-            names = _device_kernels(elementwise.make_fn(ctx, p))
+            names = device_kernels(elementwise.make_fn(ctx, p))
             counts[f"elementwise/{op}/{pass_}"] = {"count": len(names), "kernels": names}
     lay = layer._case(layer.CONFIGS["llama3-8b"], 1024, 1, "fwd", False)
     _, fwd, fwd_bwd = layer.make_step(ctx, lay)
     for name, fn in (("layer/fwd", fwd), ("layer/fwd_bwd", fwd_bwd)):
-        names = _device_kernels(fn)
+        names = device_kernels(fn)
         counts[name] = {"count": len(names), "kernels": names}
     dec = decode_step._case(decode_step.CONFIGS["llama3-8b"], 1, 8, 1024, False)
     with torch.no_grad():
-        names = _device_kernels(decode_step._build(ctx, dec))
+        names = device_kernels(decode_step._build(ctx, dec))
     counts["decode_step/1_layer/eager"] = {"count": len(names), "kernels": names}
     path = Path(out_dir) / "kernel_counts.json"
     path.write_text(json.dumps(counts, indent=1) + "\n")

@@ -67,7 +67,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--no-cudnn-attention", action="store_true",
                     help="leave cuDNN out of SDPA's dispatch (flash first, as the validation "
-                    "harness runs; by default PyTorch may pick cuDNN attention on Hopper)")  # fmt: skip
+                    "harness runs; by default PyTorch may pick cuDNN attention on "
+                    "Hopper)")  # fmt: skip
     ap.add_argument("--tiny", action="store_true", help="a tiny model (a CPU smoke test)")
     ap.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda if any")
     ap.add_argument("--device-key", default=None, help="catalogue key (default: from the name)")

@@ -24,7 +24,6 @@ Writes ``comparison.json`` and ``comparison.md`` into DIR.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 from pathlib import Path
 
@@ -32,8 +31,7 @@ import numpy as np
 import pandas as pd
 
 from gpuplan.hwmodels.accelerators import get_accelerator
-from gpuplan.hwmodels.efficiency import efficiency_for, queued
-from gpuplan.sim.serving.deployment import Deployment, SchedulerConfig
+from gpuplan.sim.serving.deployment import Deployment, SchedulerConfig, serving_efficiency
 from gpuplan.sim.serving.engine import simulate
 from gpuplan.sim.serving.requests import Workload
 from gpuplan.sim.serving.step_model import Batch, StepModel
@@ -97,8 +95,7 @@ def deployment_of(settings: dict, iterations: pd.DataFrame, *, device_key: str |
                   host_gap: bool) -> Deployment:  # fmt: skip
     acc = get_accelerator(device_key or settings.get("device_key") or settings["device_name"])
     overhead = sum(host_terms(iterations)) if host_gap else 0.0
-    eff = dataclasses.replace(queued(efficiency_for(acc.key)),
-                              attention_kernel=attention_kernel_of(settings))  # fmt: skip
+    eff = serving_efficiency(acc.key, attention_kernel_of(settings))
     return Deployment(model=server_model(settings), acc=acc, eff=eff,
                       impl="eager", cuda_graph=bool(settings.get("cuda_graph", False)),
                       iteration_overhead_s=overhead, **padding_of(settings))  # fmt: skip
