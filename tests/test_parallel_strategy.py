@@ -107,3 +107,81 @@ def test_divisors_and_nearest_valid_values():
 def test_a_vision_encoder_is_not_a_training_target_here():
     with pytest.raises(GpuplanError, match="vit-l-14 is a vision encoder"):
         validate(Strategy(), get_model("vit-l-14"), 1, 257)
+
+
+LLAMA405 = get_model("llama3.1-405b")  # 126 layers
+
+
+def test_a_pp_that_does_not_divide_the_layers_suggests_pp_layers():
+    with pytest.raises(GpuplanError, match=r"pp=16 does not divide n_layers=126.*--pp-layers"):
+        validate(Strategy(pp=16, global_batch=16), LLAMA405, 16, 4096)
+
+
+def test_llama3_405b_runs_126_layers_on_16_stages_with_one_block_fewer_at_each_end():
+    from gpuplan.sim.parallel.strategy import auto_pp_layers
+
+    layers = auto_pp_layers(126, 16)
+    assert layers == (7,) + (8,) * 14 + (7,)  # Dubey et al. 2024, sec. 3.3.2
+    validate(Strategy(pp=16, global_batch=16, pp_layers=layers), LLAMA405, 16, 4096)
+
+
+def test_a_pp_layers_list_that_does_not_sum_to_the_layers_is_an_error_naming_the_total():
+    s = Strategy(pp=4, global_batch=16, pp_layers=(20, 20, 20, 21))
+    with pytest.raises(GpuplanError, match=r"sums to 81 blocks .* must add up to 80"):
+        validate(s, LLAMA70, 4, 4096)
+
+
+def test_a_pp_layers_list_of_the_wrong_length_is_an_error():
+    with pytest.raises(GpuplanError, match=r"has 3 stages but pp=4"):
+        Strategy(pp=4, pp_layers=(20, 30, 30))
+
+
+@pytest.mark.parametrize("bad", [(40, 0, 20, 20), (50, -10, 20, 20), (20.0, 20, 20, 20)])
+def test_a_pp_layers_entry_that_is_not_a_positive_whole_number_is_an_error(bad):
+    with pytest.raises(GpuplanError, match=r"every stage needs a whole number of blocks"):
+        Strategy(pp=4, pp_layers=bad)
+
+
+def test_first_last_counts_whose_middle_does_not_split_evenly_list_valid_last_counts():
+    from gpuplan.sim.parallel.strategy import first_last_pp_layers
+
+    assert first_last_pp_layers(126, 16, 6, 8) == (6,) + (8,) * 15
+    with pytest.raises(GpuplanError, match=r"pp_first_last=6,7 .* valid last: .*\b8\b"):
+        first_last_pp_layers(126, 16, 6, 7)
+
+
+def test_auto_split_on_more_stages_than_it_can_fill_is_an_error():
+    from gpuplan.sim.parallel.strategy import auto_pp_layers
+
+    with pytest.raises(GpuplanError, match=r"pp_layers=auto cannot split n_layers=4 over pp=4"):
+        auto_pp_layers(4, 4)
+
+
+def test_virtual_stages_must_divide_every_uneven_stage():
+    s = Strategy(pp=4, global_batch=16, schedule="interleaved", virtual_stages=2,
+                 pp_layers=(19, 21, 21, 19))  # fmt: skip
+    with pytest.raises(GpuplanError, match=r"does not divide every stage's blocks"):
+        validate(s, LLAMA70, 4, 4096)
+    ok = Strategy(pp=4, global_batch=16, schedule="interleaved", virtual_stages=3,
+                  pp_layers=(18, 21, 21, 20))  # fmt: skip
+    with pytest.raises(GpuplanError, match=r"valid virtual_stages: none"):
+        validate(ok, LLAMA70, 4, 4096)
+    good = Strategy(pp=4, global_batch=16, schedule="interleaved", virtual_stages=2,
+                    pp_layers=(18, 22, 22, 18))  # fmt: skip
+    validate(good, LLAMA70, 4, 4096)
+
+
+@settings(max_examples=60, deadline=None)
+@given(n_layers=st.integers(2, 200), pp=st.integers(1, 64))
+def test_the_auto_split_sums_to_the_layers_and_unloads_the_ends(n_layers, pp):
+    from gpuplan.sim.parallel.strategy import auto_pp_layers
+
+    if pp > (n_layers + 2) // 2:
+        with pytest.raises(GpuplanError):
+            auto_pp_layers(n_layers, pp)
+        return
+    layers = auto_pp_layers(n_layers, pp)
+    assert len(layers) == pp and sum(layers) == n_layers and min(layers) >= 1
+    if pp > 2:
+        assert max(layers[0], layers[-1]) <= min(layers[1:-1])
+        assert max(layers) - min(layers[1:-1]) <= 1

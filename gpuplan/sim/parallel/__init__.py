@@ -18,12 +18,21 @@ published training runs reproduced.
 from gpuplan.sim.parallel.cost import RunBudget, run_budget
 from gpuplan.sim.parallel.estimate import TrainEstimate, estimate_training
 from gpuplan.sim.parallel.search import SearchResult, SearchSpace, search
-from gpuplan.sim.parallel.strategy import Strategy, validate
+from gpuplan.sim.parallel.strategy import (
+    Strategy,
+    auto_pp_layers,
+    first_last_pp_layers,
+    stage_layer_counts,
+    validate,
+)
 from gpuplan.sim.parallel.topology import Cluster, cluster_for, get_cluster
 
 __all__ = [
     "Strategy",
     "validate",
+    "auto_pp_layers",
+    "first_last_pp_layers",
+    "stage_layer_counts",
     "Cluster",
     "get_cluster",
     "cluster_for",

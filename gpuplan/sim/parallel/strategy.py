@@ -15,6 +15,16 @@ Korthikanti et al. 2022; Megatron-Core's context and expert parallelism):
   full sharding does: Rajbhandari et al. 2020; Zhao et al. 2023).
 - ``global_batch`` sequences per step, ``micro_batch`` sequences per micro-batch; each replica
   runs ``global_batch / (micro_batch * dp)`` micro-batches (gradient accumulation).
+- ``pp_layers`` the blocks of each pipeline stage, first to last, when they are not
+  ``n_layers / pp`` each: Megatron-Core's ``num_layers_in_first_pipeline_stage`` /
+  ``num_layers_in_last_pipeline_stage`` and its pipeline layouts (megatron/core/transformer/
+  transformer_config.py) run such splits. ``auto_pp_layers`` is the rule that counts the
+  embedding and the loss as one block each (Megatron-Core's
+  ``account_for_embedding_in_pipeline_split`` and ``account_for_loss_in_pipeline_split``): the
+  first and last stages hold one block fewer, as Llama 3 405B was trained, 126 layers on 16
+  stages as 7, 8 x 14, 7 (Dubey et al. 2024, "The Llama 3 Herd of Models", arXiv:2407.21783,
+  sec. 3.3.2, "we reduce one Transformer layer each from the first and the last stages").
+  ``first_last_pp_layers`` gives the first and last stages a count each and splits the rest.
 
 Overlap options, each a named assumption the estimate applies (``sim.parallel.estimate``):
 ``overlap_dp`` data-parallel communication (gradient reduction, ZeRO parameter gathers) runs in
@@ -28,6 +38,7 @@ bandwidth-bound kernel, as Megatron-LM did before that fusion (2021).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from gpuplan.errors import GpuplanError, check_choice, check_positive
@@ -68,6 +79,7 @@ class Strategy:
     fused_grad_accumulation: bool = True  # wgrad GEMMs accumulate into the main gradients
     capacity_factor: float | None = None  # None: dropless MoE; else tokens padded to capacity
     expert_imbalance: float = 1.0  # busiest expert's load over the mean (dropless MoE)
+    pp_layers: tuple[int, ...] | None = None  # blocks per stage, first to last; None: even
 
     def __post_init__(self) -> None:
         for field in ("tp", "pp", "dp", "cp", "ep", "micro_batch", "global_batch"):
@@ -92,6 +104,8 @@ class Strategy:
                 f"expert_imbalance={self.expert_imbalance!r} is invalid: it is the busiest "
                 "expert's load over the mean, 1.0 or more"
             )
+        if self.pp_layers is not None:
+            object.__setattr__(self, "pp_layers", _check_pp_layers(self.pp_layers, self.pp))
 
     @property
     def world(self) -> int:
@@ -115,8 +129,84 @@ class Strategy:
         parts += [f"cp{self.cp}"] * (self.cp > 1) + [f"ep{self.ep}"] * (self.ep > 1)
         parts += ["sp"] * self.sp + [f"mb{self.micro_batch}"]
         sched = f"interleaved(v={self.virtual_stages})" if self.chunks > 1 else self.schedule
+        if self.pp_layers is not None:
+            parts.append("layers:" + ",".join(str(n) for n in self.pp_layers))
         parts += [sched, f"rc:{self.recompute}", f"zero{self.zero}", self.precision]
         return " ".join(parts)
+
+
+def _check_pp_layers(value, pp: int) -> tuple[int, ...]:
+    """``value`` as a tuple of positive whole numbers, one per pipeline stage."""
+    layers = tuple(value)
+    text = ",".join(str(n) for n in layers)
+    if any(not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in layers):
+        raise GpuplanError(
+            f"pp_layers={text} is invalid: every stage needs a whole number of blocks, 1 or more"
+        )
+    if len(layers) != pp:
+        raise GpuplanError(
+            f"pp_layers={text} has {len(layers)} stages but pp={pp}: give one block count per "
+            "pipeline stage"
+        )
+    return layers
+
+
+def stage_layer_counts(strategy: Strategy, n_layers: int) -> tuple[int, ...]:
+    """Blocks on each pipeline stage, first to last: ``pp_layers`` or the even split."""
+    if strategy.pp_layers is not None:
+        return strategy.pp_layers
+    return (n_layers // strategy.pp,) * strategy.pp
+
+
+def auto_pp_layers(n_layers: int, pp: int) -> tuple[int, ...]:
+    """The embedding and the loss each count as a block (Megatron-Core's
+    ``account_for_embedding/loss_in_pipeline_split``; Llama 3's rule): n_layers + 2 slots split
+    as evenly as they go, and the first and last stages give their end one slot. A remainder
+    goes to the last middle stages (they keep the fewest micro-batches in flight under 1F1B),
+    then to the last stage."""
+    check_positive("pp", pp)
+    if pp == 1:
+        return (n_layers,)
+    base, extra = divmod(n_layers + 2, pp)
+    middles = pp - 2
+    to_middles = min(extra, middles)
+    mid = [base] * (middles - to_middles) + [base + 1] * to_middles
+    last = base + (extra - to_middles)
+    layers = (base - 1, *mid, last - 1)
+    if min(layers) < 1:
+        raise GpuplanError(
+            f"pp_layers=auto cannot split n_layers={n_layers} over pp={pp} stages: an end "
+            f"stage would hold no block; use pp <= {(n_layers + 2) // 2} or list the blocks "
+            "of each stage"
+        )
+    return layers
+
+
+def first_last_pp_layers(n_layers: int, pp: int, first: int, last: int) -> tuple[int, ...]:
+    """``first`` blocks on the first stage, ``last`` on the last, the rest split evenly over the
+    middle stages (Megatron-Core's num_layers_in_first/last_pipeline_stage)."""
+    check_positive("pp", pp)
+    middles = pp - 2
+
+    def fits(f: int, lst: int) -> bool:
+        rest = n_layers - f - lst
+        return f >= 1 and lst >= 1 and (rest == 0 if middles == 0 else rest >= middles
+                                         and rest % middles == 0)  # fmt: skip
+
+    if pp < 2 or not fits(first, last):
+        valid = [lst for lst in range(1, n_layers) if pp >= 2 and fits(first, lst)]
+        hint = (
+            f"with first={first}, valid last: {nearest(last, valid)}"
+            if valid
+            else "choose first and last so the middle stages split the rest evenly"
+        )
+        raise GpuplanError(
+            f"pp_first_last={first},{last} is invalid for n_layers={n_layers} on pp={pp}: the "
+            f"{max(middles, 0)} middle stages must hold the other {n_layers - first - last} "
+            f"blocks evenly, 1 or more each (pp >= 2); {hint}"
+        )
+    rest = n_layers - first - last
+    return (first, *([rest // middles] * middles if middles else []), last)
 
 
 def divisors(n: int) -> list[int]:
@@ -143,6 +233,12 @@ def valid_tp(cfg: ModelConfig, limit: int) -> list[int]:
         and all(w % t == 0 for w in widths)
         and (cfg.n_kv_heads % t == 0 or t % cfg.n_kv_heads == 0)
     ]
+
+
+def valid_virtual_stages(counts) -> list[int]:
+    """Virtual-stage counts above 1 that split every stage's blocks into equal chunks."""
+    g = math.gcd(*counts)
+    return [v for v in divisors(g) if v > 1]
 
 
 def valid_pp(cfg: ModelConfig, limit: int) -> list[int]:
@@ -172,11 +268,7 @@ def _check_degrees(s: Strategy, cfg: ModelConfig, n_gpus: int, seq: int) -> None
     if s.tp not in tps:
         why = _tp_reason(s.tp, cfg)
         raise GpuplanError(f"tp={s.tp} {why}; valid tp: {nearest(s.tp, tps)}")
-    pps = valid_pp(cfg, cfg.n_layers)
-    if s.pp not in pps:
-        raise GpuplanError(
-            f"pp={s.pp} does not divide n_layers={cfg.n_layers}; valid pp: {nearest(s.pp, pps)}"
-        )
+    _check_stages(s, cfg)
     if seq % s.cp:
         cps = [c for c in divisors(seq) if c <= n_gpus]
         raise GpuplanError(f"cp={s.cp} does not divide seq={seq}; valid cp: {nearest(s.cp, cps)}")
@@ -185,6 +277,37 @@ def _check_degrees(s: Strategy, cfg: ModelConfig, n_gpus: int, seq: int) -> None
             f"cp={s.cp} needs attention='flash' (ring attention runs a fused kernel per chunk); "
             f"got attention={s.attention!r}"
         )
+
+
+def _check_stages(s: Strategy, cfg: ModelConfig) -> None:
+    if s.pp > cfg.n_layers:
+        raise GpuplanError(
+            f"pp={s.pp} is more pipeline stages than n_layers={cfg.n_layers} blocks; valid pp: "
+            f"1 to {cfg.n_layers}"
+        )
+    if s.pp_layers is None:
+        if cfg.n_layers % s.pp:
+            pps = valid_pp(cfg, cfg.n_layers)
+            raise GpuplanError(
+                f"pp={s.pp} does not divide n_layers={cfg.n_layers}; valid pp: "
+                f"{nearest(s.pp, pps)}, or give each stage's blocks with --pp-layers "
+                f"(e.g. --pp-layers auto: {','.join(map(str, _auto_or_none(cfg, s.pp)))})"
+            )
+        return
+    total = sum(s.pp_layers)
+    if total != cfg.n_layers:
+        text = ",".join(str(n) for n in s.pp_layers)
+        raise GpuplanError(
+            f"pp_layers={text} sums to {total} blocks but {cfg.name} has n_layers="
+            f"{cfg.n_layers}: the {s.pp} stage counts must add up to {cfg.n_layers}"
+        )
+
+
+def _auto_or_none(cfg: ModelConfig, pp: int) -> tuple[int, ...]:
+    try:
+        return auto_pp_layers(cfg.n_layers, pp)
+    except GpuplanError:
+        return ()
 
 
 def _tp_reason(tp: int, cfg: ModelConfig) -> str:
@@ -238,14 +361,18 @@ def _check_schedule(s: Strategy, cfg: ModelConfig) -> None:
                 f"(got schedule={s.schedule!r})"
             )
         return
-    per_stage = cfg.n_layers // s.pp
     if s.pp == 1:
         raise GpuplanError("schedule='interleaved' needs pp > 1; use '1f1b' with pp=1")
-    if per_stage % s.virtual_stages:
-        vs = [v for v in divisors(per_stage) if v > 1]
+    counts = stage_layer_counts(s, cfg.n_layers)
+    if any(n % s.virtual_stages for n in counts):
+        vs = valid_virtual_stages(counts)
+        where = (
+            f"the {counts[0]} layers of a stage (n_layers={cfg.n_layers}, pp={s.pp})"
+            if s.pp_layers is None
+            else f"every stage's blocks (pp_layers={','.join(map(str, counts))})"
+        )
         raise GpuplanError(
-            f"virtual_stages={s.virtual_stages} does not divide the {per_stage} layers of a stage "
-            f"(n_layers={cfg.n_layers}, pp={s.pp}); valid virtual_stages: "
+            f"virtual_stages={s.virtual_stages} does not divide {where}; valid virtual_stages: "
             f"{nearest(s.virtual_stages, vs) if vs else 'none (use 1f1b)'}"
         )
     if s.micro_batches % s.pp:
