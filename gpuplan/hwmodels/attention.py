@@ -35,24 +35,37 @@ import math
 from gpuplan.hwmodels.efficiency import Efficiency
 from gpuplan.hwmodels.kernel_time import KernelTime
 from gpuplan.hwmodels.power import throttled
+from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.ops import Attention
 
 
 def attention_time(acc, op: Attention, eff: Efficiency) -> KernelTime:
-    """Time of one fused attention kernel (or ``op.count`` of them)."""
-    dtype = op.dtype if acc.supports(op.dtype) else "bf16"
+    """Time of one fused attention kernel (or ``op.count`` of them), as the kernel the
+    efficiency names runs it: ``attention_kernel`` for a one-query decode,
+    ``prefill_attention_kernel`` for the rest."""
+    decode = op.seq_q < eff.attn_tile_q and op.pass_ == "fwd"
+    kernel = eff.attention_kernel if decode else eff.prefill_attention_kernel
+    if kernel == "math":
+        return math_attention_time(acc, op, eff)
     memory_s = op.bytes / (acc.hbm_bytes_per_s * eff.hbm_fraction)
     fixed_s = (eff.kernel_overhead_s + eff.attn_fixed_s) * op.count
-    if op.seq_q < eff.attn_tile_q and op.pass_ == "fwd":
-        if eff.attention_kernel == "cudnn":
-            fraction = eff.attn_decode_cudnn_hbm_fraction
-        elif decode_splits_keys(acc, op):
-            fraction = eff.attn_decode_hbm_fraction
-        else:
-            fraction = eff.attn_decode_nosplit_hbm_fraction
-        decode_s = op.bytes / (acc.hbm_bytes_per_s * fraction)
+    if decode:
+        decode_s = op.bytes / (acc.hbm_bytes_per_s * decode_hbm_fraction(acc, op, eff, kernel))
         return KernelTime(0.0, max(memory_s, decode_s), fixed_s)
     fraction = eff.attn_bwd_fraction if op.pass_ == "bwd" else eff.attn_fwd_fraction
+    if kernel != "flash2":
+        fraction *= eff.attn_kernel_rate[f"{kernel}_{'bwd' if op.pass_ == 'bwd' else 'fwd'}"]
+    compute_s = _flash_work(acc, op, eff) / (acc.peak(_dtype(acc, op)) * fraction)
+    compute_s = throttled(compute_s, eff, _dtype(acc, op))
+    return KernelTime(compute_s, memory_s, fixed_s)
+
+
+def _dtype(acc, op: Attention) -> str:
+    return op.dtype if acc.supports(op.dtype) else "bf16"
+
+
+def _flash_work(acc, op: Attention, eff: Efficiency) -> float:
+    """The kernel's FLOPs with its waves, per-block fixed work and softmax (module docstring)."""
     blocks = op.batch * op.heads_q * math.ceil(op.seq_q / eff.attn_tile_q)
     n_sms = acc.n_sms or 1
     wave_factor = math.ceil(blocks / n_sms) * n_sms / blocks  # >= 1: idle SMs in the last wave
@@ -61,16 +74,40 @@ def attention_time(acc, op: Attention, eff: Efficiency) -> KernelTime:
     block_factor = (keys + kv_overhead) / keys  # fixed work per block, in keys
     d = (op.head_dim + op.v_head_dim) / 2
     softmax_factor = (d + eff.attn_softmax_head_dim) / d  # exp per score, whatever d is
-    work = op.flops * wave_factor * block_factor * softmax_factor
-    compute_s = work / (acc.peak(dtype) * fraction)
-    compute_s = throttled(compute_s, eff, dtype)
+    return op.flops * wave_factor * block_factor * softmax_factor
+
+
+def decode_hbm_fraction(acc, op: Attention, eff: Efficiency, kernel: str) -> float:
+    """Of HBM bandwidth, the KV-cache stream of a decode on ``kernel``."""
+    if kernel == "cudnn":
+        return eff.attn_decode_cudnn_hbm_fraction
+    if kernel == "flash2":
+        if decode_splits_keys(acc, op):
+            return eff.attn_decode_hbm_fraction
+        return eff.attn_decode_nosplit_hbm_fraction
+    return eff.attn_kernel_rate[f"{kernel}_decode"]
+
+
+def math_attention_time(acc, op: Attention, eff: Efficiency) -> KernelTime:
+    """SDPA's math backend: QK^T and PV as batched GEMMs and a softmax over the materialized
+    scores (every score written and read back, in the op's dtype), no causal skipping; the
+    backward runs twice the GEMMs and twice the score traffic (dS from dP and P)."""
+    rows = op.batch * op.heads_q * op.seq_q
+    gemm_flops = 2 * rows * op.seq_kv * (op.head_dim + op.v_head_dim)
+    score_bytes = rows * op.seq_kv * dtype_bytes(op.dtype) * 4  # write S, read S, write P, read P
+    times = 2 if op.pass_ == "bwd" else 1
+    rate = acc.peak(_dtype(acc, op)) * eff.gemm_fraction(_dtype(acc, op))
+    compute_s = throttled(times * gemm_flops * op.count / rate, eff, _dtype(acc, op))
+    traffic = op.bytes + times * score_bytes * op.count
+    memory_s = traffic / (acc.hbm_bytes_per_s * eff.hbm_fraction)
+    fixed_s = (4 * eff.kernel_overhead_s + eff.attn_fixed_s) * op.count * times
     return KernelTime(compute_s, memory_s, fixed_s)
 
 
 # FlashAttention-2 flash_api.cpp: num_splits_heuristic(blocks, 2 * SMs, ...) returns one split
 # once blocks >= 0.8 x its SM argument. Checked on an H200 (132 SMs) with the kernel names in
 # validate/data/decode_probe_h200/kernels.json: 128 blocks split, 256 do not.
-ATTENTION_KERNELS = ("flash2", "cudnn")  # Efficiency.attention_kernel
+ATTENTION_KERNELS = ("flash2", "flash3", "cudnn", "efficient", "math", "flashinfer")
 SPLIT_FILL = 0.8
 BLOCKS_PER_SM = 2
 

@@ -83,6 +83,14 @@ class Efficiency:
     # the KV cache at its own fraction of HBM bandwidth (attn_decode_cudnn_hbm_fraction), with no
     # key split to choose.
     attention_kernel: str = "flash2"
+    # The kernel of the other attention calls (prefill and training forward/backward): chosen by
+    # the stack (``sim.stacks``), like ``attention_kernel`` for one-query decode.
+    prefill_attention_kernel: str = "flash2"
+    # Rates of the kernels other than FlashAttention-2 (hwmodels.attention.KERNEL_RATE_KEYS):
+    # ``<kernel>_fwd`` / ``<kernel>_bwd`` multiply FlashAttention-2's fitted rate, ``<kernel>_decode``
+    # is a fraction of HBM bandwidth. Priors from published kernel benchmarks (sources in
+    # efficiency_prior.json) until a device's own measurements are fitted.
+    attn_kernel_rate: dict[str, float] = field(default_factory=dict)
 
     def gemm_fraction(self, dtype: str, *, aligned: bool = True) -> float:
         table = self.gemm_peak_fraction if aligned else self.gemm_unaligned_fraction

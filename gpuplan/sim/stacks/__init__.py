@@ -1,0 +1,193 @@
+"""The stack: the software that runs the work, the fourth input beside model, hardware, strategy.
+
+A ``Stack`` names what a framework really does where the choice changes the price: which fused
+attention kernel runs in each phase, how MoE experts run, whether elementwise ops run as eager
+ATen kernels, fused or compiled, what the host costs per torch call and per Python module and
+how fast that host is, which KV cache a decode uses, which optimizer implementation runs, and
+how a measurement of it is timed. Presets are documented in their own modules with where each
+choice comes from (``pytorch``: plain PyTorch, Hugging Face transformers, torch.compile and the
+project's measurement harness); ``get_stack`` returns one, ``list_stacks`` lists them.
+
+The stack never holds a fitted number of the hardware: those stay in ``hwmodels.Efficiency``.
+It holds choices and the few host-side factors a framework adds on top (named, with their
+source or marked as an unmeasured prior in ``notes``). ``stack_efficiency`` turns a stack and
+a device's ``Efficiency`` into the efficiency its kernels are priced with.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from gpuplan.errors import GpuplanError, check_choice, unknown_key
+
+ATTENTION_KERNELS = ("flash2", "flash3", "cudnn", "efficient", "math", "flashinfer")
+SDPA_DEFAULT = "sdpa-default"  # PyTorch's own dispatch: resolved per device (``sdpa_default``)
+ELEMENTWISE_IMPLS = ("eager", "fused", "compiled")
+HOST_MODES = ("eager", "cuda_graph", "compiled")
+KV_CACHES = ("dynamic", "static", "paged")
+MOE_IMPLS = ("grouped_gemm", "expert_loop")
+OPTIMIZERS = ("foreach", "fused")
+TIMINGS = ("isolated", "device")
+MIXED_PRECISION = ("autocast", "bf16-params")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttentionChoice:
+    """The fused-attention kernel of each phase (a name of ``ATTENTION_KERNELS`` or
+    ``sdpa-default``): a prefill forward, a training forward+backward, a one-query decode."""
+
+    prefill: str
+    train: str
+    decode: str
+
+    def __post_init__(self) -> None:
+        for phase in ("prefill", "train", "decode"):
+            check_choice(f"attention.{phase}", getattr(self, phase),
+                         (*ATTENTION_KERNELS, SDPA_DEFAULT))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostModel:
+    """What the CPU costs: per torch call (a factor on the fitted eager issue time), per Python
+    module call of a framework's model code, and the host's speed against the reference host
+    (a factor on every host cost: 2.0 is a CPU twice as slow; measured by
+    ``python3 -m gpuplan.validate.harness.host_probe`` on the user's machine)."""
+
+    mode: str = "eager"  # eager: every op issued from Python; cuda_graph: one replay per step
+    call_factor: float = 1.0
+    module_call_s: float = 0.0  # CPU time of one nn.Module.__call__ beyond its ops
+    speed_factor: float = 1.0
+
+    def __post_init__(self) -> None:
+        check_choice("host.mode", self.mode, HOST_MODES)
+        for name in ("call_factor", "speed_factor"):
+            value = getattr(self, name)
+            if not (value > 0 and value < float("inf")):
+                raise GpuplanError(f"host.{name}={value!r} is invalid: it must be a finite "
+                                   "number greater than zero")
+        if not (0 <= self.module_call_s < 1):
+            raise GpuplanError(f"host.module_call_s={self.module_call_s!r} is invalid: it must "
+                               "be in [0, 1) seconds")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stack:
+    """One named software stack: its choices, and where they come from (``sources``)."""
+
+    name: str
+    title: str
+    attention: AttentionChoice
+    elementwise: str = "eager"  # eager ATen kernels, hand-fused, or torch.compile's Triton
+    moe: str = "grouped_gemm"
+    host: HostModel = HostModel()
+    kv_cache: str = "static"  # of a decode: dynamic (torch.cat per step), static, paged
+    optimizer: str = "fused"  # AdamW: foreach (temporaries of every parameter) or fused
+    mixed_precision: str = "autocast"  # autocast over fp32 weights, or bf16 weights + fp32 master
+    logits: str = "all"  # a prefill's LM head over every token (``all``) or the last (``last``)
+    timing: str = "isolated"  # how its measurements are taken (ARCHITECTURE.md record contract)
+    l2_flush: bool = False  # its timed calls follow an L2 flush (a harness convention)
+    cuda_graph_decode: bool = False  # decode replayed from a CUDA graph by default
+    overlap_tp: bool = False  # training: TP collectives hidden behind GEMMs
+    overlap_dp: bool = True  # training: gradient reduction hidden behind the backward
+    overlap_pp: bool = False  # training: pipeline sends hidden behind compute
+    sources: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_choice("elementwise", self.elementwise, ELEMENTWISE_IMPLS)
+        check_choice("moe", self.moe, MOE_IMPLS)
+        check_choice("kv_cache", self.kv_cache, KV_CACHES)
+        check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        check_choice("mixed_precision", self.mixed_precision, MIXED_PRECISION)
+        check_choice("logits", self.logits, ("all", "last"))
+        check_choice("timing", self.timing, TIMINGS)
+
+    @property
+    def measured(self) -> bool:
+        """Whether committed measurements of this stack's own runs back its choices."""
+        return self.name == "harness"
+
+    def describe(self, acc=None) -> str:
+        """One line for a printout: the stack and, on a device, the kernels it resolves to."""
+        what = f"stack {self.name}"
+        if acc is not None:
+            k = resolved_attention(self, acc)
+            what += (f" (attention prefill {k.prefill}, train {k.train}, decode {k.decode}; "
+                     f"elementwise {self.elementwise}; host {self.host.mode})")
+        return what
+
+
+_REGISTRY: dict[str, Stack] = {}
+
+
+def register(*stacks: Stack) -> None:
+    """Add presets to the registry (each preset module calls this once, on import)."""
+    for stack in stacks:
+        _REGISTRY[stack.name] = stack
+
+
+def _load() -> dict[str, Stack]:
+    if not _REGISTRY:
+        from gpuplan.sim.stacks import pytorch  # noqa: F401 - registers its presets
+        for extra in ("training", "serving"):  # production stacks, where present
+            try:
+                __import__(f"gpuplan.sim.stacks.{extra}")
+            except ModuleNotFoundError as err:
+                if err.name != f"gpuplan.sim.stacks.{extra}":
+                    raise
+    return _REGISTRY
+
+
+def list_stacks() -> list[Stack]:
+    return sorted(_load().values(), key=lambda s: s.name)
+
+
+def get_stack(name: str | Stack) -> Stack:
+    """The preset called ``name`` (a ``Stack`` is returned as it is)."""
+    if isinstance(name, Stack):
+        return name
+    if not isinstance(name, str) or not name:
+        raise GpuplanError(f"stack={name!r} is invalid: choose one of {', '.join(_load())}")
+    stacks = _load()
+    if name not in stacks:
+        raise unknown_key("stack", name, stacks)
+    return stacks[name]
+
+
+def with_overrides(stack: Stack, *, attention_kernel: str | None = None,
+                   kv_cache: str | None = None, host_speed: float | None = None) -> Stack:
+    """The stack with a kernel forced in every phase, another KV cache or another host speed."""
+    changes = {}
+    if attention_kernel is not None:
+        check_choice("attention_kernel", attention_kernel, ATTENTION_KERNELS)
+        changes["attention"] = AttentionChoice(
+            prefill=attention_kernel, train=attention_kernel, decode=attention_kernel
+        )
+    if kv_cache is not None:
+        check_choice("kv_cache", kv_cache, KV_CACHES)
+        changes["kv_cache"] = kv_cache
+    if host_speed is not None:
+        changes["host"] = dataclasses.replace(stack.host, speed_factor=host_speed)
+    return dataclasses.replace(stack, **changes) if changes else stack
+
+
+from gpuplan.sim.stacks.kernels import (  # noqa: E402 - after the types they use
+    kernel_devices,
+    resolved_attention,
+    stack_efficiency,
+)
+
+__all__ = [
+    "ATTENTION_KERNELS",
+    "AttentionChoice",
+    "HostModel",
+    "Stack",
+    "get_stack",
+    "kernel_devices",
+    "list_stacks",
+    "register",
+    "resolved_attention",
+    "stack_efficiency",
+    "with_overrides",
+]

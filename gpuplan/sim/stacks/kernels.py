@@ -1,0 +1,107 @@
+"""Which attention kernels a device can run, what PyTorch's default dispatch picks there, and
+the efficiency a stack's kernels are priced with.
+
+Architectures (NVIDIA "CUDA GPUs - Compute Capability" table; AMD ROCm "GPU hardware
+specifications" for gfx942): H100/H200 sm_90, A100 sm_80, L40S/L4 sm_89, Jetson AGX Orin sm_87,
+B200/GB200 sm_100; MI300X/MI325X gfx942. Kernel support:
+
+- ``flash2``: FlashAttention-2 needs Ampere, Ada or Hopper (Dao-AILab/flash-attention README,
+  "Installation and features"), and has a ROCm build for MI200/MI300 (the same README, "AMD ROCm
+  Support"); PyTorch's SDPA FLASH_ATTENTION backend is that kernel.
+- ``flash3``: FlashAttention-3 is for Hopper (README of its ``hopper/`` folder: "H100 / H800").
+- ``cudnn``: cuDNN's fused flash attention (cuDNN frontend docs, "Scaled Dot Product
+  Attention": compute capability 8.0 and newer); NVIDIA only.
+- ``efficient``: the memory-efficient (xformers/cutlass) kernel runs on any CUDA GPU from sm_50
+  (PyTorch ``sdp_utils.cpp``, ``check_mem_efficient_hardware_support``) and on ROCm (AOTriton).
+- ``math``: plain ATen ops, anywhere PyTorch runs.
+- ``flashinfer``: FlashInfer's paged kernels need sm_75 or newer (FlashInfer docs, installation).
+
+PyTorch's default SDPA dispatch (``sdpa-default``): PyTorch 2.5 made cuDNN attention the first
+choice on Hopper and newer ("cuDNN backend for SDPA ... enabled by default for H100 or newer",
+PyTorch 2.5 release notes); observed on an H200 for bf16 prefill forward, backward and
+one-query decode (shared/reference/stacks.md). On Ampere and Ada the order starts with flash
+(``sdp_utils.cpp``, ``priority_order``); elsewhere the memory-efficient kernel, then math.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gpuplan.errors import GpuplanError
+
+ARCH = {
+    "h200": "sm_90",
+    "h100-sxm": "sm_90",
+    "h100-pcie": "sm_90",
+    "a100-sxm-80gb": "sm_80",
+    "b200": "sm_100",
+    "gb200": "sm_100",
+    "l40s": "sm_89",
+    "l4": "sm_89",
+    "jetson-agx-orin-64gb": "sm_87",
+    "mi300x": "gfx942",
+    "mi325x": "gfx942",
+}
+_NVIDIA_SM80_UP = {"sm_80", "sm_87", "sm_89", "sm_90", "sm_100"}
+KERNEL_ARCHS = {
+    "flash2": {"sm_80", "sm_87", "sm_89", "sm_90", "gfx942"},
+    "flash3": {"sm_90"},
+    "cudnn": _NVIDIA_SM80_UP,
+    "efficient": _NVIDIA_SM80_UP | {"gfx942"},
+    "flashinfer": _NVIDIA_SM80_UP,
+    "math": None,  # anywhere
+}
+
+
+def kernel_devices(kernel: str) -> list[str]:
+    """Catalogue keys of the devices that can run ``kernel``."""
+    archs = KERNEL_ARCHS[kernel]
+    return sorted(k for k, a in ARCH.items() if archs is None or a in archs)
+
+
+def check_kernel(kernel: str, acc, *, field: str = "attention_kernel") -> None:
+    """A GpuplanError unless ``acc`` can run ``kernel``, listing what it can run."""
+    archs = KERNEL_ARCHS[kernel]
+    arch = ARCH.get(acc.key)
+    if archs is None or arch in archs:
+        return
+    runs = [k for k, a in KERNEL_ARCHS.items() if a is None or arch in a]
+    raise GpuplanError(
+        f"{field}={kernel!r} cannot run on {acc.key} ({arch or 'no CUDA/ROCm architecture'}); "
+        f"it runs: {', '.join(runs)}"
+    )
+
+
+def sdpa_default(acc, phase: str) -> str:
+    """The kernel PyTorch's SDPA dispatch picks on ``acc`` for a bf16 ``phase`` (docstring)."""
+    arch = ARCH.get(acc.key)
+    if arch in ("sm_90", "sm_100"):
+        return "cudnn"
+    if arch in ("sm_80", "sm_87", "sm_89", "gfx942"):
+        return "flash2"
+    return "math"
+
+
+def resolved_attention(stack, acc):
+    """The stack's attention choice with ``sdpa-default`` resolved on ``acc``, each checked."""
+    from gpuplan.sim.stacks import SDPA_DEFAULT
+
+    choice = stack.attention
+    out = {}
+    for phase in ("prefill", "train", "decode"):
+        kernel = getattr(choice, phase)
+        if kernel == SDPA_DEFAULT:
+            kernel = sdpa_default(acc, phase)
+        check_kernel(kernel, acc, field=f"stack {stack.name}: attention.{phase}")
+        out[phase] = kernel
+    return dataclasses.replace(choice, **out)
+
+
+def stack_efficiency(stack, eff, acc, *, phase: str):
+    """``eff`` with the stack's attention kernels for ``phase`` (``prefill``, ``train`` or
+    ``decode``: decode-shaped calls take the decode kernel, the rest the phase's)."""
+    kernels = resolved_attention(stack, acc)
+    other = kernels.train if phase == "train" else kernels.prefill
+    return dataclasses.replace(
+        eff, attention_kernel=kernels.decode, prefill_attention_kernel=other
+    )

@@ -1,0 +1,98 @@
+"""Presets of the stacks users run on one GPU: plain PyTorch, Hugging Face transformers,
+torch.compile, and the project's own measurement harness.
+
+Where each choice comes from:
+
+``pytorch`` - PyTorch 2.x as a script runs it: ``F.scaled_dot_product_attention`` with no backend
+named (``sdpa-default``: cuDNN on Hopper, flash on Ampere/Ada; ``stacks.kernels``), eager ATen
+elementwise kernels, every op issued from Python, a preallocated (static) KV cache as
+gpt-fast-style decode loops keep it, ``torch.optim.AdamW`` with its default implementation on
+CUDA, which is ``foreach`` (torch.optim docs, "Algorithms": "we default to foreach ... when on
+CUDA"; ``fused`` is opt-in), bf16 autocast over fp32 weights, timed in isolation (CUDA events
+around one call after a synchronize; no L2 flush).
+
+``hf-transformers`` - the library's eager models built with ``AutoModelForCausalLM``:
+``config._attn_implementation == "sdpa"`` (so the same dispatch), MoE experts through
+``grouped_mm`` (``experts_implementation``), decode with ``DynamicCache`` unless a cache is given,
+which concatenates each layer's K/V every step, logits over every position unless
+``logits_to_keep`` is passed (shared/reference/stacks.md, transformers 5.17); the Trainer's
+``bf16=True`` is autocast over fp32 weights. Its Python modules cost the CPU on top of their ops:
+``module_call_s`` per ``nn.Module`` call is an unmeasured prior (PyTorch's ``Module.__call__``
+with hooks, kwargs and HF's output dataclasses; a few microseconds on a fast host), to be fitted
+on the whole-model campaign.
+
+``torch-compile`` - ``torch.compile(model)``: Inductor fuses elementwise ops into Triton kernels
+(``sim.compilation``), keeps SDPA calls (same dispatch), and its generated wrapper still launches
+each kernel from Python, cheaper per kernel than eager dispatch (``call_factor``, an unmeasured
+prior); ``mode="reduce-overhead"`` replays decode from CUDA graphs (shared/reference/stacks.md).
+
+``harness`` - exactly what ``validate/harness`` forces: FlashAttention-2 for every SDPA call
+(``sdpa_kernel(SDPBackend.FLASH_ATTENTION)``), its own Llama-style layer code in eager ATen ops,
+fused AdamW on CUDA (``harness/train_step.py``), a preallocated cache, and each timed call after an
+L2 flush (``harness/timing.py``): its committed records score under this stack.
+"""
+
+from __future__ import annotations
+
+from gpuplan.sim.stacks import SDPA_DEFAULT, AttentionChoice, HostModel, Stack, register
+
+_DEFAULT = AttentionChoice(prefill=SDPA_DEFAULT, train=SDPA_DEFAULT, decode=SDPA_DEFAULT)
+
+PYTORCH = Stack(
+    name="pytorch",
+    title="plain PyTorch 2.x, eager, SDPA default dispatch",
+    attention=_DEFAULT,
+    elementwise="eager",
+    host=HostModel(mode="eager"),
+    kv_cache="static",
+    optimizer="foreach",
+    sources=(
+        "PyTorch 2.5 release notes (cuDNN SDPA default on H100 and newer)",
+        "PyTorch aten/src/ATen/native/transformers/cuda/sdp_utils.cpp (priority order)",
+        "torch.optim documentation, 'Algorithms' (foreach default on CUDA)",
+    ),
+)
+
+HF_TRANSFORMERS = Stack(
+    name="hf-transformers",
+    title="Hugging Face transformers eager models (SDPA, DynamicCache, grouped_mm experts)",
+    attention=_DEFAULT,
+    elementwise="eager",
+    moe="grouped_gemm",
+    host=HostModel(mode="eager", module_call_s=8e-6),
+    kv_cache="dynamic",
+    optimizer="foreach",
+    logits="all",
+    sources=(
+        "shared/reference/stacks.md (transformers 5.17 on an H200)",
+        "transformers DynamicCache.update: torch.cat of each layer's keys and values",
+    ),
+    notes=("module_call_s=8 us is an unmeasured prior",),
+)
+
+TORCH_COMPILE = Stack(
+    name="torch-compile",
+    title="torch.compile (Inductor): fused elementwise, CUDA-graph decode (reduce-overhead)",
+    attention=_DEFAULT,
+    elementwise="compiled",
+    host=HostModel(mode="compiled", call_factor=0.3),
+    kv_cache="static",
+    optimizer="fused",
+    cuda_graph_decode=True,
+    sources=("shared/reference/stacks.md (reduce-overhead captures CUDA graphs)",),
+    notes=("call_factor=0.3 (Inductor wrapper launch vs eager dispatch) is an unmeasured prior",),
+)
+
+HARNESS = Stack(
+    name="harness",
+    title="the measurement harness: FlashAttention-2 forced, eager layer code, L2 flush",
+    attention=AttentionChoice(prefill="flash2", train="flash2", decode="flash2"),
+    elementwise="eager",
+    host=HostModel(mode="eager"),
+    kv_cache="static",
+    optimizer="fused",
+    l2_flush=True,
+    sources=("gpuplan/validate/harness (timing.py, model.py, train_step.py)",),
+)
+
+register(PYTORCH, HF_TRANSFORMERS, TORCH_COMPILE, HARNESS)
