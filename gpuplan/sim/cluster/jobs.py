@@ -9,6 +9,9 @@ Files: one job per row (CSV) or line (JSON Lines) with the keys of ``JobSpec`` (
 dict in JSON; in CSV the strategy's fields ``tp``, ``pp``, ``cp``, ``ep``, ``micro_batch``,
 ``global_batch``, ``schedule``, ``zero`` as columns). The Helios trace schema (Hu et al. SC'21:
 ``job_id``, ``submit_time``, ``gpu_num``, ``duration``) is read as well; CPU-only rows are skipped.
+Every row is checked against the schema's ``job`` (``scenario.schema.json``): a value of the
+wrong type or out of range, or an unknown column, is an error naming the file, the line and the
+key, never a row dropped or a value truncated; the Helios trace's other columns are ignored.
 
 Generated traces (``generate_trace``): Poisson arrivals at the rate that offers ``load`` times the
 cluster's GPU-hours; sizes and log-normal run times from ``data/job_mix.yaml`` (shaped after
@@ -28,11 +31,15 @@ import numpy as np
 import yaml
 
 from gpuplan.errors import GpuplanError
+from gpuplan.sim.cluster.schema import check, definition, from_text
 from gpuplan.sim.parallel.strategy import Strategy
 
 STRATEGY_KEYS = ("tp", "pp", "cp", "ep", "micro_batch", "global_batch", "schedule",
                  "virtual_stages", "zero", "sp", "recompute")  # fmt: skip
 ALIASES = {"job_id": "id", "submit_time": "arrival_s", "gpu_num": "gpus", "duration": "duration_s"}
+# The Helios trace's other columns (Hu et al. SC'21, HeliosData cluster_log.csv): read, not used
+IGNORED_COLUMNS = ("user", "vc", "jobname", "cpu_num", "node_num", "state", "start_time",
+                   "end_time", "queue")  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,15 +107,29 @@ def make_strategy(gpus: int, fields: dict) -> Strategy:
     return Strategy(tp=tp, pp=pp, cp=cp, dp=dp, **rest)
 
 
-def job_from_dict(raw: dict, k: int = 0) -> JobSpec:
-    """A ``JobSpec`` from one record (a CSV row or JSON line), aliases and strategy fields read."""
-    raw = {ALIASES.get(key, key): value for key, value in raw.items() if value not in ("", None)}
-    gpus = int(float(raw["gpus"])) if "gpus" in raw else 0
-    fields = raw.get("strategy") or {k2: raw[k2] for k2 in STRATEGY_KEYS if k2 in raw}
-    strategy = make_strategy(gpus, _numbers(fields)) if raw.get("model") and gpus else None
+def job_from_dict(raw: dict, k: int = 0, *, where: str | None = None,
+                  row: bool = False) -> JobSpec:  # fmt: skip
+    """A ``JobSpec`` from one record, every value checked against the schema's ``job``. A trace
+    ``row`` (a CSV row or JSON line) may use the Helios names and give the strategy's fields as
+    columns; a CSV row's cells are text, read as the type the schema gives each key."""
+    where = where or f"jobs[{k}]"
+    if not isinstance(raw, dict):
+        raise GpuplanError(f"{where}: a job is a mapping of keys (gpus, steps ...), not "
+                           f"{type(raw).__name__}")  # fmt: skip
+    if row:
+        raw = _trace_row(raw)
+    check(raw, definition("job"), where)
+    fields = dict(raw.get("strategy") or {})
+    gpus = int(raw["gpus"])
+    strategy = None
+    if raw.get("model") or fields:
+        try:
+            strategy = make_strategy(gpus, fields)
+        except GpuplanError as err:
+            raise GpuplanError(f"{where}: {err}") from None
 
     def num(key, cast=float):
-        return cast(float(raw[key])) if key in raw else None
+        return cast(raw[key]) if key in raw else None
 
     return JobSpec(
         id=str(raw.get("id", k)), arrival_s=float(raw.get("arrival_s", 0.0)), gpus=gpus,
@@ -119,36 +140,99 @@ def job_from_dict(raw: dict, k: int = 0) -> JobSpec:
     )  # fmt: skip
 
 
-def _numbers(fields: dict) -> dict:
+def _trace_row(raw: dict) -> dict:
+    """A trace row as a job record: Helios names, empty cells left out, strategy columns
+    gathered, text cells read as the schema's types."""
     out = {}
-    for k, v in fields.items():
-        if isinstance(v, str) and v.replace(".", "", 1).isdigit():
-            v = int(float(v))
-        elif isinstance(v, str) and v.lower() in ("true", "false"):
-            v = v.lower() == "true"
-        out[k] = v
+    for key, value in raw.items():
+        key = ALIASES.get(key, key)
+        if value is None or value == "" or key in IGNORED_COLUMNS:
+            continue
+        out[key] = value
+    columns = {k: out.pop(k) for k in STRATEGY_KEYS if k in out}
+    if columns and "strategy" not in out:
+        out["strategy"] = columns
+    elif columns:
+        out.update(columns)  # both: the schema names the columns as unknown job keys
+    job, strat = definition("job")["properties"], definition("strategy")["properties"]
+    for key, value in list(out.items()):
+        if isinstance(value, str) and key in job and key not in ("id", "model"):
+            out[key] = from_text(value.strip(), job[key])
+    if isinstance(out.get("strategy"), dict):
+        out["strategy"] = {
+            k: from_text(v.strip(), strat[k]) if isinstance(v, str) and k in strat else v
+            for k, v in out["strategy"].items()
+        }
     return out
 
 
 def load_trace(path: str | Path) -> list[JobSpec]:
-    """Jobs from a CSV or JSON Lines file, in arrival order (times relative to the first)."""
+    """Jobs from a CSV or JSON Lines file, in arrival order (times relative to the first). Rows
+    with no GPUs (a Helios trace's CPU jobs) are skipped; any other bad row is an error naming
+    its line."""
     path = Path(path)
-    if path.suffix in (".jsonl", ".json"):
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    else:
-        import pandas as pd
-
-        frame = pd.read_csv(path)
-        if "submit_time" in frame and not pd.api.types.is_numeric_dtype(frame["submit_time"]):
-            t = pd.to_datetime(frame["submit_time"])
-            frame["submit_time"] = (t - t.min()).dt.total_seconds()
-        rows = frame.to_dict("records")
-    rows = [r for r in rows if float(r.get("gpus", r.get("gpu_num", 1)) or 0) > 0]
-    jobs = [job_from_dict(r, k) for k, r in enumerate(rows)]
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise GpuplanError(f"{path}: not UTF-8 text (byte {err.start}): is it a trace?") from None
+    except OSError as err:
+        raise GpuplanError(f"{path}: cannot read the trace ({err.strerror or err})") from None
+    rows = _json_rows(path, text) if path.suffix in (".jsonl", ".json") else _csv_rows(path, text)
+    jobs = []
+    for line, raw in rows:
+        if isinstance(raw, dict) and _no_gpus(raw):
+            continue
+        jobs.append(job_from_dict(raw, len(jobs), where=f"{path} line {line}", row=True))
     if not jobs:
         raise GpuplanError(f"{path}: no GPU jobs in the trace")
     t0 = min(j.arrival_s for j in jobs)
     return sorted((_shift(j, t0) for j in jobs), key=lambda j: (j.arrival_s, j.id))
+
+
+def _no_gpus(raw: dict) -> bool:
+    """A CPU-only row: gpus (or gpu_num) is zero."""
+    value = raw.get("gpus", raw.get("gpu_num"))
+    if isinstance(value, str):
+        return value.strip() in ("0", "0.0")
+    return not isinstance(value, bool) and isinstance(value, int | float) and value == 0
+
+
+def _json_rows(path: Path, text: str) -> list[tuple[int, object]]:
+    rows = []
+    for k, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append((k, json.loads(line)))
+        except json.JSONDecodeError as err:
+            raise GpuplanError(f"{path} line {k}: not valid JSON ({err.msg}, column "
+                               f"{err.colno})") from None  # fmt: skip
+    return rows
+
+
+def _csv_rows(path: Path, text: str) -> list[tuple[int, dict]]:
+    """(line, row) of a CSV file, every cell as text; Helios' date-time submit times become
+    seconds."""
+    import io
+
+    import pandas as pd
+
+    try:
+        frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as err:
+        first = " ".join(str(err).split())
+        raise GpuplanError(f"{path}: not a valid CSV trace ({first})") from None
+    if "submit_time" in frame and len(frame):
+        times = pd.to_numeric(frame["submit_time"], errors="coerce")
+        if times.isna().any():
+            try:
+                t = pd.to_datetime(frame["submit_time"])
+            except (ValueError, TypeError):
+                bad = frame["submit_time"][times.isna()].iloc[0]
+                raise GpuplanError(f"{path}: submit_time={bad!r} is invalid: it must be "
+                                   "seconds or a date and time") from None  # fmt: skip
+            frame["submit_time"] = (t - t.min()).dt.total_seconds().map(repr)
+    return [(k + 2, row) for k, row in enumerate(frame.to_dict("records"))]  # line 1: header
 
 
 def _shift(job: JobSpec, t0: float) -> JobSpec:

@@ -19,6 +19,10 @@ Top-level keys (each section optional unless noted):
     variants:   a list of {name, <any section above, merged into the base>}
     expect:     published figures to print beside the simulated ones (free-form numbers)
 
+Every value is checked against ``scenario.schema.json`` (``schema``) when the file is read — its
+type, its range, unknown keys — and ``docs/scenario.md`` describes every key with its unit,
+default and range; ``check_scenario`` lists every problem of a file (``gpuplan cluster --check``).
+
 ``run_scenario`` runs the base and every variant with the same seed (the file's, or the one
 given), so variants differ only by what they change. A seed other than the file's also shifts a
 generated trace's seed by as much: another seed is another draw of the whole scenario.
@@ -27,17 +31,17 @@ generated trace's seed by as much: another seed is another draw of the whole sce
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
-
-import yaml
 
 from gpuplan.errors import GpuplanError, unknown_key
 from gpuplan.sim.cluster.checkpoint import CheckpointConfig
 from gpuplan.sim.cluster.config import ClusterConfig
 from gpuplan.sim.cluster.failures import load_causes
 from gpuplan.sim.cluster.jobs import generate_trace, job_from_dict, load_trace
+from gpuplan.sim.cluster.schema import check, definition, load_yaml, problems
 from gpuplan.sim.parallel.topology import get_cluster
 
 TOP_KEYS = ("name", "description", "seed", "horizon_days", "cluster", "scheduler", "failures",
@@ -59,6 +63,12 @@ SECTION_KEYS = {
     "trace": ("file", "generate"),
 }
 DAY_S = 86400.0
+# Failures a run may draw: the engine plays about 7,000 a second (llama3-405b at 100x the rates:
+# 21,368 failures in 3.1 s on one core), so this many take some 15 s; a failure-rate scale of 1e9
+# is refused at once instead of running for days. A run without a horizon draws a month at a time.
+MAX_FAILURES = 100_000
+FAILURE_CHUNK_S = 30 * DAY_S  # as engine.CHUNK_S
+SEED_END = 2**63  # seeds are 0 ... 2**63 - 1 (a shifted trace seed wraps around)
 
 
 def builtin_scenarios() -> dict[str, Path]:
@@ -73,6 +83,8 @@ def builtin_scenarios() -> dict[str, Path]:
 
 def scenario_path(name_or_path: str | Path) -> Path:
     """A built-in scenario's file, or the path given."""
+    if not str(name_or_path).strip():
+        raise GpuplanError("scenario='' is invalid: give a YAML file or a built-in name")
     path = Path(name_or_path)
     if path.exists():
         return path
@@ -84,30 +96,43 @@ def scenario_path(name_or_path: str | Path) -> Path:
 
 
 def load_scenario(name_or_path) -> tuple[dict, Path]:
-    """The scenario document, checked for unknown keys, and its file."""
+    """The scenario document, every value checked against the schema, and its file."""
     path = scenario_path(name_or_path)
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise GpuplanError(f"{path}: not valid YAML: {err}") from None
+    doc = load_yaml(path)
     if not isinstance(doc, dict):
-        raise GpuplanError(f"{path}: a scenario is a mapping of sections")
-    _check_keys(doc, str(path))
-    for k, variant in enumerate(doc.get("variants") or []):
-        _check_keys(variant, f"{path} variant {k + 1}", variant=True)
+        raise GpuplanError(f"{path}: a scenario is a mapping of sections (cluster, jobs ...), "
+                           f"not {type(doc).__name__}")  # fmt: skip
+    for problem in problems(doc):
+        raise GpuplanError(f"{path}: {problem}")
     return doc, path
 
 
-def _check_keys(doc: dict, where: str, *, variant: bool = False) -> None:
-    for key, value in doc.items():
-        if key not in TOP_KEYS:
-            raise unknown_key(f"{where}: section", key, TOP_KEYS)
-        if key in SECTION_KEYS and isinstance(value, dict):
-            for sub in value:
-                if sub not in SECTION_KEYS[key]:
-                    raise unknown_key(f"{where}: {key} key", sub, SECTION_KEYS[key])
-    if not variant and "cluster" not in doc:
-        raise GpuplanError(f"{where}: needs a cluster section (preset and nodes)")
+def check_scenario(name_or_path) -> list[str]:
+    """Every problem of a scenario file, one line each (empty: it is valid). Schema problems are
+    all listed; a file that meets the schema is then built, run by run, without simulating, and
+    the first problem found there (an unknown model, a trace file missing) is listed."""
+    path = scenario_path(name_or_path)
+    doc = load_yaml(path)
+    if not isinstance(doc, dict):
+        return [f"{path}: a scenario is a mapping of sections, not {type(doc).__name__}"]
+    found = [f"{path}: {p}" for p in problems(doc)]
+    if found:
+        return found
+    try:
+        for name, run_doc in runs(doc):
+            cfg, jobs = build(run_doc, path.parent, where=f"{path}: run {name!r}")
+            for job in jobs:
+                if job.model is not None:
+                    _known_model(job.model)
+    except GpuplanError as err:
+        return [str(err)]
+    return []
+
+
+def _known_model(name: str) -> None:
+    from gpuplan.workloads.presets import get_model
+
+    get_model(name)
 
 
 def merged(base: dict, variant: dict) -> dict:
@@ -121,11 +146,11 @@ def merged(base: dict, variant: dict) -> dict:
     return out
 
 
-def build(doc: dict, folder: Path):
-    """(ClusterConfig, jobs) of one run's document."""
+def build(doc: dict, folder: Path, *, where: str = "scenario"):
+    """(ClusterConfig, jobs) of one run's document (checked against the schema first)."""
+    for problem in problems(doc):
+        raise GpuplanError(f"{where}: {problem}")
     c = doc["cluster"]
-    if "preset" not in c or "nodes" not in c:
-        raise GpuplanError("cluster: needs preset and nodes")
     cluster = get_cluster(c["preset"])
     cluster = replace(
         cluster,
@@ -137,7 +162,7 @@ def build(doc: dict, folder: Path):
     if f.get("enabled", True):
         rates = f.get("rates", "default")
         if rates != "default":
-            rates = folder / rates
+            rates = _file(folder, rates, "failures.rates")
         causes, shape = load_causes(rates, scale=float(f.get("scale", 1.0)),
                                     overrides=f.get("overrides"))  # fmt: skip
     s, r = doc.get("scheduler") or {}, doc.get("recovery") or {}
@@ -147,44 +172,57 @@ def build(doc: dict, folder: Path):
         policy=s.get("policy", "fifo"), placement=s.get("placement", "topology"),
         backfill_depth=int(s.get("backfill_depth", 500)),
         quantum_s=float(s.get("quantum_s", 3600.0)),
-        checkpoint=CheckpointConfig(**_numbers(doc.get("checkpoint") or {})), causes=causes,
+        checkpoint=CheckpointConfig(**(doc.get("checkpoint") or {})), causes=causes,
         distribution=f.get("distribution", "exponential"), weibull_shape=shape,
         reschedule_s=float(r.get("reschedule_s", 60.0)),
         restart_s=float(r.get("restart_s", 180.0)),
         horizon_s=None if horizon is None else float(horizon) * DAY_S,
         on_oversize=doc.get("on_oversize", "error"),
     )  # fmt: skip
+    _check_failure_count(cfg, f.get("scale", 1.0), where)
     return cfg, _jobs(doc, folder, cfg)
 
 
-def _numbers(section: dict) -> dict:
-    """Numbers YAML 1.1 reads as text (``2.0e12`` without a sign) turned into floats."""
-    out = {}
-    for key, value in section.items():
-        if isinstance(value, str) and _is_number(value):
-            value = float(value)
-        out[key] = value
-    return out
+def expected_failures(cfg: ClusterConfig) -> float:
+    """Mean number of failures the run draws: over its horizon, or one month without one."""
+    span_s = FAILURE_CHUNK_S if cfg.horizon_s is None else cfg.horizon_s
+    per_domain = max(1, cfg.cluster.scaleup_size // cfg.gpus_per_node)
+    leaves = math.ceil(cfg.total_nodes / (cfg.cluster.nodes_per_leaf * per_domain))
+    units = {"gpu": cfg.capacity_gpus, "job_gpu": cfg.capacity_gpus, "node": cfg.total_nodes,
+             "leaf": leaves}  # fmt: skip
+    return sum(c.rate_per_hour / 3600.0 * units[c.unit] * span_s for c in cfg.causes)
 
 
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
+def _check_failure_count(cfg: ClusterConfig, scale, where: str) -> None:
+    count = expected_failures(cfg)
+    if count > MAX_FAILURES:
+        span = "its horizon" if cfg.horizon_s is not None else "each month"
+        raise GpuplanError(
+            f"{where}: failures.scale={scale!r} gives {count:,.0f} failures in {span}, more "
+            f"than the {MAX_FAILURES:,} a run can simulate in seconds: lower the scale, the "
+            "rates or horizon_days"
+        )
+
+
+def _file(folder: Path, name: str, key: str) -> Path:
+    """A file a scenario names, relative to the scenario's folder; it must exist."""
+    path = folder / name
+    if not path.is_file():
+        raise GpuplanError(f"{key}={name!r} is invalid: no such file {path}")
+    return path
 
 
 def _jobs(doc: dict, folder: Path, cfg: ClusterConfig) -> list:
     jobs = [job_from_dict(raw, k) for k, raw in enumerate(doc.get("jobs") or [])]
     trace = doc.get("trace") or {}
     if "file" in trace:
-        jobs += load_trace(folder / trace["file"])
+        jobs += load_trace(_file(folder, trace["file"], "trace.file"))
     if "generate" in trace:
         g = trace["generate"]
+        mix = None if g.get("mix") is None else str(_file(folder, g["mix"], "trace.generate.mix"))
         jobs += generate_trace(
             jobs=int(g.get("jobs", 1000)), capacity_gpus=cfg.schedulable_gpus,
-            load=float(g.get("load", 1.0)), seed=int(g.get("seed", 0)), mix_path=g.get("mix"),
+            load=float(g.get("load", 1.0)), seed=int(g.get("seed", 0)), mix_path=mix,
             high_priority_share=float(g.get("high_priority_share", 0.0)),
             size_scale=int(g.get("size_scale", 1)),
             duration_scale=float(g.get("duration_scale", 1.0)),
@@ -211,12 +249,13 @@ def run_scenario(name_or_path, *, seed: int | None = None, progress: bool = Fals
     doc, path = load_scenario(name_or_path)
     base = int(doc.get("seed", 0))
     seed = base if seed is None else seed
+    check(seed, definition("seed"), "seed")
     gen = (doc.get("trace") or {}).get("generate")
     if gen is not None and seed != base:  # another seed draws another trace too
-        shifted = gen | {"seed": int(gen.get("seed", 0)) + seed - base}
+        shifted = gen | {"seed": (int(gen.get("seed", 0)) + seed - base) % SEED_END}
         doc = merged(doc, {"trace": {"generate": shifted}}) | {"variants": doc.get("variants")}
     results = []
     for name, run_doc in runs(doc):
-        cfg, jobs = build(run_doc, path.parent)
+        cfg, jobs = build(run_doc, path.parent, where=f"{path}: run {name!r}")
         results.append(simulate_cluster(cfg, jobs, seed=seed, progress=progress, name=name))
     return results
