@@ -112,6 +112,9 @@ def register(subparsers) -> None:
     p.add_argument("--progress", action="store_true", help="a progress bar on stderr")
     p.add_argument("--requests-csv", help="write the per-request table to this CSV file")
     p.add_argument("--timeline-csv", help="write queue length and KV use over time to this CSV")
+    p.add_argument("--reproduce", action="store_true",
+                   help="predict the published serving results (TensorRT-LLM, NIM, vLLM) and "
+                   "print the error by source and metric")  # fmt: skip
     p.set_defaults(func=run_serve)
     sub = p.add_subparsers(title="subcommands", metavar="{plan,edge}", dest="serve_command")
     _register_plan(sub)
@@ -182,10 +185,14 @@ def run_serve(args) -> int:
     from gpuplan.sim.serving.disagg import Disaggregation, simulate_disaggregated
     from gpuplan.sim.serving.engine import simulate
 
+    if getattr(args, "reproduce", False):
+        return run_reproduce(args)
     missing = [flag for flag in ("model", "gpu") if getattr(args, flag) is None]
     if missing:
         flags = ", ".join("--" + m for m in missing)
-        raise GpuplanError(f"gpuplan serve needs {flags} (or a subcommand: plan, edge)")
+        raise GpuplanError(
+            f"gpuplan serve needs {flags} (or a subcommand: plan, edge; or --reproduce)"
+        )
 
     dep = deployment(
         args.model,
@@ -310,6 +317,36 @@ def _render_serve(doc: dict) -> str:
             f"the SLO ({100 * doc['slo_attainment']:.1f}% of finished requests)"
         )
     return "\n".join(lines)
+
+
+# --- reproduce ---------------------------------------------------------------------------------
+
+
+def run_reproduce(args) -> int:
+    """Predict the published serving rows; print per-source error tables (held-out rows and
+    all rows) and the rows that cannot be run, with their reasons."""
+    from gpuplan.sim.serving.published import HOLDOUT_SHARE, cannot_run, reproduce, summary
+
+    rows = reproduce(seed=args.seed)
+    held, every, bad = summary(rows, split="holdout"), summary(rows, split=None), cannot_run(rows)
+    if args.json:
+        print(dump_json({"seed": args.seed, "holdout_share": HOLDOUT_SHARE, "rows": rows,
+                         "summary_holdout": held, "summary_all": every, "cannot_run": bad}))  # fmt: skip
+        return 0
+    cols = ["source", "kind", "rows", "predicted", "cannot_run", "median_abs_pct_error",
+            "p90_abs_pct_error"]  # fmt: skip
+    pct = {c: (lambda v: f"{v:.1f}%") for c in cols[-2:]}
+    predicted = int(rows["predicted"].notna().sum())
+    print(
+        f"Published serving results against gpuplan: {len(rows):,} rows from "
+        f"{rows['source'].nunique()} sources, {predicted:,} predicted "
+        f"({100 * predicted / len(rows):.1f}%); held-out share {HOLDOUT_SHARE:g} of each "
+        f"source (seed {args.seed}); nothing is fitted to these rows\n"
+    )
+    print("held-out rows\n" + render_table(held, cols, formats=pct))
+    print("\nall rows\n" + render_table(every, cols, formats=pct))
+    print("\nrows that cannot be run\n" + render_table(bad, ["source", "rows", "reason"]))
+    return 0
 
 
 # --- plan --------------------------------------------------------------------------------------

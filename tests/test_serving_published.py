@@ -1,0 +1,200 @@
+"""Published serving results: the data file, the split, the predictions and ``serve --reproduce``."""
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from gpuplan.cli import main
+from gpuplan.errors import GpuplanError
+from gpuplan.sim.serving import published
+from gpuplan.sim.serving.published import (
+    CannotRun,
+    Deployments,
+    cannot_run,
+    load_rows,
+    predict_row,
+    published_sources,
+    reproduce,
+    row_model,
+    split_by_source,
+    summary,
+)
+from gpuplan.sim.serving.step_model import Batch
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return load_rows()
+
+
+def _few(rows, per_source=4):
+    """The first rows of every source: a small set that still has every source."""
+    return rows.groupby("source", sort=False).head(per_source).reset_index(drop=True)
+
+
+def test_the_committed_set_has_300_rows_from_5_sources_each_with_its_source(rows):
+    assert len(rows) >= 300
+    assert rows["source"].nunique() >= 5
+    sources = published_sources()["sources"]
+    assert set(rows["source"]) <= set(sources)
+    for meta in sources.values():
+        assert meta["title"] and meta["url"].startswith("https://")
+    assert rows["value"].gt(0).all()
+
+
+def test_every_model_named_is_a_preset_or_an_added_config_with_its_source(rows):
+    added = published_sources()["models"]
+    for key in rows["model"].unique():
+        cfg = row_model(key)
+        assert cfg.name == key or key not in added
+    assert all(m["source"] for m in added.values())
+    # Llama 3.1 is the Llama 3 shape with a longer context
+    assert row_model("llama3.1-8b").d_ff == row_model("llama3-8b").d_ff
+    assert row_model("llama3.1-8b").max_seq_len == 131072
+
+
+def _write(tmp_path, frame):
+    path = tmp_path / "rows.csv"
+    frame.to_csv(path, index=False)
+    return path
+
+
+def test_a_file_without_a_column_is_an_error_naming_it(tmp_path, rows):
+    path = _write(tmp_path, rows.head(3).drop(columns=["metric"]))
+    with pytest.raises(GpuplanError, match="missing column.*metric"):
+        load_rows(path)
+
+
+def test_an_unknown_metric_is_an_error_naming_the_row_and_the_value(tmp_path, rows):
+    bad = rows.head(3).copy()
+    bad.loc[1, "metric"] = "goodput"
+    with pytest.raises(GpuplanError, match=r"row 3 .*metric='goodput' is invalid"):
+        load_rows(_write(tmp_path, bad))
+
+
+def test_a_static_batch_row_without_a_batch_is_an_error(tmp_path, rows):
+    bad = rows[rows["load"] == "static_batch"].head(2).copy()
+    bad["batch"] = ""
+    with pytest.raises(GpuplanError, match="needs a whole batch"):
+        load_rows(_write(tmp_path, bad))
+
+
+def test_the_split_is_seeded_and_holds_out_a_share_of_every_source(rows):
+    a, b = split_by_source(rows, seed=0), split_by_source(rows, seed=0)
+    assert a.equals(b)
+    assert not a.equals(split_by_source(rows, seed=1))
+    for _, g in a.groupby(rows["source"]):
+        held = (g == "holdout").sum()
+        assert 1 <= held < len(g)
+        assert abs(held - 0.3 * len(g)) <= 1
+
+
+def test_a_source_is_split_the_same_whatever_the_other_sources_are(rows):
+    whole = split_by_source(rows, seed=4)
+    alone = rows[rows["source"] == "trtllm-1.0"]
+    assert split_by_source(alone, seed=4).equals(whole[alone.index])
+
+
+def test_a_holdout_share_outside_0_1_is_an_error(rows):
+    with pytest.raises(GpuplanError, match="holdout_share=1.5 is invalid"):
+        split_by_source(rows, holdout_share=1.5)
+
+
+def _row(**kw):
+    base = {"id": "t", "source": "t", "model": "llama3-8b", "gpu": "h200", "gpus": 1, "tp": 1,
+            "pp": 1, "engine": "trt-llm", "weight_dtype": "bf16", "kv_dtype": "bf16",
+            "prompt_tokens": 1024, "output_tokens": 128, "load": "static_batch", "batch": 1,
+            "concurrency": "", "metric": "ttft_s", "per": "request", "value": 1.0}  # fmt: skip
+    return pd.Series({**base, **kw})
+
+
+def test_a_batch_of_one_has_the_ttft_of_one_prefill_iteration():
+    deps = Deployments()
+    row = _row()
+    _, step, _, _ = deps(row)
+    assert predict_row(row, deps) == step.iteration_s(Batch(prefill=((1024, 0, 1),)))
+
+
+def test_a_lone_client_waits_half_a_decode_and_decodes_alone():
+    deps = Deployments()
+    _, step, _, _ = deps(_row())
+    loop = {"load": "concurrency", "concurrency": 1, "batch": ""}
+    decode = step.decode_s(1, 1024 + 64)
+    assert predict_row(_row(metric="tpot_s", **loop), deps) == pytest.approx(decode)
+    prefill = step.iteration_s(Batch(prefill=((1024, 0, 1),)))
+    ttft = predict_row(_row(metric="ttft_s", **loop), deps)
+    assert ttft == pytest.approx(prefill + decode / 2)
+    tput = predict_row(_row(metric="output_tokens_per_s", per="total", **loop), deps)
+    assert tput == pytest.approx(128 / (ttft + 127 * decode))
+
+
+def test_clients_beyond_the_cache_wait_and_add_no_throughput():
+    deps = Deployments()
+    loop = {"load": "concurrency", "model": "llama3-70b", "gpu": "h100-sxm", "tp": 2,
+            "weight_dtype": "fp8", "kv_dtype": "fp8", "prompt_tokens": 5000,
+            "output_tokens": 500, "batch": ""}  # fmt: skip
+    tput = [predict_row(_row(metric="output_tokens_per_s", per="total", concurrency=c, **loop),
+                        deps) for c in (1000, 2000)]  # fmt: skip
+    ttft = [predict_row(_row(metric="ttft_s", concurrency=c, **loop), deps) for c in (1000, 2000)]
+    assert tput[0] == pytest.approx(tput[1])
+    assert ttft[1] > 1.9 * ttft[0]
+
+
+def test_offline_throughput_per_gpu_is_the_total_over_the_gpus():
+    deps = Deployments()
+    kw = {"load": "offline", "metric": "output_tokens_per_s", "model": "llama3-70b", "tp": 4,
+          "gpus": 4, "batch": ""}  # fmt: skip
+    total = predict_row(_row(per="total", **kw), deps)
+    assert predict_row(_row(per="gpu", **kw), deps) == pytest.approx(total / 4)
+
+
+def test_rows_that_cannot_run_say_why_and_are_counted():
+    deps = Deployments()
+    for kw, why in (({"gpu": "a100-pcie-80gb"}, "unknown accelerator"),
+                    ({"weight_dtype": "fp4"}, "weight_dtype='fp4' is invalid"),
+                    ({"pp": 2}, "pipeline-parallel"),
+                    ({"batch": 100_000}, "exceeds the .* KV tokens")):  # fmt: skip
+        with pytest.raises(CannotRun, match=why):
+            predict_row(_row(**kw), deps)
+
+
+def test_reproduce_keeps_every_row_and_summarizes_by_source(rows):
+    few = _few(rows)
+    out = reproduce(few, seed=0)
+    assert len(out) == len(few) and list(out["id"]) == list(few["id"])
+    ran = out["predicted"].notna()
+    assert (out.loc[~ran, "cannot_run"] != "").all() and (out.loc[ran, "cannot_run"] == "").all()
+    err = 100 * (out["predicted"] - out["value"]) / out["value"]
+    assert out.loc[ran, "error_pct"].tolist() == pytest.approx(err[ran].tolist())
+    every = summary(out, split=None)
+    mine = every[every["source"] != "all"]
+    assert mine["rows"].sum() == len(out)
+    assert (mine["predicted"] + mine["cannot_run"] == mine["rows"]).all()
+    assert cannot_run(out)["rows"].sum() == (~ran).sum()
+
+
+def test_serve_reproduce_prints_every_source_and_the_same_json(rows, monkeypatch, capsys):
+    monkeypatch.setattr(published, "load_rows", lambda path=None: _few(rows))
+    assert main(["serve", "--reproduce"]) == 0
+    text = capsys.readouterr().out
+    for source in rows["source"].unique():
+        assert source in text
+    assert "held-out rows" in text and "rows that cannot be run" in text
+    assert main(["serve", "--reproduce", "--json", "--seed", "2"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["seed"] == 2 and len(doc["rows"]) == len(_few(rows))
+    assert {"summary_holdout", "summary_all", "cannot_run"} <= set(doc)
+    ran = [r for r in doc["rows"] if r["predicted"] is not None]
+    assert all(math.isfinite(r["abs_error_pct"]) for r in ran)
+
+
+@pytest.mark.slow
+def test_the_whole_set_runs_in_well_under_a_minute(rows):
+    import time
+
+    started = time.perf_counter()
+    out = reproduce(rows)
+    assert time.perf_counter() - started < 30
+    assert len(out) == len(rows)
