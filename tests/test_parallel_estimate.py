@@ -79,8 +79,7 @@ def test_zero_stages_shard_optimizer_then_gradients_then_weights():
 def test_the_1f1b_bubble_is_p_minus_1_over_m_plus_p_minus_1_for_balanced_stages():
     p, m, stage_s = 8, 24, 0.5
     c = {"stage_fwd": stage_s / 3, "stage_bwd": 2 * stage_s / 3, "recompute": 0.0,
-         "typical": stage_s, "gemm_layer": 0.0, "attn_layer": 0.0, "layers": 4,
-         "moe_layers": 0}  # fmt: skip
+         "gemm_layer": 0.0, "attn_layer": 0.0}  # fmt: skip
     terms = _balanced_terms(c, pp=p, m=m, chunks=1)
     pipeline = terms["bubble"] + terms["compute_fwd"] + terms["compute_bwd"]
     assert terms["bubble"] / pipeline == pytest.approx((p - 1) / (m + p - 1))
@@ -96,11 +95,16 @@ def _balanced_terms(c, *, pp, m, chunks):
          "fused_accum": True, "tied": False}  # fmt: skip
     sp_ = spans(H100, 1, 1, 1, pp, 1)
     nbytes = {"act": 1e6, "kv": 1e5, "dispatch": 0.0}
-    params = {"stage": 1e9, "expert": 0.0, "embedding": 1e8, "optimizer_s": 0.0,
+    params = {"stage": 1e9, "max_stage": 1e9, "embedding": 1e8, "optimizer_s": 0.0,
               "accumulate_s": 0.0}  # fmt: skip
     from gpuplan.sim.parallel.collectives import links
+    from gpuplan.sim.parallel.stage import stage_kinds
 
-    return step_terms(lk=links(H100, EFF), sp_=sp_, s=s, c=c, bytes_=nbytes, params=params)
+    kinds = stage_kinds((False,) * 4 * pp, (4,) * pp)  # balanced: every kind costs c
+    c = {k: np.full(len(kinds.count), v) if k.startswith(("stage", "rec")) else v
+         for k, v in c.items()}  # fmt: skip
+    return step_terms(lk=links(H100, EFF), sp_=sp_, s=s, c=c, k=kinds, bytes_=nbytes,
+                      params=params)  # fmt: skip
 
 
 def test_a_deep_pipeline_with_few_micro_batches_shows_its_bubble_in_the_estimate():
@@ -217,7 +221,7 @@ def test_a_run_budget_scales_with_tokens_and_counts_energy():
 def test_step_total_is_the_sum_of_the_named_terms():
     e = estimate(Strategy(tp=2, pp=2, dp=2, global_batch=8))
     assert e.step_time_s > 0
-    c = {"stage_fwd": 1.0, "stage_bwd": 2.0, "recompute": 0.0, "typical": 3.0,
-         "gemm_layer": 0.0, "attn_layer": 0.0, "layers": 1, "moe_layers": 0}  # fmt: skip
+    c = {"stage_fwd": 1.0, "stage_bwd": 2.0, "recompute": 0.0,
+         "gemm_layer": 0.0, "attn_layer": 0.0}  # fmt: skip
     terms = _balanced_terms(c, pp=1, m=5, chunks=1)
     assert float(step_total(terms)) == pytest.approx(15.0 + float(terms["optimizer"]))

@@ -102,6 +102,19 @@ def test_a_model_that_fits_nowhere_is_an_error_saying_what_would_be_needed():
 
 
 def test_a_global_batch_no_layout_can_split_is_an_error():
-    cfg = get_model("llama2-7b")
+    cfg = get_model("llama2-7b")  # 32 layers: 37 GPUs are neither a dp of 5 nor a pipeline
     with pytest.raises(GpuplanError, match="no valid layout"):
-        search(cfg, cluster=H100, gpus=7, global_batch=5, seq=SEQ, eff=EFF)
+        search(cfg, cluster=H100, gpus=37, global_batch=5, seq=SEQ, eff=EFF)
+
+
+def test_seven_gpus_run_an_uneven_seven_stage_pipeline_the_estimate_agrees_with():
+    cfg = get_model("llama2-7b")  # 32 layers on 7 stages: the auto split, 3,5,5,5,5,5,4
+    res = search(cfg, cluster=H100, gpus=7, global_batch=14, seq=SEQ, eff=EFF)
+    rows = res.frame[res.frame["pp"] == 7]
+    assert len(rows) and set(rows["pp_layers"]) == {"3,5,5,5,5,5,4"}
+    row = rows.iloc[0]
+    st = row_strategy(row, global_batch=14, space=SearchSpace())
+    assert st.pp_layers == (3, 5, 5, 5, 5, 5, 4)
+    e = estimate_training(cfg, st, cluster=H100, seq=SEQ, eff=EFF)
+    assert e.step_time_s == pytest.approx(row["step_time_s"], rel=1e-9)
+    assert e.peak_memory_per_gpu_bytes == pytest.approx(row["peak_memory_per_gpu_bytes"], rel=1e-9)

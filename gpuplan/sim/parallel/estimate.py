@@ -23,10 +23,10 @@ from gpuplan.hwmodels.efficiency import efficiency_for
 from gpuplan.sim.breakdown import Breakdown, Item
 from gpuplan.sim.parallel.compute import CORE, CostCache, MicroBatchCosts, Shape
 from gpuplan.sim.parallel.evaluate import evaluate
-from gpuplan.sim.parallel.memory import RECOMPUTE_CODES, SCHEDULE_CODES, model_facts, stage_layers
-from gpuplan.sim.parallel.stage import end_is_head, shape_times
+from gpuplan.sim.parallel.memory import RECOMPUTE_CODES, SCHEDULE_CODES, model_facts
+from gpuplan.sim.parallel.stage import StageKinds, shape_times, stage_kinds
 from gpuplan.sim.parallel.step_time import TIME_TERMS, step_total
-from gpuplan.sim.parallel.strategy import Strategy, validate
+from gpuplan.sim.parallel.strategy import Strategy, stage_layer_counts, validate
 from gpuplan.sim.parallel.topology import Cluster
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.operators import training_flops
@@ -135,6 +135,11 @@ def strategy_arrays(st: Strategy, cfg: ModelConfig) -> dict[str, np.ndarray]:
     return {k: np.asarray(v) for k, v in values.items()}
 
 
+def strategy_kinds(st: Strategy, cfg: ModelConfig) -> StageKinds:
+    """The kinds of pipeline stage ``st`` runs ``cfg`` on (even split or ``pp_layers``)."""
+    return stage_kinds(model_facts(cfg).moe_flags, stage_layer_counts(st, cfg.n_layers))
+
+
 def shape_of(st: Strategy, cfg: ModelConfig, seq: int) -> Shape:
     """The per-GPU kernel shape of one micro-batch under ``st``."""
     load = (st.capacity_factor or st.expert_imbalance) if cfg.is_moe else 1.0
@@ -181,10 +186,12 @@ def estimate_training(
     mbc = costs(shape_of(strategy, cfg, seq))
     facts = model_facts(cfg)
     s = strategy_arrays(strategy, cfg)
+    kinds = strategy_kinds(strategy, cfg)
     c, terms, mem = evaluate(
         facts,
         s,
         shape_times(mbc),
+        kinds=kinds,
         cluster=cluster,
         acc=acc,
         eff=eff,
@@ -192,7 +199,7 @@ def estimate_training(
         state_precision=strategy.state_precision,
         attention=strategy.attention,
     )
-    items = _items(mbc, facts, strategy, terms)
+    items = _items(mbc, kinds, strategy, terms)
     memory = {k: float(v) for k, v in mem.items()}
     bd = Breakdown(items=tuple(items), memory_bytes=memory, notes=_notes(strategy, eff))
     _check_total(bd, terms)
@@ -231,9 +238,9 @@ def _scaled(items, factor: float, *, phase: str | None = None, layer: str | None
     ]
 
 
-def _stage_items(mbc: MicroBatchCosts, facts, st: Strategy) -> list[Item]:
+def _stage_items(mbc: MicroBatchCosts, kinds: StageKinds, st: Strategy, slow: int) -> list[Item]:
     """Compute and recompute items of the slowest stage over all micro-batches."""
-    layers, moe = (int(x) for x in stage_layers(facts, st.pp))
+    layers, moe = int(kinds.layers[slow]), int(kinds.moe[slow])
     m = st.micro_batches
     groups = [(mbc.dense, layers - moe), (mbc.moe, moe)]
     out: list[Item] = []
@@ -246,19 +253,14 @@ def _stage_items(mbc: MicroBatchCosts, facts, st: Strategy) -> list[Item]:
         elif st.recompute == "selective":
             core = [i for i in cost.fwd if i.op.startswith(CORE)]
             out += _scaled(core, m * count, phase="recompute", layer="compile")
-    t = shape_times(mbc)
-    ends = (
-        [mbc.head, mbc.embedding]
-        if st.pp == 1
-        else ([mbc.head] if bool(end_is_head(t)) else [mbc.embedding])
-    )
+    ends = [mbc.head] * bool(kinds.head[slow]) + [mbc.embedding] * bool(kinds.emb[slow])
     for cost in ends:
         out += _scaled(cost.fwd + cost.bwd, m)
     return out
 
 
-def _items(mbc: MicroBatchCosts, facts, st: Strategy, terms: dict) -> list[Item]:
-    items = _stage_items(mbc, facts, st)
+def _items(mbc: MicroBatchCosts, kinds: StageKinds, st: Strategy, terms: dict) -> list[Item]:
+    items = _stage_items(mbc, kinds, st, int(terms["slowest_kind"]))
     for term, (layer, op) in COMM_ITEMS.items():
         value = float(terms[term])
         if value > 0:

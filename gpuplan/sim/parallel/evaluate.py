@@ -12,8 +12,8 @@ import numpy as np
 
 from gpuplan.sim.parallel import step_time
 from gpuplan.sim.parallel.collectives import links
-from gpuplan.sim.parallel.memory import ACT_BYTES, memory_terms, stage_layers, stage_params
-from gpuplan.sim.parallel.stage import stage_compute
+from gpuplan.sim.parallel.memory import ACT_BYTES, memory_terms, stage_params
+from gpuplan.sim.parallel.stage import StageKinds, stage_compute
 from gpuplan.sim.parallel.topology import Cluster, spans
 
 # degrees and options every evaluation needs, as arrays (codes: memory.SCHEDULE_CODES, ...)
@@ -44,6 +44,7 @@ def evaluate(
     s: dict,
     t: dict,
     *,
+    kinds: StageKinds,
     cluster: Cluster,
     acc,
     eff,
@@ -51,10 +52,10 @@ def evaluate(
     state_precision: str,
     attention: str,
 ) -> tuple[dict, dict, dict]:
-    """(stage compute, step-time terms, memory terms) of the strategies in ``s``."""
+    """(stage compute, step-time terms, memory terms) of the strategies in ``s``, whose pipeline
+    stages are ``kinds`` ((K,) for one strategy, (K, N) for N)."""
     tp, pp, cp, ep = s["tp"], s["pp"], s["cp"], s["ep"]
-    layers, moe_layers = stage_layers(facts, pp)
-    c = stage_compute(t, layers=layers, moe_layers=moe_layers, pp=pp, rc=s["rc"])
+    c = stage_compute(t, kinds, rc=s["rc"])
     sp_ = spans(cluster, tp, cp, s["dp"], pp, ep)
     tokens = s["mb"] * seq / cp
     kv_heads = np.maximum(1, facts.n_kv_heads // tp)
@@ -63,23 +64,24 @@ def evaluate(
         "kv": tokens * kv_heads * facts.kv_dim * ACT_BYTES,
         "dispatch": tokens * facts.top_k * facts.d_model * ACT_BYTES * s["load"],
     }
-    first_p, last_p, _blocks, expert_p = stage_params(facts, pp, tp, ep)
-    stage_p = np.maximum(first_p, last_p)
+    stage_p, _blocks, _expert = stage_params(facts, kinds, tp, ep)
+    max_p = np.max(np.where(kinds.count > 0, stage_p, 0.0), axis=0)
     group = s["dp"] * cp
-    local_p = np.where(s["zero"] >= 1, stage_p / group, stage_p)
+    local_p = np.where(s["zero"] >= 1, max_p / group, max_p)
     params = {
         "stage": stage_p,
-        "expert": expert_p,
+        "max_stage": max_p,
         "embedding": facts.vocab * facts.d_model / tp,
         "optimizer_s": step_time.optimizer_s(local_p, state_precision, acc, eff),
-        "accumulate_s": step_time.accumulate_s(stage_p, state_precision, acc, eff),
+        "accumulate_s": step_time.accumulate_s(max_p, state_precision, acc, eff),
     }
     s_full = dict(s, tied=facts.tied)
     terms = step_time.step_terms(
-        lk=links(cluster, eff), sp_=sp_, s=s_full, c=c, bytes_=nbytes, params=params
+        lk=links(cluster, eff), sp_=sp_, s=s_full, c=c, k=kinds, bytes_=nbytes, params=params
     )
     mem = memory_terms(
         facts,
+        kinds,
         tp=tp,
         pp=pp,
         dp=s["dp"],

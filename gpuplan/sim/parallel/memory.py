@@ -1,7 +1,8 @@
 """Memory per GPU under a parallel strategy: closed forms of the degrees, for numpy arrays or numbers.
 
-Terms, for the pipeline stage that needs the most (the first stage holds the most activations and
-the embedding, the last holds the LM head and the logits; the peak is the larger of the two):
+Terms, for the pipeline stage that needs the most (each kind of stage of ``stage.StageKinds`` is
+priced: the first stage holds the most activations and the embedding, the last the LM head and
+the logits, a middle stage of an uneven split may hold more blocks; the peak is the largest):
 
 - weights, gradients, optimizer state: the stage's parameters / tp (expert parameters also / ep) at
   the state precision's bytes per parameter (``workloads.memory.PRECISION_BYTES``; Megatron's
@@ -12,9 +13,11 @@ the embedding, the last holds the LM head and the logits; the peak is the larger
   splits the tensor-parallel part, sequence parallelism also the rest); the unfused attention of
   2021-2022 Megatron also keeps 5 a s bytes of scores per token (softmax output, dropout mask and
   output; their eq. 1) unless selective recomputation drops them; full recomputation keeps each
-  block's input plus one block's full activations while it is recomputed. Under 1F1B the first
-  stage holds min(p, m) micro-batches of its L/p blocks; GPipe all m; interleaving multiplies by
-  1 + (p - 1) / (p v) (Korthikanti sec. 4.2.3). The last stage holds one micro-batch and its
+  block's input plus one block's full activations while it is recomputed. Under 1F1B stage i
+  holds min(p - i, m) micro-batches of its blocks (the first p, the last one); GPipe all m; the
+  interleaved schedule's stage i holds 2 (p - i - 1) + (v - 1) p + 1 chunks of 1/v of its
+  blocks, at most m v (Megatron-LM's warm-up count, schedules.py), which for the first stage is
+  p (1 + (p - 1) / (p v)) micro-batches (Korthikanti sec. 4.2.3). The last stage also holds its
   logits (16-bit, fp32 upcast and fp32 softmax: 10 B per vocabulary entry, / tp).
 - communication buffers: the gathered activation of a TP/SP collective, pipeline send and receive
   buffers, ZeRO-3's gathered layer (current and prefetched), MoE dispatch/combine buffers. Data-
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpuplan.sim.parallel.stage import StageKinds
 from gpuplan.units import GB
 from gpuplan.workloads.memory import PRECISION_BYTES, layer_activation_bytes
 from gpuplan.workloads.model import ModelConfig
@@ -72,6 +76,7 @@ class ModelFacts:
     act_rep: tuple[float, float]  # per token, outside the TP region: (dense, moe)
     act_split: tuple[float, float]  # per token, inside it: (dense, moe)
     unfused_saved_delta: float  # per token: flash-only tensors an unfused attention does not keep
+    moe_flags: tuple[bool, ...]  # whether each block, first to last, is an MoE block
 
 
 @functools.cache
@@ -103,27 +108,19 @@ def model_facts(cfg: ModelConfig) -> ModelFacts:
         act_rep=(acts[0].replicated_bytes, acts[1].replicated_bytes),
         act_split=(acts[0].split_bytes, acts[1].split_bytes),
         unfused_saved_delta=cfg.n_heads * cfg.v_dim_per_head * ACT_BYTES + 4 * cfg.n_heads,
+        moe_flags=tuple(cfg.is_moe_layer(i) for i in range(cfg.n_layers)),
     )
 
 
-def stage_layers(f: ModelFacts, pp):
-    """(blocks per stage, MoE blocks on the stage with the most of them)."""
-    per_stage = f.n_layers // np.asarray(pp)
-    return per_stage, np.minimum(per_stage, f.n_moe_layers)
-
-
-def stage_params(f: ModelFacts, pp, tp, ep):
-    """(params per GPU of the first stage, of the last stage, of one stage's blocks, of which
-    expert) for the stage with the most MoE blocks."""
-    per_stage, moe = stage_layers(f, pp)
+def stage_params(f: ModelFacts, k: StageKinds, tp, ep):
+    """(params per GPU of each kind of stage, of its blocks, of which expert), (K, ...)."""
+    moe = k.moe
     expert = moe * f.moe_expert_params / (tp * ep)
-    blocks = ((per_stage - moe) * f.dense_layer_params + moe * f.moe_shared_params) / tp + expert
-    single = np.asarray(pp) == 1
-    first = blocks + f.embedding_params / tp
+    blocks = ((k.layers - moe) * f.dense_layer_params + moe * f.moe_shared_params) / tp + expert
     # one stage holds both ends when pp == 1; a tied head then shares the embedding table
-    head = np.where(single & f.tied, f.head_params - f.vocab * f.d_model, f.head_params) / tp
-    last = np.where(single, first + head, blocks + head)
-    return np.where(single, last, first), last, blocks, expert
+    head = np.where(k.emb & f.tied, f.head_params - f.vocab * f.d_model, f.head_params)
+    ends = k.emb * f.embedding_params + k.head * head
+    return blocks + ends / tp, blocks, expert
 
 
 def layer_act_per_token(f: ModelFacts, tp, sp, rc, seq, attention: str, kind: int):
@@ -137,19 +134,28 @@ def layer_act_per_token(f: ModelFacts, tp, sp, rc, seq, attention: str, kind: in
     return np.where(rc == 2, block_input, keep), keep
 
 
-def activation_bytes(f: ModelFacts, *, tp, pp, cp, sp, mb, m, v, sched, rc, seq, attention):
-    """(first-stage activations, last-stage activations, one block's full activations)."""
+def in_flight(k: StageKinds, *, pp, m, v, sched):
+    """Micro-batches' worth of activations each kind of stage holds at its peak."""
+    i = k.index
+    one_f_one_b = np.minimum(pp - i, m)
+    chunks = np.minimum(2 * (pp - i - 1) + (v - 1) * pp + 1, m * v)
+    return np.where(sched == 0, m, np.where(sched == 2, chunks / v, one_f_one_b))
+
+
+def activation_bytes(f: ModelFacts, k: StageKinds, *, tp, pp, cp, sp, mb, m, v, sched, rc, seq,
+                     attention):  # fmt: skip
+    """(activations each kind of stage keeps, one block's full activations), (K, ...)."""
     tokens = mb * seq / cp
-    per_stage, moe = stage_layers(f, pp)
     kept_d, full_d = layer_act_per_token(f, tp, sp, rc, seq, attention, 0)
     kept_m, full_m = layer_act_per_token(f, tp, sp, rc, seq, attention, 1)
-    stage = tokens * ((per_stage - moe) * kept_d + moe * kept_m)
-    inflight = np.where(sched == 0, m, np.minimum(pp, m))
-    interleave = np.where(sched == 2, 1 + (pp - 1) / (pp * v), 1.0)
-    first = stage * inflight * interleave
-    last = stage * np.where(sched == 0, m, 1)
-    working = np.where(rc == 2, tokens * np.maximum(full_d, np.where(moe > 0, full_m, 0)), 0.0)
-    return first, last, working
+    stage = tokens * ((k.layers - k.moe) * kept_d + k.moe * kept_m)
+    held = stage * in_flight(k, pp=pp, m=m, v=v, sched=sched)
+    working = np.where(
+        rc == 2,
+        tokens * np.maximum(np.where(k.layers > k.moe, full_d, 0), np.where(k.moe > 0, full_m, 0)),
+        0.0,
+    )
+    return held, working
 
 
 def state_bytes(f: ModelFacts, params, expert, *, zero, dp, cp, ep, state_precision, fp8):
@@ -167,6 +173,7 @@ def state_bytes(f: ModelFacts, params, expert, *, zero, dp, cp, ep, state_precis
 
 def memory_terms(
     f: ModelFacts,
+    k: StageKinds,
     *,
     tp,
     pp,
@@ -187,66 +194,48 @@ def memory_terms(
     load,
 ) -> dict:
     """Named memory terms (bytes) of the GPU that needs the most; arrays broadcast together."""
-    first_p, last_p, blocks_p, expert_p = stage_params(f, pp, tp, ep)
-    first_a, last_a, working = activation_bytes(
-        f,
-        tp=tp,
-        pp=pp,
-        cp=cp,
-        sp=sp,
-        mb=mb,
-        m=m,
-        v=v,
-        sched=sched,
-        rc=rc,
-        seq=seq,
+    stage_p, blocks_p, expert_p = stage_params(f, k, tp, ep)
+    held, working = activation_bytes(
+        f, k, tp=tp, pp=pp, cp=cp, sp=sp, mb=mb, m=m, v=v, sched=sched, rc=rc, seq=seq,
         attention=attention,
-    )
+    )  # fmt: skip
     tokens = mb * seq / cp
-    logits = tokens * f.vocab / tp * LOGIT_BYTES
     kw = dict(zero=zero, dp=dp, cp=cp, ep=ep, state_precision=state_precision, fp8=precision_fp8)
-    first = state_bytes(f, first_p, expert_p, **kw)
-    last = state_bytes(f, last_p, expert_p, **kw)
-    single = np.asarray(pp) == 1
-    first_total = sum(first) + first_a
-    last_total = sum(last) + last_a + logits
-    use_last = single | (last_total > first_total)
-    pick = lambda a, b: np.where(use_last, b, a)  # noqa: E731
+    weights, grads, optim = state_bytes(f, stage_p, expert_p, **kw)
     terms = {
-        "weights": pick(first[0], last[0]),
-        "gradients": pick(first[1], last[1]),
-        "optimizer": pick(first[2], last[2]),
-        "activations": pick(first_a, np.where(single, first_a, last_a)) + working,
-        "logits": np.where(use_last, logits, 0.0),
+        "weights": weights,
+        "gradients": grads,
+        "optimizer": optim,
+        "activations": held + working,
+        "logits": k.head * (tokens * f.vocab / tp * LOGIT_BYTES),
         "comm_buffers": comm_buffer_bytes(
-            f,
-            tp=tp,
-            pp=pp,
-            dp=dp,
-            cp=cp,
-            ep=ep,
-            sp=sp,
-            zero=zero,
-            tokens=tokens,
-            blocks_p=blocks_p,
-            per_stage=stage_layers(f, pp)[0],
+            f, k, tp=tp, pp=pp, zero=zero, tokens=tokens, blocks_p=blocks_p, sp=sp, ep=ep,
             load=load,
-        ),
+        ),  # fmt: skip
     }
-    allocated = sum(terms.values())
-    terms["fragmentation"] = FRAGMENTATION * allocated
-    terms["cuda_context"] = np.full_like(np.asarray(allocated, dtype=float), CUDA_CONTEXT_BYTES)
-    return terms
+    total = sum(terms.values())
+    peak = np.argmax(np.where(k.count > 0, total, -np.inf), axis=0)
+    picked = {name: pick(value, peak, len(k.count)) for name, value in terms.items()}
+    allocated = sum(picked.values())
+    picked["fragmentation"] = FRAGMENTATION * allocated
+    picked["cuda_context"] = np.full_like(np.asarray(allocated, dtype=float), CUDA_CONTEXT_BYTES)
+    return picked
 
 
-def comm_buffer_bytes(
-    f: ModelFacts, *, tp, pp, dp, cp, ep, sp, zero, tokens, blocks_p, per_stage, load
-):
-    """Buffers the collectives of one step hold at the peak."""
+def pick(values, index, kinds: int):
+    """``values`` (K, ...) at kind ``index`` (...) of each strategy."""
+    values = np.broadcast_to(values, (kinds, *np.shape(index)))
+    return np.take_along_axis(values, np.asarray(index)[None], axis=0)[0]
+
+
+def comm_buffer_bytes(f: ModelFacts, k: StageKinds, *, tp, pp, zero, tokens, blocks_p, sp, ep,
+                      load):  # fmt: skip
+    """Buffers the collectives of one step hold at the peak, per kind of stage."""
     act = tokens * f.d_model * ACT_BYTES
     tp_buf = np.where(tp > 1, act, 0.0)
     pp_buf = np.where(pp > 1, 2 * act / np.where(sp, tp, 1), 0.0)
-    gathered_layer = 2.0 * 2 * blocks_p / np.maximum(per_stage, 1)  # bf16, current + prefetch
+    gathered_layer = 2.0 * 2 * blocks_p / np.maximum(k.layers, 1)  # bf16, current + prefetch
     z3 = np.where(zero >= 3, gathered_layer, 0.0)
-    ep_buf = np.where(ep > 1, 2 * tokens * f.top_k * f.d_model * ACT_BYTES * load, 0.0)
+    moe_buf = 2 * tokens * f.top_k * f.d_model * ACT_BYTES * load
+    ep_buf = np.where((ep > 1) & (k.moe > 0), moe_buf, 0.0)
     return tp_buf + pp_buf + z3 + ep_buf

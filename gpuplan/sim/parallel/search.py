@@ -10,13 +10,18 @@ How it stays fast (no per-strategy call of the per-kernel model):
 3. evaluate the closed forms of communication, bubble and memory for all strategies at once
    (``evaluate``), in chunks, with a progress bar when the space is large.
 
+Pricing and evaluation are cut into pieces of a fixed size and merged in order, so that they can
+run on Dask workers (``sim.sweep``) and give the same bytes as in this process.
+
 The space and its pruning rules are in ``space``.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -34,14 +39,18 @@ from gpuplan.sim.parallel.space import (
     SearchSpace,
     enumerate_space,
     row_strategy,
+    search_layouts,
+    split_label,
 )
 from gpuplan.sim.parallel.stage import TIME_FIELDS, shape_times
 from gpuplan.sim.parallel.step_time import step_total
 from gpuplan.sim.parallel.strategy import Strategy, validate
 from gpuplan.sim.parallel.topology import Cluster
+from gpuplan.sim.sweep import InProcess, Pool, chunks
 from gpuplan.units import HOUR
 
-CHUNK = 250_000  # strategies evaluated per numpy pass
+CHUNK = 65_536  # strategies evaluated per numpy pass (a piece of work of the sweep)
+SHAPE_CHUNK = 32  # kernel shapes priced per piece of work
 __all__ = ["SearchResult", "SearchSpace", "enumerate_space", "pareto_front", "row_strategy",
            "search"]  # fmt: skip
 
@@ -65,12 +74,23 @@ class SearchResult:
         return self.pricing_s + self.evaluation_s
 
 
-def _price_shapes(cfg, s: dict, seq: int, costs: CostCache, space: SearchSpace, progress):
-    """Index of each strategy's shape and the shapes' times as arrays."""
+def _price_shapes(cfg, s: dict, seq: int, acc, eff, space: SearchSpace, pool, progress):
+    """Index of each strategy's shape and the shapes' times as arrays (priced in pieces of
+    ``SHAPE_CHUNK`` shapes, merged in order: the same wherever the pieces run)."""
     keys = np.stack([s["mb"], s["tp"], s["cp"], s["sp"], s["ep"], s["fp8"]], axis=1)
     uniq, index = np.unique(keys, axis=0, return_inverse=True)
-    table = {f: np.empty(len(uniq)) for f in TIME_FIELDS}
-    for i, (mb, tp, cp, sp, ep, fp8) in enumerate(progress(uniq, "pricing kernel shapes")):
+    price = partial(_price_piece, cfg, seq, acc, eff, space)
+    pieces = [uniq[sl] for sl in chunks(len(uniq), SHAPE_CHUNK)]
+    parts = pool.map(price, progress(pieces, "pricing kernel shapes", pool))
+    table = {f: np.concatenate([part[f] for part in parts]) for f in TIME_FIELDS}
+    return index.ravel(), table, len(uniq)
+
+
+def _price_piece(cfg, seq: int, acc, eff, space: SearchSpace, shapes: np.ndarray) -> dict:
+    """Times of ``shapes`` (rows of micro-batch, tp, cp, sp, ep, fp8): one piece of a sweep."""
+    costs = CostCache(cfg, acc, eff)
+    table = {f: np.empty(len(shapes)) for f in TIME_FIELDS}
+    for i, (mb, tp, cp, sp, ep, fp8) in enumerate(shapes):
         shape = Shape(
             micro_batch=int(mb),
             seq=seq,
@@ -84,12 +104,14 @@ def _price_shapes(cfg, s: dict, seq: int, costs: CostCache, space: SearchSpace, 
         )
         for f, v in shape_times(costs(shape)).items():
             table[f][i] = v
-    return index.ravel(), table, len(uniq)
+    return table
 
 
 def _progress(total: int):
-    def wrap(items, desc):
-        if total < 400_000:
+    """A tqdm bar on stderr over the pieces of a large search run here, on a terminal only."""
+
+    def wrap(items, desc, pool):
+        if total < 400_000 or not isinstance(pool, InProcess) or not sys.stderr.isatty():
             return items
         from tqdm import tqdm
 
@@ -109,8 +131,10 @@ def search(
     eff=None,
     tokens: float | None = None,
     usd_per_gpu_hour: float | None = None,
+    pool: Pool | None = None,
 ) -> SearchResult:
-    """Evaluate every valid strategy; return those that fit and their Pareto front."""
+    """Evaluate every valid strategy; return those that fit and their Pareto front (``pool``:
+    where the pieces of the search run, ``sim.sweep``; in this process by default)."""
     for field, value in (("gpus", gpus), ("global_batch", global_batch), ("seq", seq)):
         check_positive(field, value)
     space = space or SearchSpace()
@@ -125,9 +149,10 @@ def search(
             "the data-parallel degree must divide the global batch; try a global_batch that is "
             "a multiple of a power of two"
         )
+    pool = pool or InProcess()
     progress = _progress(total)
     t0 = time.perf_counter()
-    index, table, n_shapes = _price_shapes(cfg, s, seq, CostCache(cfg, acc, eff), space, progress)
+    index, table, n_shapes = _price_shapes(cfg, s, seq, acc, eff, space, pool, progress)
     t1 = time.perf_counter()
     frame = _evaluate_all(
         cfg,
@@ -140,6 +165,7 @@ def search(
         seq=seq,
         space=space,
         gpus=gpus,
+        pool=pool,
         progress=progress,
     )
     t2 = time.perf_counter()
@@ -167,60 +193,73 @@ def search(
     )
 
 
-def _evaluate_all(cfg, s, index, table, *, cluster, acc, eff, seq, space, gpus, progress):
+def _evaluate_all(cfg, s, index, table, *, cluster, acc, eff, seq, space, gpus, pool, progress):
+    """Every strategy's step time, throughput, MFU and memory, in pieces of ``CHUNK`` rows
+    concatenated in order (each row depends on its own inputs only)."""
     facts = model_facts(cfg)
-    total = len(index)
     flops = flops_per_sequence(cfg, seq, False)
     peaks = {False: acc.peak("bf16"), True: acc.peak("fp8") if acc.supports("fp8") else np.nan}
-    parts = []
-    for lo in progress(range(0, total, CHUNK), "evaluating strategies"):
-        sl = slice(lo, min(lo + CHUNK, total))
-        sc = {k: v[sl] for k, v in s.items()}
-        t = {f: table[f][index[sl]] for f in TIME_FIELDS}
-        _c, terms, mem = evaluate(
-            facts,
-            sc,
-            t,
-            cluster=cluster,
-            acc=acc,
-            eff=eff,
-            seq=seq,
-            state_precision=space.state_precision,
-            attention=space.attention,
-        )
-        step = step_total(terms)
-        peak_mem = sum(mem.values())
-        gb = sc["mb"] * sc["m"] * sc["dp"]
-        peak_flops = np.where(sc["fp8"], peaks[True], peaks[False])
-        parts.append(
-            pd.DataFrame(
-                {
-                    "tp": sc["tp"],
-                    "pp": sc["pp"],
-                    "dp": sc["dp"],
-                    "cp": sc["cp"],
-                    "ep": sc["ep"],
-                    "sp": sc["sp"],
-                    "zero": sc["zero"],
-                    "micro_batch": sc["mb"],
-                    "micro_batches": sc["m"],
-                    "schedule": sc["sched"],
-                    "virtual_stages": sc["chunks"],
-                    "recompute": sc["rc"],
-                    "precision": np.where(sc["fp8"], "fp8", "bf16"),
-                    "step_time_s": step,
-                    "bubble_s": terms["bubble"],
-                    "tokens_per_s": gb * seq / step,
-                    "mfu": flops * gb / (step * gpus * peak_flops),
-                    "peak_memory_per_gpu_bytes": peak_mem,
-                    "fits": peak_mem <= acc.hbm_bytes,
-                }
-            )
-        )
-    frame = pd.concat(parts, ignore_index=True)
+    pieces = [
+        ({k: v[sl] for k, v in s.items()}, {f: table[f][index[sl]] for f in TIME_FIELDS})
+        for sl in chunks(len(index), CHUNK)
+    ]
+    layouts = search_layouts(cfg, np.unique(s["pp"]))
+    piece = partial(_evaluate_piece, facts, cluster=cluster, acc=acc, eff=eff, seq=seq,
+                    space=space, gpus=gpus, flops=flops, peaks=peaks,
+                    layouts=layouts)  # fmt: skip
+    frame = pd.concat(pool.map(piece, progress(pieces, "evaluating strategies", pool)),
+                      ignore_index=True)  # fmt: skip
     frame["schedule"] = frame["schedule"].map(SCHEDULE_NAMES)
     frame["recompute"] = frame["recompute"].map(RECOMPUTE_NAMES)
+    labels = {int(p): split_label(cfg, int(p)) for p in np.unique(s["pp"])}
+    frame.insert(frame.columns.get_loc("pp") + 1, "pp_layers", frame["pp"].map(labels))
     return frame
+
+
+def _evaluate_piece(facts, arrays, *, cluster, acc, eff, seq, space, gpus, flops, peaks,
+                    layouts):  # fmt: skip
+    """One piece of the evaluation: (strategy columns, their shapes' times) -> a frame;
+    ``layouts``: the stage kinds of each pipeline degree (``space.search_layouts``)."""
+    sc, t = arrays
+    _c, terms, mem = evaluate(
+        facts,
+        sc,
+        t,
+        kinds=layouts.take(sc["pp"]),
+        cluster=cluster,
+        acc=acc,
+        eff=eff,
+        seq=seq,
+        state_precision=space.state_precision,
+        attention=space.attention,
+    )
+    step = step_total(terms)
+    peak_mem = sum(mem.values())
+    gb = sc["mb"] * sc["m"] * sc["dp"]
+    peak_flops = np.where(sc["fp8"], peaks[True], peaks[False])
+    return pd.DataFrame(
+        {
+            "tp": sc["tp"],
+            "pp": sc["pp"],
+            "dp": sc["dp"],
+            "cp": sc["cp"],
+            "ep": sc["ep"],
+            "sp": sc["sp"],
+            "zero": sc["zero"],
+            "micro_batch": sc["mb"],
+            "micro_batches": sc["m"],
+            "schedule": sc["sched"],
+            "virtual_stages": sc["chunks"],
+            "recompute": sc["rc"],
+            "precision": np.where(sc["fp8"], "fp8", "bf16"),
+            "step_time_s": step,
+            "bubble_s": terms["bubble"],
+            "tokens_per_s": gb * seq / step,
+            "mfu": flops * gb / (step * gpus * peak_flops),
+            "peak_memory_per_gpu_bytes": peak_mem,
+            "fits": peak_mem <= acc.hbm_bytes,
+        }
+    )
 
 
 def _with_cost(fits, *, gpus, acc, tokens, usd, global_batch, seq):

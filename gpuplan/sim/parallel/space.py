@@ -4,6 +4,10 @@ Enumeration: the valid degree combinations (tp, cp, pp, dp, ep), then each micro
 schedule (GPipe, 1F1B, interleaved with every valid virtual-stage count) as base rows, then the
 product with recomputation, ZeRO stage, sequence parallelism and precision.
 
+Pipeline stages: an even split when pp divides the layers, else the auto rule of
+``strategy.auto_pp_layers`` (the embedding and the loss count as a block: Llama 3 405B's split);
+interleaving with every virtual-stage count that split allows.
+
 Pruning rules, named: context parallelism only in powers of two with chunks of at least 256
 tokens (and only with the flash kernel); expert parallelism only inside the data-parallel group;
 sequence parallelism only with tp > 1; GPipe, 1F1B and interleaved are distinct only when pp > 1;
@@ -19,8 +23,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuplan.sim.parallel.memory import RECOMPUTE_CODES, SCHEDULE_CODES
-from gpuplan.sim.parallel.strategy import Strategy, divisors, valid_pp, valid_tp
+from gpuplan.errors import GpuplanError
+from gpuplan.sim.parallel.memory import RECOMPUTE_CODES, SCHEDULE_CODES, model_facts
+from gpuplan.sim.parallel.stage import StageKinds, stack_kinds, stage_kinds
+from gpuplan.sim.parallel.strategy import (
+    Strategy,
+    auto_pp_layers,
+    divisors,
+    valid_tp,
+    valid_virtual_stages,
+)
 
 SCHEDULE_NAMES = {v: k for k, v in SCHEDULE_CODES.items()}
 RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE_CODES.items()}
@@ -33,7 +45,7 @@ class SearchSpace:
 
     recompute: tuple[str, ...] = ("none", "selective", "full")
     zero: tuple[int, ...] = (0, 1, 2, 3)
-    precision: tuple[str, ...] = ("bf16", "fp8")
+    precision: tuple[str, ...] = ("bf16",)  # fp8 only when asked for
     schedules: tuple[str, ...] = ("gpipe", "1f1b", "interleaved")
     max_cp: int = 16
     attention: str = "flash"
@@ -54,7 +66,8 @@ def _degree_rows(cfg, n: int, gb: int, seq: int, space: SearchSpace) -> list[tup
         and (c == 1 or (seq // c >= MIN_CP_TOKENS and space.attention == "flash"))
     ]
     rows = []
-    for tp, cp, pp in itertools.product(valid_tp(cfg, n), cps, valid_pp(cfg, n)):
+    pps = [p for p in divisors(n) if search_split(cfg, p) is not None]
+    for tp, cp, pp in itertools.product(valid_tp(cfg, n), cps, pps):
         if n % (tp * cp * pp):
             continue
         dp = n // (tp * cp * pp)
@@ -81,8 +94,38 @@ def _schedules(cfg, pp: int, m: int, space: SearchSpace) -> list[tuple[str, int]
         return [("1f1b", 1)]
     out = [(s, 1) for s in ("gpipe", "1f1b") if s in space.schedules]
     if "interleaved" in space.schedules and m % pp == 0:
-        out += [("interleaved", v) for v in divisors(cfg.n_layers // pp) if v > 1]
+        out += [("interleaved", v) for v in valid_virtual_stages(search_split(cfg, pp))]
     return out
+
+
+def search_split(cfg, pp: int) -> tuple[int, ...] | None:
+    """Blocks per stage the search gives ``pp`` stages: even, else the auto rule, else None."""
+    if pp > cfg.n_layers:
+        return None
+    if cfg.n_layers % pp == 0:
+        return (cfg.n_layers // pp,) * pp
+    try:
+        return auto_pp_layers(cfg.n_layers, pp)
+    except GpuplanError:
+        return None
+
+
+def search_layouts(cfg, pps) -> StageKinds:
+    """Stage kinds of every pipeline degree in ``pps``, as a (K, max(pps) + 1) table whose
+    column pp holds the split of pp stages (other columns: no stage)."""
+    flags = model_facts(cfg).moe_flags
+    top = int(max(pps))
+    used = {int(p) for p in pps}
+    none = StageKinds(*(np.zeros(1, dtype=int) for _ in StageKinds.__slots__))
+    return stack_kinds(
+        [stage_kinds(flags, search_split(cfg, p)) if p in used else none for p in range(top + 1)]
+    )
+
+
+def split_label(cfg, pp: int) -> str:
+    """The search frame's ``pp_layers``: empty for an even split, else the counts."""
+    split = search_split(cfg, pp)
+    return "" if cfg.n_layers % pp == 0 else ",".join(str(n) for n in split)
 
 
 def enumerate_space(cfg, n: int, gb: int, seq: int, acc, space: SearchSpace) -> dict:
@@ -149,4 +192,6 @@ def row_strategy(row, *, global_batch: int, space: SearchSpace) -> Strategy:
         overlap_tp=space.overlap_tp,
         overlap_pp=space.overlap_pp,
         expert_imbalance=space.load,
-    )
+        pp_layers=tuple(int(n) for n in str(row["pp_layers"]).split(",")) if row.get(
+            "pp_layers") else None,
+    )  # fmt: skip

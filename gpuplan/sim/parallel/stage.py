@@ -1,15 +1,22 @@
 """From one micro-batch's priced kernels to a pipeline stage's compute inputs of the step model.
 
 ``shape_times`` reduces a ``MicroBatchCosts`` to the few numbers the closed forms need;
-``stage_compute`` combines them with the stage layout (numpy arrays or numbers). The slowest stage
-carries its blocks plus the heavier of the two ends (the embedding on the first stage, the LM head
-and loss on the last; both when pp == 1); a middle stage, its blocks only, sets the bubble.
+``stage_compute`` combines them with the stage layout (numpy arrays or numbers).
+
+Stages come grouped into kinds (``StageKinds``): stages with the same blocks, MoE blocks and ends
+(the embedding on the first stage, the LM head and loss on the last; both when pp == 1) cost the
+same, so a layout of any number of stages is a few kinds, each with its count and the index of its
+earliest stage (which holds the most micro-batches in flight). An even split is at most three
+kinds (first, middle, last); Llama 3's uneven split the same three; an explicit list up to pp.
+Arrays of kinds have the kind on axis 0: (K,) for one strategy, (K, N) for N at once.
 Recomputation (Korthikanti et al. 2022): full re-runs each block's forward in the backward;
 selective re-runs the attention core, which a flash kernel never stores, so it costs nothing
 extra there and re-runs QK^T, softmax, dropout and PV for the unfused attention.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -57,33 +64,64 @@ def shape_times(mbc: MicroBatchCosts) -> dict[str, float]:
     }
 
 
+@dataclass(frozen=True, slots=True)
+class StageKinds:
+    """Pipeline stages grouped by what they run; every field an array with the kind on axis 0."""
+
+    layers: np.ndarray  # blocks on a stage of this kind
+    moe: np.ndarray  # of which MoE blocks
+    emb: np.ndarray  # holds the embedding (the first stage)
+    head: np.ndarray  # holds the LM head and the loss (the last stage)
+    count: np.ndarray  # stages of this kind (0: padding, no such stage)
+    index: np.ndarray  # the earliest stage of this kind (0 = first)
+
+    def take(self, columns) -> StageKinds:
+        """The kinds of ``columns`` of a (K, U) table: (K, len(columns))."""
+        return StageKinds(*(getattr(self, f)[:, columns] for f in StageKinds.__slots__))
+
+
+def stage_kinds(moe_flags: tuple[bool, ...], counts: tuple[int, ...]) -> StageKinds:
+    """The kinds of the stages holding ``counts`` blocks each, in order (one pipeline)."""
+    groups: dict[tuple, list[int]] = {}
+    start = 0
+    for i, n in enumerate(counts):
+        key = (n, sum(moe_flags[start : start + n]), i == 0, i == len(counts) - 1)
+        groups.setdefault(key, []).append(i)
+        start += n
+    rows = [(*key, len(idx), idx[0]) for key, idx in groups.items()]
+    cols = list(zip(*rows, strict=True))
+    return StageKinds(*(np.asarray(c) for c in cols))
+
+
+def stack_kinds(kinds: list[StageKinds]) -> StageKinds:
+    """Several pipelines' kinds as one (K, U) table, padded with count-0 kinds."""
+    k = max(len(x.count) for x in kinds)
+
+    def pad(a):
+        return np.concatenate([a, np.zeros(k - len(a), dtype=a.dtype)])
+
+    return StageKinds(
+        *(np.stack([pad(getattr(x, f)) for x in kinds], axis=1) for f in StageKinds.__slots__)
+    )
+
+
 def end_is_head(t) -> np.ndarray:
     """Whether the LM-head stage (not the embedding stage) is the heavier end."""
     return (t["head_fwd"] + t["head_bwd"]) >= (t["emb_fwd"] + t["emb_bwd"])
 
 
-def stage_compute(t, *, layers, moe_layers, pp, rc) -> dict:
-    """Per-micro-batch compute of the slowest stage and of a middle stage."""
-    dense = layers - moe_layers
-    blk_fwd = dense * t["dense_fwd"] + moe_layers * t["moe_fwd"]
-    blk_bwd = dense * t["dense_bwd"] + moe_layers * t["moe_bwd"]
-    core = dense * t["dense_core"] + moe_layers * t["moe_core"]
+def stage_compute(t, kinds: StageKinds, *, rc) -> dict:
+    """Per-micro-batch compute of each kind of stage: its blocks and its ends (K, ...)."""
+    moe = kinds.moe
+    dense = kinds.layers - moe
+    blk_fwd = dense * t["dense_fwd"] + moe * t["moe_fwd"]
+    blk_bwd = dense * t["dense_bwd"] + moe * t["moe_bwd"]
+    core = dense * t["dense_core"] + moe * t["moe_core"]
     recompute = np.where(rc == 2, blk_fwd, np.where(rc == 1, core, 0.0))
-    single = np.asarray(pp) == 1
-    head = end_is_head(t)
-    end_fwd = np.where(
-        single, t["head_fwd"] + t["emb_fwd"], np.where(head, t["head_fwd"], t["emb_fwd"])
-    )
-    end_bwd = np.where(
-        single, t["head_bwd"] + t["emb_bwd"], np.where(head, t["head_bwd"], t["emb_bwd"])
-    )
     return {
-        "stage_fwd": blk_fwd + end_fwd,
-        "stage_bwd": blk_bwd + end_bwd,
+        "stage_fwd": blk_fwd + kinds.emb * t["emb_fwd"] + kinds.head * t["head_fwd"],
+        "stage_bwd": blk_bwd + kinds.emb * t["emb_bwd"] + kinds.head * t["head_bwd"],
         "recompute": recompute,
-        "typical": blk_fwd + blk_bwd + recompute,
         "gemm_layer": t["gemm_layer"],
         "attn_layer": t["attn_layer"],
-        "layers": layers,
-        "moe_layers": moe_layers,
     }

@@ -5,11 +5,14 @@ kernel models) and the degrees; outputs are named, exposed times whose sum is th
 micro-batch on the slowest pipeline stage takes its compute plus the exposed communication of its
 blocks; the step is (Narayanan et al. 2021, sec. 2.2):
 
-    step = m * T_mb + (p - 1) / v * T_stage + DP reduction + optimizer + parameter all-gather
+    step = m * T_max + (sum_i T_i - T_max) / v + DP reduction + optimizer + parameter all-gather
 
-with ``T_stage`` a middle stage's micro-batch time (the bubble: (p-1)/m of the ideal time for 1F1B
-and GPipe, divided by v interleaved chunks; with balanced stages it is (p-1)/(m+p-1) of the
-pipeline's time). Communication per block and micro-batch (Megatron-LM):
+with ``T_i`` stage i's micro-batch time (its blocks, its ends and their exposed communication) and
+``T_max`` the slowest stage's: the steady state runs at the slowest stage's pace, and filling and
+draining the pipeline passes every other stage once per chunk (the bubble: with p balanced
+stages (p-1)/v T, (p-1)/m of the ideal time for 1F1B and GPipe, divided by v interleaved
+chunks, and (p-1)/(m+p-1) of the pipeline's time). Stages come as ``stage.StageKinds``: uneven
+splits and the ends price each kind once. Communication per block and micro-batch (Megatron-LM):
 
 - TP: 2 all-reduces of the b s h activation forward, 2 backward, 2 more when a full recompute
   re-runs the forward (Shoeybi et al. 2019, Fig. 3); with SP each all-reduce becomes an all-gather
@@ -113,62 +116,69 @@ def exposed(comm, window, overlap):
     return np.where(overlap, np.maximum(comm - window, 0.0), comm)
 
 
-def step_terms(*, lk, sp_, s, c, bytes_, params) -> dict:
+def step_terms(*, lk, sp_, s, c, k, bytes_, params) -> dict:
     """Named exposed seconds of one step; their sum is the step time.
 
     ``sp_``: spans (from ``topology.spans``); ``s``: degrees and options as arrays; ``c``: compute
-    per micro-batch (stage_fwd, stage_bwd, recompute, typical, gemm_layer, attn_layer,
-    layers, moe_layers); ``bytes_``: act, kv, dispatch; ``params``: stage, expert, embedding,
-    local (after ZeRO sharding), with the optimizer time as ``optimizer_s``.
+    per micro-batch of each kind of stage (stage_fwd, stage_bwd, recompute: (K, ...)) and of a
+    block (gemm_layer, attn_layer); ``k``: the ``StageKinds``; ``bytes_``: act, kv, dispatch;
+    ``params``: stage (per kind), max_stage, embedding, with the optimizer and accumulation
+    times as ``optimizer_s`` and ``accumulate_s``.
     """
     tp, pp, dp, cp, ep, rc = s["tp"], s["pp"], s["dp"], s["cp"], s["ep"], s["rc"]
     m, chunks, zero = s["m"], s["chunks"], s["zero"]
-    layers, moe_layers = c["layers"], c["moe_layers"]
     tp_layer = tp_comm_s(lk, sp_["tp"], bytes_["act"], tp, rc, s["sp"])
-    x_tp = layers * exposed(tp_layer, c["gemm_layer"], s["overlap_tp"])
-    x_cp = layers * np.maximum(
-        cp_comm_s(lk, sp_["cp"], bytes_["kv"], cp, rc) - c["attn_layer"], 0.0
-    )
-    x_ep = moe_layers * ep_comm_s(lk, sp_["ep"], bytes_["dispatch"], ep, rc)
+    x_tp_layer = exposed(tp_layer, c["gemm_layer"], s["overlap_tp"])
+    x_cp_layer = np.maximum(cp_comm_s(lk, sp_["cp"], bytes_["kv"], cp, rc) - c["attn_layer"], 0.0)
+    x_ep_layer = ep_comm_s(lk, sp_["ep"], bytes_["dispatch"], ep, rc)
     pp_one = pp_comm_s(lk, sp_["pp_cross"], sp_["tp"], bytes_["act"], tp, s["sp"], pp, chunks)
     x_pp = np.where(s["overlap_pp"], 0.0, pp_one)
     dl, dn = sp_["dpcp"]
     group = dp * cp
-    ag_stage = co.all_gather_s(lk, dl, dn, params["stage"] * PARAM_BYTES / group)
-    rs_stage = co.reduce_scatter_s(lk, dl, dn, params["stage"] * GRAD_BYTES)
     z3_calls = 2 + np.where(rc == 2, 1, 0)
-    compute_mb = c["stage_fwd"] + c["stage_bwd"] + c["recompute"]
+    compute_k = c["stage_fwd"] + c["stage_bwd"] + c["recompute"]
     # ZeRO-2/3 work block by block (an FSDP unit is a block): one gather / reduce-scatter each
-    block = params["stage"] / np.maximum(layers, 1)
+    block = params["stage"] / np.maximum(k.layers, 1)
     ag_block = co.all_gather_s(lk, dl, dn, block * PARAM_BYTES / group)
     rs_block = co.reduce_scatter_s(lk, dl, dn, block * GRAD_BYTES)
-    z3_mb = layers * (
+    z3_mb = k.layers * (
         np.where(zero >= 3, z3_calls * ag_block, 0.0) + np.where(zero >= 2, rs_block, 0.0)
     )
-    x_z = np.where(zero >= 2, exposed(z3_mb, compute_mb, s["overlap_dp"]), 0.0)
-    comm_mb = x_tp + x_cp + x_ep + x_pp + x_z
-    t_mb = compute_mb + comm_mb
-    t_stage = c["typical"] + comm_mb
-    bubble = np.where(pp > 1, (pp - 1) / chunks * t_stage, 0.0)
+    x_z = np.where(zero >= 2, exposed(z3_mb, compute_k, s["overlap_dp"]), 0.0)
+    x_tp, x_cp, x_ep = k.layers * x_tp_layer, k.layers * x_cp_layer, k.moe * x_ep_layer
+    t_k = compute_k + x_tp + x_cp + x_ep + x_pp + x_z  # one micro-batch on each kind of stage
+    kinds = len(k.count)
+    slow = np.argmax(np.where(k.count > 0, t_k, -np.inf), axis=0)
+
+    def at_slowest(values):
+        values = np.broadcast_to(values, (kinds, *np.shape(slow)))
+        return np.take_along_axis(values, np.asarray(slow)[None], axis=0)[0]
+
+    t_mb = at_slowest(t_k)
+    bubble = np.where(pp > 1, (np.sum(k.count * t_k, axis=0) - t_mb) / chunks, 0.0)
+    stage_fwd, stage_bwd = at_slowest(c["stage_fwd"]), at_slowest(c["stage_bwd"])
+    stage_p = params["max_stage"]
+    ag_stage = co.all_gather_s(lk, dl, dn, stage_p * PARAM_BYTES / group)
+    rs_stage = co.reduce_scatter_s(lk, dl, dn, stage_p * GRAD_BYTES)
     dp_reduce = np.where(
         zero == 0,
-        co.all_reduce_s(lk, dl, dn, params["stage"] * GRAD_BYTES),
+        co.all_reduce_s(lk, dl, dn, stage_p * GRAD_BYTES),
         np.where(zero == 1, rs_stage, 0.0),
     )
-    x_dp = np.where(group > 1, exposed(dp_reduce, c["stage_bwd"], s["overlap_dp"]), 0.0)
+    x_dp = np.where(group > 1, exposed(dp_reduce, stage_bwd, s["overlap_dp"]), 0.0)
     param_ag = np.where((zero == 1) | (zero == 2), ag_stage, 0.0)
-    x_ag = np.where(group > 1, exposed(param_ag, c["stage_fwd"], s["overlap_dp"]), 0.0)
+    x_ag = np.where(group > 1, exposed(param_ag, stage_fwd, s["overlap_dp"]), 0.0)
     emb = co.all_reduce_s(lk, 1, 2, params["embedding"] * GRAD_BYTES)
     x_emb = np.where((pp > 1) & s["tied"], emb, 0.0)
     return {
-        "compute_fwd": m * c["stage_fwd"],
-        "compute_bwd": m * c["stage_bwd"],
-        "recompute": m * c["recompute"],
-        "tp_comm": m * x_tp,
-        "cp_comm": m * x_cp,
-        "ep_comm": m * x_ep,
-        "pp_comm": m * x_pp,
-        "zero_comm": m * x_z,
+        "compute_fwd": m * stage_fwd,
+        "compute_bwd": m * stage_bwd,
+        "recompute": m * at_slowest(c["recompute"]),
+        "tp_comm": m * at_slowest(x_tp),
+        "cp_comm": m * at_slowest(x_cp),
+        "ep_comm": m * at_slowest(x_ep),
+        "pp_comm": m * np.broadcast_to(x_pp, np.shape(t_mb)),
+        "zero_comm": m * at_slowest(x_z),
         "bubble": bubble,
         "dp_comm": x_dp,
         "param_allgather": x_ag,
@@ -176,6 +186,7 @@ def step_terms(*, lk, sp_, s, c, bytes_, params) -> dict:
         "grad_accumulation": np.where(s["fused_accum"], 0.0, m * params["accumulate_s"]),
         "optimizer": params["optimizer_s"],
         "stage_s": t_mb,
+        "slowest_kind": slow,
     }
 
 

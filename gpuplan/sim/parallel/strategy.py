@@ -236,9 +236,13 @@ def valid_tp(cfg: ModelConfig, limit: int) -> list[int]:
 
 
 def valid_virtual_stages(counts) -> list[int]:
-    """Virtual-stage counts above 1 that split every stage's blocks into equal chunks."""
-    g = math.gcd(*counts)
-    return [v for v in divisors(g) if v > 1]
+    """Virtual-stage counts above 1 that split every stage's blocks into equal chunks, or every
+    stage's slots (its blocks, plus one for the embedding on the first stage and one for the loss
+    on the last), as Llama 3 405B ran: its first chunk held the embedding only and its last the
+    output projection and loss (Dubey et al. 2024, sec. 3.3.2)."""
+    slots = [n + (i == 0) + (i == len(counts) - 1) for i, n in enumerate(counts)]
+    both = set(divisors(math.gcd(*counts))) | set(divisors(math.gcd(*slots)))
+    return sorted(v for v in both if v > 1)
 
 
 def valid_pp(cfg: ModelConfig, limit: int) -> list[int]:
@@ -364,8 +368,8 @@ def _check_schedule(s: Strategy, cfg: ModelConfig) -> None:
     if s.pp == 1:
         raise GpuplanError("schedule='interleaved' needs pp > 1; use '1f1b' with pp=1")
     counts = stage_layer_counts(s, cfg.n_layers)
-    if any(n % s.virtual_stages for n in counts):
-        vs = valid_virtual_stages(counts)
+    vs = valid_virtual_stages(counts)
+    if s.virtual_stages not in vs:
         where = (
             f"the {counts[0]} layers of a stage (n_layers={cfg.n_layers}, pp={s.pp})"
             if s.pp_layers is None
