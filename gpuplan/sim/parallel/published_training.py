@@ -1,0 +1,242 @@
+"""Published training runs as data: each row of ``data/published_training.csv`` predicted by
+``estimate_training`` and compared with the number its source prints, in the metric it prints.
+
+The rows, their sources and every setting a source does not state (the ``assumed`` column) are
+data (``data/published_training.csv``, ``data/published_training_sources.json``); the runs of
+Narayanan et al. 2021 and Korthikanti et al. 2022 stay in ``data/published_runs.json``
+(``published.py``) and join here as the sources ``narayanan2021`` and ``korthikanti2022``.
+
+A row gpuplan cannot express (a model, accelerator or layout it has no word for, such as 126
+layers on 16 uneven pipeline stages) is kept with ``status = "not expressible: <why>"``, never
+dropped. The sources are split, seeded, into a fit part and a held-out part
+(``split_sources``): whatever is fitted to published runs may use the fit part only.
+
+Nothing here is tuned to these rows: every accelerator's kernel efficiencies are
+``efficiency_for`` (the H200 fit, borrowed by devices without a fit of their own).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import functools
+import json
+from importlib import resources
+
+import numpy as np
+import pandas as pd
+
+from gpuplan.errors import GpuplanError
+from gpuplan.hwmodels.efficiency import efficiency_for
+from gpuplan.sim.parallel.compute import CostCache
+from gpuplan.sim.parallel.estimate import estimate_training
+from gpuplan.sim.parallel.strategy import Strategy, auto_pp_layers
+from gpuplan.sim.parallel.topology import cluster_for, get_cluster
+from gpuplan.units import GiB
+from gpuplan.workloads.model import ModelConfig
+from gpuplan.workloads.presets import get_model
+
+METRICS = ("tokens_per_s_per_gpu", "step_time_s", "tflops_per_gpu")
+INT_COLUMNS = ("gpus", "tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch",
+               "global_batch", "seq", "zero")  # fmt: skip
+HELD_OUT_FRACTION = 0.3
+DEFAULT_SEED = 0
+OLD_SOURCES = {"narayanan2021": "narayanan2021", "korthikanti2022": "korthikanti2022"}
+TFLOP = 1e12
+
+
+def _data(name: str):
+    return resources.files("gpuplan.sim.parallel") / "data" / name
+
+
+@functools.cache
+def training_sources() -> dict:
+    """The sources file: every source's reference and notes, and the model definitions."""
+    return json.loads(_data("published_training_sources.json").read_text())
+
+
+@functools.cache
+def training_rows() -> tuple[dict, ...]:
+    """The rows of ``published_training.csv``, numbers typed, options parsed."""
+    with _data("published_training.csv").open(newline="") as f:
+        return tuple(_typed(r) for r in csv.DictReader(f))
+
+
+def _typed(raw: dict) -> dict:
+    row = dict(raw)
+    for col in INT_COLUMNS:
+        row[col] = int(row[col])
+    row["published"] = float(row["published"])
+    mem = row["memory_per_gpu_bytes"]
+    row["memory_per_gpu_bytes"] = float(mem) if mem else None
+    row["options"] = parse_options(row["options"])
+    return row
+
+
+def parse_options(text: str) -> dict:
+    """``key=value;key=value`` Strategy overrides a row states: booleans, numbers, words, and
+    ``pp_layers`` as ``auto`` or a comma list of blocks per stage."""
+    out: dict = {}
+    for item in filter(None, (t.strip() for t in text.split(";"))):
+        key, _, value = item.partition("=")
+        if value in ("true", "false"):
+            out[key] = value == "true"
+        elif key == "pp_layers" and value != "auto":
+            out[key] = tuple(int(n) for n in value.split(","))
+        else:
+            try:
+                out[key] = float(value)
+            except ValueError:
+                out[key] = value
+    return out
+
+
+def row_model(row: dict) -> ModelConfig:
+    """The row's model: a definition of the sources file, else a preset. A learned position
+    table is sized to the run's sequence (llm-foundry sets max_seq_len to it)."""
+    models = training_sources()["models"]
+    key = row["model"]
+    cfg = ModelConfig(**models[key]) if key in models else get_model(key)
+    if cfg.position == "learned":
+        cfg = dataclasses.replace(cfg, max_seq_len=row["seq"])
+    return cfg
+
+
+def row_strategy(row: dict, cfg: ModelConfig) -> Strategy:
+    """The layout the row states (its ``options`` override Strategy's defaults);
+    ``pp_layers=auto`` is Llama 3's rule (``auto_pp_layers``)."""
+    fields = {k: row[k] for k in ("tp", "pp", "dp", "cp", "ep", "zero", "micro_batch",
+                                  "global_batch", "schedule", "virtual_stages", "recompute",
+                                  "precision")}  # fmt: skip
+    options = dict(row["options"])
+    if options.get("pp_layers") == "auto":
+        options["pp_layers"] = auto_pp_layers(cfg.n_layers, row["pp"])
+    return Strategy(**fields | options)
+
+
+def row_cluster(row: dict):
+    return get_cluster(row["cluster"]) if row["cluster"] else cluster_for(row["gpu"])
+
+
+def metric_value(row: dict, est) -> float:
+    """gpuplan's estimate in the metric the row publishes."""
+    metric = row["metric"]
+    if metric == "tokens_per_s_per_gpu":
+        return est.tokens_per_s / row["gpus"]
+    if metric == "step_time_s":
+        return est.step_time_s
+    if metric == "tflops_per_gpu":
+        return est.model_flops_per_step / est.step_time_s / row["gpus"] / TFLOP
+    raise GpuplanError(f"{row['id']}: metric={metric!r} is unknown; valid: {', '.join(METRICS)}")
+
+
+def predict_row(row: dict, caches: dict) -> tuple[str, float | None, float | None]:
+    """(status, predicted metric, predicted memory per GPU in bytes) of one row."""
+    try:
+        cfg = row_model(row)
+        cluster = row_cluster(row)
+        strategy = row_strategy(row, cfg)
+        eff = efficiency_for(cluster.gpu)
+        key = (cfg, cluster.gpu)
+        cache = caches.setdefault(key, CostCache(cfg, cluster.accelerator, eff))
+        est = estimate_training(cfg, strategy, cluster=cluster, seq=row["seq"], gpus=row["gpus"],
+                                eff=eff, costs=cache)  # fmt: skip
+    except GpuplanError as err:
+        return f"not expressible: {err}", None, None
+    return "ok", metric_value(row, est), est.peak_memory_per_gpu_bytes
+
+
+def split_sources(sources, seed: int = DEFAULT_SEED, fraction: float = HELD_OUT_FRACTION):
+    """The held-out sources: ``round(fraction * n)`` of them (at least one), drawn with
+    ``seed`` from the sorted list, so the split depends on the set of sources and the seed
+    only, never on row order."""
+    names = sorted(set(sources))
+    if not 0 < fraction < 1:
+        raise GpuplanError(f"held-out fraction={fraction!r} is invalid: it must be in (0, 1)")
+    k = max(1, round(fraction * len(names)))
+    rng = np.random.default_rng(seed)
+    return frozenset(names[i] for i in rng.choice(len(names), size=k, replace=False))
+
+
+def _new_rows(caches: dict) -> list[dict]:
+    out = []
+    for row in training_rows():
+        status, predicted, memory = predict_row(row, caches)
+        base = {"id": row["id"], "source": row["source"], "table": row["table"],
+                "model": row["model"], "gpu": row["gpu"], "gpus": row["gpus"],
+                "layout": _layout(row), "stack": row["stack"], "status": status}  # fmt: skip
+        out.append(base | {"kind": "time", "metric": row["metric"], "published": row["published"],
+                           "predicted": predicted})  # fmt: skip
+        if row["memory_per_gpu_bytes"]:
+            out.append(base | {"kind": "memory", "metric": "memory_per_gpu_bytes",
+                               "published": row["memory_per_gpu_bytes"], "predicted": memory})  # fmt: skip
+    return out
+
+
+def _layout(row: dict) -> str:
+    """The Strategy label, with the overlaps the row switches on (the label omits them)."""
+    extra = [k for k, v in row["options"].items() if k.startswith("overlap") and v is True]
+    try:
+        label = row_strategy(row, row_model(row)).label
+    except GpuplanError as err:
+        label = f"(invalid: {err})"
+    return " ".join([label, *extra])
+
+
+def _old_rows() -> list[dict]:
+    """The runs of ``published_runs.json`` in this frame's shape (sources by paper)."""
+    from gpuplan.sim.parallel.published import reproduce
+
+    frame = reproduce()
+    out = []
+    for r in frame.to_dict("records"):
+        family = next(k for k in OLD_SOURCES if r["source"].startswith(k))
+        memory = r["kind"] == "memory"
+        out.append({"id": r["id"], "source": OLD_SOURCES[family], "table": r["source"],
+                    "model": r["id"], "gpu": "a100-sxm-80gb", "gpus": r["gpus"],
+                    "layout": r["layout"], "stack": "megatron", "status": "ok",
+                    "kind": r["kind"], "metric": r["metric"],
+                    "published": r["measured"],
+                    "predicted": r["predicted"] * GiB if memory else r["predicted"]})  # fmt: skip
+        if memory:
+            out[-1]["published"] = r["measured"] * GiB
+    return out
+
+
+def reproduce_training(seed: int = DEFAULT_SEED) -> pd.DataFrame:
+    """Every published row (new and old), predicted: published, predicted, signed and absolute
+    % error, status and the held-out flag of its source."""
+    return _reproduce(seed).copy()
+
+
+@functools.cache
+def _reproduce(seed: int) -> pd.DataFrame:
+    frame = pd.DataFrame(_new_rows({}) + _old_rows())
+    ok = frame["status"] == "ok"
+    pred = frame["predicted"].where(ok).astype(float)
+    frame["error_pct"] = 100 * (pred - frame["published"]) / frame["published"]
+    frame["abs_error_pct"] = frame["error_pct"].abs()
+    held = split_sources(frame["source"], seed)
+    frame["held_out"] = frame["source"].isin(held)
+    return frame
+
+
+def source_summary(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per source and kind: rows, rows not expressible, median and p90 absolute error, the
+    held-out flag; then one line per kind over all sources."""
+    ok = frame[frame["status"] == "ok"]
+    keys = ["source", "kind"]
+    counts = frame.groupby(keys).size().rename("n")
+    bad = (frame["status"] != "ok").groupby([frame["source"], frame["kind"]]).sum()
+    stats = ok.groupby(keys)["abs_error_pct"].agg(
+        median_abs_pct_error="median", p90_abs_pct_error=lambda s: s.quantile(0.9)
+    )
+    held = frame.groupby(keys)["held_out"].first()
+    out = pd.concat([counts, bad.rename("not_expressible"), stats, held], axis=1).reset_index()
+    total = ok.groupby("kind")["abs_error_pct"].agg(
+        median_abs_pct_error="median", p90_abs_pct_error=lambda s: s.quantile(0.9)
+    )
+    total["n"] = frame.groupby("kind").size()
+    total["not_expressible"] = (frame["status"] != "ok").groupby(frame["kind"]).sum()
+    total = total.reset_index().assign(source="all", held_out=None)
+    return pd.concat([out, total[out.columns]], ignore_index=True)

@@ -1,0 +1,134 @@
+"""Published training runs as data: every row names its source and a layout gpuplan reads, the
+model definitions reproduce the sources' parameter counts, the split by source is seeded and
+stable, a row gpuplan cannot express says why, and ``train --reproduce`` prints every source."""
+
+import json
+import re
+
+import pytest
+
+from gpuplan.cli import main
+from gpuplan.errors import GpuplanError
+from gpuplan.sim.parallel.published_training import (
+    METRICS,
+    parse_options,
+    predict_row,
+    row_model,
+    row_strategy,
+    source_summary,
+    split_sources,
+    training_rows,
+    training_sources,
+)
+from gpuplan.workloads.params import count_params
+
+
+def rows_of(source):
+    return [r for r in training_rows() if r["source"] == source]
+
+
+def test_at_least_300_rows_from_at_least_8_sources_each_with_its_reference():
+    rows = training_rows()
+    sources = training_sources()["sources"]
+    assert len(rows) >= 300
+    assert len({r["id"] for r in rows}) == len(rows)
+    assert len(sources) >= 8
+    for r in rows:
+        assert r["source"] in sources, r["id"]
+        assert r["table"].strip() and r["metric"] in METRICS, r["id"]
+        assert r["published"] > 0, r["id"]
+    for name, src in sources.items():
+        assert src["reference"].strip() and src["title"].strip(), name
+
+
+def test_every_model_definition_names_its_source():
+    for key, model in training_sources()["models"].items():
+        assert model["name"] == key and model["source"].strip(), key
+
+
+@pytest.mark.parametrize("size", ["125m", "7b", "70b"])
+def test_mpt_definitions_give_the_parameter_counts_llm_foundry_prints(size):
+    # the NumParams column of the benchmark table, kept in each row's notes
+    row = next(r for r in rows_of("mosaicml-llmfoundry") if r["model"] == f"mpt-{size}")
+    published = int(re.search(r"NumParams (\d+)", row["notes"]).group(1))
+    assert count_params(row_model(row)).total == pytest.approx(published, rel=1e-3)
+
+
+def test_options_parse_booleans_numbers_words_and_stage_lists():
+    got = parse_options("overlap_tp=true;capacity_factor=1.0;pp_layers=7,8,7;state_precision=bf16")
+    assert got == {"overlap_tp": True, "capacity_factor": 1.0, "pp_layers": (7, 8, 7),
+                   "state_precision": "bf16"}  # fmt: skip
+    assert parse_options("") == {}
+
+
+def test_a_row_becomes_the_strategy_it_states():
+    row = next(r for r in training_rows() if r["id"] == "tt24-t4-70b-2d-asynctp")
+    st = row_strategy(row, row_model(row))
+    assert (st.tp, st.dp, st.zero, st.micro_batch, st.global_batch) == (8, 32, 3, 16, 512)
+    assert st.overlap_tp and st.precision == "fp8" and st.recompute == "full"
+    assert st.world == row["gpus"]
+
+
+def test_llama3_table4_rows_use_the_papers_uneven_stages():
+    row = rows_of("dubey2024-llama3")[0]
+    st = row_strategy(row, row_model(row))
+    assert st.pp_layers == (7,) + (8,) * 14 + (7,)  # sec. 3.3.2: one block fewer at each end
+
+
+def test_a_row_gpuplan_cannot_express_is_reported_with_why_not_dropped():
+    row = next(r for r in training_rows() if r["gpu"] == "a100-sxm-40gb")
+    status, predicted, memory = predict_row(row, {})
+    assert status.startswith("not expressible: ") and "a100-sxm-40gb" in status
+    assert predicted is None and memory is None
+
+
+def test_a_predicted_row_is_in_the_metric_it_publishes():
+    row = next(r for r in training_rows() if r["id"] == "mtnlg-n280")
+    status, predicted, _ = predict_row(row, {})
+    assert status == "ok" and row["metric"] == "step_time_s"
+    assert 0.5 * row["published"] < predicted < 2 * row["published"]  # seconds, not tokens/s
+
+
+def test_split_by_source_is_seeded_and_ignores_order_and_repeats():
+    names = [f"s{i}" for i in range(10)]
+    held = split_sources(names, seed=3)
+    assert held == split_sources(list(reversed(names)) * 2, seed=3)
+    assert len(held) == 3 and held <= set(names)
+    assert any(split_sources(names, seed=s) != held for s in range(4, 10))
+    assert split_sources(["a", "b"], seed=0, fraction=0.1) and len(split_sources(["a"])) == 1
+    with pytest.raises(GpuplanError, match="fraction"):
+        split_sources(names, fraction=1.0)
+
+
+def test_the_summary_counts_every_row_and_its_reasons():
+    import pandas as pd
+
+    frame = pd.DataFrame(
+        [
+            {"source": "a", "kind": "time", "status": "ok", "abs_error_pct": 10.0, "held_out": True},
+            {"source": "a", "kind": "time", "status": "ok", "abs_error_pct": 30.0, "held_out": True},
+            {"source": "a", "kind": "time", "status": "not expressible: x", "abs_error_pct": None,
+             "held_out": True},
+            {"source": "b", "kind": "time", "status": "ok", "abs_error_pct": 4.0, "held_out": False},
+        ]
+    )  # fmt: skip
+    summ = source_summary(frame).set_index("source")
+    assert summ.loc["a", "n"] == 3 and summ.loc["a", "not_expressible"] == 1
+    assert summ.loc["a", "median_abs_pct_error"] == pytest.approx(20.0)
+    assert summ.loc["all", "n"] == 4 and summ.loc["all", "median_abs_pct_error"] == 10.0
+
+
+@pytest.mark.slow
+def test_train_reproduce_prints_every_source_and_the_same_json(capsys):
+    assert main(["train", "--reproduce", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert main(["train", "--reproduce"]) == 0
+    text = capsys.readouterr().out
+    assert "Published runs (A100 80GB, DGX A100 / Selene)" in text  # the old table stays
+    for name in training_sources()["sources"]:
+        assert name in text
+    assert "not expressible: unknown accelerator 'a100-sxm-40gb'" in text
+    new = doc["published_training"]
+    assert {r["id"] for r in new["rows"]} >= {r["id"] for r in training_rows()}
+    assert set(new["held_out_sources"]) == {s["source"] for s in new["summary"] if s["held_out"]}
+    assert len(doc["rows"]) == 46  # published_runs.json, as before
