@@ -53,7 +53,7 @@ def test_search_train_json_reports_speed_top_and_pareto(capsys):
     )  # fmt: skip
     assert code == 0, err
     doc = json.loads(out)
-    assert doc["evaluated"] > doc["fitting"] > 0 and doc["strategies_per_s"] > 0
+    assert doc["evaluated"] > doc["fitting"] > 0 and doc["timing"]["strategies_per_s"] > 0
     assert len(doc["top"]) == 3 and doc["pareto"] and doc["fastest"]["step_time_s"] > 0
     assert abs(doc["top"][0]["step_time_s"] / doc["fastest"]["step_time_s"] - 1) < 1e-9
 

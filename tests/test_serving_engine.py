@@ -35,7 +35,8 @@ def test_every_request_that_arrived_is_finished_rejected_or_in_flight(policy):
     horizon = float(load.arrival_s[200])
     res = simulate(DEP, SchedulerConfig(policy=policy, max_seqs=32), load, horizon_s=horizon)
     counts = res.requests["status"].value_counts()
-    arrived = int((load.arrival_s <= res.end_s).sum())
+    # the request arriving at the very instant the simulation stops is not offered to a replica
+    arrived = int((load.arrival_s < res.end_s).sum())
     assert counts.get("finished", 0) + counts.get("rejected", 0) + counts.get("in_flight", 0) == (
         arrived
     )

@@ -12,8 +12,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 from typing import Any
 
+from gpuplan.cli.dask_workers import (
+    add_sweep_options,
+    add_timing_option,
+    open_pool,
+    pool_label,
+    timed,
+    with_timing,
+)
 from gpuplan.cli.tables import dump_json, render_table
 from gpuplan.errors import GpuplanError
 from gpuplan.outputs import write_csv
@@ -38,6 +47,7 @@ HEADLINE = (
     ("jobs rejected", "rejected", "int"),
     ("JCT p50 / p90 / p99 (h)", ("jct_p50_s", "jct_p90_s", "jct_p99_s"), "hours"),
     ("queueing p50 / p90 / p99 (h)", ("queue_p50_s", "queue_p90_s", "queue_p99_s"), "hours"),
+    ("checkpoint interval (h, median of jobs)", "checkpoint_interval_s", "hours"),
 )
 COMPARE = ("policy", "placement", "utilization", "goodput", "placement_efficiency",
            "effective_utilization", "finished", "queue_p50_s", "jct_p50_s", "interruptions")  # fmt: skip
@@ -58,17 +68,22 @@ def register(subparsers) -> None:
     p.add_argument("--events", metavar="CSV", help="write the per-event table (all runs)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--list", action="store_true", help="list the built-in scenarios")
+    p.add_argument("--check", action="store_true",
+                   help="check the scenario file against its schema and stop (exit 0 valid, "
+                        "2 invalid: one line per problem)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    add_sweep_options(p)
+    add_timing_option(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from gpuplan.sim.cluster.scenario import builtin_scenarios, load_scenario, run_scenario
+    from gpuplan.sim.cluster.scenario import builtin_scenarios, load_scenario
 
     if args.list:
-        for name, path in sorted(builtin_scenarios().items()):
-            print(f"{name:16s} {path}")
-        return 0
+        return _list(builtin_scenarios(), args.json)
+    if args.check:
+        return _check(args)
     if not args.scenario:
         raise GpuplanError("gpuplan cluster needs a SCENARIO (a YAML file, or see --list)")
     if args.repeat < 1:
@@ -76,25 +91,73 @@ def run(args) -> int:
     doc, path = load_scenario(args.scenario)
     seed = int(doc.get("seed", 0)) if args.seed is None else args.seed
     progress = not args.no_progress and not args.json and sys.stderr.isatty()
-    batches = [run_scenario(path, seed=seed + k, progress=progress) for k in range(args.repeat)]
+    with open_pool(args) as pool:
+        # one piece per seed, merged in seed order; a bar only when the runs are here
+        here = not (args.workers or args.scheduler)
+        run_seed = partial(_run_seed, path=path.resolve(), progress=progress and here)
+        batches = pool.map(run_seed, [seed + k for k in range(args.repeat)])
     results = batches[0]
-    _write_tables(args, batches)
+    _write_tables(args, batches, seed)
     if args.plot:
         _plots(args.plot, results)
     expect = doc.get("expect") or {}
     if args.json:
-        print(dump_json(_document(batches, expect, seed)))
+        print(dump_json(with_timing(_document(batches, expect, seed), args, _timing(args, batches))))
         return 0
-    print(render(results, doc, seed, batches if args.repeat > 1 else None))
+    print(render(results, doc, seed, batches if args.repeat > 1 else None, timing=timed(args)))
     return 0
+
+
+def _list(scenarios: dict, as_json: bool) -> int:
+    if as_json:
+        print(dump_json({"scenarios": [{"name": n, "path": str(p)}
+                                       for n, p in sorted(scenarios.items())]}))  # fmt: skip
+        return 0
+    for name, path in sorted(scenarios.items()):
+        print(f"{name:16s} {path}")
+    return 0
+
+
+def _check(args) -> int:
+    """``--check``: every problem of the file, one line each on stderr; exit 2 if any."""
+    from gpuplan.sim.cluster.scenario import check_scenario
+
+    if not args.scenario:
+        raise GpuplanError("gpuplan cluster --check needs a SCENARIO (a YAML file)")
+    found = check_scenario(args.scenario)
+    if args.json:
+        print(dump_json({"scenario": args.scenario, "valid": not found, "problems": found}))
+    elif not found:
+        print(f"{args.scenario}: valid")
+    for problem in found:
+        print(f"gpuplan: error: {problem}", file=sys.stderr)
+    return 2 if found else 0
+
+
+def _run_seed(seed: int, *, path, progress: bool):
+    """Every run of the scenario at one seed: one piece of ``--repeat``."""
+    from gpuplan.sim.cluster.scenario import run_scenario
+
+    return run_scenario(path, seed=seed, progress=progress)
+
+
+def _untimed(summary: dict) -> dict:
+    """A run's summary without its wall-clock figure (that goes to ``timing``)."""
+    return {k: v for k, v in summary.items() if k != "wall_s"}
+
+
+def _timing(args, batches) -> dict[str, Any]:
+    runs = [{"name": r.name, "wall_s": [b[k].summary["wall_s"] for b in batches]}
+            for k, r in enumerate(batches[0])]  # fmt: skip
+    return {"runs": runs, "ran_on": pool_label(args)}
 
 
 def _document(batches, expect, seed) -> dict[str, Any]:
     runs = []
     for k, result in enumerate(batches[0]):
-        entry = result.to_dict() | {"seed": seed}
+        entry = result.to_dict() | {"summary": _untimed(result.summary), "seed": seed}
         if len(batches) > 1:
-            entry["repeats"] = [b[k].summary for b in batches]
+            entry["repeats"] = [_untimed(b[k].summary) for b in batches]
             entry["mean"] = _mean([b[k].summary for b in batches])
         runs.append(entry)
     return {"runs": runs, "expect": expect}
@@ -109,14 +172,14 @@ def _mean(summaries: list[dict]) -> dict[str, float]:
     }
 
 
-def _write_tables(args, batches) -> None:
+def _write_tables(args, batches, seed: int) -> None:
     import pandas as pd
 
     for flag, attr in (("jobs", "jobs"), ("events", "events")):
         target = getattr(args, flag)
         if target:
             frames = [
-                getattr(r, attr).assign(run=r.name, seed=k)
+                getattr(r, attr).assign(run=r.name, seed=seed + k)  # the seed each run used
                 for k, b in enumerate(batches)
                 for r in b
             ]
@@ -155,7 +218,7 @@ def _expected(key, expect: dict, kind: str) -> str:
     return f"> {text}" if key == "effective_training_time" else text
 
 
-def render(results, doc: dict, seed: int, batches=None) -> str:
+def render(results, doc: dict, seed: int, batches=None, *, timing: bool = True) -> str:
     expect = doc.get("expect") or {}
     lines = [f"{doc.get('name', 'scenario')}: {doc.get('description', '')}".rstrip(": "), ""]
     for k, result in enumerate(results):
@@ -167,7 +230,8 @@ def render(results, doc: dict, seed: int, batches=None) -> str:
             f"{s['simulated_s'] / 86400:.1f} days, seed {seed}"
             + (f" (+{len(batches) - 1} more seeds)" if batches else "")
         )
-        lines.append(f"   simulated {s['events']:,} events in {s['wall_s']:.2f} s")
+        took = f" in {s['wall_s']:.2f} s" if timing else ""
+        lines.append(f"   simulated {s['events']:,} events{took}")
         rows = []
         for label, key, kind in HEADLINE:
             value = tuple(s[x] for x in key) if isinstance(key, tuple) else s[key]

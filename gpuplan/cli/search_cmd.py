@@ -12,6 +12,14 @@ import argparse
 
 from gpuplan.cli import require_subcommand
 from gpuplan.cli.argtypes import positive_int
+from gpuplan.cli.dask_workers import (
+    add_sweep_options,
+    add_timing_option,
+    open_pool,
+    pool_label,
+    timed,
+    with_timing,
+)
 from gpuplan.cli.tables import dump_json, format_value, render_table
 from gpuplan.cli.train_cmd import (
     add_assumption_options,
@@ -28,6 +36,9 @@ COLUMNS = [
     "recompute", "precision", "step_time_s", "tokens_per_s", "mfu_pct",
     "peak_memory_per_gpu_bytes", "cost_per_step_usd",
 ]  # fmt: skip
+
+
+PRECISION_CHOICES = {"bf16": ("bf16",), "fp8": ("fp8",), "any": ("bf16", "fp8")}
 
 
 def register(subparsers) -> None:
@@ -53,12 +64,19 @@ def register(subparsers) -> None:
         default=["none", "selective", "full"],
     )
     p.add_argument("--zero", nargs="+", type=zero_stage, default=[0, 1, 2, 3])
-    p.add_argument("--precision", nargs="+", choices=("bf16", "fp8"), default=["bf16", "fp8"])
+    p.add_argument(
+        "--precision",
+        choices=("bf16", "fp8", "any"),
+        default="bf16",
+        help="GEMM precision searched: bf16 (default), fp8, or any (both)",
+    )
     p.add_argument("--max-cp", type=positive_int, default=16, help="largest context-parallel size")
     p.add_argument(
         "--expert-imbalance", type=float, default=1.0, help="MoE: busiest expert's load / mean"
     )
     add_assumption_options(p)
+    add_sweep_options(p)
+    add_timing_option(p)
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     p.set_defaults(func=run)
     require_subcommand(group, sub)
@@ -76,14 +94,15 @@ def run(args) -> int:
     seq = args.seq or default_seq(cfg)
     space = SearchSpace(
         recompute=tuple(args.recompute), zero=tuple(sorted(set(args.zero))),
-        precision=tuple(args.precision), max_cp=args.max_cp, attention=args.attention,
+        precision=PRECISION_CHOICES[args.precision], max_cp=args.max_cp, attention=args.attention,
         state_precision=args.state_precision, overlap_dp=args.overlap_dp,
         overlap_tp=args.overlap_tp, overlap_pp=args.overlap_pp, load=args.expert_imbalance,
     )  # fmt: skip
-    result = search(
-        cfg, cluster=cluster, gpus=args.gpus, global_batch=args.global_batch, seq=seq,
-        space=space, tokens=args.tokens, usd_per_gpu_hour=args.price_per_gpu_hour,
-    )  # fmt: skip
+    with open_pool(args) as pool:
+        result = search(
+            cfg, cluster=cluster, gpus=args.gpus, global_batch=args.global_batch, seq=seq,
+            space=space, tokens=args.tokens, usd_per_gpu_hour=args.price_per_gpu_hour, pool=pool,
+        )  # fmt: skip
     best = row_strategy(result.frame.iloc[0], global_batch=args.global_batch, space=space)
     fastest = estimate_training(cfg, best, cluster=cluster, seq=seq, gpus=args.gpus).to_dict()
     top = result.frame.head(args.top).assign(mfu_pct=lambda f: 100 * f["mfu"])
@@ -97,18 +116,27 @@ def run(args) -> int:
         "evaluated": result.evaluated,
         "fitting": result.fitting,
         "shapes_priced": result.shapes_priced,
+    }
+    timing = {
         "pricing_s": result.pricing_s,
         "evaluation_s": result.evaluation_s,
         "strategies_per_s": result.strategies_per_s,
+        "ran_on": pool_label(args),
     }
     if args.json:
-        print(dump_json(stats | {"top": top, "pareto": pareto, "fastest": fastest}))
+        doc = stats | {"top": top, "pareto": pareto, "fastest": fastest}
+        print(dump_json(with_timing(doc, args, timing)))
         return 0
+    took = (
+        f" in {format_value('evaluation_s', result.evaluation_s)} "
+        f"({result.strategies_per_s:,.0f} strategies/s; {pool_label(args)})"
+        if timed(args) else ""
+    )  # fmt: skip
+    priced = f" in {format_value('pricing_s', result.pricing_s)}" if timed(args) else ""
     print(
         f"evaluated {result.evaluated:,} strategies of {cfg.name} on {args.gpus} x "
-        f"{cluster.gpu} in {format_value('evaluation_s', result.evaluation_s)} "
-        f"({result.strategies_per_s:,.0f} strategies/s; {result.shapes_priced} kernel shapes "
-        f"priced in {format_value('pricing_s', result.pricing_s)}); {result.fitting:,} fit in memory"
+        f"{cluster.gpu}{took}; {result.shapes_priced} kernel shapes priced{priced}; "
+        f"{result.fitting:,} fit in memory"
     )
     cols = COLUMNS + (["time_to_train_s", "cost_usd"] if args.tokens else [])
     fmt = {"mfu_pct": lambda v: f"{v:.1f}%", "cost_per_step_usd": lambda v: f"${v:.3g}"}

@@ -20,6 +20,14 @@ import math
 import sys
 
 from gpuplan.cli.argtypes import positive
+from gpuplan.cli.dask_workers import (
+    add_sweep_options,
+    add_timing_option,
+    open_pool,
+    pool_label,
+    timed,
+    with_timing,
+)
 from gpuplan.cli.tables import dump_json, format_seconds, format_value, render_table
 from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.attention import ATTENTION_KERNELS
@@ -74,6 +82,7 @@ def _common(p, *, rate_required: bool) -> None:
     p.add_argument("--requests", type=positive(int), default=None, help="requests to simulate")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    add_timing_option(p)
     p.add_argument("--attention-kernel", choices=ATTENTION_KERNELS, default="flash2",
                    help="fused attention: FlashAttention-2, or cuDNN's (PyTorch's default SDPA "
                    "dispatch for decode on Hopper; faster at streaming the KV cache)")  # fmt: skip
@@ -134,6 +143,7 @@ def _register_plan(sub) -> None:
     p.add_argument("--max-gpus", type=positive(int), default=64)
     p.add_argument("--top", type=positive(int), default=5)
     p.add_argument("--price-per-gpu-hour", type=positive(float), help="USD (default: price file)")
+    add_sweep_options(p)
     p.set_defaults(func=run_plan)
 
 
@@ -218,7 +228,7 @@ def run_serve(args) -> int:
     common = {
         "horizon_s": args.horizon_s,
         "timeline": True,
-        "progress": args.progress,
+        "progress": args.progress and sys.stderr.isatty(),  # a bar on a terminal only
         "slo_ttft_s": args.slo_ttft_s,
         "slo_tpot_s": args.slo_tpot_s,
     }
@@ -237,7 +247,8 @@ def run_serve(args) -> int:
         write_csv(args.requests_csv, result.requests)
     if args.timeline_csv:
         write_csv(args.timeline_csv, result.timeline)
-    doc = _serve_doc(args, dep, sched, workload, result, replicas)
+    doc = with_timing(_serve_doc(args, dep, sched, workload, result, replicas), args,
+                      {"wall_s": result.wall_s})  # fmt: skip
     print(dump_json(doc) if args.json else _render_serve(doc))
     return 0
 
@@ -279,7 +290,6 @@ def _serve_doc(args, dep, sched, workload, result, replicas: int) -> dict:
             "workspace_bytes_per_gpu": cap.workspace_bytes,
         },
         "simulated_s": result.end_s,
-        "wall_s": result.wall_s,
     }
 
 
@@ -299,8 +309,9 @@ def _render_serve(doc: dict) -> str:
         f"weights {format_value('bytes', kv['weights_bytes_per_gpu'])} per GPU",
         f"{c['requests']:,} requests at {c['rate_per_s']:g}/s: {doc['finished']:,} finished, "
         f"{doc['rejected']:,} rejected, {doc['in_flight']:,} in flight, "
-        f"{doc['preemptions']:,} preemptions; simulated {format_seconds(doc['simulated_s'])} "
-        f"in {format_seconds(doc['wall_s'])}",
+        f"{doc['preemptions']:,} preemptions; simulated {format_seconds(doc['simulated_s'])}"
+        + (f" in {format_seconds(doc['timing']['wall_s'])}" if "timing" in doc else ""),
+        _render_conservation(doc["conservation"]),
         "",
     ]
     rows = [{"metric": m, **doc[m]} for m in ("ttft_s", "tpot_s", "e2e_s")]
@@ -317,6 +328,13 @@ def _render_serve(doc: dict) -> str:
             f"the SLO ({100 * doc['slo_attainment']:.1f}% of finished requests)"
         )
     return "\n".join(lines)
+
+
+def _render_conservation(c: dict) -> str:
+    parts = [f"{c[k]:,} {k.replace('_', ' ')}" for k in ("finished", "running", "queued",
+             "rejected", "transferring", "not_arrived") if c[k] or k in ("finished", "rejected")]  # fmt: skip
+    verdict = "ok" if c.get("ok") else "FAILED"
+    return f"conservation checks: {c['requests']:,} requests = {' + '.join(parts)}: {verdict}"
 
 
 # --- reproduce ---------------------------------------------------------------------------------
@@ -353,7 +371,7 @@ def run_reproduce(args) -> int:
 
 
 def run_plan(args) -> int:
-    from gpuplan.sim.serving.plan import RATIOS, SearchSpace, Slo, plan
+    from gpuplan.sim.serving.plan import RATIOS, SearchSpace
 
     if args.trace:
         from gpuplan.sim.serving.requests import read_trace
@@ -371,19 +389,8 @@ def run_plan(args) -> int:
         max_gpus=args.max_gpus,
         attention_kernel=args.attention_kernel,
     )
-    result = plan(
-        args.model,
-        args.gpu,
-        rate_per_s=args.rate,
-        slo=Slo(ttft_s=args.slo_ttft_s, tpot_s=args.slo_tpot_s, percentile=args.percentile),
-        lengths=(load.prompt_tokens, load.output_tokens),
-        requests=load.n,
-        seed=args.seed,
-        space=space,
-        usd_per_gpu_hour=args.price_per_gpu_hour,
-        top=args.top,
-        progress=not args.json and sys.stderr.isatty(),
-    )
+    with open_pool(args) as pool:
+        result = _plan(args, load, space, pool)
     doc = {
         "configs": result.best,
         "evaluated": len(result.evaluated),
@@ -395,10 +402,10 @@ def run_plan(args) -> int:
             "tpot_s": args.slo_tpot_s,
             "percentile": args.percentile,
         },
-        "wall_s": result.wall_s,
     }
     if args.json:
-        print(dump_json(doc))
+        print(dump_json(with_timing(doc, args, {"wall_s": result.wall_s,
+                                                "ran_on": pool_label(args)})))  # fmt: skip
         return 0
     pct = f"p{args.percentile:g}"
     cols = ["layout", "tp", "weight_dtype", "kv_dtype", "max_seqs", "replicas", "gpus",
@@ -410,11 +417,31 @@ def run_plan(args) -> int:
         f"{format_seconds(args.slo_tpot_s)}\n"
     )
     print(render_table(result.best, cols, formats=money))
+    took = f" in {format_seconds(result.wall_s)} ({pool_label(args)})" if timed(args) else ""
     print(
-        f"\n{len(result.evaluated)} of {result.candidates} candidates simulated in "
-        f"{format_seconds(result.wall_s)}; price: {result.price_source}"
+        f"\n{len(result.evaluated)} of {result.candidates} candidates simulated{took}; "
+        f"price: {result.price_source}"
     )
     return 0
+
+
+def _plan(args, load, space, pool):
+    from gpuplan.sim.serving.plan import Slo, plan
+
+    return plan(
+        args.model,
+        args.gpu,
+        rate_per_s=args.rate,
+        slo=Slo(ttft_s=args.slo_ttft_s, tpot_s=args.slo_tpot_s, percentile=args.percentile),
+        lengths=(load.prompt_tokens, load.output_tokens),
+        requests=load.n,
+        seed=args.seed,
+        space=space,
+        usd_per_gpu_hour=args.price_per_gpu_hour,
+        top=args.top,
+        progress=not args.json and sys.stderr.isatty(),
+        pool=pool,
+    )
 
 
 # --- edge --------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import argparse
 from typing import Any
 
 from gpuplan.cli.argtypes import positive_float, positive_int
+from gpuplan.cli.dask_workers import add_timing_option, with_timing
 from gpuplan.cli.tables import dump_json, format_value, render_table
 from gpuplan.errors import GpuplanError
 
@@ -110,6 +111,19 @@ def register(subparsers) -> None:
     p.add_argument("--seq", type=positive_int, help="sequence length (default: model's, <= 8192)")
     p.add_argument("--schedule", choices=SCHEDULES, default="1f1b")
     p.add_argument("--virtual-stages", type=positive_int, default=1)
+    p.add_argument(
+        "--pp-layers",
+        type=pp_layers_arg,
+        metavar="N,N,...|auto",
+        help="blocks on each pipeline stage, first to last (e.g. 7,8,...,8,7), or auto: the "
+        "embedding and the loss count as a block each (Llama 3 405B's split)",
+    )
+    p.add_argument(
+        "--pp-first-last",
+        type=first_last_arg,
+        metavar="N,M",
+        help="N blocks on the first stage, M on the last, the rest split evenly",
+    )
     p.add_argument("--recompute", choices=RECOMPUTE, default="none")
     p.add_argument("--precision", choices=("bf16", "fp8"), default="bf16")
     p.add_argument(
@@ -126,8 +140,46 @@ def register(subparsers) -> None:
         help="predict the published training runs and print the comparison per source",
     )
     add_timeline_options(p)
+    add_timing_option(p)
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     p.set_defaults(func=run)
+
+
+def pp_layers_arg(text: str):
+    """'auto' or a comma-separated list of block counts."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return tuple(int(n) for n in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a list of block counts per stage (e.g. 7,8,8,7) or auto"
+        ) from None
+
+
+def first_last_arg(text: str) -> tuple[int, int]:
+    """N,M: blocks on the first and on the last pipeline stage."""
+    try:
+        first, last = (int(n) for n in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not FIRST,LAST (blocks on the first and last stage, e.g. 7,7)"
+        ) from None
+    return first, last
+
+
+def resolve_pp_layers(args, cfg, pp: int) -> tuple[int, ...] | None:
+    """The stage split of --pp-layers / --pp-first-last (None: even)."""
+    from gpuplan.sim.parallel.strategy import auto_pp_layers, first_last_pp_layers
+
+    given, first_last = getattr(args, "pp_layers", None), getattr(args, "pp_first_last", None)
+    if given is not None and first_last is not None:
+        raise GpuplanError("--pp-layers and --pp-first-last both set the stage split; give one")
+    if given == "auto":
+        return auto_pp_layers(cfg.n_layers, pp)
+    if first_last is not None:
+        return first_last_pp_layers(cfg.n_layers, pp, *first_last)
+    return given
 
 
 def straggler(text: str):
@@ -175,7 +227,7 @@ def default_seq(cfg) -> int:
     return min(cfg.max_seq_len, 8192)
 
 
-def _strategy(args, gpus: int | None):
+def _strategy(args, gpus: int | None, cfg=None):
     from gpuplan.sim.parallel.strategy import Strategy
 
     tp, pp, cp, ep = args.tp or 1, args.pp or 1, args.cp or 1, args.ep or 1
@@ -199,6 +251,7 @@ def _strategy(args, gpus: int | None):
         state_precision=args.state_precision, attention=args.attention,
         overlap_dp=args.overlap_dp, overlap_tp=args.overlap_tp, overlap_pp=args.overlap_pp,
         capacity_factor=args.capacity_factor, expert_imbalance=args.expert_imbalance,
+        pp_layers=resolve_pp_layers(args, cfg, pp) if cfg is not None else None,
     )  # fmt: skip
 
 
@@ -213,18 +266,28 @@ def run(args) -> int:
 
     cfg = get_model(args.model)
     cluster = resolve_cluster(args)
-    strategy = _strategy(args, args.gpus)
+    strategy = _strategy(args, args.gpus, cfg)
     seq = args.seq or default_seq(cfg)
+    if getattr(args, "timeline", None) and len(set(strategy.pp_layers or ())) > 1:
+        raise GpuplanError(
+            f"--timeline plays pipelines of equal stages; pp_layers="
+            f"{','.join(map(str, strategy.pp_layers))} is uneven: drop --timeline or the uneven split"
+        )
     est = estimate_training(cfg, strategy, cluster=cluster, seq=seq, gpus=args.gpus)
     doc = est.to_dict()
+    timing = {}
     if getattr(args, "timeline", None):
-        doc["timeline"] = write_timeline(args, cfg, strategy, cluster, seq)
+        timeline = write_timeline(args, cfg, strategy, cluster, seq)
+        doc["timeline"] = {k: v for k, v in timeline.items() if k != "wall_s"}
+        timing["timeline_wall_s"] = timeline["wall_s"]
     if args.tokens:
         budget = run_budget(
             tokens=args.tokens, tokens_per_s=est.tokens_per_s, gpus=est.gpus,
             acc=cluster.accelerator, usd_per_gpu_hour=args.price_per_gpu_hour,
         )  # fmt: skip
         doc["budget"] = budget.to_dict()
+    if timing:
+        doc = with_timing(doc, args, timing)
     if args.json:
         print(dump_json(doc))
         return 0
@@ -255,18 +318,24 @@ MAX_KERNEL_SLICES = 2_000_000  # beyond this the trace draws one slice per block
 MAX_STEP_SLICES = 8_000_000  # about 1 GB of JSON: more than a browser trace viewer opens
 
 
-def render_timeline(t: dict[str, Any], estimate_s: float) -> list[str]:
+def render_timeline(t: dict[str, Any], estimate_s: float, wall_s: float | None = None) -> list[str]:
     diff = 100 * (t["step_time_s"] / estimate_s - 1)
+    took = "" if wall_s is None else f" in {wall_s:.2f} s"
     return [
         "",
         f"timeline        {format_value('step_time_s', t['step_time_s'])} ({diff:+.1f}% vs the "
         f"closed form), bubble {100 * t['bubble_fraction']:.1f}% on the last GPU to finish",
         f"                {t['simulated_gpus']} TP x CP groups simulated for {t['world']} GPUs, "
-        f"{t['events']:,} events in {t['wall_s']:.2f} s",
+        f"{t['events']:,} events{took}",
         *[f"                {n}" for n in t["notes"][1:]],
         f"trace           {t['trace']} ({t['trace_slices']:,} slices, {t['trace_detail']} "
         "detail; open in https://ui.perfetto.dev)",
     ]
+
+
+def render_overlaps(overlaps: dict[str, bool]) -> str:
+    """The overlaps in force, e.g. 'dp on, tp off, pp off'."""
+    return ", ".join(f"{k} {'on' if v else 'off'}" for k, v in overlaps.items())
 
 
 def render_estimate(doc: dict[str, Any]) -> str:
@@ -282,6 +351,7 @@ def render_estimate(doc: dict[str, Any]) -> str:
         f"MFU / HFU       {100 * doc['mfu']:.1f}% / {100 * doc['hfu']:.1f}%",
         f"memory per GPU  {format_value('bytes', doc['peak_memory_per_gpu_bytes'])} of "
         f"{format_value('bytes', doc['device_memory_bytes'])} ({fits})",
+        f"overlaps        {render_overlaps(doc['overlaps'])}",
         "",
     ]
     rows = [dict(r, share_pct=100 * r["share"]) for r in doc["by_category"]]
@@ -301,7 +371,8 @@ def render_estimate(doc: dict[str, Any]) -> str:
             f"price: {b['price_source']}",
         ]
     if "timeline" in doc:
-        lines += render_timeline(doc["timeline"], doc["step_time_s"])
+        wall_s = doc.get("timing", {}).get("timeline_wall_s")
+        lines += render_timeline(doc["timeline"], doc["step_time_s"], wall_s)
     lines += ["", *[f"note: {n}" for n in doc["notes"]]]
     return "\n".join(lines)
 

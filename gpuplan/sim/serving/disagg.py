@@ -30,7 +30,7 @@ from gpuplan.sim.serving.engine import (
     make_replica,
 )
 from gpuplan.sim.serving.kv_cache import kv_bytes_per_token, kv_capacity
-from gpuplan.sim.serving.metrics import Timeline, request_frame, summarize
+from gpuplan.sim.serving.metrics import Timeline, conservation, request_frame, summarize
 from gpuplan.sim.serving.router import Router
 from gpuplan.sim.serving.state import RequestTable
 from gpuplan.sim.serving.step_model import StepModel
@@ -152,10 +152,12 @@ def simulate_disaggregated(
     env.run(until=horizon_s)
     bar.close()
     frame = request_frame(table, end_s=env.now)
+    summary = summarize(frame, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s)
+    summary["conservation"] = conservation(frame, table, [r.state for r in pre + dec])
     return ServingResult(
         requests=frame,
         timeline=line.frame(),
-        summary=summarize(frame, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s),
+        summary=summary,
         capacity=kv_capacity(dep, sched),
         end_s=env.now,
         wall_s=time.perf_counter() - started,

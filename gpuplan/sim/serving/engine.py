@@ -22,7 +22,13 @@ import simpy
 
 from gpuplan.errors import GpuplanError, check_positive
 from gpuplan.sim.serving.kv_cache import KvCapacity, kv_capacity
-from gpuplan.sim.serving.metrics import Timeline, request_frame, summarize, time_average
+from gpuplan.sim.serving.metrics import (
+    Timeline,
+    conservation,
+    request_frame,
+    summarize,
+    time_average,
+)
 from gpuplan.sim.serving.policies import IDLE, DecodeRun, Iteration, WaitUntil, make_policy
 from gpuplan.sim.serving.router import Router
 from gpuplan.sim.serving.state import ReplicaState, RequestTable
@@ -211,6 +217,7 @@ def simulate(
     end_s = env.now
     frame, over_time = request_frame(table, end_s=end_s), line.frame()
     summary = summarize(frame, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s)
+    summary["conservation"] = conservation(frame, table, [r.state for r in reps])
     cap = kv_capacity(dep, sched)
     if timeline:
         summary["waiting_mean"] = time_average(over_time, "waiting", end_s=end_s)

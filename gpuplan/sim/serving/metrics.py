@@ -9,6 +9,8 @@ Definitions (as vLLM's and DistServe's benchmarks use them):
 - Goodput (DistServe, Zhong et al. OSDI 2024): finished requests per second that met every SLO
   given; ``slo_attainment`` is their share of the finished requests.
 Percentiles are numpy's (linear interpolation) over finished requests.
+- Conservation (as the cluster simulation checks it): at the end every request is in exactly
+  one place, finished, running, queued, rejected, transferring or not yet arrived.
 """
 
 from __future__ import annotations
@@ -41,14 +43,16 @@ REQUEST_COLUMNS = (
 
 
 def request_frame(table, *, end_s: float) -> pd.DataFrame:
-    """One row per request; ``status`` is finished, rejected, in_flight or not_arrived."""
+    """One row per request; ``status`` is finished, rejected, in_flight or not_arrived (not yet
+    offered to a replica: arriving after ``end_s``, or at the instant the simulation stopped)."""
     arrival = np.asarray(table.arrival_s)
     first = np.asarray(table.first_token_s)
     finish = np.asarray(table.finish_s)
     output = np.asarray(table.output, dtype=np.int64)
     code = np.asarray(table.status)
     status = np.array([STATUS[c] for c in range(3)], dtype=object)[code]
-    status[(code == 0) & (arrival > end_s)] = "not_arrived"
+    routed = np.asarray(table.replica) >= 0
+    status[(code == 0) & ((arrival > end_s) | ~routed)] = "not_arrived"
     done = code == FINISHED
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(done & (output > 1), (finish - first) / (output - 1), np.nan)
@@ -104,6 +108,46 @@ def summarize(
         met = meets_slo(done, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s)
         out["slo_attainment"] = float(met.mean()) if len(done) else math.nan
         out["goodput_requests_per_s"] = float(met.sum()) / span if span else math.nan
+    return out
+
+
+def conservation(requests: pd.DataFrame, table, states) -> dict:
+    """Where every request is at the end: finished, running (prefilling or decoding), queued
+    (waiting or swapped out), rejected, transferring (its KV cache on the link from a prefill to
+    a decode replica) or not yet arrived — each exactly once. Counts are taken from the replicas'
+    queues, independently of the request table's status, and must agree with it; raises
+    RuntimeError when a request is counted twice, nowhere, or where its status says it is not."""
+    status = requests["status"].to_numpy()
+    in_flight = set(np.flatnonzero(status == "in_flight").tolist())
+    running, queued = [], []
+    for st in states:
+        queued += [*st.waiting, *st.swapped]
+        # a static batch keeps its finished sequences as padding until the batch ends
+        running += st.prefilling + [r for r in st.decoding.members if table.status[r] != FINISHED]
+    placed = set(running) | set(queued)
+    transferring = {r for r in in_flight - placed if table.remote[r]}
+    counts = {
+        "requests": int(len(requests)),
+        "finished": int((status == "finished").sum()),
+        "running": len(running),
+        "queued": len(queued),
+        "rejected": int((status == "rejected").sum()),
+        "transferring": len(transferring),
+        "not_arrived": int((status == "not_arrived").sum()),
+    }
+    out = counts | {
+        "counted_twice": len(running) + len(queued) - len(placed),
+        "unaccounted": len(in_flight - placed - transferring),
+        "misplaced": len(placed - in_flight),  # in a queue, yet finished, rejected or not arrived
+        "in_system_residual": sum(st.in_system for st in states) - len(placed),
+    }
+    parts = sum(v for k, v in counts.items() if k != "requests")
+    out["sum_residual"] = parts - counts["requests"]
+    broken = [k for k in ("counted_twice", "unaccounted", "misplaced", "in_system_residual",
+                          "sum_residual") if out[k]]  # fmt: skip
+    if broken:
+        raise RuntimeError(f"serving conservation broken ({', '.join(broken)}): {out}")
+    out["ok"] = True
     return out
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -44,6 +45,7 @@ from gpuplan.sim.serving.engine import simulate
 from gpuplan.sim.serving.kv_cache import kv_capacity
 from gpuplan.sim.serving.requests import Workload
 from gpuplan.sim.serving.step_model import Batch, StepModel
+from gpuplan.sim.sweep import InProcess, Pool
 from gpuplan.units import HOUR
 from gpuplan.workloads.presets import get_model
 
@@ -222,9 +224,11 @@ def plan(
     usd_per_gpu_hour: float | None = None,
     top: int = 5,
     progress: bool = False,
+    pool: Pool | None = None,
 ) -> PlanResult:
     """The ``top`` cheapest configurations serving ``rate_per_s`` within ``slo``; ``lengths``
-    are (prompt, output) token arrays of at least ``requests`` requests."""
+    are (prompt, output) token arrays of at least ``requests`` requests; ``pool``: where the
+    candidates are simulated (``sim.sweep``; in this process by default)."""
     check_positive("rate_per_s", rate_per_s)
     if math.isinf(rate_per_s):
         raise GpuplanError("rate_per_s=inf is invalid for planning: give a finite request rate")
@@ -244,19 +248,29 @@ def plan(
         start = max(1, math.floor(LOWER_BOUND_MARGIN * rate_per_s / bound))
         ordered.append((start * c.unit_gpus, start, c, dep))
     ordered.sort(key=lambda x: (x[0], x[2].tp, x[2].unit_replicas))
+    pool = pool or InProcess()
+    here = isinstance(pool, InProcess)
+    evaluate = partial(_evaluate_candidate, rate_per_s=rate_per_s, lengths=lengths, slo=slo,
+                       requests=requests, seed=seed, max_gpus=space.max_gpus, hourly=hourly,
+                       per_m=per_m)  # fmt: skip
     rows, met = [], []
     bar = tqdm(total=len(ordered), unit="config", disable=not progress, leave=False)
-    for gpus_floor, start, c, dep in ordered:
-        bar.update()
-        if len(met) >= top and gpus_floor * hourly * per_m > sorted(met)[top - 1]:
+    # candidates in order, ``pool.width`` at a time; the stop rule reads the rows in that order,
+    # and once it holds it holds for every later candidate (floors rise, the top-th cost falls),
+    # so the rows kept are the same however many were simulated at once
+    for lo in range(0, len(ordered), pool.width):
+        if _enough(met, top, ordered[lo][0] * hourly * per_m):
             break
-        probe = _Probe(c, dep, steps[id(dep)], rate_per_s=rate_per_s, lengths=lengths, slo=slo,
-                       n_requests=requests, seed=seed)  # fmt: skip
-        units = fewest_units(probe, start, max(1, space.max_gpus // c.unit_gpus))
-        row = _row(c, units, probe, hourly, per_m, slo)
-        rows.append(row)
-        if units is not None:
-            met.append(row["usd_per_m_output_tokens"])
+        batch = ordered[lo : lo + pool.width]
+        # in this process the deployment's step model (and its memo) is shared
+        pieces = [(c, dep, start, steps[id(dep)] if here else None) for _, start, c, dep in batch]
+        for (gpus_floor, *_), row in zip(batch, pool.map(evaluate, pieces), strict=True):
+            if _enough(met, top, gpus_floor * hourly * per_m):
+                break
+            bar.update()
+            rows.append(row)
+            if row["meets"]:
+                met.append(row["usd_per_m_output_tokens"])
     bar.close()
     evaluated = pd.DataFrame(rows)
     best = evaluated[evaluated["meets"]].sort_values(["usd_per_m_output_tokens", "gpus"]).head(top)
@@ -269,6 +283,21 @@ def plan(
         price_source=source,
         wall_s=time.perf_counter() - started,
     )
+
+
+def _enough(met: list[float], top: int, floor_usd: float) -> bool:
+    """Whether ``top`` configurations already cost no more than a candidate's floor."""
+    return len(met) >= top and floor_usd > sorted(met)[top - 1]
+
+
+def _evaluate_candidate(piece, *, rate_per_s, lengths, slo, requests, seed, max_gpus, hourly,
+                        per_m) -> dict:  # fmt: skip
+    """The fewest units of one candidate that meet the SLO, as a row: one piece of the plan."""
+    c, dep, start, step = piece
+    probe = _Probe(c, dep, step or StepModel(dep), rate_per_s=rate_per_s, lengths=lengths,
+                   slo=slo, n_requests=requests, seed=seed)  # fmt: skip
+    units = fewest_units(probe, start, max(1, max_gpus // c.unit_gpus))
+    return _row(c, units, probe, hourly, per_m, slo)
 
 
 def _row(c: Candidate, units, probe: _Probe, hourly: float, per_m: float, slo: Slo) -> dict:
