@@ -47,7 +47,7 @@ HEADLINE = (
     ("jobs rejected", "rejected", "int"),
     ("JCT p50 / p90 / p99 (h)", ("jct_p50_s", "jct_p90_s", "jct_p99_s"), "hours"),
     ("queueing p50 / p90 / p99 (h)", ("queue_p50_s", "queue_p90_s", "queue_p99_s"), "hours"),
-    ("checkpoint interval (h, median of jobs)", "checkpoint_interval_s", "hours"),
+    ("checkpoint interval (median of jobs)", "checkpoint_interval_s", "interval"),
 )
 COMPARE = ("policy", "placement", "utilization", "goodput", "placement_efficiency",
            "effective_utilization", "finished", "queue_p50_s", "jct_p50_s", "interruptions")  # fmt: skip
@@ -207,7 +207,15 @@ def _fmt(kind: str, value) -> str:
         "int": lambda v: f"{v:,.0f}",
         "mwh": lambda v: f"{v / 1000:,.1f}",
         "hours": lambda v: f"{v / 3600:.1f}",
+        "interval": _interval,
     }[kind](value)
+
+
+def _interval(seconds: float) -> str:
+    """A checkpoint interval in the unit that reads best (inf: no checkpoints)."""
+    if seconds == float("inf"):
+        return "none"
+    return f"{seconds / 60:.1f} min" if seconds < 3600 else f"{seconds / 3600:.1f} h"
 
 
 def _expected(key, expect: dict, kind: str) -> str:
@@ -236,6 +244,8 @@ def render(results, doc: dict, seed: int, batches=None, *, timing: bool = True) 
         for label, key, kind in HEADLINE:
             value = tuple(s[x] for x in key) if isinstance(key, tuple) else s[key]
             row = {"metric": label, "simulated": _fmt(kind, value)}
+            if kind == "interval":  # the policy that chose it
+                row["simulated"] += f" ({s['checkpoint_policy']})"
             if means is not None and not isinstance(key, tuple):
                 row["mean over seeds"] = (f"{_fmt(kind, means[key])} "
                                           f"± {_fmt(kind, means[key + '_std'])}")  # fmt: skip

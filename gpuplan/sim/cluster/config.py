@@ -13,6 +13,7 @@ nothing; the facility multiplies by the PUE (``sim.parallel.cost.PUE``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from gpuplan.errors import GpuplanError, check_choice, check_positive
@@ -62,8 +63,8 @@ class ClusterConfig:
         for name in ("reschedule_s", "restart_s"):
             if getattr(self, name) < 0:
                 raise GpuplanError(f"{name}={getattr(self, name)!r} is invalid: use >= 0")
-        if self.horizon_s is not None:
-            check_positive("horizon_s", self.horizon_s)
+        if self.horizon_s is not None and not (math.isfinite(self.horizon_s) and self.horizon_s > 0):
+            raise GpuplanError(f"horizon_s={self.horizon_s!r} is invalid: a finite number > 0")
 
     @property
     def gpus_per_node(self) -> int:

@@ -214,6 +214,7 @@ class ClusterSim:
         mtbf = mtbf_s(self.cfg.causes, gpus=job.gpus, nodes=len(job.alloc.nodes))
         interval = interval_for(self.cfg.checkpoint, cost.blocking_s, mtbf)
         interval = max(interval, cost.write_s)  # an async write ends before the next starts
+        job.interval_s = interval
         work = job.remaining_s()
         length = segment_s(work, startup_s=startup_s, interval_s=interval,
                            blocking_s=cost.blocking_s)  # fmt: skip

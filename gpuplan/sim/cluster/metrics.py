@@ -65,7 +65,8 @@ def job_frame(sim) -> pd.DataFrame:
             "preemptions": j.preemptions, "steps_total": j.steps_total,
             "steps_done": j.steps_done, "ideal_step_s": j.ideal_step_s, "step_s": j.step_s,
             "slowdown": j.step_s / j.ideal_step_s if j.ideal_step_s else np.nan,
-            "leaf_groups": j.leaf_groups, "alloc_gpu_s": j.alloc_s * g,
+            "leaf_groups": j.leaf_groups, "checkpoint_interval_s": j.interval_s,
+            "alloc_gpu_s": j.alloc_s * g,
             "ideal_train_gpu_s": j.ideal_train_s * g,
             "effective_training_time": j.time["train"] / wall if wall > 0 else np.nan,
         }  # fmt: skip
@@ -82,6 +83,14 @@ def _pct(values, q) -> float:
     values = np.asarray(values, float)
     values = values[~np.isnan(values)]
     return float(np.percentile(values, q)) if len(values) else float("nan")
+
+
+def _chosen(intervals) -> float:
+    """The median checkpoint interval the jobs ran with (a value one of them had; inf: no
+    checkpoints; NaN: no job started)."""
+    values = np.asarray(intervals, float)
+    values = values[~np.isnan(values)]
+    return float(np.percentile(values, 50, method="lower")) if len(values) else float("nan")
 
 
 def summarize(sim, jobs: pd.DataFrame, events: pd.DataFrame, wall_s: float) -> dict:
@@ -136,6 +145,8 @@ def summarize(sim, jobs: pd.DataFrame, events: pd.DataFrame, wall_s: float) -> d
         "queue_p50_s": _pct(started.queue_s, 50),
         "queue_p90_s": _pct(started.queue_s, 90),
         "queue_p99_s": _pct(started.queue_s, 99),
+        "checkpoint_policy": cfg.checkpoint.policy,
+        "checkpoint_interval_s": _chosen(started.checkpoint_interval_s),
         "interruptions": sum(causes.values()),
         "unexpected_interruptions": sum(v for k, v in causes.items() if k not in graceful),
         "planned_interruptions": sum(v for k, v in causes.items() if k in graceful),
@@ -164,12 +175,12 @@ def conservation(sim, jobs: pd.DataFrame) -> dict:
         "allocation_residual": (per_job - sim.gpu_s["allocated"])
         / max(sim.gpu_s["allocated"], 1.0),
         "phase_residual_max": float(
-            ((phases - jobs.alloc_gpu_s).abs() / jobs.alloc_gpu_s.clip(lower=1.0)).max() or 0.0
-        ),  # fmt: skip
+            ((phases - jobs.alloc_gpu_s).abs() / jobs.alloc_gpu_s.clip(lower=1.0)).max()
+        ) if len(jobs) else 0.0,  # fmt: skip
         "gpus_now": sim.alloc_gpus + sim.idle_gpus + sim.down_gpus == cfg.capacity_gpus,
     }
-    broken = [
-        k for k, v in out.items() if (v is False) or (isinstance(v, float) and abs(v) > REL_TOL)
+    broken = [  # NaN breaks a law: it is no residual
+        k for k, v in out.items() if (v is False) or (isinstance(v, float) and not abs(v) <= REL_TOL)
     ]
     if broken:
         raise RuntimeError(f"conservation broken ({', '.join(broken)}): {out}")

@@ -135,6 +135,8 @@ def _want(node: dict) -> str:
     types = node.get("type", [])
     types = [types] if isinstance(types, str) else types
     words = " or ".join(TYPE_WORDS[t] for t in types) or "a value"
+    if "minimum" in node and "maximum" in node:
+        return f"{words} from {_num(node['minimum'])} to {_num(node['maximum'])}"
     low = [f"greater than {_num(node['exclusiveMinimum'])}"] if "exclusiveMinimum" in node else []
     low += [f"{_num(node['minimum'])} or more"] if "minimum" in node else []
     high = [f"less than {_num(node['exclusiveMaximum'])}"] if "exclusiveMaximum" in node else []

@@ -39,7 +39,7 @@ class JobState:
                  "ideal_step_s", "step_s", "state_bytes", "segment", "proc", "first_start_s",
                  "started_s", "end_s", "queued_at", "queue_s", "restarts", "interruptions",
                  "preemptions", "time", "alloc_s", "hold_until", "hold_start", "hold_phase",
-                 "order", "leaf_groups", "reason", "ideal_train_s")  # fmt: skip
+                 "order", "leaf_groups", "reason", "ideal_train_s", "interval_s")  # fmt: skip
 
     def __init__(self, spec: JobSpec, *, ideal_step_s: float, steps_total: float,
                  state_bytes: float, order: tuple) -> None:  # fmt: skip
@@ -67,6 +67,7 @@ class JobState:
         self.leaf_groups = 0
         self.reason = ""
         self.ideal_train_s = 0.0  # training time counted, re-timed at the ideal step time
+        self.interval_s = math.nan  # checkpoint interval of the latest segment (inf: none)
 
     def book_train(self, seconds: float) -> None:
         """Training that counts, at the current step time."""
