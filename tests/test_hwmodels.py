@@ -101,13 +101,21 @@ def test_a_tiles_prologue_and_epilogue_are_not_priced_at_the_cuda_core_rate():
 
 
 def test_a_gemm_timed_after_an_l2_flush_writes_back_at_most_the_l2():
+    flushed = replace(EFF, l2_flushed=True)
+
     def extra_s(n):
-        isolated = gemm_time(H200, 1, n, 8192, "bf16", EFF).memory_s
-        return isolated - gemm_time(H200, 1, n, 8192, "bf16", queued(EFF)).memory_s
+        isolated = gemm_time(H200, 1, n, 8192, "bf16", flushed).memory_s
+        return isolated - gemm_time(H200, 1, n, 8192, "bf16", queued(flushed)).memory_s
 
     bw = H200.hbm_bytes_per_s * EFF.gemm_hbm_fraction
     assert extra_s(1024) == pytest.approx((1024 + 1) * 8192 * 2 / bw)  # its reads: 17 MB
     assert extra_s(57344) == pytest.approx(H200.l2_bytes / bw)  # 940 MB: the whole L2
+
+
+def test_a_gemm_timed_without_a_flush_writes_nothing_back():
+    unflushed = gemm_time(H200, 1, 57344, 8192, "bf16", EFF).memory_s
+    flushed = gemm_time(H200, 1, 57344, 8192, "bf16", replace(EFF, l2_flushed=True))
+    assert unflushed < flushed.memory_s
 
 
 def test_a_dtype_the_chip_lacks_is_an_error_listing_what_it_has():

@@ -90,7 +90,7 @@ def flushed_l2_writeback_bytes(acc, m: int, n: int, k: int, dtype: str, eff: Eff
     for 17, 59, 118 and 470 MB), one line of 4.2 TB/s over the weights plus min(weights, L2)
     and the fixed overhead, not one rate. In a busy stream (``eff.steady_state``) the L2 holds
     the previous kernels' small outputs, and nothing of the kind is paid."""
-    if eff.steady_state:
+    if eff.steady_state or not eff.l2_flushed:
         return 0.0
     read_bytes = (m * k + k * n) * dtype_bytes(dtype)
     return min(read_bytes, acc.l2_bytes or 0.0)

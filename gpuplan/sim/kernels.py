@@ -108,7 +108,7 @@ def _items_by_pass(ops, acc, eff) -> list[Item]:
         eff,
         cuda_graph=False,
         backward_passes=int(len(ops) > 1),
-        headstart=True,
+        headstart=eff.l2_flushed,
         host_calls=sum(i.host_calls for i in items),
         backward_calls=sum(i.host_calls for i in items if i.phase == "bwd"),
     )

@@ -14,21 +14,47 @@ from typing import Any
 from gpuplan.errors import check_choice
 from gpuplan.sim import step
 from gpuplan.sim.breakdown import Breakdown
+from gpuplan.sim.inference_step import decode_breakdown, prefill_breakdown
+from gpuplan.sim.stacks import Stack, get_stack, stack_efficiency
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.presets import get_model
 
-MODEL_KINDS = ("layer", "train_step", "decode_step")
+MODEL_KINDS = ("layer", "prefill_step", "train_step", "decode_step")
+_PHASE = {"prefill_step": "prefill", "decode_step": "decode", "train_step": "train"}
 
 
 def model_breakdown(
-    kind: str, acc, eff, model: str, params: dict[str, Any], *, impl: str = "fused"
+    kind: str,
+    acc,
+    eff,
+    model: str | ModelConfig,
+    params: Mapping[str, Any],
+    *,
+    impl: str | None = None,
+    stack: str | Stack = "pytorch",
 ) -> Breakdown:
-    """Predicted breakdown of ``kind`` for the named model; ``params`` sets batch, seq, ..."""
+    """Predicted breakdown of ``kind`` for the named model (or config) on ``stack``;
+    ``params`` sets batch, seq, ... (``impl`` overrides the stack's elementwise kernels)."""
     check_choice("kind", kind, MODEL_KINDS)
-    cfg = get_model(model)
+    cfg = model if isinstance(model, ModelConfig) else get_model(model)
     if "layers" in params:
         cfg = replace(cfg, n_layers=params["layers"])
-    return config_breakdown(kind, acc, eff, cfg, params, impl=impl, with_head=True)
+    stack = get_stack(stack)
+    if impl is not None:
+        stack = replace(stack, elementwise=impl)
+    phase = _PHASE.get(kind, "train" if params.get("pass") == "fwd_bwd" else "prefill")
+    eff = stack_efficiency(stack, eff, acc, phase=phase)
+    if kind == "prefill_step":
+        return prefill_breakdown(acc, eff, cfg, stack, batch=params["batch"], seq=params["seq"],
+                                 tp=params.get("tp", 1))
+    if kind == "decode_step":
+        return decode_breakdown(
+            acc, eff, cfg, stack, batch=params["batch"], context=params["context"],
+            dtype=params.get("dtype", "bf16"), cuda_graph=params.get("cuda_graph"),
+            kv_cache=params.get("kv_cache"), max_cache_len=params.get("max_cache_len"),
+            tp=params.get("tp", 1),
+        )
+    return config_breakdown(kind, acc, eff, cfg, params, impl=stack.elementwise, with_head=True)
 
 
 def config_breakdown(

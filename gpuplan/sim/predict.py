@@ -8,6 +8,12 @@ returns the metrics the contract measures (``time_s``, and ``peak_bytes`` for ``
 ``train_step``), which is what ``gpuplan validate score`` compares. Beside the contract's kinds,
 ``tp_layer`` (the decoder layer on one of ``tp`` ranks, eager) is predicted by the same layer
 breakdown with its tensor-parallel all-reduces.
+
+Every record is priced on its stack (``params.stack``, default ``pytorch``; ``sim.stacks``), with
+``params.attention_kernel`` forcing one kernel, and in its timing (``params.timing``):
+``isolated`` (one call between CUDA events after a synchronize: launch latency and the CPU's
+issue time where the GPU does not hide it, the default) or ``device`` (the kernels' own time in a
+busy stream, what a profiler's kernel durations add up to: no launch or host items).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from gpuplan.hwmodels.efficiency import Efficiency, efficiency_for
 from gpuplan.sim import kernels, step
 from gpuplan.sim.breakdown import Breakdown
 from gpuplan.sim.model_estimate import config_breakdown
+from gpuplan.sim.stacks import TIMINGS, Stack, get_stack, stack_efficiency, with_overrides
 from gpuplan.workloads.model import ModelConfig
 
 KINDS = (
@@ -69,7 +76,7 @@ def _attention(acc, eff, p):
     )
 
 
-def _elementwise(acc, eff, p):
+def _elementwise(acc, eff, p, impl="eager"):
     return kernels.elementwise_breakdown(
         acc,
         eff,
@@ -141,17 +148,55 @@ _PREDICTORS: dict[str, Callable[[Any, Efficiency, Mapping[str, Any]], Breakdown]
 }
 
 
+# the phase whose attention kernel a kind's prefill-shaped calls take (decode shapes take the
+# stack's decode kernel whatever the kind)
+_PHASE = {"train_step": "train", "decode_step": "decode"}
+
+
+def record_stack(params: Mapping[str, Any]) -> Stack:
+    """The stack a record's params name (``pytorch`` if none), with its kernel override."""
+    stack = get_stack(params.get("stack", "pytorch"))
+    kernel = params.get("attention_kernel")
+    return with_overrides(stack, attention_kernel=kernel) if kernel is not None else stack
+
+
+def record_timing(params: Mapping[str, Any]) -> str:
+    timing = params.get("timing", "isolated")
+    check_choice("timing", timing, TIMINGS)
+    return timing
+
+
+def _phase(kind: str, params: Mapping[str, Any]) -> str:
+    if kind in _PHASE:
+        return _PHASE[kind]
+    return "train" if params.get("pass") == "fwd_bwd" else "prefill"
+
+
 def predict_breakdown(
     kind: str, device: str, params: Mapping[str, Any], *, eff: Efficiency | None = None
 ) -> Breakdown:
-    """The predicted breakdown of one case of the record contract on ``device``."""
+    """The predicted breakdown of one case of the record contract on ``device``, on the stack
+    and in the timing its params name."""
     check_choice("kind", kind, KINDS)
     acc = get_accelerator(device)
-    eff = eff or efficiency_for(acc.key)
+    stack = record_stack(params)
+    timing = record_timing(params)
+    eff = stack_efficiency(stack, eff or efficiency_for(acc.key), acc, phase=_phase(kind, params))
     try:
-        return _PREDICTORS[kind](acc, eff, params)
+        if kind == "elementwise":
+            bd = _elementwise(acc, eff, params, impl=stack.elementwise)
+        else:
+            bd = _PREDICTORS[kind](acc, eff, params)
     except KeyError as exc:
         raise GpuplanError(f"{kind}: missing parameter {exc.args[0]!r}") from None
+    return device_time(bd) if timing == "device" else bd
+
+
+def device_time(bd: Breakdown) -> Breakdown:
+    """The kernels alone, as a profiler adds up their durations: no launch or host items."""
+    from dataclasses import replace
+
+    return replace(bd, items=tuple(i for i in bd.items if i.category != "launch"))
 
 
 def predict_record(record, *, eff: Efficiency | None = None) -> dict[str, float]:

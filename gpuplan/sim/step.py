@@ -49,7 +49,9 @@ def _as_run(ops, impl: str):
     return {"fused": list, "eager": eager, "compiled": fuse_elementwise}[impl](ops)
 
 
-def _launch_item(items: list[Item], eff, *, cuda_graph: bool, headstart: bool = False) -> Item:
+def _launch_item(
+    items: list[Item], eff, *, cuda_graph: bool, headstart: bool = False, extra_host_s: float = 0.0
+) -> Item:
     backward_passes = int(any(i.phase == "bwd" for i in items))
     cost = launch_cost(
         sum(i.kernels for i in items),
@@ -61,6 +63,7 @@ def _launch_item(items: list[Item], eff, *, cuda_graph: bool, headstart: bool = 
         collectives=sum(i.kernels for i in items if i.category == "communication"),
         host_calls=sum(i.host_calls for i in items),
         backward_calls=sum(i.host_calls for i in items if i.phase == "bwd"),
+        extra_host_s=extra_host_s,
     )
     what = "graph replay gaps" if cuda_graph else "host issue time not hidden"
     return Item(
@@ -74,9 +77,17 @@ def _launch_item(items: list[Item], eff, *, cuda_graph: bool, headstart: bool = 
 
 
 def _with_launch(
-    items: list[Item], eff, *, cuda_graph: bool = False, headstart: bool = False, **kw
+    items: list[Item],
+    eff,
+    *,
+    cuda_graph: bool = False,
+    headstart: bool = False,
+    extra_host_s: float = 0.0,
+    **kw,
 ) -> Breakdown:
-    launch = _launch_item(items, eff, cuda_graph=cuda_graph, headstart=headstart)
+    launch = _launch_item(
+        items, eff, cuda_graph=cuda_graph, headstart=headstart, extra_host_s=extra_host_s
+    )
     return Breakdown(items=(*items, launch, latency_item(eff)), **kw)
 
 
@@ -302,10 +313,14 @@ def decode_step_breakdown(
     impl: str = "fused",
     with_head: bool = False,
     isolated: bool = False,
+    extra_ops=(),
+    extra_host_s: float = 0.0,
 ) -> Breakdown:
     """One new token for each of ``batch`` sequences through ``cfg.n_layers`` blocks; with
     ``with_head`` also the embedding lookup, final norm and LM head (a whole model's step).
-    ``isolated``: timed alone after an L2 flush, as the record contract's harness does."""
+    ``isolated``: timed alone (after an L2 flush when ``eff.l2_flushed``, as the record
+    contract's harness does). ``extra_ops``: per-block work a stack adds (a KV cache's copy);
+    ``extra_host_s``: CPU time a framework adds beyond its torch calls."""
     eff = queued(eff)
     items = []
     if with_head:
@@ -317,6 +332,8 @@ def decode_step_breakdown(
             cfg, batch=batch, seq=1, dtype=dtype, context=context, tp=tp, layer=layer
         )
         items += priced_items(_as_run(ops, impl), acc, eff, phase="fwd", repeat=count)
+    if extra_ops:
+        items += priced_items(extra_ops, acc, eff, phase="fwd", repeat=cfg.n_layers)
     if tp > 1:  # two all-reduces per block (after attention and after the MLP)
         comm = _tp_all_reduce(acc, eff, cfg, tokens=batch, tp=tp, dtype=dtype)
         reduce = _all_reduce_items(comm, tp, "fwd")[0]
@@ -326,4 +343,10 @@ def decode_step_breakdown(
     if with_head:  # final norm and LM head; sampling from the logits is left out
         head = head_forward(cfg, tokens=batch, dtype=dtype)[:2]
         items += priced_items(_as_run(head, impl), acc, eff, phase="fwd")
-    return _with_launch(items, eff, cuda_graph=cuda_graph, headstart=isolated)
+    return _with_launch(
+        items,
+        eff,
+        cuda_graph=cuda_graph,
+        headstart=isolated and eff.l2_flushed,
+        extra_host_s=extra_host_s,
+    )

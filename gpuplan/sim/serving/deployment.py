@@ -53,6 +53,12 @@ class Deployment:
     iteration_overhead_s: float = 0.0  # CPU time per iteration not hidden (scheduler, sampler)
     decode_buckets: tuple[int, ...] = ()  # decode batch sizes run (padded up to); () no padding
     decode_context_tokens: int | None = None  # fixed span every padded decode row attends over
+    # The KV cache as the stack keeps it: ``paged`` (serving engines), ``static`` (preallocated),
+    # or ``dynamic`` (HF DynamicCache: a torch.cat of every block's cache per decode iteration,
+    # priced by ``iteration_breakdown``; the simulator's StepModel refuses it).
+    kv_cache: str = "paged"
+    host_extra_s: float = 0.0  # CPU time per iteration beyond the torch calls (Python modules)
+    stack: str = ""  # the stack this deployment prices (sim.stacks), for printouts
 
     def __post_init__(self) -> None:
         check_positive("tp", self.tp)
@@ -68,6 +74,8 @@ class Deployment:
         check_formats(self.weight_dtype, self.kv_dtype)
         check_choice("impl", self.impl, IMPLS)
         check_positive("iteration_overhead_s", self.iteration_overhead_s, allow_zero=True)
+        check_positive("host_extra_s", self.host_extra_s, allow_zero=True)
+        check_choice("kv_cache", self.kv_cache, ("dynamic", "static", "paged"))
         self._check_padding()
         if self.model.is_vision:
             raise GpuplanError(f"{self.model.name} is a vision encoder: it generates no tokens")

@@ -34,6 +34,7 @@ from gpuplan.sim.compilation import eager, fuse_elementwise
 from gpuplan.sim.serving.quantization import compute_dtype, quantized_gemm_time
 from gpuplan.sim.step import layer_groups
 from gpuplan.workloads.dtypes import dtype_bytes
+from gpuplan.workloads.memory import kv_cache_bytes_per_token_layer
 from gpuplan.workloads.operators import embedding_forward, kv_cache_append, layer_forward
 from gpuplan.workloads.ops import Attention, Collective, Elementwise, Gemm, Memory, Op
 
@@ -111,6 +112,23 @@ def sample_ops(dep, *, seqs: int) -> list[Op]:
     return ops
 
 
+def cache_bytes_per_token_layer(cfg, stack: str, dtype: str) -> float:
+    """KV-cache bytes of one token in one block as ``stack`` stores them: Hugging Face's MLA
+    modelling code (DeepSeek-V2/V3) caches the decompressed per-head keys and values, not the
+    latent; every other stack the model's own layout (``workloads.memory``)."""
+    if cfg.is_mla and stack == "hf-transformers":
+        return cfg.n_heads * (cfg.qk_head_dim + cfg.v_dim_per_head) * dtype_bytes(dtype)
+    return kv_cache_bytes_per_token_layer(cfg, dtype)
+
+
+def cache_concat(dep, kv_tokens: float) -> Memory:
+    """HF DynamicCache's torch.cat in one block: the cached keys and values (``kv_tokens`` in
+    all) read and written again with the new token, one kernel each."""
+    per_token = cache_bytes_per_token_layer(dep.model, dep.stack, dep.kv_dtype) / dep.tp
+    return Memory(name="kv_cache_cat", op="copy", bytes_moved=2 * kv_tokens * per_token, calls=2,
+                  count=1)
+
+
 def _collective(name: str, op: str, world: int, nbytes: float, count: int = 1) -> Collective:
     return Collective(name=name, op=op, world=world, bytes_per_rank=nbytes, count=count)
 
@@ -185,11 +203,15 @@ def iteration_breakdown(dep, batch: Batch) -> Breakdown:
         for c, cached, seqs in batch.prefill:
             pre = prefill_attention(att, tokens=c, cached=cached, seqs=seqs)
             items += _items([pre], dep, repeat=count)
+    if dep.kv_cache == "dynamic" and batch.decode_seqs:
+        items += _items([cache_concat(dep, batch.decode_kv_tokens)], dep, repeat=dep.model.n_layers)
     if batch.samples:
         items += _items(sample_ops(dep, seqs=batch.samples), dep)
     graph = dep.cuda_graph and not batch.prefill
     kernels_s = sum(i.time_s for i in items)
-    cost = launch_cost(sum(i.kernels for i in items), kernels_s, dep.eff, cuda_graph=graph)
+    cost = launch_cost(sum(i.kernels for i in items), kernels_s, dep.eff, cuda_graph=graph,
+                       host_calls=sum(i.host_calls for i in items),
+                       extra_host_s=0.0 if graph else dep.host_extra_s)
     what = "graph replay gaps" if graph else "host issue time not hidden"
     items.append(Item(layer="runtime", category="launch", op=what, phase="iteration",
                       time_s=cost.total_s, bound="launch"))  # fmt: skip

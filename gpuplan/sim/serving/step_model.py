@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import math
 
+from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.launch import launch_cost
-from gpuplan.hwmodels.price import kernel_count
+from gpuplan.hwmodels.price import host_calls, kernel_count
 from gpuplan.sim.serving.iteration import (
     Batch,
     attention_template,
@@ -48,6 +49,10 @@ def _kernels(ops: list[Op]) -> int:
     return sum(kernel_count(op) for op in ops)
 
 
+def _calls(ops: list[Op]) -> int:
+    return sum(host_calls(op) for op in ops)
+
+
 class StepModel:
     """Iteration times of one deployment from memoized analytical prices (module docstring);
     ``iteration_s(batch)`` equals ``iteration_breakdown(dep, batch).total_s``."""
@@ -55,6 +60,11 @@ class StepModel:
     MEMO_LIMIT = 200_000  # prefill-attention pieces kept before the memo starts afresh
 
     def __init__(self, dep, *, max_tokens: int = 4096):
+        if dep.kv_cache == "dynamic":
+            raise GpuplanError(
+                "kv_cache='dynamic' (a torch.cat per step) is not simulated: a serving engine "
+                "keeps a paged or static cache"
+            )
         self.dep = dep
         self._groups = layer_groups(dep.model)
         self._n_layers = sum(count for _, count in self._groups)
@@ -124,15 +134,25 @@ class StepModel:
 
     def _kernel_counts(self) -> None:
         dep = self.dep
-        self._token_kernels = _kernels(outer_ops(dep, tokens=1)) + sum(
-            count * _kernels(token_ops(dep, tokens=1, layer=layer)) for layer, count in self._groups
-        )
+        token = [outer_ops(dep, tokens=1)] + [
+            token_ops(dep, tokens=1, layer=layer) for layer, _ in self._groups
+        ]
+        weights = [1] + [count for _, count in self._groups]
+        self._token_kernels = sum(w * _kernels(ops) for w, ops in zip(weights, token, strict=True))
+        self._token_calls = sum(w * _calls(ops) for w, ops in zip(weights, token, strict=True))
         self._sample_kernels = _kernels(sample_ops(dep, seqs=1))
+        self._sample_calls = _calls(sample_ops(dep, seqs=1))
+        # the host calls of one attention kernel per block
+        self._attn_calls = _calls([attention_template(dep)])
         n_dec = self._token_kernels + self._sample_kernels + self._n_layers
+        calls = self._token_calls + self._sample_calls + self._n_layers * self._attn_calls
         # a decode-only iteration takes max(K + gaps, host) for kernels K (the launch model)
         graph = dep.cuda_graph
+        extra = 0.0 if graph else dep.host_extra_s
         self._dec_gap_s = launch_cost(n_dec, math.inf, dep.eff, cuda_graph=graph).total_s
-        self._dec_host_s = launch_cost(n_dec, 0.0, dep.eff, cuda_graph=graph).total_s
+        self._dec_host_s = launch_cost(
+            n_dec, 0.0, dep.eff, cuda_graph=graph, host_calls=calls, extra_host_s=extra
+        ).total_s
 
     # iteration times
 
@@ -153,14 +173,20 @@ class StepModel:
             kernels_s += self.prefill_attention_s(c, cached, seqs)
         kernels_s += self.token_s(tokens) + self.sample_s(sampled)
         n = self._token_kernels + self._n_layers * len(prefill)
+        calls = self._token_calls + self._n_layers * len(prefill) * self._attn_calls
         if sampled:
             n += self._sample_kernels
+            calls += self._sample_calls
         if decode_seqs:
             fixed, per_kv = self.decode_attention_terms(decode_seqs)
             kernels_s += fixed + per_kv * decode_kv_tokens
             n += self._n_layers
+            calls += self._n_layers * self._attn_calls
         graph = self.dep.cuda_graph and not prefill
-        launch = launch_cost(n, kernels_s, self.dep.eff, cuda_graph=graph).total_s
+        extra = 0.0 if graph else self.dep.host_extra_s
+        launch = launch_cost(
+            n, kernels_s, self.dep.eff, cuda_graph=graph, host_calls=calls, extra_host_s=extra
+        ).total_s
         return kernels_s + launch + self.dep.iteration_overhead_s
 
     def _decode_kernels_s(self, seqs: int, kv_tokens: float) -> float:

@@ -99,9 +99,18 @@ def resolved_attention(stack, acc):
 
 def stack_efficiency(stack, eff, acc, *, phase: str):
     """``eff`` with the stack's attention kernels for ``phase`` (``prefill``, ``train`` or
-    ``decode``: decode-shaped calls take the decode kernel, the rest the phase's)."""
+    ``decode``: decode-shaped calls take the decode kernel, the rest the phase's), its host
+    costs scaled by the stack's host model, and its timing convention (an L2 flush or not)."""
     kernels = resolved_attention(stack, acc)
     other = kernels.train if phase == "train" else kernels.prefill
+    host = stack.host
     return dataclasses.replace(
-        eff, attention_kernel=kernels.decode, prefill_attention_kernel=other
+        eff,
+        attention_kernel=kernels.decode,
+        prefill_attention_kernel=other,
+        l2_flushed=stack.l2_flush,
+        host_launch_s=eff.host_launch_s * host.call_factor * host.speed_factor,
+        autograd_s=eff.autograd_s * host.speed_factor,
+        autograd_op_s=eff.autograd_op_s * host.speed_factor,
+        collective_host_s=eff.collective_host_s * host.speed_factor,
     )

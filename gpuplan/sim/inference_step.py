@@ -1,0 +1,165 @@
+"""Whole-model inference on one GPU as a stack runs it: a prefill step and a decode step, with
+their time, peak memory and whether they fit.
+
+What a stack changes here (``sim.stacks``):
+- the KV cache of a decode. ``dynamic`` (Hugging Face ``DynamicCache.update``) appends with
+  ``torch.cat`` along the sequence, so every step reads each layer's cached keys and values and
+  writes them again with the new token: two copy kernels per layer moving twice the layer's
+  cache, and for a moment the old and new tensors of one layer coexist. ``static`` preallocates
+  ``max_cache_len`` positions and attention reads all of them under a mask (HF ``StaticCache``,
+  gpt-fast). ``paged`` reads only the blocks in use (vLLM's PagedAttention, Kwon et al. 2023).
+- the host: a framework's Python modules cost ``module_call_s`` each on top of the ops they
+  issue (``module_calls``), hidden where the GPU runs longer;
+- the logits of a prefill: every position (``all``, HF's default without ``logits_to_keep``) or
+  only the last (``last``, what serving engines compute).
+
+Hugging Face's MLA attention (DeepSeek-V2/V3 modelling code) caches the decompressed per-head
+keys and values, not the latent: its KV bytes are those of multi-head attention over
+``n_heads`` heads of ``qk_head_dim + v_head_dim`` elements.
+
+Peak memory (bytes): weights, the KV cache, and the largest live working set of the step: for a
+prefill, one block's hidden states and MLP intermediates and the logits; for a decode, the
+logits and, under ``dynamic``, one layer's cache twice during its ``torch.cat``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gpuplan.errors import GpuplanError, check_choice, check_positive
+from gpuplan.hwmodels.efficiency import queued
+from gpuplan.sim.breakdown import Breakdown, Item, priced_items
+from gpuplan.sim.serving.deployment import Deployment
+from gpuplan.sim.serving.iteration import Batch, cache_bytes_per_token_layer, iteration_breakdown
+from gpuplan.sim.stacks import KV_CACHES, Stack
+from gpuplan.sim.step import _as_run, _with_launch, layer_groups
+from gpuplan.workloads.dtypes import dtype_bytes
+from gpuplan.workloads.model import ModelConfig
+from gpuplan.workloads.operators import embedding_forward, head_forward, layer_forward
+from gpuplan.workloads.ops import Memory
+from gpuplan.workloads.params import count_params
+
+# nn.Module calls of one step of an HF decoder (modeling_llama.py): per block the decoder layer,
+# two norms, the attention module and its four projections, the MLP module, its three
+# projections and its activation (13); per step the model, the causal-LM wrapper, the
+# embedding, the rotary embedding, the final norm and the LM head (6).
+MODULES_PER_BLOCK = 13
+MODULES_PER_STEP = 6
+
+
+def module_calls(cfg: ModelConfig) -> int:
+    return MODULES_PER_BLOCK * cfg.n_layers + MODULES_PER_STEP
+
+
+def kv_bytes_per_token_layer(cfg: ModelConfig, stack: Stack, dtype: str) -> float:
+    """KV-cache bytes of one token in one block as the stack stores it (module docstring)."""
+    return cache_bytes_per_token_layer(cfg, stack.name, dtype)
+
+
+def weight_bytes(cfg: ModelConfig, dtype: str) -> float:
+    return count_params(cfg).total * dtype_bytes(dtype)
+
+
+def _host_extra_s(cfg: ModelConfig, stack: Stack) -> float:
+    return module_calls(cfg) * stack.host.module_call_s * stack.host.speed_factor
+
+
+def decode_deployment(
+    acc, eff, cfg: ModelConfig, stack: Stack, *, cuda_graph: bool | None = None,
+    kv_cache: str | None = None, max_cache_len: int | None = None, tp: int = 1,
+) -> Deployment:
+    """The serving deployment a decode step on ``stack`` is: one replica of ``tp`` GPUs, with
+    the stack's elementwise kernels, host, CUDA graphs and KV cache."""
+    kv_cache = kv_cache or stack.kv_cache
+    check_choice("kv_cache", kv_cache, KV_CACHES)
+    graph = stack.cuda_graph_decode if cuda_graph is None else cuda_graph
+    if graph and kv_cache == "dynamic":
+        raise GpuplanError("kv_cache='dynamic' cannot be replayed from a CUDA graph (its tensors "
+                           "change shape every step): use --kv-cache static or paged")
+    return Deployment(
+        model=cfg, acc=acc, eff=queued(eff), tp=tp, cuda_graph=graph, impl=stack.elementwise,
+        kv_cache=kv_cache, host_extra_s=_host_extra_s(cfg, stack), stack=stack.name,
+        decode_context_tokens=max_cache_len if kv_cache == "static" else None,
+    )
+
+
+def decode_breakdown(
+    acc, eff, cfg: ModelConfig, stack: Stack, *, batch: int, context: int, dtype: str = "bf16",
+    cuda_graph: bool | None = None, kv_cache: str | None = None, max_cache_len: int | None = None,
+    tp: int = 1,
+) -> Breakdown:
+    """One new token for each of ``batch`` sequences through the whole model (embedding to LM
+    head and the sampler's logits), with ``context`` tokens already cached, as ``stack`` runs
+    it: the serving simulator's iteration (``serving.iteration_breakdown``) of that batch, and
+    its peak memory."""
+    check_positive("batch", batch)
+    check_positive("context", context, allow_zero=True)
+    if dtype != "bf16":
+        raise GpuplanError(f"dtype={dtype!r} is invalid for a whole-model decode: it runs in bf16"
+                           " (quantized weights and caches: gpuplan serve --weight-dtype)")
+    if max_cache_len is not None and max_cache_len < context + 1:
+        raise GpuplanError(f"max_cache_len={max_cache_len} is invalid: a static cache must hold "
+                           f"the context and the new token ({context + 1} or more)")
+    dep = decode_deployment(acc, eff, cfg, stack, cuda_graph=cuda_graph, kv_cache=kv_cache,
+                            max_cache_len=max_cache_len, tp=tp)
+    step = Batch(decode_seqs=batch, decode_kv_tokens=batch * (context + 1), sampled=batch)
+    bd = iteration_breakdown(dep, step)
+    memory = decode_memory(cfg, stack, batch=batch, context=context, kv_cache=dep.kv_cache,
+                           max_cache_len=max_cache_len, dtype=dtype, tp=tp)
+    return dataclasses.replace(bd, memory_bytes=memory)
+
+
+def decode_memory(cfg, stack, *, batch, context, kv_cache, max_cache_len, dtype, tp=1) -> dict:
+    """Peak bytes of a decode step by term (module docstring)."""
+    per_token = kv_bytes_per_token_layer(cfg, stack, dtype) * cfg.n_layers / tp
+    held = (max_cache_len or context + 1) if kv_cache == "static" else context + 1
+    terms = {
+        "weights": weight_bytes(cfg, dtype) / tp,
+        "kv_cache": batch * held * per_token,
+        "logits": batch * cfg.vocab_size * (dtype_bytes(dtype) + 4),  # and their fp32 upcast
+    }
+    if kv_cache == "dynamic":  # one block's old and new tensors during its torch.cat
+        terms["kv_cache_cat"] = batch * (context + 1) * per_token / cfg.n_layers
+    return terms
+
+
+def prefill_breakdown(
+    acc, eff, cfg: ModelConfig, stack: Stack, *, batch: int, seq: int, dtype: str = "bf16",
+    tp: int = 1,
+) -> Breakdown:
+    """One forward of the whole model over ``batch`` prompts of ``seq`` tokens, writing their
+    KV cache, with the logits the stack computes; peak memory included."""
+    check_positive("batch", batch)
+    check_positive("seq", seq)
+    eff = queued(eff)
+    t = batch * seq
+    items: list[Item] = priced_items(embedding_forward(cfg, tokens=t, dtype=dtype), acc, eff,
+                                     phase="fwd")
+    for layer, count in layer_groups(cfg):
+        ops = layer_forward(cfg, batch=batch, seq=seq, dtype=dtype, layer=layer, tp=tp)
+        ops = [*ops, Memory(name="kv_cache_write", op="copy",
+                            bytes_moved=2 * t * kv_bytes_per_token_layer(cfg, stack, dtype) / tp,
+                            calls=2)]
+        items += priced_items(_as_run(ops, stack.elementwise), acc, eff, phase="fwd",
+                              repeat=count)
+    logit_tokens = t if stack.logits == "all" else batch
+    head = head_forward(cfg, tokens=logit_tokens, dtype=dtype)[:2]  # final norm, LM head
+    items += priced_items(_as_run(head, stack.elementwise), acc, eff, phase="fwd")
+    bd = _with_launch(items, eff, extra_host_s=_host_extra_s(cfg, stack))
+    memory = prefill_memory(cfg, stack, batch=batch, seq=seq, dtype=dtype, tp=tp)
+    return dataclasses.replace(bd, memory_bytes=memory)
+
+
+def prefill_memory(cfg, stack, *, batch, seq, dtype, tp=1) -> dict:
+    """Peak bytes of a prefill by term: weights, the cache written, one block's live tensors
+    (residual stream, normed input, and the MLP's gate, up and activated intermediates at its
+    peak) and the logits with their fp32 upcast."""
+    t, e = batch * seq, dtype_bytes(dtype)
+    width = cfg.d_ff if not cfg.is_moe else max(cfg.d_ff, cfg.d_ff_expert * (cfg.top_k + cfg.n_shared_experts))
+    logit_tokens = t if stack.logits == "all" else batch
+    return {
+        "weights": weight_bytes(cfg, dtype) / tp,
+        "kv_cache": t * kv_bytes_per_token_layer(cfg, stack, dtype) * cfg.n_layers / tp,
+        "activations": t * (2 * cfg.d_model + 3 * width / tp) * e,
+        "logits": logit_tokens * cfg.vocab_size * (e + 4),
+    }
