@@ -14,9 +14,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 from dataclasses import dataclass, field
 from importlib import resources
+from pathlib import Path
 from typing import Any
+
+from gpuplan.errors import GpuplanError, unknown_key
 
 REFERENCE_DEVICE = "h200"  # the device whose fit stands in for unmeasured devices
 
@@ -72,6 +76,9 @@ class Efficiency:
     collective_host_s: float  # CPU time to issue one collective (torch.distributed + NCCL)
     provenance: dict[str, Any] = field(default_factory=dict)
     steady_state: bool = False  # kernels in a busy stream: sustained clock (set by ``queued``)
+    # Each timed call follows an L2 flush (a measurement convention of the harness stack, set by
+    # ``sim.stacks.stack_efficiency``): the flushed L2's write-back and the timer's head start.
+    l2_flushed: bool = False
     # The CPU speed of each measured run (data folder) relative to the reference run's host, as
     # a factor on the host costs (``validate.calibrate.HOST_COSTS``): lent machines of one kind
     # differ in their CPUs, and eager CPU-bound times follow them. Fitted with the rest; used
@@ -166,3 +173,69 @@ def efficiency_for(device_key: str) -> Efficiency:
             f"{device_key} datasheet; not measured on {device_key})",
         )
     return prior_efficiency()
+
+
+NOT_FITTED = ("source", "provenance")  # fields a fit file names elsewhere, never as parameters
+
+
+def efficiency_from_file(path: str | Path, device_key: str) -> Efficiency:
+    """A fit written by ``gpuplan validate calibrate --out FILE`` for ``device_key``: the prior
+    overlaid by the file's parameters. A fit of another device, or a malformed file, is a
+    one-line GpuplanError."""
+    where = f"calibration file {str(path)!r}"
+    doc = _read_fit(Path(path), where)
+    device = doc.get("provenance", {}).get("device") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict) or not isinstance(doc.get("parameters"), dict):
+        raise GpuplanError(f"{where} has no 'parameters' object: it is not a fit written by "
+                           "`gpuplan validate calibrate --out FILE`")  # fmt: skip
+    if not isinstance(device, str) or not device:
+        raise GpuplanError(f"{where} names no device (provenance.device): it is not a fit "
+                           "written by `gpuplan validate calibrate --out FILE`")  # fmt: skip
+    if device != device_key:
+        raise GpuplanError(
+            f"{where} is a fit for device {device!r}, not for {device_key!r}: fit {device_key}'s "
+            f"own records (gpuplan validate calibrate --device {device_key}) or drop --calibration"
+        )
+    prior = prior_efficiency().to_dict()
+    for name, value in doc["parameters"].items():
+        _check_parameter(where, name, value, prior)
+    merged = prior | doc["parameters"]
+    merged["source"] = f"{doc.get('source', 'a calibration fit')} ({Path(path).name})"
+    merged["provenance"] = doc.get("provenance", {}) | {"file": str(path)}
+    return _from_dict(merged)
+
+
+def _read_fit(path: Path, where: str) -> Any:
+    if not path.is_file():
+        raise GpuplanError(f"{where} {'is a folder' if path.is_dir() else 'does not exist'}")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise GpuplanError(f"{where} is not UTF-8 text") from None
+    except json.JSONDecodeError as err:
+        raise GpuplanError(f"{where} is not valid JSON: {err.msg} (line {err.lineno})") from None
+
+
+def _check_parameter(where: str, name: str, value: Any, prior: dict[str, Any]) -> None:
+    """A fitted parameter: a field of ``Efficiency`` holding numbers, finite and >= 0, and a
+    fraction of a peak within (0, 1]."""
+    numeric = [k for k, v in prior.items() if k not in NOT_FITTED and _is_numbers(v)]
+    if name not in numeric:
+        raise GpuplanError(f"{where}: {unknown_key('parameter', name, numeric)}")
+    expected_dict = isinstance(prior[name], dict)
+    if expected_dict != isinstance(value, dict):
+        want = "an object of numbers" if expected_dict else "a number"
+        raise GpuplanError(f"{where}: parameter {name!r} is {value!r}: it must be {want}")
+    for key, number in value.items() if expected_dict else [("", value)]:
+        label = f"{name}.{key}" if key else name
+        if not _is_numbers(number) or not math.isfinite(number) or number < 0:
+            raise GpuplanError(f"{where}: {label}={number!r} is invalid: a finite number >= 0")
+        if name.endswith("_fraction") and not 0 < number <= 1:
+            raise GpuplanError(f"{where}: {label}={number!r} is invalid: a fraction of a peak is "
+                               "in (0, 1]")  # fmt: skip
+
+
+def _is_numbers(value: Any) -> bool:
+    if isinstance(value, dict):
+        return all(_is_numbers(v) for v in value.values())
+    return isinstance(value, int | float) and not isinstance(value, bool)
