@@ -26,13 +26,15 @@ from gpuplan.cli.train_cmd import (
     add_cluster_options,
     default_seq,
     render_estimate,
+    render_overlaps,
     resolve_cluster,
     zero_stage,
 )
 from gpuplan.errors import GpuplanError
 
 COLUMNS = [
-    "tp", "pp", "dp", "cp", "ep", "sp", "zero", "micro_batch", "schedule", "virtual_stages",
+    "tp", "pp", "pp_layers", "dp", "cp", "ep", "sp", "zero", "micro_batch", "schedule",
+    "virtual_stages",
     "recompute", "precision", "step_time_s", "tokens_per_s", "mfu_pct",
     "peak_memory_per_gpu_bytes", "cost_per_step_usd",
 ]  # fmt: skip
@@ -83,8 +85,8 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from gpuplan.sim.parallel.estimate import estimate_training
-    from gpuplan.sim.parallel.search import SearchSpace, row_strategy, search
+    from gpuplan.sim.parallel.estimate import estimate_training, overlaps_in_force
+    from gpuplan.sim.parallel.search import SearchSpace, distinct_layouts, row_strategy, search
     from gpuplan.workloads.presets import get_model
 
     if not args.gpus:
@@ -105,7 +107,8 @@ def run(args) -> int:
         )  # fmt: skip
     best = row_strategy(result.frame.iloc[0], global_batch=args.global_batch, space=space)
     fastest = estimate_training(cfg, best, cluster=cluster, seq=seq, gpus=args.gpus).to_dict()
-    top = result.frame.head(args.top).assign(mfu_pct=lambda f: 100 * f["mfu"])
+    layouts = distinct_layouts(result.frame, seq)
+    top = layouts.head(args.top).assign(mfu_pct=lambda f: 100 * f["mfu"])
     pareto = result.pareto.assign(mfu_pct=lambda f: 100 * f["mfu"])
     stats = {
         "model": cfg.name,
@@ -116,7 +119,12 @@ def run(args) -> int:
         "evaluated": result.evaluated,
         "fitting": result.fitting,
         "shapes_priced": result.shapes_priced,
+        "distinct_layouts": len(layouts),
+        "precision": list(space.precision),
+        "overlaps": overlaps_in_force(space),
     }
+    if result.interruptions is not None:
+        stats["interruptions"] = result.interruptions.to_dict()
     timing = {
         "pricing_s": result.pricing_s,
         "evaluation_s": result.evaluation_s,
@@ -138,10 +146,25 @@ def run(args) -> int:
         f"{cluster.gpu}{took}; {result.shapes_priced} kernel shapes priced{priced}; "
         f"{result.fitting:,} fit in memory"
     )
-    cols = COLUMNS + (["time_to_train_s", "cost_usd"] if args.tokens else [])
+    train_cols = ["time_to_train_s", "time_to_train_with_failures_s", "cost_with_failures_usd"]
+    cols = COLUMNS + (train_cols if args.tokens else [])
+    days = lambda v: f"{v / 86400:.1f} d"  # noqa: E731
     fmt = {"mfu_pct": lambda v: f"{v:.1f}%", "cost_per_step_usd": lambda v: f"${v:.3g}"}
-    fmt |= {"cost_usd": lambda v: f"${v:,.0f}", "time_to_train_s": lambda v: f"{v / 86400:.1f} d"}
-    print(f"\nfastest {len(top)}:")
+    fmt |= {"cost_with_failures_usd": lambda v: f"${v:,.0f}", "time_to_train_s": days,
+            "time_to_train_with_failures_s": days}  # fmt: skip
+    print(
+        f"precision searched: {', '.join(space.precision)}; overlaps in force: "
+        f"{render_overlaps(stats['overlaps'])}"
+    )
+    if result.interruptions is not None:
+        i = result.interruptions
+        print(
+            f"interruptions: one every {i.mtbf_s / 3600:.1f} h on {args.gpus} GPUs, a "
+            f"{i.checkpoint_s:.0f} s checkpoint every {i.checkpoint_interval_s / 60:.0f} min "
+            f"(Young), {i.restart_s:.0f} s per restart: {100 * i.waste:.1f}% of wall time "
+            f"lost (rates: {i.source})"
+        )
+    print(f"\nfastest {len(top)} distinct layouts (of {len(layouts):,}):")
     print(render_table(top, cols, formats=fmt))
     print(f"\nPareto front (step time, memory per GPU, cost): {len(pareto)} strategies")
     print(render_table(pareto, cols, formats=fmt))

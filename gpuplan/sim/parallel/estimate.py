@@ -92,6 +92,7 @@ class TrainEstimate:
             "gpus": self.gpus,
             "seq": self.seq,
             "strategy": asdict(self.strategy) | {"label": self.strategy.label},
+            "overlaps": overlaps_in_force(self.strategy),
             "step_time_s": self.step_time_s,
             "tokens_per_s": self.tokens_per_s,
             "mfu": self.mfu,
@@ -107,6 +108,12 @@ class TrainEstimate:
             "by_category": self.breakdown.by("layer", "category").to_dict("records"),
             "breakdown": self.breakdown.frame().to_dict("records"),
         }
+
+
+def overlaps_in_force(st) -> dict[str, bool]:
+    """Which communication the estimate hides behind compute (``Strategy``'s overlap options;
+    ``st`` a Strategy or a SearchSpace)."""
+    return {"dp": st.overlap_dp, "tp": st.overlap_tp, "pp": st.overlap_pp}
 
 
 def strategy_arrays(st: Strategy, cfg: ModelConfig) -> dict[str, np.ndarray]:

@@ -32,6 +32,7 @@ from gpuplan.sim.parallel.compute import CostCache, Shape
 from gpuplan.sim.parallel.cost import usd_per_hour
 from gpuplan.sim.parallel.estimate import flops_per_sequence
 from gpuplan.sim.parallel.evaluate import evaluate
+from gpuplan.sim.parallel.interruptions import Interruptions, expected_interruptions
 from gpuplan.sim.parallel.memory import model_facts
 from gpuplan.sim.parallel.space import (
     RECOMPUTE_NAMES,
@@ -51,8 +52,8 @@ from gpuplan.units import HOUR
 
 CHUNK = 65_536  # strategies evaluated per numpy pass (a piece of work of the sweep)
 SHAPE_CHUNK = 32  # kernel shapes priced per piece of work
-__all__ = ["SearchResult", "SearchSpace", "enumerate_space", "pareto_front", "row_strategy",
-           "search"]  # fmt: skip
+__all__ = ["SearchResult", "SearchSpace", "distinct_layouts", "enumerate_space", "pareto_front",
+           "row_strategy", "search"]  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,6 +65,7 @@ class SearchResult:
     shapes_priced: int
     pricing_s: float
     evaluation_s: float
+    interruptions: Interruptions | None = None  # the failure model behind --tokens
 
     @property
     def strategies_per_s(self) -> float:
@@ -172,6 +174,11 @@ def search(
     fits = frame[frame["fits"]].drop(columns="fits")
     if fits.empty:
         raise _fits_nowhere(cfg, frame, gpus, acc)
+    interruptions = (
+        expected_interruptions(cfg, gpus=gpus, gpus_per_node=cluster.gpus_per_node, acc=acc,
+                               state_precision=space.state_precision)
+        if tokens else None
+    )  # fmt: skip
     fits = _with_cost(
         fits,
         gpus=gpus,
@@ -180,6 +187,7 @@ def search(
         usd=usd_per_gpu_hour,
         global_batch=global_batch,
         seq=seq,
+        interruptions=interruptions,
     )
     fits = fits.sort_values("step_time_s", kind="stable").reset_index(drop=True)
     return SearchResult(
@@ -190,6 +198,7 @@ def search(
         shapes_priced=n_shapes,
         pricing_s=t1 - t0,
         evaluation_s=t2 - t1,
+        interruptions=interruptions,
     )
 
 
@@ -262,14 +271,48 @@ def _evaluate_piece(facts, arrays, *, cluster, acc, eff, seq, space, gpus, flops
     )
 
 
-def _with_cost(fits, *, gpus, acc, tokens, usd, global_batch, seq):
+def _with_cost(fits, *, gpus, acc, tokens, usd, global_batch, seq, interruptions=None):
     rate = usd_per_hour(acc.key, usd)
     out = fits.copy()
     out["cost_per_step_usd"] = out["step_time_s"] * gpus * rate / HOUR
     if tokens:
         out["time_to_train_s"] = tokens / out["tokens_per_s"]
+        out["time_to_train_with_failures_s"] = interruptions.with_failures_s(
+            out["time_to_train_s"]
+        )
         out["cost_usd"] = out["time_to_train_s"] * gpus * rate / HOUR
+        out["cost_with_failures_usd"] = out["time_to_train_with_failures_s"] * gpus * rate / HOUR
     return out
+
+
+def layout_key(frame: pd.DataFrame, seq: int) -> pd.DataFrame:
+    """What makes two rows the same layout (``distinct_layouts``), as columns."""
+    return pd.DataFrame(
+        {
+            "tp": frame["tp"],
+            "pp": frame["pp"],
+            "pp_layers": frame["pp_layers"],
+            "dp_x_cp": frame["dp"] * frame["cp"],
+            "ep": frame["ep"],
+            "tokens_per_micro_batch": frame["micro_batch"] * seq // frame["cp"],
+            "schedule": frame["schedule"],
+            "recompute": frame["recompute"],
+        }
+    )
+
+
+def distinct_layouts(frame: pd.DataFrame, seq: int) -> pd.DataFrame:
+    """The fastest row of each distinct layout, in the frame's order (fastest first).
+
+    Two rows are one layout when they share tp, pp and its stage split, ep, the schedule, the
+    recomputation, the data-parallel-like group dp x cp and the tokens of a micro-batch on one
+    GPU (micro_batch x seq / cp): each GPU then holds the same shard of the model and runs the
+    same kernels, and the rows differ only in how that group splits into replicas and sequence
+    chunks, the virtual-stage count, the ZeRO stage, sequence parallelism or the precision —
+    options of one layout, not layouts. Rows differing in any key are distinct.
+    """
+    keep = ~layout_key(frame, seq).duplicated(keep="first")
+    return frame[keep.to_numpy()].reset_index(drop=True)
 
 
 def _fits_nowhere(cfg, frame, gpus, acc) -> GpuplanError:

@@ -134,7 +134,12 @@ def enumerate_space(cfg, n: int, gb: int, seq: int, acc, space: SearchSpace) -> 
     recompute = [
         r for r in space.recompute if not (r == "selective" and space.attention == "flash")
     ]
-    precisions = [p for p in space.precision if acc.supports(p)] or ["bf16"]
+    precisions = [p for p in space.precision if acc.supports(p)]
+    if not precisions:
+        raise GpuplanError(
+            f"precision={','.join(space.precision)} is not supported by {acc.key}: it has no "
+            "such tensor-core rate; search bf16"
+        )
     cats = np.array(
         list(
             itertools.product(
