@@ -74,6 +74,20 @@ def test_an_unknown_metric_is_an_error_naming_the_row_and_the_value(tmp_path, ro
         load_rows(_write(tmp_path, bad))
 
 
+def test_a_value_that_is_not_a_positive_number_is_an_error(tmp_path, rows):
+    bad = rows.head(3).copy()
+    bad.loc[2, "value"] = -3.0
+    with pytest.raises(GpuplanError, match=r"row 4 .*value=-3.0 is invalid"):
+        load_rows(_write(tmp_path, bad))
+
+
+def test_an_id_given_twice_is_an_error(tmp_path, rows):
+    bad = rows.head(3).copy()
+    bad.loc[2, "id"] = bad.loc[0, "id"]
+    with pytest.raises(GpuplanError, match="appears more than once"):
+        load_rows(_write(tmp_path, bad))
+
+
 def test_a_static_batch_row_without_a_batch_is_an_error(tmp_path, rows):
     bad = rows[rows["load"] == "static_batch"].head(2).copy()
     bad["batch"] = ""
@@ -115,6 +129,16 @@ def test_a_batch_of_one_has_the_ttft_of_one_prefill_iteration():
     row = _row()
     _, step, _, _ = deps(row)
     assert predict_row(row, deps) == step.iteration_s(Batch(prefill=((1024, 0, 1),)))
+
+
+def test_a_static_batch_decodes_its_output_in_one_run_of_the_whole_batch():
+    deps = Deployments()
+    _, step, _, _ = deps(_row())
+    kw = {"batch": 8, "prompt_tokens": 512, "output_tokens": 128}
+    run_s = step.decode_run_s(8, 8 * 513, 127)
+    assert predict_row(_row(metric="tpot_s", **kw), deps) == pytest.approx(run_s / 127)
+    e2e = predict_row(_row(metric="e2e_latency_s", **kw), deps)
+    assert e2e == pytest.approx(predict_row(_row(metric="ttft_s", **kw), deps) + run_s)
 
 
 def test_a_lone_client_waits_half_a_decode_and_decodes_alone():

@@ -101,11 +101,7 @@ def _check_row(i: int, row) -> None:
         if row[field] not in valid:
             raise GpuplanError(f"{where}: {field}={row[field]!r} is invalid: give one of "
                                f"{', '.join(valid)}")  # fmt: skip
-    try:
-        value = float(row["value"])
-    except ValueError:
-        value = -1.0
-    if not value > 0:
+    if not pd.to_numeric(row["value"], errors="coerce") > 0:
         raise GpuplanError(f"{where}: value={row['value']!r} is invalid: give a number > 0")
     need = {"static_batch": "batch", "concurrency": "concurrency"}.get(row["load"])
     if need and not str(row[need]).isdigit():
@@ -147,7 +143,7 @@ class Deployments:
     remembers why)."""
 
     def __init__(self):
-        self._seen: dict[tuple, tuple | str] = {}
+        self._seen: dict[tuple, tuple | str] = {}  # setting -> (dep, step, seqs, budget) or why
 
     def __call__(self, row) -> tuple:
         key = (row["model"], row["gpu"], row["tp"], row["pp"], row["weight_dtype"],
@@ -221,8 +217,10 @@ def _static(row, dep, step, sched) -> dict[str, float]:
     if b * (p + o) > held:
         raise CannotRun(f"a batch of {b} x {p + o} tokens exceeds the {held:,} KV tokens that fit")
     ttft = step.iteration_s(Batch(prefill=((p, 0, b),)))
-    e2e = ttft + step.decode_run_s(b, b * (p + 1), o - 1)
-    return {"ttft_s": ttft, "e2e_latency_s": e2e, "output_tokens_per_s": b * o / e2e}
+    decode = step.decode_run_s(b, b * (p + 1), o - 1)
+    e2e = ttft + decode
+    tpot = decode / (o - 1) if o > 1 else 0.0
+    return {"ttft_s": ttft, "tpot_s": tpot, "e2e_latency_s": e2e, "output_tokens_per_s": b * o / e2e}
 
 
 def _fitting_seqs(row, dep, sched) -> int:
