@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuplan.errors import GpuplanError
 from gpuplan.workloads.hf_config import SUPPORTED_MODEL_TYPES, from_hf_config
@@ -157,3 +159,87 @@ def test_an_invalid_shape_in_the_file_is_reported_by_the_model_check():
     raw = json.loads((HF / "tiny-llama.json").read_text())
     with pytest.raises(GpuplanError, match="n_heads=8 is not a multiple of n_kv_heads=3"):
         from_hf_config(raw | {"num_key_value_heads": 3})
+
+
+# -- every wrong value a user can meet: one line naming the key and the value -----------------
+TINY = json.loads((HF / "tiny-llama.json").read_text())
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("num_hidden_layers", "32"), ("num_hidden_layers", 2.5), ("num_hidden_layers", True),
+     ("num_hidden_layers", [2]), ("num_hidden_layers", 0), ("num_hidden_layers", -4),
+     ("num_hidden_layers", 10**30), ("hidden_size", False), ("vocab_size", {"n": 1}),
+     ("num_key_value_heads", "2"), ("head_dim", 8.5), ("tie_word_embeddings", "false"),
+     ("tie_word_embeddings", 1), ("attention_bias", "no"), ("model_type", 5)],
+)  # fmt: skip
+def test_a_value_of_the_wrong_type_is_one_line_naming_the_key_and_the_value(key, value):
+    with pytest.raises(GpuplanError) as err:
+        from_hf_config(TINY | {key: value})
+    message = str(err.value)
+    assert f"{key}={value!r}"[:30] in message and "\n" not in message
+
+
+def test_a_whole_number_written_as_a_float_is_read_as_that_number():
+    cfg = from_hf_config(TINY | {"num_hidden_layers": 2.0})
+    assert cfg.n_layers == 2 and isinstance(cfg.n_layers, int)
+
+
+def test_moe_and_mla_fields_are_checked_too():
+    raw = json.loads((HF / "tiny-deepseek-v2.json").read_text())
+    for key, value in (("n_routed_experts", "4"), ("kv_lora_rank", None), ("q_lora_rank", 1.5),
+                       ("topk_method", 3), ("first_k_dense_replace", -1)):  # fmt: skip
+        with pytest.raises(GpuplanError, match=key):
+            from_hf_config(raw | {key: value})
+
+
+@pytest.mark.parametrize("text", ["3", "null", '"llama"', "[]", "{", ""])
+def test_a_file_that_is_not_one_json_object_is_one_line(tmp_path, text):
+    file = tmp_path / "config.json"
+    file.write_text(text)
+    with pytest.raises(GpuplanError) as err:
+        from_hf_config(file)
+    assert str(file) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_binary_file_is_one_line_saying_it_is_not_utf8(tmp_path):
+    file = tmp_path / "config.json"
+    file.write_bytes(b'{"model_type": "\xff\xfe"}')
+    with pytest.raises(GpuplanError, match="not UTF-8"):
+        from_hf_config(file)
+
+
+def test_something_that_is_neither_a_path_nor_a_dict_is_an_error():
+    with pytest.raises(GpuplanError, match="config=list is invalid"):
+        from_hf_config([TINY])
+
+
+def test_the_command_line_reports_a_bad_config_in_one_line_with_exit_code_2(tmp_path, capsys):
+    from gpuplan.cli import main
+
+    file = tmp_path / "config.json"
+    file.write_text(json.dumps(TINY | {"num_hidden_layers": True}))
+    assert main(["models", "--hf-config", str(file)]) == 2
+    err = capsys.readouterr().err
+    assert "num_hidden_layers=True" in err and err.count("\n") == 1
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner,
+                                                                 max_size=3),  # fmt: skip
+    max_leaves=6,
+)
+
+
+@pytest.mark.slow
+@settings(max_examples=100, deadline=None)
+@given(changes=st.dictionaries(st.sampled_from(sorted(TINY) + ["n_routed_experts", "q_lora_rank",
+                                                               "kv_lora_rank", "mlp_bias"]),
+                               JSON_VALUES, max_size=4),
+       model_type=st.sampled_from(SUPPORTED_MODEL_TYPES))  # fmt: skip
+def test_any_values_give_a_model_or_a_gpuplan_error_never_another_exception(changes, model_type):
+    try:
+        from_hf_config(TINY | {"model_type": model_type} | changes)
+    except GpuplanError as err:
+        assert "\n" not in str(err)

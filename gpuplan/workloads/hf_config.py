@@ -37,21 +37,53 @@ _MISSING = object()
 
 
 class _Fields:
-    """A config dict that names the file and the field when a required one is missing."""
+    """A config dict whose every read is checked, in one place: ``need`` (required) and ``get``
+    (optional) take the kind of value the field holds (``KINDS``), and a missing required field or
+    a value of the wrong kind is a one-line GpuplanError naming the file, the key and the value."""
 
     def __init__(self, raw: Mapping[str, Any], origin: str) -> None:
         self.raw, self.origin = raw, origin
 
-    def need(self, key: str) -> Any:
+    def need(self, key: str, kind: str = "count") -> Any:
         value = self.raw.get(key, _MISSING)
         if value is _MISSING or value is None:
             raise GpuplanError(f"{self.origin}: required field {key!r} is missing")
-        return value
+        return self.checked(key, value, kind)
 
-    def get(self, key: str, default: Any) -> Any:
+    def get(self, key: str, default: Any, kind: str = "count") -> Any:
         """The field, or ``default`` when absent or null (transformers treats both alike)."""
         value = self.raw.get(key)
-        return default if value is None else value
+        return default if value is None else self.checked(key, value, kind)
+
+    def checked(self, key: str, value: Any, kind: str) -> Any:
+        """``value`` if it is of ``kind`` (a whole-number float such as 4096.0 as an int)."""
+        test, words = KINDS[kind]
+        if kind in ("count", "size") and isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if not test(value):
+            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+            raise GpuplanError(
+                f"{self.origin}: {key}={shown} ({type(value).__name__}) is invalid: it must be "
+                f"{words}"
+            )
+        return value
+
+
+def _whole(low: int) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and low <= v <= MAX_FIELD
+
+
+# What a field may hold. MAX_FIELD bounds every size: no published model comes within 1,000x of
+# it (the largest vocabularies hold about 256k tokens, Gemma's; the longest context is Llama 4
+# Scout's 10M tokens, https://ai.meta.com/blog/llama-4-multimodal-intelligence/), and a layer
+# count of 10^30 would be priced, layer by layer, for ever.
+MAX_FIELD = 10**10
+KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "count": (_whole(1), f"a whole number from 1 to {MAX_FIELD:,} (a JSON integer)"),
+    "size": (_whole(0), f"a whole number from 0 to {MAX_FIELD:,} (a JSON integer)"),
+    "bool": (lambda v: isinstance(v, bool), "true or false (a JSON boolean)"),
+    "str": (lambda v: isinstance(v, str), "a string"),
+}
 
 
 def _llama_like(f: _Fields, *, max_positions_default: int) -> dict[str, Any]:
@@ -65,13 +97,14 @@ def _llama_like(f: _Fields, *, max_positions_default: int) -> dict[str, Any]:
         "d_ff": f.need("intermediate_size"),
         "vocab_size": f.need("vocab_size"),
         "d_head": f.get("head_dim", None),
-        "tied_embeddings": f.get("tie_word_embeddings", False),
+        "tied_embeddings": f.get("tie_word_embeddings", False, "bool"),
         "max_seq_len": f.get("max_position_embeddings", max_positions_default),
     }
 
 
 def _llama(f: _Fields) -> dict[str, Any]:
-    attention_bias, mlp_bias = f.get("attention_bias", False), f.get("mlp_bias", False)
+    attention_bias = f.get("attention_bias", False, "bool")
+    mlp_bias = f.get("mlp_bias", False, "bool")
     if attention_bias != mlp_bias:
         raise GpuplanError(
             f"{f.origin}: attention_bias={attention_bias} with mlp_bias={mlp_bias} is not "
@@ -102,32 +135,32 @@ def _deepseek(f: _Fields, *, v3: bool) -> dict[str, Any]:
     fields = _llama_like(f, max_positions_default=4096 if v3 else 2048)
     fields["d_head"] = None  # HF keeps head_dim = qk_rope_head_dim for RoPE; not a head size
     mla = {
-        "q_lora_rank": f.get("q_lora_rank", 0),
+        "q_lora_rank": f.get("q_lora_rank", 0, "size"),
         "kv_lora_rank": f.need("kv_lora_rank"),
         "qk_nope_head_dim": f.need("qk_nope_head_dim"),
         "qk_rope_head_dim": f.need("qk_rope_head_dim"),
         "v_head_dim": f.need("v_head_dim"),
     }
-    if f.get("attention_bias", False):
+    if f.get("attention_bias", False, "bool"):
         raise GpuplanError(
-            f"{f.origin}: attention_bias=True is not supported for {f.need('model_type')}: "
+            f"{f.origin}: attention_bias=True is not supported for {f.need('model_type', 'str')}: "
             f"its feed-forward layers have no biases, and ModelConfig.bias covers every layer"
         )
     return {**fields, **mla, **_deepseek_moe(f, v3=v3)}
 
 
 def _deepseek_moe(f: _Fields, *, v3: bool) -> dict[str, Any]:
-    n_experts = f.get("n_routed_experts", 0)
+    n_experts = f.get("n_routed_experts", 0, "size")
     if not n_experts:
         return {}
     return {
         "n_experts": n_experts,
         "top_k": f.need("num_experts_per_tok"),
-        "n_shared_experts": f.get("n_shared_experts", 0),
+        "n_shared_experts": f.get("n_shared_experts", 0, "size"),
         "d_ff_expert": f.need("moe_intermediate_size"),
-        "n_dense_layers": f.get("first_k_dense_replace", 0),
+        "n_dense_layers": f.get("first_k_dense_replace", 0, "size"),
         "moe_layer_freq": f.get("moe_layer_freq", 1),
-        "router_score_bias": v3 or f.get("topk_method", "") == "noaux_tc",
+        "router_score_bias": v3 or f.get("topk_method", "", "str") == "noaux_tc",
     }
 
 
@@ -143,7 +176,7 @@ def _gpt2(f: _Fields) -> dict[str, Any]:
         "norm": "layernorm",
         "activation": "gelu",
         "bias": True,
-        "tied_embeddings": f.get("tie_word_embeddings", True),
+        "tied_embeddings": f.get("tie_word_embeddings", True, "bool"),
         "position": "learned",
         "max_seq_len": f.get("n_positions", 1024),
     }
@@ -167,13 +200,18 @@ def from_hf_config(
     """A ``ModelConfig`` from a ``config.json`` file, its directory, or the parsed dict."""
     if isinstance(path_or_dict, Mapping):
         raw, origin = path_or_dict, "config dict"
+        if not all(isinstance(k, str) for k in raw):
+            raise GpuplanError("config dict: its keys must be strings (the JSON object's keys)")
         default_name = str(raw.get("_name_or_path") or raw.get("model_type", "model"))
-    else:
+    elif isinstance(path_or_dict, str | Path):
         file = _config_file(Path(path_or_dict))
         raw, origin = _load_json(file), str(file)
         default_name = file.parent.name if file.name == "config.json" else file.stem
+    else:
+        raise GpuplanError(f"config={type(path_or_dict).__name__} is invalid: give a config.json "
+                           "path, its folder, or the parsed dict")  # fmt: skip
     fields = _Fields(raw, origin)
-    model_type = fields.need("model_type")
+    model_type = fields.need("model_type", "str")
     reader = _READERS.get(model_type)
     if reader is None:
         raise GpuplanError(
@@ -197,8 +235,13 @@ def _config_file(path: Path) -> Path:
 
 def _load_json(file: Path) -> Mapping[str, Any]:
     try:
-        raw = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raw = json.loads(file.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise GpuplanError(f"{file}: not UTF-8 text (byte {err.start}): is it a config.json?") from None
+    except json.JSONDecodeError as err:
+        raise GpuplanError(f"{file}: cannot read it as JSON: {err.msg} (line {err.lineno}, column "
+                           f"{err.colno})") from None  # fmt: skip
+    except (OSError, RecursionError) as err:
         raise GpuplanError(f"{file}: cannot read it as JSON: {err}") from None
     if not isinstance(raw, dict):
         raise GpuplanError(f"{file}: a config.json holds one JSON object, not {type(raw).__name__}")
