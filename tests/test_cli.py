@@ -24,7 +24,7 @@ from gpuplan.cli.tables import (
 from gpuplan.errors import GpuplanError
 
 ROOT = Path(__file__).parents[1]
-SAMPLE = str(ROOT / "gpuplan" / "validate" / "data" / "sample.jsonl")
+SAMPLE = str(ROOT / "data" / "sample.jsonl")
 BAD = str(ROOT / "tests" / "data" / "bad_records.jsonl")
 
 
@@ -104,7 +104,7 @@ def test_version_prints_the_package_version(capsys):
 def test_no_command_is_a_one_line_error_listing_the_commands(capsys):
     code, _, err = run(capsys)
     assert_one_line_error(err, code)
-    assert "choose a command: models, gpus, validate" in err
+    assert "choose a command: models, gpus, stacks, validate" in err
 
 
 def test_an_unknown_command_is_a_one_line_error(capsys):

@@ -157,7 +157,7 @@ def gpus(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    """Add ``models`` and ``gpus``."""
+    """Add ``models``, ``gpus`` and ``stacks``."""
     p = subparsers.add_parser(
         "models",
         help="list model presets, or show one (a key or --hf-config)",
@@ -181,3 +181,41 @@ def register(subparsers: Any) -> None:
     )
     add_common_options(p)
     p.set_defaults(func=gpus)
+
+    p = subparsers.add_parser(
+        "stacks",
+        help="list the software stacks (--stack NAME on the pricing commands)",
+        description="Software stacks: the attention kernel of each phase (sdpa-default is "
+        "PyTorch's own dispatch on the device), elementwise kernels, host, KV cache, optimizer "
+        "and timing convention of each preset, with where each choice comes from.",
+    )
+    p.add_argument("--gpu", default=None, help="resolve each stack's kernels on this accelerator")
+    add_common_options(p)
+    p.set_defaults(func=stacks)
+
+
+STACK_COLUMNS = ["name", "prefill", "train", "decode", "elementwise", "host", "kv_cache",
+                 "optimizer", "timing", "title"]
+
+
+def stacks(args: argparse.Namespace) -> int:
+    """List the stack presets (their kernels resolved on ``--gpu`` when given)."""
+    from gpuplan.sim.stacks import list_stacks, resolved_attention
+
+    acc = None
+    if args.gpu is not None:
+        acc = importlib.import_module("gpuplan.hwmodels.accelerators").get_accelerator(args.gpu)
+    rows = []
+    for s in list_stacks():
+        try:
+            k = resolved_attention(s, acc) if acc is not None else s.attention
+        except GpuplanError:  # a forced kernel the device cannot run
+            k = s.attention
+        rows.append({
+            "name": s.name, "prefill": k.prefill, "train": k.train, "decode": k.decode,
+            "elementwise": s.elementwise, "host": s.host.mode, "kv_cache": s.kv_cache,
+            "optimizer": s.optimizer, "timing": s.timing, "title": s.title,
+            "sources": list(s.sources), "notes": list(s.notes),
+        })
+    print(dump_json(rows) if args.json else render_table(rows, STACK_COLUMNS))
+    return 0

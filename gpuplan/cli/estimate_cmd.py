@@ -12,6 +12,7 @@ import argparse
 from typing import Any
 
 from gpuplan.cli.argtypes import positive_int
+from gpuplan.cli.stack_flags import add_stack_options, stack_doc, stack_from_args, stack_line
 from gpuplan.cli.tables import dump_json, render_table
 from gpuplan.errors import GpuplanError
 
@@ -20,6 +21,7 @@ KIND_NAMES = (
     "attention",
     "elementwise",
     "layer",
+    "prefill-step",
     "train-step",
     "decode-step",
     "collective",
@@ -39,6 +41,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     },
     "elementwise": {"pass": "fwd", "dtype": "bf16"},
     "layer": {"seq": 4096, "micro_batch": 1, "pass": "fwd_bwd", "compiled": False, "dtype": "bf16"},
+    "prefill_step": {"batch": 1, "seq": 4096},
     "train_step": {
         "seq": 4096,
         "micro_batch": 1,
@@ -55,6 +58,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "attention": ("seq_q",),
     "elementwise": ("op", "tokens", "hidden"),
     "layer": ("hidden", "heads_q", "heads_kv", "ffn"),
+    "prefill_step": ("model",),
     "train_step": ("vocab", "hidden", "heads_q", "heads_kv", "ffn", "layers"),
     "decode_step": ("hidden", "heads_q", "heads_kv", "ffn", "layers"),
     "collective": ("op", "bytes"),
@@ -80,9 +84,10 @@ INT_FLAGS = (
     "context",
     "world",
     "tp",
+    "max_cache_len",
 )
 BOOL_FLAGS = ("causal", "compiled", "cuda_graph")
-STR_FLAGS = ("dtype", "op", "pass", "recompute", "optimizer", "precision")
+STR_FLAGS = ("dtype", "op", "pass", "recompute", "optimizer", "precision", "kv_cache", "timing")
 DEFAULT_SCENARIO = (
     ("train_step", {"micro_batch": 1, "seq": 4096, "recompute": "full"}),
     ("decode_step", {"batch": 32, "context": 4096, "cuda_graph": True}),
@@ -117,6 +122,7 @@ def register(subparsers) -> None:
         help="group the breakdown table (default: op)",
     )
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    add_stack_options(p, default="pytorch")
     for name in INT_FLAGS:
         p.add_argument("--" + name.replace("_", "-"), dest=name, type=positive_int)
     p.add_argument("--bytes", dest="bytes", type=float, help="collective buffer bytes per rank")
@@ -147,16 +153,25 @@ def run(args) -> int:
 
 # What --model fills in, and what the whole-model path also takes.
 MODEL_SHAPE = ("hidden", "heads_q", "heads_kv", "ffn", "vocab")
-MODEL_EXTRA = {"layer": ("tp",), "decode_step": ("tp", "layers"), "train_step": ("layers",)}
+MODEL_EXTRA = {
+    "layer": ("tp",),
+    "prefill_step": ("tp", "layers"),
+    "decode_step": ("tp", "layers", "kv_cache", "max_cache_len"),
+    "train_step": ("layers",),
+}
+MODEL_ONLY = ("kv_cache", "max_cache_len")  # whole-model decode only
+CONTRACT_ONLY = ("timing",)  # the record contract's timing convention
 
 
 def accepted(kind: str, with_model: bool) -> set[str]:
     """The parameters ``estimate KIND`` uses; any other flag given is an error, not ignored."""
-    names = set(DEFAULTS[kind]) | set(REQUIRED[kind])
+    names = (set(DEFAULTS[kind]) | set(REQUIRED[kind])) - {"model"}
     if kind == "attention":
         names.add("seq_kv")
     if with_model:
         names = (names - set(MODEL_SHAPE)) | set(MODEL_EXTRA.get(kind, ()))
+    else:
+        names |= set(CONTRACT_ONLY)
     return names
 
 
@@ -173,7 +188,10 @@ def _params(
         raise GpuplanError(
             f"estimate {kind.replace('_', '-')}{how} does not use {flags} (it takes {valid})"
         )
-    params = DEFAULTS[kind] | overrides | given
+    defaults = dict(DEFAULTS[kind])
+    if with_model and kind == "decode_step":
+        defaults.pop("cuda_graph")  # the stack's own choice unless asked
+    params = defaults | overrides | given
     if kind == "attention":
         params.setdefault("seq_kv", params.get("seq_q"))
     return params
@@ -186,28 +204,36 @@ def _estimate(kind: str, args, overrides: dict[str, Any]) -> dict[str, Any]:
     from gpuplan.sim.predict import predict_breakdown
 
     model = args.model or ("llama3-8b" if args.kind is None else None)
-    with_model = bool(model) and kind in ("layer", "train_step", "decode_step")
+    with_model = bool(model) and kind in ("layer", "prefill_step", "train_step", "decode_step")
     params = _params(kind, args, overrides, with_model=with_model)
     acc = get_accelerator(args.gpu)
     eff = efficiency_for(acc.key)
+    stack = stack_from_args(args, acc)
     if with_model:
-        bd = model_breakdown(kind, acc, eff, model, params, impl=args.impl or "fused")
+        bd = model_breakdown(kind, acc, eff, model, params, impl=args.impl, stack=stack)
     else:
+        if args.impl:
+            raise GpuplanError("--impl is for a whole model (with --model); a record-contract case"
+                               " runs its stack's elementwise kernels (--stack)")
+        params["stack"] = stack
         missing = [k for k in REQUIRED[kind] if k not in params]
         if missing:
             flags = ", ".join("--" + k.replace("_", "-") for k in missing)
             hint = " (or --model)" if kind in ("layer", "train_step", "decode_step") else ""
             raise GpuplanError(f"estimate {kind.replace('_', '-')} needs {flags}{hint}")
         bd = predict_breakdown(kind, acc.key, params, eff=eff)
-    return _result(kind, acc, eff, model, params, bd)
+        params["stack"] = stack.name
+    return _result(kind, acc, eff, model, params, bd, stack)
 
 
-def _result(kind, acc, eff, model, params, bd) -> dict[str, Any]:
+def _result(kind, acc, eff, model, params, bd, stack) -> dict[str, Any]:
     peak = bd.peak_bytes
     return {
         "kind": kind,
         "device": acc.key,
         "model": model,
+        "stack": stack_doc(stack, acc),
+        "stack_line": stack_line(stack, acc),
         "params": params,
         "time_s": bd.total_s,
         "flops": bd.flops,
@@ -229,6 +255,7 @@ def _render(r: dict[str, Any], by: str) -> str:
     lines = [
         f"{r['kind']} on {r['device']}: {what}",
         f"hardware efficiency: {r['efficiency_source']}",
+        r["stack_line"],
         "",
     ]
     items = r["items"]
