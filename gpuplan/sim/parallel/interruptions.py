@@ -24,14 +24,6 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from gpuplan.sim.cluster.checkpoint import (
-    CheckpointConfig,
-    checkpoint_cost,
-    expected_waste,
-    interval_for,
-)
-from gpuplan.sim.cluster.config import ClusterConfig
-from gpuplan.sim.cluster.failures import load_causes, mtbf_s
 from gpuplan.workloads.memory import training_state_bytes
 from gpuplan.workloads.params import count_params
 
@@ -58,12 +50,23 @@ class Interruptions:
 
 
 def _default(field: str) -> float:
+    from gpuplan.sim.cluster.config import ClusterConfig
+
     return ClusterConfig.__dataclass_fields__[field].default
 
 
 def expected_interruptions(cfg, *, gpus: int, gpus_per_node: int, acc,
                            state_precision: str = "bf16-mixed-megatron") -> Interruptions:  # fmt: skip
     """Interruptions of a job training ``cfg`` on ``gpus`` GPUs of ``acc``, default rates."""
+    # the cluster package imports this one's cost model: imported here, not at the top
+    from gpuplan.sim.cluster.checkpoint import (
+        CheckpointConfig,
+        checkpoint_cost,
+        expected_waste,
+        interval_for,
+    )
+    from gpuplan.sim.cluster.failures import load_causes, mtbf_s
+
     causes, _shape = load_causes()
     nodes = math.ceil(gpus / gpus_per_node)
     mtbf = mtbf_s(causes, gpus=gpus, nodes=nodes)
