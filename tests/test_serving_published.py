@@ -114,6 +114,8 @@ def test_a_source_is_split_the_same_whatever_the_other_sources_are(rows):
 def test_a_holdout_share_outside_0_1_is_an_error(rows):
     with pytest.raises(GpuplanError, match="holdout_share=1.5 is invalid"):
         split_by_source(rows, holdout_share=1.5)
+    with pytest.raises(GpuplanError, match="seed=-1 is invalid"):
+        split_by_source(rows, seed=-1)
 
 
 def _row(**kw):

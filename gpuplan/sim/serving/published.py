@@ -125,6 +125,8 @@ def split_by_source(frame: pd.DataFrame, *, holdout_share: float = HOLDOUT_SHARE
     rows (at least one of two or more) is held out, independent of the other sources."""
     if not 0 < holdout_share < 1:
         raise GpuplanError(f"holdout_share={holdout_share} is invalid: give one in (0, 1)")
+    if seed < 0:
+        raise GpuplanError(f"seed={seed} is invalid: give a whole number >= 0")
     split = pd.Series("fit", index=frame.index, dtype=object)
     for source, rows in frame.groupby("source", sort=True):
         rng = np.random.default_rng([seed, zlib.crc32(str(source).encode())])
