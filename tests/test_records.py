@@ -18,7 +18,7 @@ from gpuplan.validate.records import (
 )
 
 DATA = Path(__file__).parent / "data"
-SAMPLE = Path(__file__).parents[1] / "gpuplan" / "validate" / "data" / "sample.jsonl"
+SAMPLE = Path(__file__).parents[1] / "data" / "sample.jsonl"
 DEVICES = ("h200", "h100-sxm", "a100-sxm-80gb")
 
 
@@ -224,3 +224,36 @@ def test_an_empty_file_is_an_error(tmp_path, text):
     path.write_text(text)
     with pytest.raises(GpuplanError, match="is empty"):
         read_records(path)
+
+
+def test_an_integer_beyond_what_a_float_holds_is_refused():
+    obj = sample_objects()["gemm"]
+    obj = obj | {"params": obj["params"] | {"m": 10**30}}
+    assert "params.m=1000000000000000000000000000000 is invalid" in reason_of(obj)
+    assert "at most 2**53" in reason_of(obj)
+
+
+@pytest.mark.parametrize("line", ['{"kind": "gemm", "x": ' + "9" * 5000 + "}",
+                                  "[" * 100_000 + "]" * 100_000])  # fmt: skip
+def test_a_line_json_cannot_hold_is_a_bad_line_and_the_others_still_read(line):
+    good = json.dumps(sample_objects()["gemm"])
+    records, errors = parse_lines([good, line, good])
+    assert [r.line_no for r in records] == [1, 3]
+    assert errors[0].line_no == 2 and errors[0].reason.startswith("not valid JSON")
+    assert "\n" not in errors[0].reason
+
+
+def test_a_binary_file_is_one_error_not_a_line_each(tmp_path):
+    path = tmp_path / "blob.jsonl"
+    path.write_bytes(bytes(range(128, 256)) * 8 + b"\n\xff\xfe\n")
+    with pytest.raises(GpuplanError, match="not UTF-8 text on any line"):
+        read_records(path)
+
+
+def test_one_binary_line_among_good_ones_loses_nothing_else(tmp_path):
+    good = json.dumps(sample_objects()["gemm"]).encode()
+    path = tmp_path / "mixed.jsonl"
+    path.write_bytes(good + b"\n\xff\xfe\x00\n" + good + b"\n")
+    records, errors = read_records(path, known_devices=known)
+    assert [r.line_no for r in records] == [1, 3]
+    assert [e.line_no for e in errors] == [2] and "not UTF-8" in errors[0].reason

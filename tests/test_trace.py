@@ -155,3 +155,59 @@ def test_the_comparison_sets_each_class_of_a_prediction_beside_the_trace():
     row = table.set_index("class").loc["gemm"]
     assert row["measured_s"] == 1e-3 and row["predicted_kernels"] == 12
     assert {"attention_bwd", "norm", "elementwise"} <= set(table["class"])
+
+
+def test_a_trace_without_kernels_is_an_error_where_kernels_are_required(tmp_path):
+    path = tmp_path / "cpu.json"
+    path.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a",
+                                                 "ts": 1, "dur": 1}]}))  # fmt: skip
+    with pytest.raises(GpuplanError, match="holds no GPU kernels"):
+        kernel_table(path, require_kernels=True)
+
+
+def test_validate_trace_on_a_trace_without_kernels_exits_2_with_one_line(tmp_path, capsys):
+    from gpuplan.cli import main
+
+    path = tmp_path / "cpu.json"
+    path.write_text(json.dumps({"traceEvents": []}))
+    assert main(["validate", "trace", str(path)]) == 2  # bad input: nothing to break down
+    err = capsys.readouterr().err
+    assert "no GPU kernels" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "data",
+    [bytes(range(256)), b"\xff\xfe{}", b"\x1f\x8b\x08\x00truncated", b'{"traceEvents": 1' + b"0" * 5000,
+     b"[" * 100_000],
+    ids=["binary", "not-utf8", "bad-gzip", "big-int", "deep"],
+)  # fmt: skip
+def test_a_file_that_is_no_trace_is_one_line(tmp_path, data):
+    path = tmp_path / ("t.json.gz" if data.startswith(b"\x1f\x8b") else "t.json")
+    path.write_bytes(data)
+    with pytest.raises(GpuplanError) as err:
+        kernel_table(path)
+    assert "\n" not in str(err.value) and "t.json" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [({"ts": "x"}, "ts="), ({"dur": float("nan")}, "dur="), ({"dur": -1}, "dur=-1"),
+     ({"name": None}, "name="), ({"ts": True}, "ts=")],
+)  # fmt: skip
+def test_a_bad_kernel_event_is_named_by_its_index_and_field(tmp_path, change, field):
+    event = {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 1.0, "dur": 2.0} | change
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": ["not an event", event]}))
+    with pytest.raises(GpuplanError, match=r"traceEvents\[1\]") as err:
+        kernels(path)
+    assert field in str(err.value)
+
+
+def test_the_iterations_of_a_comparison_must_be_a_whole_number_above_zero(trace_path):
+    from gpuplan.validate.trace_compare import compare_case
+
+    table = kernel_table(trace_path)
+    params = {"m": 256, "n": 256, "k": 256, "dtype": "bf16"}
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(GpuplanError, match="iterations="):
+            compare_case(table, "gemm", "h200", params, iterations=bad)

@@ -138,7 +138,11 @@ def _read_record_arg(text: str) -> Any:
         path = Path(text)
         if not path.is_file():
             raise GpuplanError(f"--record {text!r} is neither a JSON object nor a file")
-        source = next((ln for ln in path.read_text().splitlines() if ln.strip()), "")
+        try:
+            content = path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise GpuplanError(f"--record {text!r}: not UTF-8 text (byte {err.start})") from None
+        source = next((ln for ln in content.splitlines() if ln.strip()), "")
     try:
         obj = json.loads(source)
     except json.JSONDecodeError as err:
@@ -184,7 +188,8 @@ def trace(args: argparse.Namespace) -> int:
     traces = importlib.import_module("gpuplan.validate.trace")
     doc: dict[str, Any] = {
         "trace": args.trace,
-        "kernels": _kernel_rows(traces.kernel_table(args.trace)),
+        # no kernels: exit 2, bad input (a CPU-only profile cannot say where GPU time went)
+        "kernels": _kernel_rows(traces.kernel_table(args.trace, require_kernels=True)),
     }
     if record is not None:
         doc |= {

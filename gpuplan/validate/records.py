@@ -5,7 +5,8 @@ kind has a fixed set of params (names, types, allowed values) and measured metri
 holds that table (``PARAM_RULES``, ``MEASURED``) and checks every line against it.
 
 Assumptions, stated:
-- Integers are JSON integers greater than zero (``4096.0`` and ``true`` are not integers);
+- Integers are JSON integers greater than zero and at most 2**53, the largest a float (the
+  pricing's arithmetic) holds exactly (``4096.0`` and ``true`` are not integers);
   booleans are JSON booleans (``"true"`` is not one); measured values are finite numbers > 0.
 - The contract fixes the dtype list of ``gemm`` only. Kernels of the other compute kinds run in
   a floating format (``FLOAT_DTYPES``); a collective moves any format of ``DTYPE_BYTES``.
@@ -34,6 +35,7 @@ from gpuplan.errors import GpuplanError, unknown_key
 from gpuplan.workloads.dtypes import DTYPE_BYTES
 
 POSITIVE_INT = "positive integer"
+MAX_INT = 2**53  # the largest integer a float holds exactly (IEEE 754 binary64)
 BOOLEAN = "boolean"
 PASSES = ("fwd", "fwd_bwd")
 GEMM_DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8", "int8")
@@ -186,9 +188,10 @@ def _type_name(value: Any) -> str:
 def _check_value(field: str, value: Any, rule: Rule) -> str | None:
     """The reason ``value`` breaks ``rule``, or None when it is valid."""
     if rule == POSITIVE_INT:
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_INT:
             return None
-        return f"{field}={value!r} is invalid: it must be a positive JSON integer"
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        return f"{field}={shown} is invalid: it must be a positive JSON integer, at most 2**53"
     if rule == BOOLEAN:
         if isinstance(value, bool):
             return None
@@ -307,6 +310,8 @@ def _decode(raw: bytes | str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as err:
         raise GpuplanError(f"not valid JSON: {err.msg} (column {err.colno})") from None
+    except (ValueError, RecursionError) as err:  # a 5,000-digit integer, nesting too deep
+        raise GpuplanError(f"not valid JSON: {' '.join(str(err).split())[:120]}") from None
 
 
 def parse_lines(
@@ -343,4 +348,8 @@ def read_records(
     if not any(line.strip() for line in lines):
         raise GpuplanError(f"records file {str(path)!r} is empty: it holds no record")
     devices = frozenset(known_devices()) if known_devices is not None else None
-    return parse_lines(lines, devices=devices)
+    records, errors = parse_lines(lines, devices=devices)
+    if not records and errors and all("not UTF-8 text" in e.reason for e in errors):
+        raise GpuplanError(f"records file {str(path)!r} is not UTF-8 text on any line: a binary "
+                           "file, not JSON Lines?")  # fmt: skip
+    return records, errors

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import re
+import zlib
 from pathlib import Path
 
 import pandas as pd
@@ -62,51 +64,85 @@ def classify_kernel(name: str) -> str:
 
 
 def load_trace(trace_path: str | Path) -> dict:
-    """The trace's JSON object, from ``.json`` or ``.json.gz``."""
+    """The trace's JSON object, from ``.json`` or ``.json.gz``; a file that is not one (binary,
+    not UTF-8, truncated, not JSON) is a one-line GpuplanError."""
     path = Path(trace_path)
+    name = f"trace_path={str(path)!r}"
     if not path.exists():
-        raise GpuplanError(f"trace_path={str(path)!r} does not exist")
-    opener = gzip.open if path.suffix == ".gz" else open
+        raise GpuplanError(f"{name} does not exist")
     try:
-        with opener(path, "rt") as f:
-            trace = json.load(f)
-    except (OSError, json.JSONDecodeError) as exc:
-        raise GpuplanError(f"trace_path={str(path)!r} is not a JSON trace: {exc}") from None
+        data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    except (OSError, EOFError, zlib.error) as exc:
+        raise GpuplanError(f"{name} cannot be read: {' '.join(str(exc).split())}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise GpuplanError(f"{name} is not a JSON trace: not UTF-8 text (byte {exc.start}); "
+                           "a binary file?") from None  # fmt: skip
+    try:
+        trace = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise GpuplanError(f"{name} is not a JSON trace: {exc.msg} (line {exc.lineno}, column "
+                           f"{exc.colno})") from None  # fmt: skip
+    except (ValueError, RecursionError) as exc:  # an integer of 5,000 digits, nesting too deep
+        raise GpuplanError(f"{name} is not a JSON trace: {' '.join(str(exc).split())}") from None
     if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
-        raise GpuplanError(
-            f"trace_path={str(path)!r} has no 'traceEvents' list: not a Kineto/Chrome trace"
-        )
+        raise GpuplanError(f"{name} has no 'traceEvents' list: not a Kineto/Chrome trace")
     return trace
+
+
+def _kernel_event(event, k: int, path) -> dict | None:
+    """The fields of one kernel event, checked (None: not a complete kernel event)."""
+    if not isinstance(event, dict) or event.get("cat") != "kernel" or event.get("ph", "X") != "X":
+        return None
+    where = f"trace {str(path)!r}: traceEvents[{k}] (a kernel)"
+    name, ts, dur = event.get("name"), event.get("ts"), event.get("dur", 0.0)
+    if not isinstance(name, str):
+        raise GpuplanError(f"{where}: name={name!r} is invalid: it must be a string")
+    for field, value in (("ts", ts), ("dur", dur)):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise GpuplanError(f"{where}: {field}={value!r} is invalid: it must be a finite "
+                               "number of microseconds")  # fmt: skip
+    if dur < 0:
+        raise GpuplanError(f"{where}: dur={dur!r} is invalid: it must be zero or more")
+    args = event.get("args")
+    stream = args.get("stream", event.get("tid")) if isinstance(args, dict) else event.get("tid")
+    return {"name": name, "ts": float(ts), "dur": float(dur), "stream": stream}
 
 
 def kernels(trace_path: str | Path) -> pd.DataFrame:
     """GPU kernel events: name, class, start_s (from the first kernel), dur_s, stream."""
-    events = [
-        e
-        for e in load_trace(trace_path)["traceEvents"]
-        if e.get("cat") == "kernel" and e.get("ph", "X") == "X"
-    ]
+    events = load_trace(trace_path)["traceEvents"]
+    checked = (_kernel_event(event, k, trace_path) for k, event in enumerate(events))
+    found = [e for e in checked if e is not None]
     columns = ["name", "class", "start_s", "dur_s", "stream"]
-    if not events:
+    if not found:
         return pd.DataFrame(columns=columns)
-    first_us = min(float(e["ts"]) for e in events)
+    first_us = min(e["ts"] for e in found)
     rows = [
         {
             "name": e["name"],
             "class": classify_kernel(e["name"]),
-            "start_s": (float(e["ts"]) - first_us) * 1e-6,
-            "dur_s": float(e.get("dur", 0.0)) * 1e-6,
-            "stream": (e.get("args") or {}).get("stream", e.get("tid")),
+            "start_s": (e["ts"] - first_us) * 1e-6,
+            "dur_s": e["dur"] * 1e-6,
+            "stream": e["stream"],
         }
-        for e in events
+        for e in found
     ]
     return pd.DataFrame(rows, columns=columns).sort_values("start_s", ignore_index=True)
 
 
-def kernel_table(trace_path: str | Path) -> pd.DataFrame:
-    """Per operator class: count, total_s and share of all kernel time, largest first."""
+def kernel_table(trace_path: str | Path, *, require_kernels: bool = False) -> pd.DataFrame:
+    """Per operator class: count, total_s and share of all kernel time, largest first. With
+    ``require_kernels``, a trace without GPU kernels is a GpuplanError (what the command line
+    asks: such a trace cannot say where GPU time went)."""
     raw = kernels(trace_path)
     if raw.empty:
+        if require_kernels:
+            raise GpuplanError(
+                f"trace {str(trace_path)!r} holds no GPU kernels (events with cat 'kernel'): "
+                "profile on a GPU with ProfilerActivity.CUDA among the activities"
+            )
         return pd.DataFrame(columns=["class", "count", "total_s", "share"])
     table = raw.groupby("class").agg(count=("dur_s", "size"), total_s=("dur_s", "sum"))
     table["share"] = table["total_s"] / table["total_s"].sum()

@@ -57,6 +57,8 @@ def compare(
     predicted = items.groupby("class")[["time_s", "kernels"]].sum()
     if iterations is None:
         iterations = _infer_iterations(measured, predicted)
+    elif isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
+        raise GpuplanError(f"iterations={iterations!r} is invalid: a whole number, 1 or more")
     classes = list(dict.fromkeys([*measured.index, *predicted.index]))
     rows = []
     for cls in classes:
