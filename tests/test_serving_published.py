@@ -224,3 +224,14 @@ def test_the_whole_set_runs_in_well_under_a_minute(rows):
     out = reproduce(rows)
     assert time.perf_counter() - started < 30
     assert len(out) == len(rows)
+
+
+def test_summary_gives_the_median_and_p90_absolute_and_the_median_signed_error():
+    err = pd.Series([10.0, -20.0, 30.0, float("nan")])
+    rows = pd.DataFrame({"split": "holdout", "source": "s", "kind": "ttft", "error_pct": err,
+                         "abs_error_pct": err.abs()})  # fmt: skip
+    got = summary(rows).set_index("source").loc["s"]
+    assert (got["rows"], got["predicted"], got["cannot_run"]) == (4, 3, 1)
+    assert got["median_abs_pct_error"] == 20.0 and got["median_pct_error"] == 10.0
+    assert got["p90_abs_pct_error"] == pytest.approx(28.0)  # linear between 20 and 30
+    assert summary(rows, split="fit").empty

@@ -352,8 +352,9 @@ def run_reproduce(args) -> int:
                          "summary_holdout": held, "summary_all": every, "cannot_run": bad}))  # fmt: skip
         return 0
     cols = ["source", "kind", "rows", "predicted", "cannot_run", "median_abs_pct_error",
-            "p90_abs_pct_error"]  # fmt: skip
-    pct = {c: (lambda v: f"{v:.1f}%") for c in cols[-2:]}
+            "p90_abs_pct_error", "median_pct_error"]  # fmt: skip
+    pct = {c: (lambda v: f"{v:.1f}%") for c in cols[-3:-1]}
+    pct[cols[-1]] = lambda v: f"{v:+.1f}%"
     predicted = int(rows["predicted"].notna().sum())
     print(
         f"Published serving results against gpuplan: {len(rows):,} rows from "

@@ -295,16 +295,18 @@ def reproduce(frame: pd.DataFrame | None = None, *, seed: int = 0,
 
 def summary(rows: pd.DataFrame, *, split: str | None = "holdout") -> pd.DataFrame:
     """Per source (and 'all') and metric kind: rows, rows predicted, median and p90 absolute
-    % error over the predicted rows of ``split`` (None: every row)."""
+    % error and the median signed one (+: gpuplan high) over the predicted rows of ``split``
+    (None: every row)."""
     kept = rows if split is None else rows[rows["split"] == split]
     parts = [kept.assign(source="all"), kept] if len(kept) else [kept]
     out = []
     for (source, kind), g in pd.concat(parts).groupby(["source", "kind"], sort=True):
-        err = g["abs_error_pct"].dropna()
+        err, signed = g["abs_error_pct"].dropna(), g["error_pct"].dropna()
         out.append({"source": source, "kind": kind, "rows": len(g), "predicted": len(err),
                     "cannot_run": len(g) - len(err),
                     "median_abs_pct_error": float(err.median()) if len(err) else np.nan,
-                    "p90_abs_pct_error": float(err.quantile(0.9)) if len(err) else np.nan})  # fmt: skip
+                    "p90_abs_pct_error": float(err.quantile(0.9)) if len(err) else np.nan,
+                    "median_pct_error": float(signed.median()) if len(err) else np.nan})  # fmt: skip
     return pd.DataFrame(out)
 
 
