@@ -13,6 +13,7 @@ from gpuplan.sim.parallel.published_training import (
     METRICS,
     parse_options,
     predict_row,
+    row_cluster,
     row_model,
     row_strategy,
     source_summary,
@@ -20,6 +21,7 @@ from gpuplan.sim.parallel.published_training import (
     training_rows,
     training_sources,
 )
+from gpuplan.sim.parallel.topology import get_cluster
 from gpuplan.workloads.params import count_params
 
 
@@ -95,6 +97,8 @@ def test_split_by_source_is_seeded_and_ignores_order_and_repeats():
     assert held == split_sources(list(reversed(names)) * 2, seed=3)
     assert len(held) == 3 and held <= set(names)
     assert any(split_sources(names, seed=s) != held for s in range(4, 10))
+    grown = split_sources([*names, "new"], seed=3)  # still 3 held out of 11
+    assert len(grown) == 3 and grown & set(names) <= held
     assert split_sources(["a", "b"], seed=0, fraction=0.1) and len(split_sources(["a"])) == 1
     with pytest.raises(GpuplanError, match="fraction"):
         split_sources(names, fraction=1.0)
@@ -132,3 +136,11 @@ def test_train_reproduce_prints_every_source_and_the_same_json(capsys):
     assert {r["id"] for r in new["rows"]} >= {r["id"] for r in training_rows()}
     assert set(new["held_out_sources"]) == {s["source"] for s in new["summary"] if s["held_out"]}
     assert len(doc["rows"]) == 46  # published_runs.json, as before
+
+
+def test_a_cluster_of_the_sources_file_replaces_only_the_stated_links():
+    row = next(r for r in training_rows() if r["source"] == "bigscience-bloom")
+    cluster = row_cluster(row)
+    # 4 x 100 Gb/s Omni-Path per 8-GPU node (the sources file); NVLink as the DGX A100 preset
+    assert cluster.key == "jean-zay-a100" and cluster.scaleout_bytes_per_s == 6.25e9
+    assert cluster.scaleup_bytes_per_s == get_cluster("dgx-a100").scaleup_bytes_per_s

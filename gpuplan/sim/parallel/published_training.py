@@ -20,23 +20,24 @@ from __future__ import annotations
 import csv
 import dataclasses
 import functools
+import hashlib
 import json
 from importlib import resources
 
-import numpy as np
 import pandas as pd
 
 from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.efficiency import efficiency_for
 from gpuplan.sim.parallel.compute import CostCache
 from gpuplan.sim.parallel.estimate import estimate_training
+from gpuplan.sim.parallel.published import paper_flops
 from gpuplan.sim.parallel.strategy import Strategy, auto_pp_layers
 from gpuplan.sim.parallel.topology import cluster_for, get_cluster
 from gpuplan.units import GiB
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.presets import get_model
 
-METRICS = ("tokens_per_s_per_gpu", "step_time_s", "tflops_per_gpu")
+METRICS = ("tokens_per_s_per_gpu", "step_time_s", "tflops_per_gpu", "tflops_per_gpu_megatron")
 INT_COLUMNS = ("gpus", "tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch",
                "global_batch", "seq", "zero")  # fmt: skip
 HELD_OUT_FRACTION = 0.3
@@ -115,10 +116,17 @@ def row_strategy(row: dict, cfg: ModelConfig) -> Strategy:
 
 
 def row_cluster(row: dict):
-    return get_cluster(row["cluster"]) if row["cluster"] else cluster_for(row["gpu"])
+    """A preset, a preset with the fields a source states (the sources file's ``clusters``),
+    or 8-GPU nodes of the row's accelerator."""
+    custom = training_sources().get("clusters", {})
+    key = row["cluster"]
+    if key in custom:
+        fields = {k: v for k, v in custom[key].items() if k != "base"}
+        return dataclasses.replace(get_cluster(custom[key]["base"]), key=key, **fields)
+    return get_cluster(key) if key else cluster_for(row["gpu"])
 
 
-def metric_value(row: dict, est) -> float:
+def metric_value(row: dict, est, cfg: ModelConfig) -> float:
     """gpuplan's estimate in the metric the row publishes."""
     metric = row["metric"]
     if metric == "tokens_per_s_per_gpu":
@@ -127,6 +135,9 @@ def metric_value(row: dict, est) -> float:
         return est.step_time_s
     if metric == "tflops_per_gpu":
         return est.model_flops_per_step / est.step_time_s / row["gpus"] / TFLOP
+    if metric == "tflops_per_gpu_megatron":  # Narayanan et al. 2021 eq. 3, recomputation in
+        flops = paper_flops(cfg, row["global_batch"], row["seq"])
+        return flops / est.step_time_s / row["gpus"] / TFLOP
     raise GpuplanError(f"{row['id']}: metric={metric!r} is unknown; valid: {', '.join(METRICS)}")
 
 
@@ -143,19 +154,20 @@ def predict_row(row: dict, caches: dict) -> tuple[str, float | None, float | Non
                                 eff=eff, costs=cache)  # fmt: skip
     except GpuplanError as err:
         return f"not expressible: {err}", None, None
-    return "ok", metric_value(row, est), est.peak_memory_per_gpu_bytes
+    return "ok", metric_value(row, est, cfg), est.peak_memory_per_gpu_bytes
 
 
 def split_sources(sources, seed: int = DEFAULT_SEED, fraction: float = HELD_OUT_FRACTION):
-    """The held-out sources: ``round(fraction * n)`` of them (at least one), drawn with
-    ``seed`` from the sorted list, so the split depends on the set of sources and the seed
-    only, never on row order."""
+    """The held-out sources: the ``round(fraction * n)`` (at least one) whose SHA-256 of
+    ``"seed:name"`` ranks lowest. Each source's rank depends on its name and the seed only, so
+    the split ignores row order and repeats, and a new source never moves an old one from the
+    fit part to the held-out part while the held-out count stays the same."""
     names = sorted(set(sources))
     if not 0 < fraction < 1:
         raise GpuplanError(f"held-out fraction={fraction!r} is invalid: it must be in (0, 1)")
     k = max(1, round(fraction * len(names)))
-    rng = np.random.default_rng(seed)
-    return frozenset(names[i] for i in rng.choice(len(names), size=k, replace=False))
+    ranked = sorted(names, key=lambda n: hashlib.sha256(f"{seed}:{n}".encode()).hexdigest())
+    return frozenset(ranked[:k])
 
 
 def _new_rows(caches: dict) -> list[dict]:
