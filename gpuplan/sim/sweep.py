@@ -104,10 +104,11 @@ def open_pool(*, workers: int | None = None, scheduler: str | None = None) -> It
     distributed = _distributed()
     with contextlib.ExitStack() as stack:
         if scheduler is None:
-            # one thread per worker process: the pieces hold the GIL (numpy, simpy)
+            # one thread per worker process: the pieces hold the GIL (numpy, simpy); on this
+            # host only, its status page on a free port (the scheduler serves one regardless)
             cluster = stack.enter_context(distributed.LocalCluster(
-                n_workers=workers, threads_per_worker=1, processes=True,
-                dashboard_address=None, silence_logs=logging.ERROR,
+                n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                dashboard_address=":0", silence_logs=logging.ERROR,
             ))  # fmt: skip
             address, label = cluster, f"{workers} local Dask workers"
         else:
