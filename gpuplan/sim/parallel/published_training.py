@@ -12,7 +12,10 @@ dropped. The sources are split, seeded, into a fit part and a held-out part
 (``split_sources``): whatever is fitted to published runs may use the fit part only.
 
 Nothing here is tuned to these rows: every accelerator's kernel efficiencies are
-``efficiency_for`` (the H200 fit, borrowed by devices without a fit of their own).
+``efficiency_for`` (the H200 fit, borrowed by devices without a fit of their own). The
+``stack`` column names the framework that ran each row (``megatron-te``, ``fsdp2``,
+``composer-fsdp``, ``deepspeed``, ``pytorch``); the overlaps and settings a row states are its
+``options``, and everything else is Strategy's defaults.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from gpuplan.sim.parallel.estimate import estimate_training
 from gpuplan.sim.parallel.published import paper_flops
 from gpuplan.sim.parallel.strategy import Strategy, auto_pp_layers
 from gpuplan.sim.parallel.topology import cluster_for, get_cluster
-from gpuplan.units import GiB
+from gpuplan.units import TFLOPS, GiB
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.presets import get_model
 
@@ -43,7 +46,6 @@ INT_COLUMNS = ("gpus", "tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_ba
 HELD_OUT_FRACTION = 0.3
 DEFAULT_SEED = 0
 OLD_SOURCES = {"narayanan2021": "narayanan2021", "korthikanti2022": "korthikanti2022"}
-TFLOP = 1e12
 
 
 def _data(name: str):
@@ -134,10 +136,10 @@ def metric_value(row: dict, est, cfg: ModelConfig) -> float:
     if metric == "step_time_s":
         return est.step_time_s
     if metric == "tflops_per_gpu":
-        return est.model_flops_per_step / est.step_time_s / row["gpus"] / TFLOP
+        return est.model_flops_per_step / est.step_time_s / row["gpus"] / TFLOPS
     if metric == "tflops_per_gpu_megatron":  # Narayanan et al. 2021 eq. 3, recomputation in
         flops = paper_flops(cfg, row["global_batch"], row["seq"])
-        return flops / est.step_time_s / row["gpus"] / TFLOP
+        return flops / est.step_time_s / row["gpus"] / TFLOPS
     raise GpuplanError(f"{row['id']}: metric={metric!r} is unknown; valid: {', '.join(METRICS)}")
 
 
