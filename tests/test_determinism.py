@@ -24,6 +24,9 @@ scheduler: {policy: backfill, placement: topology}
 failures: {rates: default}
 trace:
   generate: {jobs: 40, load: 1.2, seed: 1}
+variants:
+  - name: fifo-random
+    scheduler: {policy: fifo, placement: random}
 """
 SERVE = ["serve", "--model", "llama3-8b", "--gpu", "h200", "--rate", "40", "--prompt-tokens",
          "uniform:64:512", "--output-tokens", "uniform:8:64", "--requests", "150", "--seed", "3",
