@@ -227,3 +227,37 @@ def test_search_json_has_the_overlaps_distinct_layouts_and_interruptions(capsys)
     assert 0 < doc["interruptions"]["waste"] < 1
     for row in doc["top"]:
         assert row["time_to_train_with_failures_s"] > row["time_to_train_s"]
+
+
+def test_context_parallelism_with_fsdp_shards_over_dp_times_cp_and_gathers_per_block():
+    cfg = LLAMA8
+    full = estimate(Strategy(dp=8, zero=0, global_batch=8), cfg=cfg, seq=8192)
+    cp_fsdp = estimate(Strategy(dp=4, cp=2, zero=3, global_batch=8), cfg=cfg, seq=8192)
+    dp_fsdp = estimate(Strategy(dp=8, zero=3, global_batch=8), cfg=cfg, seq=8192)
+    mem = cp_fsdp.breakdown.memory_bytes
+    assert mem["weights"] == pytest.approx(full.breakdown.memory_bytes["weights"] / 8)
+    assert mem["weights"] == pytest.approx(dp_fsdp.breakdown.memory_bytes["weights"])
+    exposed = estimate(Strategy(dp=4, cp=2, zero=3, global_batch=8, overlap_dp=False), cfg=cfg,
+                       seq=8192)  # fmt: skip
+    z3 = {i.op: i.time_s for i in exposed.breakdown.items}["zero gathers/reduce-scatters"]
+    z3_dp = {i.op: i.time_s for i in estimate(replace(dp_fsdp.strategy, overlap_dp=False),
+                                              cfg=cfg, seq=8192).breakdown.items}  # fmt: skip
+    # the same group of 8 gathers the same blocks; only the micro-batch count differs (8 vs 1)
+    assert z3 > 0 and z3_dp["zero gathers/reduce-scatters"] > 0
+    # the sequence is split: each GPU keeps half the activations of the dp-only layout
+    assert mem["activations"] < dp_fsdp.breakdown.memory_bytes["activations"]
+
+
+def test_expert_all_to_all_is_paid_per_moe_block_of_the_slowest_stage():
+    cfg = get_model("deepseek-v3")
+    layers = auto_pp_layers(61, 16)
+    st_ = Strategy(pp=16, dp=64, ep=64, zero=1, global_batch=64 * 16, pp_layers=layers)
+    e = estimate_training(cfg, st_, cluster=H100, seq=4096, eff=EFF)
+    a2a = next(i.time_s for i in e.breakdown.items if i.op == "ep all_to_all")
+    heavier = replace(st_, pp_layers=(2,) + (4,) * 13 + (5, 2))  # a 5-block stage is slowest
+    e5 = estimate_training(cfg, heavier, cluster=H100, seq=4096, eff=EFF)
+    a2a_5 = next(i.time_s for i in e5.breakdown.items if i.op == "ep all_to_all")
+    assert a2a > 0 and a2a_5 / a2a == pytest.approx(5 / 4)
+    one_node = estimate_training(cfg, replace(st_, ep=8), cluster=H100, seq=4096, eff=EFF)
+    a2a_8 = next(i.time_s for i in one_node.breakdown.items if i.op == "ep all_to_all")
+    assert a2a > a2a_8  # 64 experts' GPUs span 8 nodes: the dispatch crosses the NICs
