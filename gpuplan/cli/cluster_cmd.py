@@ -11,10 +11,12 @@ and the number of simulated events; ``--repeat N`` runs N seeds and prints means
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from functools import partial
 from typing import Any
 
+from gpuplan.cli.argtypes import random_seed, repeat_count, word
 from gpuplan.cli.dask_workers import (
     add_sweep_options,
     add_timing_option,
@@ -25,7 +27,7 @@ from gpuplan.cli.dask_workers import (
 )
 from gpuplan.cli.tables import dump_json, render_table
 from gpuplan.errors import GpuplanError
-from gpuplan.outputs import write_csv
+from gpuplan.outputs import check_output, figure_suffixes, write_csv
 
 HEADLINE = (
     ("utilization", "utilization", "pct"),
@@ -61,11 +63,14 @@ def register(subparsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("scenario", nargs="?", help="scenario YAML file or built-in name")
-    p.add_argument("--seed", type=int, help="random seed (default: the scenario's)")
-    p.add_argument("--repeat", type=int, default=1, help="run this many seeds, print means")
-    p.add_argument("--plot", metavar="PNG", help="write the cluster timeline plot of each run")
-    p.add_argument("--jobs", metavar="CSV", help="write the per-job table (all runs)")
-    p.add_argument("--events", metavar="CSV", help="write the per-event table (all runs)")
+    p.add_argument("--seed", type=random_seed,
+                   help="random seed, 0 to 2^64 - 1 (default: the scenario's)")  # fmt: skip
+    p.add_argument("--repeat", type=repeat_count, default=1,
+                   help="run this many seeds, print means")  # fmt: skip
+    p.add_argument("--plot", metavar="PNG", type=word,
+                   help="write the cluster timeline plot of each run")  # fmt: skip
+    p.add_argument("--jobs", metavar="CSV", type=word, help="write the per-job table (all runs)")
+    p.add_argument("--events", metavar="CSV", type=word, help="write the per-event table (all runs)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--list", action="store_true", help="list the built-in scenarios")
     p.add_argument("--check", action="store_true",
@@ -86,8 +91,7 @@ def run(args) -> int:
         return _check(args)
     if not args.scenario:
         raise GpuplanError("gpuplan cluster needs a SCENARIO (a YAML file, or see --list)")
-    if args.repeat < 1:
-        raise GpuplanError(f"--repeat {args.repeat} is invalid: use 1 or more")
+    _check_outputs(args)
     doc, path = load_scenario(args.scenario)
     seed = int(doc.get("seed", 0)) if args.seed is None else args.seed
     progress = not args.no_progress and not args.json and sys.stderr.isatty()
@@ -106,6 +110,15 @@ def run(args) -> int:
         return 0
     print(render(results, doc, seed, batches if args.repeat > 1 else None, timing=timed(args)))
     return 0
+
+
+def _check_outputs(args) -> None:
+    """``--plot``, ``--jobs`` and ``--events`` checked before any work."""
+    if args.plot:
+        check_output(args.plot, "--plot", suffixes=figure_suffixes())
+    for flag in ("jobs", "events"):
+        if getattr(args, flag):
+            check_output(getattr(args, flag), "--" + flag)
 
 
 def _list(scenarios: dict, as_json: bool) -> int:
@@ -167,9 +180,15 @@ def _mean(summaries: list[dict]) -> dict[str, float]:
     import numpy as np
 
     keys = [k for k, v in summaries[0].items() if isinstance(v, int | float) and k != "wall_s"]
-    return {k: float(np.mean([s[k] for s in summaries])) for k in keys} | {
-        f"{k}_std": float(np.std([s[k] for s in summaries])) for k in keys
-    }
+    out = {}
+    for k in keys:
+        values = np.array([s[k] for s in summaries], float)
+        if np.isfinite(values).all():
+            out[k], out[f"{k}_std"] = float(values.mean()), float(values.std())
+        else:  # inf (no checkpoints) or NaN (nothing finished): a mean only where all agree
+            same = bool((values == values[0]).all())
+            out[k], out[f"{k}_std"] = (float(values[0]), 0.0) if same else (math.nan, math.nan)
+    return out
 
 
 def _write_tables(args, batches, seed: int) -> None:
@@ -244,7 +263,7 @@ def render(results, doc: dict, seed: int, batches=None, *, timing: bool = True) 
         for label, key, kind in HEADLINE:
             value = tuple(s[x] for x in key) if isinstance(key, tuple) else s[key]
             row = {"metric": label, "simulated": _fmt(kind, value)}
-            if kind == "interval":  # the policy that chose it
+            if kind == "interval" and s["checkpoint_policy"] != "none":  # the policy that chose it
                 row["simulated"] += f" ({s['checkpoint_policy']})"
             if means is not None and not isinstance(key, tuple):
                 row["mean over seeds"] = (f"{_fmt(kind, means[key])} "

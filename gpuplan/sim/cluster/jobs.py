@@ -31,7 +31,7 @@ import numpy as np
 import yaml
 
 from gpuplan.errors import GpuplanError
-from gpuplan.sim.cluster.schema import check, definition, from_text
+from gpuplan.sim.cluster.schema import definition, from_text, problems
 from gpuplan.sim.parallel.strategy import Strategy
 
 STRATEGY_KEYS = ("tp", "pp", "cp", "ep", "micro_batch", "global_batch", "schedule",
@@ -118,7 +118,8 @@ def job_from_dict(raw: dict, k: int = 0, *, where: str | None = None,
                            f"{type(raw).__name__}")  # fmt: skip
     if row:
         raw = _trace_row(raw)
-    check(raw, definition("job"), where)
+    for problem in problems(raw, definition("job")):
+        raise GpuplanError(f"{where}: {problem}")
     fields = dict(raw.get("strategy") or {})
     gpus = int(raw["gpus"])
     strategy = None

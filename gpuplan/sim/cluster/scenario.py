@@ -150,6 +150,13 @@ def build(doc: dict, folder: Path, *, where: str = "scenario"):
     """(ClusterConfig, jobs) of one run's document (checked against the schema first)."""
     for problem in problems(doc):
         raise GpuplanError(f"{where}: {problem}")
+    try:
+        return _build(doc, folder)
+    except GpuplanError as err:
+        raise GpuplanError(f"{where}: {err}") from None
+
+
+def _build(doc: dict, folder: Path):
     c = doc["cluster"]
     cluster = get_cluster(c["preset"])
     cluster = replace(
@@ -179,7 +186,7 @@ def build(doc: dict, folder: Path, *, where: str = "scenario"):
         horizon_s=None if horizon is None else float(horizon) * DAY_S,
         on_oversize=doc.get("on_oversize", "error"),
     )  # fmt: skip
-    _check_failure_count(cfg, f.get("scale", 1.0), where)
+    _check_failure_count(cfg, f.get("scale", 1.0))
     return cfg, _jobs(doc, folder, cfg)
 
 
@@ -193,12 +200,12 @@ def expected_failures(cfg: ClusterConfig) -> float:
     return sum(c.rate_per_hour / 3600.0 * units[c.unit] * span_s for c in cfg.causes)
 
 
-def _check_failure_count(cfg: ClusterConfig, scale, where: str) -> None:
+def _check_failure_count(cfg: ClusterConfig, scale) -> None:
     count = expected_failures(cfg)
     if count > MAX_FAILURES:
         span = "its horizon" if cfg.horizon_s is not None else "each month"
         raise GpuplanError(
-            f"{where}: failures.scale={scale!r} gives {count:,.0f} failures in {span}, more "
+            f"failures.scale={scale!r} gives {count:,.0f} failures in {span}, more "
             f"than the {MAX_FAILURES:,} a run can simulate in seconds: lower the scale, the "
             "rates or horizon_days"
         )

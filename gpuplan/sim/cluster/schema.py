@@ -98,14 +98,14 @@ def _walk_dict(value: dict, node: dict, where: str):
     prefix = f"{where}." if where else ""
     for key in node.get("required", ()):
         if key not in value:
-            yield f"{where or 'the scenario'}: {key} is missing (it is required)"
+            yield f"{where + ': ' if where else ''}{key} is missing (it is required)"
     for key, item in value.items():
         if not isinstance(key, str):
-            yield f"{where or 'the scenario'}: key {key!r} is invalid: keys are text"
+            yield f"{where + ': ' if where else ''}key {key!r} is invalid: keys are text"
         elif key in props:
             yield from _walk(item, props[key], prefix + key)
         elif extra is False:
-            kind = f"{where} key" if where else "top-level key"
+            kind = f"{where} key" if where else "key"
             yield str(unknown_key(kind, key, props))
         elif isinstance(extra, dict):
             yield from _walk(item, extra, prefix + key)
