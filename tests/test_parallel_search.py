@@ -7,10 +7,11 @@ import pytest
 from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.efficiency import efficiency_for
 from gpuplan.sim.parallel.compute import CostCache
-from gpuplan.sim.parallel.estimate import estimate_training
+from gpuplan.sim.parallel.estimate import estimate_training, training_efficiency
 from gpuplan.sim.parallel.search import SearchSpace, enumerate_space, row_strategy, search
 from gpuplan.sim.parallel.strategy import validate
 from gpuplan.sim.parallel.topology import get_cluster
+from gpuplan.sim.stacks import get_stack
 from gpuplan.workloads.presets import get_model
 
 H100 = get_cluster("dgx-h100")
@@ -33,7 +34,8 @@ def _sample(frame, n, seed=0):
 def test_the_vectorized_search_equals_the_scalar_estimate(llama_search):
     cfg, result = llama_search
     space = SearchSpace()
-    costs = CostCache(cfg, H100.accelerator, EFF)
+    costs = CostCache(cfg, H100.accelerator, training_efficiency(get_stack("megatron-te"), EFF,
+                                                                 H100.accelerator))
     for _, row in _sample(result.frame, 40).iterrows():
         st = row_strategy(row, global_batch=GB, space=space)
         e = estimate_training(cfg, st, cluster=H100, seq=SEQ, eff=EFF, costs=costs)

@@ -167,12 +167,32 @@ def efficiency_for(device_key: str) -> Efficiency:
         return own
     borrowed = calibrated_efficiency(REFERENCE_DEVICE)
     if borrowed is not None:
+        if same_power_envelope(device_key, REFERENCE_DEVICE):
+            return dataclasses.replace(
+                borrowed,
+                source=f"{borrowed.source} (fit on {REFERENCE_DEVICE}, applied to the "
+                f"{device_key} datasheet; not measured on {device_key})",
+            )
+        # The clock a long tensor-core load settles at is the fitted device's power limit
+        # meeting its chip's draw (hwmodels.power); another chip or board limit has its own,
+        # unmeasured: it is priced at its datasheet (boost-clock) rates.
         return dataclasses.replace(
             borrowed,
+            sustained_clock_fraction=1.0,
             source=f"{borrowed.source} (fit on {REFERENCE_DEVICE}, applied to the "
-            f"{device_key} datasheet; not measured on {device_key})",
+            f"{device_key} datasheet at its boost clock; not measured on {device_key})",
         )
     return prior_efficiency()
+
+
+def same_power_envelope(a: str, b: str) -> bool:
+    """Whether two catalogue devices share a chip and a board power limit (same dense bf16 peak
+    and TDP: the H100 SXM and the H200 are both GH100 at 700 W), so that a sustained clock
+    measured on one holds for the other."""
+    from gpuplan.hwmodels.accelerators import get_accelerator
+
+    x, y = get_accelerator(a), get_accelerator(b)
+    return x.tdp_w == y.tdp_w and x.peak_flops_per_s.get("bf16") == y.peak_flops_per_s.get("bf16")
 
 
 NOT_FITTED = ("source", "provenance")  # fields a fit file names elsewhere, never as parameters

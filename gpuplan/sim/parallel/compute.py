@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass, replace
 
 from gpuplan.sim.breakdown import Item, priced_items
-from gpuplan.sim.step import layer_groups
+from gpuplan.sim.step import _as_run, layer_groups
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.operators import backward_of, embedding_forward, layer_forward
 from gpuplan.workloads.ops import Attention, Elementwise, Gemm, Memory, Op
@@ -54,10 +54,13 @@ class Shape:
 
 @dataclass(frozen=True, slots=True)
 class Cost:
-    """Priced kernels of one micro-batch on one GPU, forward and backward."""
+    """Priced kernels of one micro-batch on one GPU, forward and backward, and the CPU time of
+    issuing their torch calls (``hwmodels.launch``: per call, plus the autograd engine's work
+    per backward call)."""
 
     fwd: tuple[Item, ...]
     bwd: tuple[Item, ...]
+    host_s: float = 0.0
 
     @property
     def fwd_s(self) -> float:
@@ -200,12 +203,14 @@ def embedding_ops(cfg, shape: Shape) -> tuple[list[Op], list[Op]]:
     return fwd, bwd
 
 
-def _cost(ops: tuple[list[Op], list[Op]], acc, eff) -> Cost:
-    fwd, bwd = ops
-    return Cost(
-        tuple(priced_items(fwd, acc, eff, phase="fwd")),
-        tuple(priced_items(bwd, acc, eff, phase="bwd")),
-    )
+def _cost(ops: tuple[list[Op], list[Op]], acc, eff, impl: str = "fused") -> Cost:
+    fwd, bwd = (_as_run(o, impl) for o in ops)
+    fwd_items = tuple(priced_items(fwd, acc, eff, phase="fwd"))
+    bwd_items = tuple(priced_items(bwd, acc, eff, phase="bwd"))
+    calls = sum(i.host_calls for i in fwd_items + bwd_items)
+    bwd_calls = sum(i.host_calls for i in bwd_items)
+    host_s = calls * eff.host_launch_s + bwd_calls * eff.autograd_op_s
+    return Cost(fwd_items, bwd_items, host_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,30 +223,31 @@ class MicroBatchCosts:
     embedding: Cost
 
 
-def micro_batch_costs(cfg, shape: Shape, acc, eff) -> MicroBatchCosts:
-    """Price every distinct block of ``cfg`` and the end-stage work for ``shape``."""
+def micro_batch_costs(cfg, shape: Shape, acc, eff, impl: str = "fused") -> MicroBatchCosts:
+    """Price every distinct block of ``cfg`` and the end-stage work for ``shape``, with the
+    elementwise kernels as ``impl`` runs them (fused, eager or compiled: ``sim.compilation``)."""
     by_kind: dict[str, Cost] = {}
     for layer, _count in layer_groups(cfg):
         kind = "moe" if cfg.is_moe_layer(layer) else "dense"
-        by_kind[kind] = _cost(layer_ops(cfg, shape, layer), acc, eff)
+        by_kind[kind] = _cost(layer_ops(cfg, shape, layer), acc, eff, impl)
     return MicroBatchCosts(
         dense=by_kind.get("dense"),
         moe=by_kind.get("moe"),
-        head=_cost(head_ops(cfg, shape), acc, eff),
-        embedding=_cost(embedding_ops(cfg, shape), acc, eff),
+        head=_cost(head_ops(cfg, shape), acc, eff, impl),
+        embedding=_cost(embedding_ops(cfg, shape), acc, eff, impl),
     )
 
 
 class CostCache:
     """Micro-batch costs by shape, priced once each: the few distinct shapes of a search."""
 
-    def __init__(self, cfg, acc, eff) -> None:
-        self.cfg, self.acc, self.eff = cfg, acc, eff
+    def __init__(self, cfg, acc, eff, impl: str = "fused") -> None:
+        self.cfg, self.acc, self.eff, self.impl = cfg, acc, eff, impl
         self._memo: dict[Shape, MicroBatchCosts] = {}
 
     def __call__(self, shape: Shape) -> MicroBatchCosts:
         if shape not in self._memo:
-            self._memo[shape] = micro_batch_costs(self.cfg, shape, self.acc, self.eff)
+            self._memo[shape] = micro_batch_costs(self.cfg, shape, self.acc, self.eff, self.impl)
         return self._memo[shape]
 
     def __len__(self) -> int:

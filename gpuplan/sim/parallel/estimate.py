@@ -13,13 +13,13 @@ the dense peak of the GEMM precision.
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from gpuplan.errors import GpuplanError
-from gpuplan.hwmodels.efficiency import efficiency_for
+from gpuplan.hwmodels.efficiency import efficiency_for, queued
 from gpuplan.sim.breakdown import Breakdown, Item
 from gpuplan.sim.parallel.compute import CORE, CostCache, MicroBatchCosts, Shape
 from gpuplan.sim.parallel.evaluate import evaluate
@@ -28,6 +28,7 @@ from gpuplan.sim.parallel.stage import StageKinds, shape_times, stage_kinds
 from gpuplan.sim.parallel.step_time import TIME_TERMS, step_total
 from gpuplan.sim.parallel.strategy import Strategy, stage_layer_counts, validate
 from gpuplan.sim.parallel.topology import Cluster
+from gpuplan.sim.stacks import get_stack, stack_efficiency
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.operators import training_flops
 
@@ -59,6 +60,7 @@ class TrainEstimate:
     device_memory_bytes: float
     efficiency_source: str
     notes: tuple[str, ...] = field(default_factory=tuple)
+    stack: str = "megatron-te"  # the stack it priced (sim.stacks)
 
     @property
     def step_time_s(self) -> float:
@@ -104,6 +106,7 @@ class TrainEstimate:
             "fits": self.fits,
             "memory_bytes": dict(self.breakdown.memory_bytes),
             "efficiency_source": self.efficiency_source,
+            "stack": self.stack,
             "notes": list(self.notes),
             "by_category": self.breakdown.by("layer", "category").to_dict("records"),
             "breakdown": self.breakdown.frame().to_dict("records"),
@@ -113,7 +116,7 @@ class TrainEstimate:
 def overlaps_in_force(st) -> dict[str, bool]:
     """Which communication the estimate hides behind compute (``Strategy``'s overlap options;
     ``st`` a Strategy or a SearchSpace)."""
-    return {"dp": st.overlap_dp, "tp": st.overlap_tp, "pp": st.overlap_pp}
+    return {"dp": st.overlap_dp, "tp": st.overlap_tp, "pp": st.overlap_pp, "ep": st.overlap_ep}
 
 
 def strategy_arrays(st: Strategy, cfg: ModelConfig) -> dict[str, np.ndarray]:
@@ -136,6 +139,7 @@ def strategy_arrays(st: Strategy, cfg: ModelConfig) -> dict[str, np.ndarray]:
         "overlap_dp": st.overlap_dp,
         "overlap_tp": st.overlap_tp,
         "overlap_pp": st.overlap_pp,
+        "overlap_ep": st.overlap_ep,
         "fused_accum": st.fused_grad_accumulation,
         "load": load,
     }
@@ -178,8 +182,12 @@ def estimate_training(
     gpus: int | None = None,
     eff=None,
     costs: CostCache | None = None,
+    stack=None,
 ) -> TrainEstimate:
-    """Predicted training step of ``cfg`` under ``strategy`` on ``cluster``."""
+    """Predicted training step of ``cfg`` under ``strategy`` on ``cluster``, as ``stack`` runs
+    it (default ``megatron-te``): its attention kernel, elementwise kernels, host and optimizer
+    implementation; its precision and overlap defaults are the strategy's (``stack_strategy``).
+    Its kernels run as one busy stream (``hwmodels.efficiency.queued``)."""
     gpus = strategy.world if gpus is None else gpus
     validate(strategy, cfg, gpus, seq)
     acc = cluster.accelerator
@@ -188,8 +196,9 @@ def estimate_training(
             f"precision={strategy.precision!r} is not supported by {acc.key}: it has no "
             f"{strategy.precision} tensor-core rate; use bf16"
         )
-    eff = eff or efficiency_for(acc.key)
-    costs = costs or CostCache(cfg, acc, eff)
+    stack = get_stack(stack or DEFAULT_TRAINING_STACK)
+    eff = training_efficiency(stack, eff or efficiency_for(acc.key), acc)
+    costs = costs or CostCache(cfg, acc, eff, stack.elementwise)
     mbc = costs(shape_of(strategy, cfg, seq))
     facts = model_facts(cfg)
     s = strategy_arrays(strategy, cfg)
@@ -205,10 +214,13 @@ def estimate_training(
         seq=seq,
         state_precision=strategy.state_precision,
         attention=strategy.attention,
+        optimizer=stack.optimizer,
+        grads_persist=stack.grads_persist,
     )
     items = _items(mbc, kinds, strategy, terms)
     memory = {k: float(v) for k, v in mem.items()}
-    bd = Breakdown(items=tuple(items), memory_bytes=memory, notes=_notes(strategy, eff))
+    notes = (f"stack: {stack.describe(acc)}", *_notes(strategy, eff))
+    bd = Breakdown(items=tuple(items), memory_bytes=memory, notes=notes)
     _check_total(bd, terms)
     model_flops = flops_per_sequence(cfg, seq, False) * strategy.global_batch
     return TrainEstimate(
@@ -224,7 +236,27 @@ def estimate_training(
         device_memory_bytes=acc.hbm_bytes,
         efficiency_source=eff.source,
         notes=bd.notes,
+        stack=stack.name,
     )
+
+
+DEFAULT_TRAINING_STACK = "megatron-te"
+
+
+def training_efficiency(stack, eff, acc):
+    """The efficiency a training step on ``stack`` is priced with: the stack's kernels and host
+    (``sim.stacks.stack_efficiency``), in a busy stream."""
+    return stack_efficiency(stack, queued(eff), acc, phase="train")
+
+
+def stack_strategy(strategy: Strategy, stack) -> Strategy:
+    """``strategy`` with the stack's own defaults: its mixed precision (autocast over fp32
+    weights is ``bf16-mixed``; 16-bit weights with fp32 master copies ``bf16-mixed-megatron``)
+    and the overlaps it performs."""
+    stack = get_stack(stack)
+    state = "bf16-mixed" if stack.mixed_precision == "autocast" else "bf16-mixed-megatron"
+    return replace(strategy, state_precision=state, overlap_dp=stack.overlap_dp,
+                   overlap_tp=stack.overlap_tp, overlap_pp=stack.overlap_pp)  # fmt: skip
 
 
 def _scaled(items, factor: float, *, phase: str | None = None, layer: str | None = None):
@@ -294,6 +326,14 @@ def _items(mbc: MicroBatchCosts, kinds: StageKinds, st: Strategy, terms: dict) -
                 bound="pipeline",
             )
         )
+    for term, layer, category, op in (
+        ("host_overhead", "runtime", "launch", "host issue time not hidden"),
+        ("weight_casts", "compile", "copy", "autocast weight and gradient casts"),
+    ):
+        value = float(terms[term])
+        if value > 0:
+            items.append(Item(layer=layer, category=category, op=op, phase="step",
+                              time_s=value, bound="launch" if category == "launch" else "memory"))
     accumulate = float(terms["grad_accumulation"])
     if accumulate > 0:
         items.append(
@@ -355,6 +395,8 @@ def _notes(st: Strategy, eff) -> tuple[str, ...]:
         notes.append("assumption overlap_tp: TP collectives hide behind the block's GEMMs")
     if st.overlap_pp:
         notes.append("assumption overlap_pp: pipeline sends hide behind compute")
+    if st.overlap_ep:
+        notes.append("assumption overlap_ep: MoE all-to-all hides behind another micro-batch")
     if not st.fused_grad_accumulation:
         notes.append("gradients accumulate by a separate kernel every micro-batch (unfused)")
     if st.attention == "unfused":

@@ -34,6 +34,7 @@ ARRAY_FIELDS = (
     "overlap_dp",
     "overlap_tp",
     "overlap_pp",
+    "overlap_ep",
     "fused_accum",
     "load",
 )
@@ -51,9 +52,13 @@ def evaluate(
     seq: int,
     state_precision: str,
     attention: str,
+    optimizer: str = "fused",
+    grads_persist: bool = True,
 ) -> tuple[dict, dict, dict]:
     """(stage compute, step-time terms, memory terms) of the strategies in ``s``, whose pipeline
-    stages are ``kinds`` ((K,) for one strategy, (K, N) for N)."""
+    stages are ``kinds`` ((K,) for one strategy, (K, N) for N). ``optimizer``: the AdamW
+    implementation (fused or foreach); ``grads_persist``: gradients live in a buffer kept
+    between steps (Megatron's and DDP's) rather than freed by ``zero_grad(set_to_none=True)``."""
     tp, pp, cp, ep = s["tp"], s["pp"], s["cp"], s["ep"]
     c = stage_compute(t, kinds, rc=s["rc"])
     sp_ = spans(cluster, tp, cp, s["dp"], pp, ep)
@@ -72,8 +77,11 @@ def evaluate(
         "stage": stage_p,
         "max_stage": max_p,
         "embedding": facts.vocab * facts.d_model / tp,
-        "optimizer_s": step_time.optimizer_s(local_p, state_precision, acc, eff),
+        "optimizer_s": step_time.optimizer_s(local_p, state_precision, acc, eff, optimizer),
         "accumulate_s": step_time.accumulate_s(max_p, state_precision, acc, eff),
+        "cast_s": step_time.cast_s(
+            np.where(s["zero"] >= 3, local_p, max_p), state_precision, s["rc"], acc, eff
+        ),
     }
     s_full = dict(s, tied=facts.tied)
     terms = step_time.step_terms(
@@ -99,5 +107,7 @@ def evaluate(
         state_precision=state_precision,
         attention=attention,
         load=s["load"],
+        optimizer=optimizer,
+        grads_persist=grads_persist,
     )
     return c, terms, mem

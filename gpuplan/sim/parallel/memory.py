@@ -192,8 +192,16 @@ def memory_terms(
     state_precision: str,
     attention: str,
     load,
+    optimizer: str = "fused",
+    grads_persist: bool = True,
 ) -> dict:
-    """Named memory terms (bytes) of the GPU that needs the most; arrays broadcast together."""
+    """Named memory terms (bytes) of the GPU that needs the most; arrays broadcast together.
+
+    With ``grads_persist`` (a gradient buffer kept between steps, as Megatron and DDP keep it)
+    every term is live at once. Without (``zero_grad(set_to_none=True)``, PyTorch's default)
+    the peak is the larger of two moments: the end of the forward (activations, logits and
+    autocast's 16-bit weight copies, no gradients yet) and the optimizer step (gradients, and
+    the foreach AdamW's temporary of every parameter, ``step_time.FOREACH_OPTIMIZER_BYTES``)."""
     stage_p, blocks_p, expert_p = stage_params(f, k, tp, ep)
     held, working = activation_bytes(
         f, k, tp=tp, pp=pp, cp=cp, sp=sp, mb=mb, m=m, v=v, sched=sched, rc=rc, seq=seq,
@@ -202,6 +210,7 @@ def memory_terms(
     tokens = mb * seq / cp
     kw = dict(zero=zero, dp=dp, cp=cp, ep=ep, state_precision=state_precision, fp8=precision_fp8)
     weights, grads, optim = state_bytes(f, stage_p, expert_p, **kw)
+    local_w = weights / PRECISION_BYTES[state_precision][0]  # parameters held, after sharding
     terms = {
         "weights": weights,
         "gradients": grads,
@@ -213,6 +222,12 @@ def memory_terms(
             load=load,
         ),  # fmt: skip
     }
+    if state_precision == "bf16-mixed":  # autocast's cache of 16-bit weight copies
+        terms["weight_cast_cache"] = 2.0 * local_w
+    if optimizer == "foreach":  # torch._foreach_sqrt(exp_avg_sqs): one state-sized tensor
+        terms["optimizer_temp"] = optim / 2.0
+    if not grads_persist:
+        terms = _larger_moment(terms)
     total = sum(terms.values())
     peak = np.argmax(np.where(k.count > 0, total, -np.inf), axis=0)
     picked = {name: pick(value, peak, len(k.count)) for name, value in terms.items()}
@@ -220,6 +235,22 @@ def memory_terms(
     picked["fragmentation"] = FRAGMENTATION * allocated
     picked["cuda_context"] = np.full_like(np.asarray(allocated, dtype=float), CUDA_CONTEXT_BYTES)
     return picked
+
+
+_STEP_TERMS = ("weights", "gradients", "optimizer", "optimizer_temp", "comm_buffers")
+_FORWARD_TERMS = ("weights", "optimizer", "activations", "logits", "comm_buffers",
+                  "weight_cast_cache")  # fmt: skip
+
+
+def _larger_moment(terms: dict) -> dict:
+    """Each term as it stands at whichever moment needs more: the forward's end or the step."""
+    fwd = sum(v for k, v in terms.items() if k in _FORWARD_TERMS)
+    opt = sum(v for k, v in terms.items() if k in _STEP_TERMS)
+    at_step = np.asarray(opt) > np.asarray(fwd)
+    return {
+        k: np.where(at_step, v if k in _STEP_TERMS else 0.0, v if k in _FORWARD_TERMS else 0.0)
+        for k, v in terms.items()
+    }
 
 
 def pick(values, index, kinds: int):

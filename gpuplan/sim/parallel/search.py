@@ -30,7 +30,7 @@ from gpuplan.errors import GpuplanError, check_positive
 from gpuplan.hwmodels.efficiency import efficiency_for
 from gpuplan.sim.parallel.compute import CostCache, Shape
 from gpuplan.sim.parallel.cost import usd_per_hour
-from gpuplan.sim.parallel.estimate import flops_per_sequence
+from gpuplan.sim.parallel.estimate import flops_per_sequence, training_efficiency
 from gpuplan.sim.parallel.evaluate import evaluate
 from gpuplan.sim.parallel.interruptions import Interruptions, expected_interruptions
 from gpuplan.sim.parallel.memory import model_facts
@@ -47,6 +47,7 @@ from gpuplan.sim.parallel.stage import TIME_FIELDS, shape_times
 from gpuplan.sim.parallel.step_time import step_total
 from gpuplan.sim.parallel.strategy import Strategy, validate
 from gpuplan.sim.parallel.topology import Cluster
+from gpuplan.sim.stacks import get_stack
 from gpuplan.sim.sweep import InProcess, Pool, chunks
 from gpuplan.units import HOUR
 
@@ -90,7 +91,7 @@ def _price_shapes(cfg, s: dict, seq: int, acc, eff, space: SearchSpace, pool, pr
 
 def _price_piece(cfg, seq: int, acc, eff, space: SearchSpace, shapes: np.ndarray) -> dict:
     """Times of ``shapes`` (rows of micro-batch, tp, cp, sp, ep, fp8): one piece of a sweep."""
-    costs = CostCache(cfg, acc, eff)
+    costs = CostCache(cfg, acc, eff, get_stack(space.stack).elementwise)
     table = {f: np.empty(len(shapes)) for f in TIME_FIELDS}
     for i, (mb, tp, cp, sp, ep, fp8) in enumerate(shapes):
         shape = Shape(
@@ -142,7 +143,8 @@ def search(
     space = space or SearchSpace()
     validate(Strategy(), cfg, 1, seq)  # model-level rules (a text decoder)
     acc = cluster.accelerator
-    eff = eff or efficiency_for(acc.key)
+    stack = get_stack(space.stack)
+    eff = training_efficiency(stack, eff or efficiency_for(acc.key), acc)
     s = enumerate_space(cfg, gpus, global_batch, seq, acc, space)
     total = len(s["tp"])
     if total == 0:
@@ -241,6 +243,8 @@ def _evaluate_piece(facts, arrays, *, cluster, acc, eff, seq, space, gpus, flops
         seq=seq,
         state_precision=space.state_precision,
         attention=space.attention,
+        optimizer=get_stack(space.stack).optimizer,
+        grads_persist=get_stack(space.stack).grads_persist,
     )
     step = step_total(terms)
     peak_mem = sum(mem.values())

@@ -53,7 +53,9 @@ class SearchSpace:
     overlap_dp: bool = True
     overlap_tp: bool = False
     overlap_pp: bool = False
+    overlap_ep: bool = False
     load: float = 1.0
+    stack: str = "megatron-te"  # the software stack every layout runs on (sim.stacks)
 
 
 def _degree_rows(cfg, n: int, gb: int, seq: int, space: SearchSpace) -> list[tuple]:
@@ -168,6 +170,7 @@ def enumerate_space(cfg, n: int, gb: int, seq: int, acc, space: SearchSpace) -> 
         "overlap_dp": ones & space.overlap_dp,
         "overlap_tp": ones & space.overlap_tp,
         "overlap_pp": ones & space.overlap_pp,
+        "overlap_ep": ones & space.overlap_ep,
         "fused_accum": ones,
         "load": np.full(len(rows), space.load),
     }
@@ -196,6 +199,7 @@ def row_strategy(row, *, global_batch: int, space: SearchSpace) -> Strategy:
         overlap_dp=space.overlap_dp,
         overlap_tp=space.overlap_tp,
         overlap_pp=space.overlap_pp,
+        overlap_ep=space.overlap_ep,
         expert_imbalance=space.load,
         pp_layers=tuple(int(n) for n in str(row["pp_layers"]).split(",")) if row.get(
             "pp_layers") else None,

@@ -35,6 +35,10 @@ TIME_FIELDS = (
     "emb_bwd",
     "gemm_layer",
     "attn_layer",
+    "host_dense",
+    "host_moe",
+    "host_head",
+    "host_emb",
 )
 
 
@@ -61,6 +65,10 @@ def shape_times(mbc: MicroBatchCosts) -> dict[str, float]:
         "emb_bwd": mbc.embedding.bwd_s,
         "gemm_layer": layer.time_s(category="gemm"),
         "attn_layer": layer.time_s(category="attention") + layer.time_s(prefix=CORE),
+        "host_dense": _or_zero(mbc.dense, "host_s"),
+        "host_moe": _or_zero(mbc.moe, "host_s"),
+        "host_head": mbc.head.host_s,
+        "host_emb": mbc.embedding.host_s,
     }
 
 
@@ -118,10 +126,19 @@ def stage_compute(t, kinds: StageKinds, *, rc) -> dict:
     blk_bwd = dense * t["dense_bwd"] + moe * t["moe_bwd"]
     core = dense * t["dense_core"] + moe * t["moe_core"]
     recompute = np.where(rc == 2, blk_fwd, np.where(rc == 1, core, 0.0))
+    stage_fwd = blk_fwd + kinds.emb * t["emb_fwd"] + kinds.head * t["head_fwd"]
+    stage_bwd = blk_bwd + kinds.emb * t["emb_bwd"] + kinds.head * t["head_bwd"]
+    # the CPU issues the stage's calls asynchronously: only what the GPU does not cover shows
+    host = (
+        dense * t["host_dense"] + moe * t["host_moe"]
+        + kinds.emb * t["host_emb"] + kinds.head * t["host_head"]
+    )  # fmt: skip
     return {
-        "stage_fwd": blk_fwd + kinds.emb * t["emb_fwd"] + kinds.head * t["head_fwd"],
-        "stage_bwd": blk_bwd + kinds.emb * t["emb_bwd"] + kinds.head * t["head_bwd"],
+        "stage_fwd": stage_fwd,
+        "stage_bwd": stage_bwd,
+        "host_exposed": np.maximum(host - (stage_fwd + stage_bwd + recompute), 0.0),
         "recompute": recompute,
         "gemm_layer": t["gemm_layer"],
         "attn_layer": t["attn_layer"],
+        "moe_layer": t["moe_fwd"] + t["moe_bwd"],
     }

@@ -21,7 +21,8 @@ splits and the ends price each kind once. Communication per block and micro-batc
 - CP: ring attention passes each chunk's keys and values cp-1 times forward and keys, values and
   their gradients backward (Liu et al. 2023), overlapped with the attention kernels by design.
 - EP: an all-to-all dispatch and combine per MoE block, forward and backward (and recompute), of
-  tokens x top_k x h, scaled by the load factor; not overlapped.
+  tokens x top_k x h, scaled by the load factor. ``overlap_ep``: hidden behind an MoE block's
+  forward and backward compute of another micro-batch (DeepSeek-V3's DualPipe).
 - PP: each micro-batch sends its activation forward and its gradient backward at every chunk
   boundary, 2 v sends; with TP and without SP, Megatron's scatter/gather sends 1/tp over the NIC and
   all-gathers over NVLink (Narayanan et al. 2021, sec. 4.1). ``overlap_pp``: hidden.
@@ -49,15 +50,37 @@ PARAM_BYTES = 2  # parameters gathered in 16 bits (ZeRO-1/2 after the step, ZeRO
 # fused AdamW per parameter: read gradient, master weight and both moments, write master weight
 # and moments, and the 16-bit copy (Megatron mixed precision: 4 + 4 + 4 + 4 + 12 + 2)
 OPTIMIZER_BYTES = {"bf16-mixed-megatron": 30, "bf16-mixed": 28, "bf16": 14}
+# torch.optim.AdamW(foreach=True), ``_multi_tensor_adamw`` in torch/optim/adamw.py: eight passes
+# over fp32 parameter-sized lists instead of one fused kernel: param *= 1 - lr wd (r/w p: 8),
+# m.lerp_(g) (r m, r g, w m: 12), v *= b2 (8), v.addcmul_(g, g) (r v, r g, w v: 12),
+# denom = v.sqrt() (r v, w tmp: 8, a new tensor), denom /= c2 (8), denom += eps (8),
+# p.addcdiv_(m, denom) (r p, r m, r tmp, w p: 16) = 80 bytes per fp32 parameter (half for bf16
+# state), plus the 16-bit copy where there is one.
+FOREACH_OPTIMIZER_BYTES = {"bf16-mixed-megatron": 82, "bf16-mixed": 80, "bf16": 40}
+# autocast over fp32 weights: each forward (and each full recompute) casts every weight to bf16
+# (read 4, write 2 bytes), and each weight gradient is cast back to fp32 (read 2, write 4)
+CAST_BYTES = 6
 ACCUMULATE_BYTES = {"bf16-mixed-megatron": 10, "bf16-mixed": 10, "bf16": 6}  # dW + r/w main grad
 
 
-def optimizer_s(params_local, state_precision: str, acc, eff):
-    """One fused AdamW pass over ``params_local`` parameters (a bandwidth-bound kernel)."""
-    nbytes = params_local * OPTIMIZER_BYTES[state_precision]
+def optimizer_s(params_local, state_precision: str, acc, eff, impl: str = "fused"):
+    """One AdamW step over ``params_local`` parameters: a fused kernel, or the foreach
+    implementation's passes (``FOREACH_OPTIMIZER_BYTES``); bandwidth-bound either way."""
+    table = FOREACH_OPTIMIZER_BYTES if impl == "foreach" else OPTIMIZER_BYTES
+    nbytes = params_local * table[state_precision]
     return (
         nbytes / (acc.hbm_bytes_per_s * eff.elementwise_fraction("adamw")) + eff.kernel_overhead_s
     )
+
+
+def cast_s(params_local, state_precision: str, rc, acc, eff):
+    """Autocast's weight and gradient casts of one micro-batch (``CAST_BYTES``), where the
+    weights are fp32 (``bf16-mixed``); none where they are kept in 16 bits."""
+    if state_precision != "bf16-mixed":
+        return np.zeros_like(np.asarray(params_local, dtype=float))
+    passes = 2 + np.where(np.asarray(rc) == 2, 1, 0)  # weights per forward, gradients once
+    nbytes = params_local * CAST_BYTES * passes
+    return nbytes / (acc.hbm_bytes_per_s * eff.elementwise_fraction("copy"))
 
 
 def accumulate_s(params_local, state_precision: str, acc, eff):
@@ -130,7 +153,9 @@ def step_terms(*, lk, sp_, s, c, k, bytes_, params) -> dict:
     tp_layer = tp_comm_s(lk, sp_["tp"], bytes_["act"], tp, rc, s["sp"])
     x_tp_layer = exposed(tp_layer, c["gemm_layer"], s["overlap_tp"])
     x_cp_layer = np.maximum(cp_comm_s(lk, sp_["cp"], bytes_["kv"], cp, rc) - c["attn_layer"], 0.0)
-    x_ep_layer = ep_comm_s(lk, sp_["ep"], bytes_["dispatch"], ep, rc)
+    x_ep_layer = exposed(
+        ep_comm_s(lk, sp_["ep"], bytes_["dispatch"], ep, rc), c["moe_layer"], s["overlap_ep"]
+    )
     pp_one = pp_comm_s(lk, sp_["pp_cross"], sp_["tp"], bytes_["act"], tp, s["sp"], pp, chunks)
     x_pp = np.where(s["overlap_pp"], 0.0, pp_one)
     dl, dn = sp_["dpcp"]
@@ -146,7 +171,8 @@ def step_terms(*, lk, sp_, s, c, k, bytes_, params) -> dict:
     )
     x_z = np.where(zero >= 2, exposed(z3_mb, compute_k, s["overlap_dp"]), 0.0)
     x_tp, x_cp, x_ep = k.layers * x_tp_layer, k.layers * x_cp_layer, k.moe * x_ep_layer
-    t_k = compute_k + x_tp + x_cp + x_ep + x_pp + x_z  # one micro-batch on each kind of stage
+    host_k = c.get("host_exposed", 0.0)  # CPU issue time the GPU does not cover
+    t_k = compute_k + x_tp + x_cp + x_ep + x_pp + x_z + host_k  # one micro-batch on each kind
     kinds = len(k.count)
     slow = np.argmax(np.where(k.count > 0, t_k, -np.inf), axis=0)
 
@@ -184,6 +210,8 @@ def step_terms(*, lk, sp_, s, c, k, bytes_, params) -> dict:
         "param_allgather": x_ag,
         "embedding_sync": x_emb,
         "grad_accumulation": np.where(s["fused_accum"], 0.0, m * params["accumulate_s"]),
+        "host_overhead": m * at_slowest(host_k),
+        "weight_casts": m * params.get("cast_s", 0.0),
         "optimizer": params["optimizer_s"],
         "stage_s": t_mb,
         "slowest_kind": slow,
@@ -204,6 +232,8 @@ TIME_TERMS = (
     "param_allgather",
     "embedding_sync",
     "grad_accumulation",
+    "host_overhead",
+    "weight_casts",
     "optimizer",
 )
 

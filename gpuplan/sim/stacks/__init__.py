@@ -23,6 +23,7 @@ from gpuplan.errors import GpuplanError, check_choice, unknown_key
 
 ATTENTION_KERNELS = ("flash2", "flash3", "cudnn", "efficient", "math", "flashinfer")
 SDPA_DEFAULT = "sdpa-default"  # PyTorch's own dispatch: resolved per device (``sdpa_default``)
+TE_DEFAULT = "te-default"  # Transformer Engine's backend choice (``kernels.te_default``)
 ELEMENTWISE_IMPLS = ("eager", "fused", "compiled")
 HOST_MODES = ("eager", "cuda_graph", "compiled")
 KV_CACHES = ("dynamic", "static", "paged")
@@ -44,7 +45,7 @@ class AttentionChoice:
     def __post_init__(self) -> None:
         for phase in ("prefill", "train", "decode"):
             check_choice(f"attention.{phase}", getattr(self, phase),
-                         (*ATTENTION_KERNELS, SDPA_DEFAULT))
+                         (*ATTENTION_KERNELS, SDPA_DEFAULT, TE_DEFAULT))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,6 +92,9 @@ class Stack:
     overlap_tp: bool = False  # training: TP collectives hidden behind GEMMs
     overlap_dp: bool = True  # training: gradient reduction hidden behind the backward
     overlap_pp: bool = False  # training: pipeline sends hidden behind compute
+    # training: gradients kept in a buffer between steps (Megatron's and DDP's buckets) rather
+    # than freed by zero_grad(set_to_none=True), PyTorch's default for a plain training loop
+    grads_persist: bool = False
     sources: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
 

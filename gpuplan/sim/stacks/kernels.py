@@ -82,9 +82,16 @@ def sdpa_default(acc, phase: str) -> str:
     return "math"
 
 
+def te_default(acc) -> str:
+    """The fused-attention backend Transformer Engine takes where the stack leaves it: its
+    flash backend (FlashAttention-2) where that kernel runs, cuDNN's fused attention elsewhere
+    (Blackwell: FlashAttention-2 does not run there; TE docs, "Attention backends")."""
+    return "flash2" if ARCH.get(acc.key) in KERNEL_ARCHS["flash2"] else "cudnn"
+
+
 def resolved_attention(stack, acc):
     """The stack's attention choice with ``sdpa-default`` resolved on ``acc``, each checked."""
-    from gpuplan.sim.stacks import SDPA_DEFAULT
+    from gpuplan.sim.stacks import SDPA_DEFAULT, TE_DEFAULT
 
     choice = stack.attention
     out = {}
@@ -92,6 +99,8 @@ def resolved_attention(stack, acc):
         kernel = getattr(choice, phase)
         if kernel == SDPA_DEFAULT:
             kernel = sdpa_default(acc, phase)
+        elif kernel == TE_DEFAULT:
+            kernel = te_default(acc)
         check_kernel(kernel, acc, field=f"stack {stack.name}: attention.{phase}")
         out[phase] = kernel
     return dataclasses.replace(choice, **out)

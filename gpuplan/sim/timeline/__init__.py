@@ -98,6 +98,11 @@ def simulate_step(
     if not acc.supports(strategy.precision):
         raise GpuplanError(f"precision={strategy.precision!r} is not supported by {acc.key}")
     eff = eff or efficiency_for(acc.key)
+    if impl == "fused":  # the estimate's kernels: megatron-te's, in a busy stream
+        from gpuplan.sim.parallel.estimate import training_efficiency
+        from gpuplan.sim.stacks import get_stack
+
+        eff = training_efficiency(get_stack("megatron-te"), eff, acc)
     plan = build_plan(cfg, strategy, cluster=cluster, seq=seq, eff=eff, acc=acc, impl=impl)
     factors = _factors(stragglers, strategy, cluster)
     replicas = list(range(strategy.dp)) if all_ranks else [_replica(factors)]
