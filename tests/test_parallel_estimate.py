@@ -79,7 +79,7 @@ def test_zero_stages_shard_optimizer_then_gradients_then_weights():
 def test_the_1f1b_bubble_is_p_minus_1_over_m_plus_p_minus_1_for_balanced_stages():
     p, m, stage_s = 8, 24, 0.5
     c = {"stage_fwd": stage_s / 3, "stage_bwd": 2 * stage_s / 3, "recompute": 0.0,
-         "gemm_layer": 0.0, "attn_layer": 0.0}  # fmt: skip
+         "gemm_layer": 0.0, "attn_layer": 0.0, "moe_layer": 0.0}  # fmt: skip
     terms = _balanced_terms(c, pp=p, m=m, chunks=1)
     pipeline = terms["bubble"] + terms["compute_fwd"] + terms["compute_bwd"]
     assert terms["bubble"] / pipeline == pytest.approx((p - 1) / (m + p - 1))
@@ -92,6 +92,7 @@ def _balanced_terms(c, *, pp, m, chunks):
     s = {"tp": one, "pp": np.asarray(pp), "dp": one, "cp": one, "ep": one, "rc": np.asarray(0),
          "m": np.asarray(m), "chunks": np.asarray(chunks), "zero": np.asarray(0),
          "sp": np.asarray(False), "overlap_tp": False, "overlap_dp": True, "overlap_pp": True,
+         "overlap_ep": False,
          "fused_accum": True, "tied": False}  # fmt: skip
     sp_ = spans(H100, 1, 1, 1, pp, 1)
     nbytes = {"act": 1e6, "kv": 1e5, "dispatch": 0.0}
@@ -222,6 +223,6 @@ def test_step_total_is_the_sum_of_the_named_terms():
     e = estimate(Strategy(tp=2, pp=2, dp=2, global_batch=8))
     assert e.step_time_s > 0
     c = {"stage_fwd": 1.0, "stage_bwd": 2.0, "recompute": 0.0,
-         "gemm_layer": 0.0, "attn_layer": 0.0}  # fmt: skip
+         "gemm_layer": 0.0, "attn_layer": 0.0, "moe_layer": 0.0}  # fmt: skip
     terms = _balanced_terms(c, pp=1, m=5, chunks=1)
     assert float(step_total(terms)) == pytest.approx(15.0 + float(terms["optimizer"]))

@@ -182,7 +182,7 @@ def test_train_takes_pp_layers_auto_and_prints_the_split_and_overlaps(capsys):
     assert code == 0, err
     doc = json.loads(out)
     assert doc["strategy"]["pp_layers"] == [3, 5, 5, 5, 5, 5, 4]
-    assert doc["overlaps"] == {"dp": True, "tp": False, "pp": False}
+    assert doc["overlaps"] == {"dp": True, "tp": False, "pp": False, "ep": False}
 
 
 @pytest.mark.parametrize(
@@ -222,7 +222,7 @@ def test_search_json_has_the_overlaps_distinct_layouts_and_interruptions(capsys)
                          "1e10", "--top", "5", "--json")  # fmt: skip
     assert code == 0, err
     doc = json.loads(out)
-    assert doc["overlaps"] == {"dp": True, "tp": False, "pp": False}
+    assert doc["overlaps"] == {"dp": True, "tp": False, "pp": False, "ep": False}
     assert doc["precision"] == ["bf16"] and doc["distinct_layouts"] >= len(doc["top"])
     assert 0 < doc["interruptions"]["waste"] < 1
     for row in doc["top"]:
@@ -261,3 +261,20 @@ def test_expert_all_to_all_is_paid_per_moe_block_of_the_slowest_stage():
     one_node = estimate_training(cfg, replace(st_, ep=8), cluster=H100, seq=4096, eff=EFF)
     a2a_8 = next(i.time_s for i in one_node.breakdown.items if i.op == "ep all_to_all")
     assert a2a > a2a_8  # 64 experts' GPUs span 8 nodes: the dispatch crosses the NICs
+
+
+def test_overlapping_the_expert_all_to_all_hides_at_most_an_moe_blocks_compute():
+    cfg = get_model("deepseek-v3")
+    st_ = Strategy(dp=64, ep=64, zero=1, global_batch=64)  # one stage: it stays the slowest
+    plain = estimate_training(cfg, st_, cluster=H100, seq=4096, eff=EFF)
+    hidden = estimate_training(cfg, replace(st_, overlap_ep=True), cluster=H100, seq=4096,
+                               eff=EFF)  # fmt: skip
+
+    def a2a(e):
+        return sum(i.time_s for i in e.breakdown.items if i.op == "ep all_to_all")
+
+    moe_compute = sum(i.time_s for i in plain.breakdown.items if i.phase in ("fwd", "bwd"))
+    assert a2a(hidden) < a2a(plain)
+    assert a2a(plain) - a2a(hidden) <= moe_compute * (1 + 1e-9)  # hides behind compute only
+    assert hidden.step_time_s < plain.step_time_s
+    assert any("overlap_ep" in n for n in hidden.notes)

@@ -31,6 +31,11 @@ Overlap options, each a named assumption the estimate applies (``sim.parallel.es
 buckets behind the backward; ``overlap_tp`` tensor-parallel collectives hide behind the GEMMs
 next to them (comm-GEMM overlap, as TransformerEngine's userbuffers do); ``overlap_pp``
 point-to-point sends run behind compute (Megatron-Core's overlapped interleaved schedule).
+``overlap_ep`` each MoE block's all-to-all dispatch and combine run behind the computation of
+another micro-batch, as DeepSeek-V3's DualPipe schedule overlaps them (Liu et al. 2024,
+"DeepSeek-V3 Technical Report", arXiv:2412.19437, sec. 3.2.1: forward and backward chunks of two
+micro-batches paired so that all-to-all and PP communication hide behind computation; Megatron-
+Core's ``--overlap-moe-expert-parallel-comm`` does the same for 1F1B).
 ``fused_grad_accumulation`` the weight-gradient GEMMs add into the main-gradient buffer (Megatron's
 gradient-accumulation fusion); when off, every micro-batch's gradients are added by a separate
 bandwidth-bound kernel, as Megatron-LM did before that fusion (2021).
@@ -76,6 +81,7 @@ class Strategy:
     overlap_dp: bool = True
     overlap_tp: bool = False
     overlap_pp: bool = False
+    overlap_ep: bool = False  # MoE all-to-all behind another micro-batch's compute (DualPipe)
     fused_grad_accumulation: bool = True  # wgrad GEMMs accumulate into the main gradients
     capacity_factor: float | None = None  # None: dropless MoE; else tokens padded to capacity
     expert_imbalance: float = 1.0  # busiest expert's load over the mean (dropless MoE)
