@@ -397,3 +397,46 @@ def test_the_documented_example_is_a_valid_scenario(tmp_path):
     block = text.split("```yaml\n", 1)[1].split("```", 1)[0]
     (tmp_path / "my_jobs.csv").write_text((ROOT / "examples" / "my_jobs.csv").read_text())
     assert check_scenario(write(tmp_path, block)) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("causes: [{name: x, category: gpu, unit: gpu, scope: node, count: 1e3}]",
+      "causes[0]: give rate_per_hour, or count and exposure_hours"),
+     ("causes: [{name: x, category: gpu, unit: gpus, scope: node, rate_per_hour: 1}]",
+      "causes[0].unit='gpus' is invalid"),
+     ("causes: [{name: x, category: gpu, unit: gpu, scope: node, rate_per_hour: .nan}]",
+      "causes[0].rate_per_hour=nan"),
+     ("{}", "causes is missing"),
+     ("- 1", "not list")],
+)  # fmt: skip
+def test_a_bad_rates_file_is_one_line_naming_the_key(tmp_path, text, expected):
+    write(tmp_path, text, "rates.yaml")
+    path = write(tmp_path, compose("failures: {rates: rates.yaml}"))
+    message = error_of(path)
+    assert expected in message and "rates.yaml" in message
+
+
+def test_a_rates_file_of_yaml_1_2_numbers_reads(tmp_path):
+    write(tmp_path, "causes: [{name: x, category: gpu, unit: gpu, scope: node, count: 1e3, "
+                    "exposure_hours: 2e9}]\n", "rates.yaml")  # fmt: skip
+    cfg, _ = build(load_scenario(write(tmp_path, compose("failures: {rates: rates.yaml}")))[0],
+                   tmp_path)  # fmt: skip
+    assert cfg.causes[0].rate_per_hour == pytest.approx(1e3 / 2e9)
+
+
+@pytest.mark.parametrize(
+    ("mix", "expected"),
+    [("classes: [{gpus: 8, share: 1, median_s: 60, sigma: .inf}]\ntemplates: []",
+      "classes[0].sigma=inf"),
+     ("classes: [{gpus: 8, share: 1, median_s: 60, sigma: 1}]\n"
+      "templates: [{min_gpus: 16, model: llama3-8b, seq: 4096}]", "no template for jobs of 8 GPUs"),
+     ("classes: [{gpus: 64, share: 1, median_s: 60, sigma: 1}]\n"
+      "templates: [{min_gpus: 1, model: llama3-8b, seq: 4096}]", "no class of the job mix fits 32"),
+     ("classes: [{gpus: 8, share: 0, median_s: 60, sigma: 1}]\n"
+      "templates: [{min_gpus: 1, model: llama3-8b, seq: 4096}]", "share above 0")],
+)  # fmt: skip
+def test_a_bad_job_mix_is_one_line(tmp_path, mix, expected):
+    write(tmp_path, mix + "\n", "mix.yaml")
+    path = write(tmp_path, compose("trace: {generate: {jobs: 10, mix: mix.yaml}}", "jobs: []"))
+    assert expected in error_of(path)

@@ -70,7 +70,12 @@ def load_causes(path: str | Path | None = None, *, scale: float = 1.0,
     ``scale`` multiplies every rate; ``overrides`` replaces fields by cause name."""
     if scale < 0:
         raise GpuplanError(f"failure rate scale={scale!r} is invalid: use a factor >= 0")
-    doc = yaml.safe_load(_default_text() if path in (None, "default") else Path(path).read_text())
+    if path in (None, "default"):
+        doc = yaml.safe_load(_default_text())
+    else:  # a user's file: numbers as YAML 1.2 writes them, every key checked (one line each)
+        from gpuplan.sim.cluster.schema import load_rates
+
+        doc = load_rates(Path(path))
     source = doc.get("source", "")
     causes = []
     for raw in doc["causes"]:

@@ -31,7 +31,7 @@ import numpy as np
 import yaml
 
 from gpuplan.errors import GpuplanError
-from gpuplan.sim.cluster.schema import definition, from_text, problems
+from gpuplan.sim.cluster.schema import definition, from_text, load_job_mix, problems
 from gpuplan.sim.parallel.strategy import Strategy
 
 STRATEGY_KEYS = ("tp", "pp", "cp", "ep", "micro_batch", "global_batch", "schedule",
@@ -247,9 +247,8 @@ def job_mix(path: str | None = None) -> dict:
     """The size classes and templates of a job-mix file (default: ``data/job_mix.yaml``)."""
     if path is None:
         text = (resources.files("gpuplan.sim.cluster") / "data" / "job_mix.yaml").read_text()
-    else:
-        text = Path(path).read_text()
-    return yaml.safe_load(text)
+        return yaml.safe_load(text)
+    return load_job_mix(Path(path))
 
 
 def template_for(gpus: int, mix: dict) -> dict:
@@ -279,6 +278,15 @@ def generate_trace(*, jobs: int, capacity_gpus: int, load: float, seed: int,
         for c in mix["classes"]
     ]
     classes = [c for c in classes if c["gpus"] <= capacity_gpus]
+    if not classes or not sum(c["share"] for c in classes) > 0:
+        raise GpuplanError(
+            f"generated trace: no class of the job mix fits {capacity_gpus} GPUs with a share "
+            f"above 0 (size_scale={size_scale})"
+        )
+    smallest = min(t["min_gpus"] for t in mix["templates"]) if mix["templates"] else math.inf
+    if min(c["gpus"] for c in classes) < smallest:
+        raise GpuplanError(f"generated trace: the job mix has no template for jobs of "
+                           f"{min(c['gpus'] for c in classes)} GPUs (min_gpus)")  # fmt: skip
     share = np.array([c["share"] for c in classes], float)
     share /= share.sum()
     mean_s = np.array([c["median_s"] * math.exp(c["sigma"] ** 2 / 2) for c in classes])

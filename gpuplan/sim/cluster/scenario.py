@@ -67,6 +67,7 @@ DAY_S = 86400.0
 # 21,368 failures in 3.1 s on one core), so this many take some 15 s; a failure-rate scale of 1e9
 # is refused at once instead of running for days. A run without a horizon draws a month at a time.
 MAX_FAILURES = 100_000
+MAX_SLICES = 1_000_000  # gang time slices in a horizon (each is a scheduling pass)
 FAILURE_CHUNK_S = 30 * DAY_S  # as engine.CHUNK_S
 SEED_END = 2**63  # seeds are 0 ... 2**63 - 1 (a shifted trace seed wraps around)
 
@@ -187,6 +188,11 @@ def _build(doc: dict, folder: Path):
         on_oversize=doc.get("on_oversize", "error"),
     )  # fmt: skip
     _check_failure_count(cfg, f.get("scale", 1.0))
+    if cfg.policy == "gang" and cfg.horizon_s is not None and cfg.horizon_s / cfg.quantum_s > MAX_SLICES:
+        raise GpuplanError(
+            f"scheduler.quantum_s={cfg.quantum_s:g} gives {cfg.horizon_s / cfg.quantum_s:,.0f} "
+            f"gang time slices in the horizon, more than {MAX_SLICES:,}: use a longer quantum"
+        )
     return cfg, _jobs(doc, folder, cfg)
 
 

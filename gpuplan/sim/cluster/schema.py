@@ -239,6 +239,30 @@ _Loader.add_implicit_resolver(
 )
 
 
+def load_rates(path: Path) -> dict:
+    """A failure-rates file, checked against the schema's ``rates_file``."""
+    return _load_checked(path, "rates_file", "failure-rates file")
+
+
+def load_job_mix(path: Path) -> dict:
+    """A job-mix file, checked against the schema's ``job_mix``."""
+    return _load_checked(path, "job_mix", "job-mix file")
+
+
+def _load_checked(path: Path, name: str, what: str) -> dict:
+    doc = load_yaml(path)
+    if not isinstance(doc, dict):
+        raise GpuplanError(f"{path}: a {what} is a mapping of keys, not {type(doc).__name__}")
+    for problem in problems(doc, definition(name)):
+        raise GpuplanError(f"{path}: {problem}")
+    if name == "rates_file":
+        for k, cause in enumerate(doc["causes"]):
+            if "rate_per_hour" not in cause and not {"count", "exposure_hours"} <= set(cause):
+                raise GpuplanError(f"{path}: causes[{k}]: give rate_per_hour, or count and "
+                                   "exposure_hours")  # fmt: skip
+    return doc
+
+
 def load_yaml(path: Path):
     """A YAML file's document; one-line GpuplanErrors for unreadable files and bad syntax."""
     try:
