@@ -106,6 +106,9 @@ def test_missing_dask_is_one_line_naming_the_extra(capsys, monkeypatch):
     (["--workers", "100000"], "give 1 to 256"),
     (["--workers", "0"], "greater than zero"),
     (["--scheduler", " "], "give an address"),
+    (["--scheduler", "foo"], "not a Dask scheduler address"),
+    (["--scheduler", "xyz://host:1"], "not a Dask scheduler address"),
+    (["--scheduler", "tcp://host:port"], "not a Dask scheduler address"),
 ])  # fmt: skip
 def test_bad_pool_options_are_one_line_and_exit_code_2(capsys, flags, words):
     assert main([*SEARCH, *flags]) == 2

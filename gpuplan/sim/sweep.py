@@ -112,17 +112,37 @@ def open_pool(*, workers: int | None = None, scheduler: str | None = None) -> It
             ))  # fmt: skip
             address, label = cluster, f"{workers} local Dask workers"
         else:
-            address, label = scheduler, f"Dask scheduler {scheduler}"
+            address, label = _address(scheduler), f"Dask scheduler {scheduler}"
         try:
             client = stack.enter_context(
                 distributed.Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
             )
-        except (OSError, TimeoutError) as err:
+        except (OSError, TimeoutError, ValueError) as err:
             raise GpuplanError(
                 f"--scheduler {scheduler}: no Dask scheduler answered within "
                 f"{CONNECT_TIMEOUT_S:g} s ({type(err).__name__})"
             ) from None
         yield DaskPool(client, label)
+
+
+def _address(text: str) -> str:
+    """A scheduler address Dask can dial (``tcp://host:port``, ``tls://``, ``ws://``, ...)."""
+    from distributed.comm import parse_address, parse_host_port
+
+    try:
+        scheme, location = parse_address(text.strip())
+        host, port = parse_host_port(location) if scheme in ("tcp", "tls") else (location, 1)
+        if scheme not in DIALABLE or not host or not port:
+            raise ValueError(text)
+    except ValueError:
+        raise GpuplanError(
+            f"--scheduler {text!r} is not a Dask scheduler address: give one such as "
+            "tcp://host:8786"
+        ) from None
+    return text.strip()
+
+
+DIALABLE = ("tcp", "tls", "ws", "wss", "ucx")  # Dask's comm backends that reach another process
 
 
 def chunks(n: int, size: int) -> list[slice]:
