@@ -47,6 +47,7 @@ LIMIT_S = 20.0
 UMASK = 0o022
 
 # The cheap valid command lines the mutations start from (each runs in well under a second).
+LENGTHS_OK = ["--prompt-tokens", "128", "--output-tokens", "16"]
 LAYER = ["--hidden", "256", "--heads-q", "4", "--heads-kv", "2", "--ffn", "512"]
 BASES: list[list[str]] = [
     ["models"],
@@ -65,9 +66,10 @@ BASES: list[list[str]] = [
     ["train", "--model", "llama3-8b", "--gpus", "8"],
     ["train", "--model", "megatron-gpt-1.7b", "--gpus", "8", "--timeline", "t.json"],
     ["search", "train", "--model", "megatron-gpt-1.7b", "--gpus", "8", "--global-batch", "64"],
-    ["serve", "--model", "llama3-8b", "--gpu", "h200", "--rate", "1", "--requests", "20"],
+    ["serve", "--model", "llama3-8b", "--gpu", "h200", "--rate", "1", "--requests", "20",
+     *LENGTHS_OK],
     ["serve", "plan", "--model", "llama3-8b", "--gpu", "h200", "--rate", "1", "--requests", "20",
-     "--slo-ttft-s", "1", "--slo-tpot-s", "0.1", "--tp", "1", "--max-seqs", "8"],  # fmt: skip
+     *LENGTHS_OK, "--slo-ttft-s", "1", "--slo-tpot-s", "0.1", "--tp", "1", "--max-seqs", "8"],
     ["serve", "edge", "--model", "llama3-8b", "--gpu", "l4"],
     ["cluster", "tiny.yaml", "--no-progress"],
     ["cluster", "--list"],
@@ -130,7 +132,7 @@ SPECIAL = {
 # hand-picked cases: combinations a one-flag mutation rarely draws
 FIXED = [
     ["serve", "--model", "llama3-8b", "--gpu", "h200", "--rate", "1", "--requests", "20",
-     "--disaggregate", "1:1", "--replicas", "4"],
+     *LENGTHS_OK, "--disaggregate", "1:1", "--replicas", "4"],
     ["estimate", "layer", "--hidden", "4096", "--heads-q", "32", "--heads-kv", "7",
      "--ffn", "1024"],
     ["estimate", "train-step", "--model", "llama3-8b", "--seq", "1000000"],
@@ -139,7 +141,7 @@ FIXED = [
     ["train", "--model", "llama3-8b", "--gpus", str(10**30)],
     ["cluster", "tiny.yaml", "--no-progress", "--plot", "out.bogus", "--jobs", "jobs.csv"],
     ["serve", "--model", "llama3-8b", "--gpu", "h200", "--rate", "1", "--requests", "20",
-     "--requests-csv", "missing/r.csv"],
+     *LENGTHS_OK, "--requests-csv", "missing/r.csv"],
     ["validate", "calibrate", "--data", "data", "--out", ""],
 ]  # fmt: skip
 FIXED_CASE = "(a hand-picked case)"

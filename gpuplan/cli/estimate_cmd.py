@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from gpuplan.cli.argtypes import positive_int
+from gpuplan.cli.argtypes import byte_count, gpu_count, layer_count, positive_int, word
 from gpuplan.cli.stack_flags import add_stack_options, stack_doc, stack_from_args, stack_line
 from gpuplan.cli.tables import dump_json, render_table
 from gpuplan.errors import GpuplanError
@@ -86,6 +86,7 @@ INT_FLAGS = (
     "tp",
     "max_cache_len",
 )
+INT_TYPES = {"layers": layer_count, "world": gpu_count, "tp": gpu_count}
 BOOL_FLAGS = ("causal", "compiled", "cuda_graph")
 STR_FLAGS = ("dtype", "op", "pass", "recompute", "optimizer", "precision", "kv_cache", "timing")
 DEFAULT_SCENARIO = (
@@ -124,10 +125,11 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     add_stack_options(p, default="pytorch")
     for name in INT_FLAGS:
-        p.add_argument("--" + name.replace("_", "-"), dest=name, type=positive_int)
-    p.add_argument("--bytes", dest="bytes", type=float, help="collective buffer bytes per rank")
-    for name in STR_FLAGS:
-        p.add_argument("--" + name.replace("_", "-"), dest=name)
+        flag_type = INT_TYPES.get(name, positive_int)
+        p.add_argument("--" + name.replace("_", "-"), dest=name, type=flag_type)
+    p.add_argument("--bytes", dest="bytes", type=byte_count, help="collective buffer bytes per rank")
+    for name, choices in _str_choices().items():
+        p.add_argument("--" + name.replace("_", "-"), dest=name, type=word, choices=choices)
     for name in BOOL_FLAGS:
         p.add_argument(
             "--" + name.replace("_", "-"),
@@ -136,6 +138,31 @@ def register(subparsers) -> None:
             default=None,
         )
     p.set_defaults(func=run)
+
+
+def _str_choices() -> dict[str, tuple[str, ...]]:
+    """Each word flag's values: those the record contract allows for it in any kind."""
+    from gpuplan.sim.stacks import KV_CACHES, TIMINGS
+    from gpuplan.validate.records import PARAM_RULES
+
+    out: dict[str, tuple[str, ...]] = {"kv_cache": KV_CACHES, "timing": TIMINGS}
+    for rules in PARAM_RULES.values():
+        for name, rule in rules.items():
+            if name in STR_FLAGS and isinstance(rule, tuple):
+                out[name] = tuple(dict.fromkeys((*out.get(name, ()), *rule)))
+    return {name: out[name] for name in STR_FLAGS}
+
+
+def _check_contract(kind: str, device: str, params: dict[str, Any]) -> None:
+    """The record contract's rules (types, values, shape multiples) on a case's params."""
+    from gpuplan.validate.records import parse_record
+
+    record = {"kind": kind, "device": device, "params": params, "measured": {"time_s": 1.0}}
+    try:
+        parse_record(record)
+    except GpuplanError as err:
+        text = str(err).replace("params.", "--").replace("_", "-")
+        raise GpuplanError(f"estimate {kind.replace('_', '-')}: {text}") from None
 
 
 def run(args) -> int:
@@ -221,6 +248,7 @@ def _estimate(kind: str, args, overrides: dict[str, Any]) -> dict[str, Any]:
             flags = ", ".join("--" + k.replace("_", "-") for k in missing)
             hint = " (or --model)" if kind in ("layer", "train_step", "decode_step") else ""
             raise GpuplanError(f"estimate {kind.replace('_', '-')} needs {flags}{hint}")
+        _check_contract(kind, acc.key, params)
         bd = predict_breakdown(kind, acc.key, params, eff=eff)
         params["stack"] = stack.name
     return _result(kind, acc, eff, model, params, bd, stack)
@@ -286,7 +314,7 @@ def _render(r: dict[str, Any], by: str) -> str:
         f"{_fmt('achieved_flops_per_s', r['achieved_flops_per_s'])}",
     ]
     if r["peak_bytes"] is not None:
-        terms = ", ".join(f"{k} {_fmt('bytes', v)}" for k, v in r["memory_bytes"].items())
+        terms = ", ".join(f"{k} {_fmt('bytes', v)}" for k, v in r["memory_bytes"].items() if v)
         fits = "fits" if r["fits"] else "DOES NOT FIT"
         lines.append(
             f"peak memory: {_fmt('bytes', r['peak_bytes'])} of "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 from gpuplan.cli import require_subcommand
-from gpuplan.cli.argtypes import positive_int
+from gpuplan.cli.argtypes import at_least_one, gpu_count, positive_int
 from gpuplan.cli.dask_workers import (
     add_sweep_options,
     add_timing_option,
@@ -72,9 +72,9 @@ def register(subparsers) -> None:
         default="bf16",
         help="GEMM precision searched: bf16 (default), fp8, or any (both)",
     )
-    p.add_argument("--max-cp", type=positive_int, default=16, help="largest context-parallel size")
+    p.add_argument("--max-cp", type=gpu_count, default=16, help="largest context-parallel size")
     p.add_argument(
-        "--expert-imbalance", type=float, default=1.0, help="MoE: busiest expert's load / mean"
+        "--expert-imbalance", type=at_least_one, default=1.0, help="MoE: busiest expert's load / mean"
     )
     add_assumption_options(p)
     add_sweep_options(p)
@@ -93,12 +93,14 @@ def run(args) -> int:
         raise GpuplanError("gpuplan search train needs --gpus")
     cfg = get_model(args.model)
     cluster = resolve_cluster(args)
+    stack = resolve_stack(args, cluster.accelerator)
     seq = args.seq or default_seq(cfg)
     space = SearchSpace(
         recompute=tuple(args.recompute), zero=tuple(sorted(set(args.zero))),
         precision=PRECISION_CHOICES[args.precision], max_cp=args.max_cp, attention=args.attention,
         state_precision=args.state_precision, overlap_dp=args.overlap_dp,
-        overlap_tp=args.overlap_tp, overlap_pp=args.overlap_pp, load=args.expert_imbalance,
+        overlap_tp=args.overlap_tp, overlap_pp=args.overlap_pp, overlap_ep=args.overlap_ep,
+        load=args.expert_imbalance, stack=stack,
     )  # fmt: skip
     with open_pool(args) as pool:
         result = search(
@@ -106,7 +108,9 @@ def run(args) -> int:
             space=space, tokens=args.tokens, usd_per_gpu_hour=args.price_per_gpu_hour, pool=pool,
         )  # fmt: skip
     best = row_strategy(result.frame.iloc[0], global_batch=args.global_batch, space=space)
-    fastest = estimate_training(cfg, best, cluster=cluster, seq=seq, gpus=args.gpus).to_dict()
+    fastest = estimate_training(
+        cfg, best, cluster=cluster, seq=seq, gpus=args.gpus, stack=stack
+    ).to_dict()
     layouts = distinct_layouts(result.frame, seq)
     top = layouts.head(args.top).assign(mfu_pct=lambda f: 100 * f["mfu"])
     pareto = result.pareto.assign(mfu_pct=lambda f: 100 * f["mfu"])
@@ -122,6 +126,7 @@ def run(args) -> int:
         "distinct_layouts": len(layouts),
         "precision": list(space.precision),
         "overlaps": overlaps_in_force(space),
+        "stack": stack_doc(stack, cluster.accelerator),
     }
     if result.interruptions is not None:
         stats["interruptions"] = result.interruptions.to_dict()

@@ -19,7 +19,16 @@ import argparse
 import math
 import sys
 
-from gpuplan.cli.argtypes import positive
+from gpuplan.cli.argtypes import (
+    fraction,
+    gpu_count,
+    int_list,
+    percentile,
+    positive,
+    random_seed,
+    request_count,
+    word,
+)
 from gpuplan.cli.dask_workers import (
     add_sweep_options,
     add_timing_option,
@@ -31,7 +40,8 @@ from gpuplan.cli.dask_workers import (
 from gpuplan.cli.tables import dump_json, format_seconds, format_value, render_table
 from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.attention import ATTENTION_KERNELS
-from gpuplan.outputs import write_csv
+from gpuplan.limits import MAX_CV, MAX_GPUS
+from gpuplan.outputs import check_output, write_csv
 
 POLICIES = ("static", "dynamic", "continuous", "chunked")
 WEIGHT_DTYPES = ("bf16", "fp8", "int8", "int4")
@@ -49,24 +59,17 @@ def _tokens(text: str):
     """A whole number of tokens (> 0) or a length spec, checked when the workload is made."""
     if text.strip().lstrip("-").isdigit():
         return positive(int)(text)
-    return text
+    return word(text)
 
 
 def _ratio(text: str) -> tuple[int, int]:
     p, sep, d = text.partition(":")
     if not sep or not p.isdigit() or not d.isdigit() or int(p) < 1 or int(d) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is invalid: give P:D, e.g. 1:2")
-    return int(p), int(d)
+    return gpu_count(p), gpu_count(d)
 
 
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list") from None
-    if any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"{text!r}: every value must be at least 1")
-    return values
+_ints = int_list()  # comma-separated whole numbers, each at least 1
 
 
 def _common(p, *, rate_required: bool) -> None:
@@ -79,8 +82,9 @@ def _common(p, *, rate_required: bool) -> None:
     p.add_argument(
         "--trace", help="CSV or JSON Lines trace: arrival_s, prompt_tokens, output_tokens"
     )
-    p.add_argument("--requests", type=positive(int), default=None, help="requests to simulate")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--requests", type=request_count, default=None, help="requests to simulate")
+    p.add_argument("--seed", type=random_seed, default=0,
+                   help="random seed, 0 to 2^64 - 1 (default 0)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     add_timing_option(p)
     p.add_argument("--attention-kernel", choices=ATTENTION_KERNELS, default="flash2",
@@ -96,8 +100,8 @@ def register(subparsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _common(p, rate_required=False)
-    p.add_argument("--tp", type=positive(int), default=1, help="tensor-parallel GPUs per replica")
-    p.add_argument("--replicas", type=positive(int), default=1)
+    p.add_argument("--tp", type=gpu_count, default=1, help="tensor-parallel GPUs per replica")
+    p.add_argument("--replicas", type=gpu_count, default=1)
     p.add_argument("--router", choices=ROUTERS, default="round_robin")
     p.add_argument("--policy", choices=POLICIES, default="continuous")
     p.add_argument("--weight-dtype", choices=WEIGHT_DTYPES, default="bf16")
@@ -108,9 +112,9 @@ def register(subparsers) -> None:
     p.add_argument("--block-tokens", type=positive(int), default=16)
     p.add_argument("--preemption", choices=("recompute", "swap"), default="recompute")
     p.add_argument("--batch-timeout-s", type=positive(float), default=0.1)
-    p.add_argument("--memory-utilization", type=positive(float), default=0.9)
+    p.add_argument("--memory-utilization", type=fraction, default=0.9)
     p.add_argument("--arrival", choices=("poisson", "gamma"), default="poisson")
-    p.add_argument("--cv", type=positive(float), default=1.0, help="gamma arrivals' burstiness")
+    p.add_argument("--cv", type=positive(float, MAX_CV), default=1.0, help="gamma arrivals' burstiness")
     p.add_argument("--disaggregate", type=_ratio, help="P:D prefill and decode replicas")
     p.add_argument("--kv-link", choices=("scaleout", "scaleup"), default="scaleout")
     p.add_argument("--no-cuda-graph", action="store_true", help="decode iterations run eagerly")
@@ -118,9 +122,10 @@ def register(subparsers) -> None:
     p.add_argument("--slo-ttft-s", type=positive(float), help="for goodput")
     p.add_argument("--slo-tpot-s", type=positive(float), help="for goodput")
     p.add_argument("--horizon-s", type=positive(float), help="stop the simulation at this time")
-    p.add_argument("--progress", action="store_true", help="a progress bar on stderr")
-    p.add_argument("--requests-csv", help="write the per-request table to this CSV file")
-    p.add_argument("--timeline-csv", help="write queue length and KV use over time to this CSV")
+    p.add_argument("--progress", action="store_true", help="a progress bar on stderr, when it is a terminal")
+    p.add_argument("--requests-csv", type=word, help="write the per-request table to this CSV file")
+    p.add_argument("--timeline-csv", type=word,
+                   help="write queue length and KV use over time to this CSV")  # fmt: skip
     p.add_argument("--reproduce", action="store_true",
                    help="predict the published serving results (TensorRT-LLM, NIM, vLLM) and "
                    "print the error by source and metric")  # fmt: skip
@@ -135,12 +140,12 @@ def _register_plan(sub) -> None:
     _common(p, rate_required=True)
     p.add_argument("--slo-ttft-s", type=positive(float), required=True)
     p.add_argument("--slo-tpot-s", type=positive(float), required=True)
-    p.add_argument("--percentile", type=positive(float), default=99.0)
-    p.add_argument("--tp", type=_ints, help="tensor-parallel degrees to try (default: all)")
+    p.add_argument("--percentile", type=percentile, default=99.0)
+    p.add_argument("--tp", type=int_list(MAX_GPUS), help="tensor-parallel degrees to try (default: all)")
     p.add_argument("--policy", choices=("continuous", "chunked"), default="chunked")
     p.add_argument("--max-seqs", type=_ints, default=(64, 256), help="max_seqs values to try")
     p.add_argument("--no-disaggregation", action="store_true")
-    p.add_argument("--max-gpus", type=positive(int), default=64)
+    p.add_argument("--max-gpus", type=gpu_count, default=64)
     p.add_argument("--top", type=positive(int), default=5)
     p.add_argument("--price-per-gpu-hour", type=positive(float), help="USD (default: price file)")
     add_sweep_options(p)
@@ -204,6 +209,7 @@ def run_serve(args) -> int:
             f"gpuplan serve needs {flags} (or a subcommand: plan, edge; or --reproduce)"
         )
 
+    _check_serve_outputs(args)
     dep = deployment(
         args.model,
         args.gpu,
@@ -251,6 +257,19 @@ def run_serve(args) -> int:
                       {"wall_s": result.wall_s})  # fmt: skip
     print(dump_json(doc) if args.json else _render_serve(doc))
     return 0
+
+
+def _check_serve_outputs(args) -> None:
+    """Output paths and the replica count checked before any work."""
+    for flag in ("requests_csv", "timeline_csv"):
+        if getattr(args, flag):
+            check_output(getattr(args, flag), "--" + flag.replace("_", "-"))
+    if args.disaggregate and args.replicas not in (1, sum(args.disaggregate)):
+        p, d = args.disaggregate
+        raise GpuplanError(
+            f"--replicas {args.replicas} disagrees with --disaggregate {p}:{d}, which runs "
+            f"{p} + {d} = {p + d} replicas: drop --replicas or give a P:D that sums to it"
+        )
 
 
 def _fields(obj) -> dict:

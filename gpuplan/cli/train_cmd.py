@@ -18,10 +18,21 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from gpuplan.cli.argtypes import positive_float, positive_int
+from gpuplan.cli.argtypes import (
+    at_least_one,
+    gpu_count,
+    non_negative,
+    positive_float,
+    positive_int,
+    random_seed,
+    word,
+)
 from gpuplan.cli.dask_workers import add_timing_option, with_timing
+from gpuplan.cli.stack_flags import add_stack_options, stack_doc, stack_from_args
 from gpuplan.cli.tables import dump_json, format_value, render_table
 from gpuplan.errors import GpuplanError
+from gpuplan.limits import MAX_CV, MAX_GPUS
+from gpuplan.outputs import check_output
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
@@ -38,7 +49,7 @@ def zero_stage(text: str) -> int:
 def add_cluster_options(p) -> None:
     """--gpu, --gpus, --cluster, --placement, shared with ``gpuplan search train``."""
     p.add_argument("--gpu", help="accelerator key (default: the cluster's, else h200)")
-    p.add_argument("--gpus", type=positive_int, help="number of GPUs (the world size)")
+    p.add_argument("--gpus", type=gpu_count, help="number of GPUs (the world size)")
     p.add_argument(
         "--cluster",
         help="cluster preset: dgx-a100, dgx-h100, dgx-h200, gb200-nvl72 "
@@ -59,34 +70,59 @@ def add_assumption_options(p) -> None:
         default="flash",
         help="attention kernels: flash (default) or unfused (QK^T/softmax/PV, Megatron 2021)",
     )
+    add_stack_options(p, default=DEFAULT_TRAINING_STACK)
     p.add_argument(
         "--state-precision",
         choices=("bf16-mixed-megatron", "bf16-mixed", "bf16"),
-        default="bf16-mixed-megatron",
-        help="bytes per parameter of weights, gradients and Adam state (default 2+4+12)",
+        default=None,
+        help="bytes per parameter of weights, gradients and Adam state (default: the stack's; "
+        "megatron-te: 2+4+12, autocast stacks: bf16-mixed 4+4+8)",
     )
     p.add_argument(
         "--overlap-dp",
         action=argparse.BooleanOptionalAction,
-        default=True,
-        help="hide data-parallel communication behind the backward (default: on)",
+        default=None,
+        help="hide data-parallel communication behind the backward (default: the stack's)",
     )
     p.add_argument(
         "--overlap-tp",
         action=argparse.BooleanOptionalAction,
-        default=False,
-        help="hide TP collectives behind the GEMMs (default: off)",
+        default=None,
+        help="hide TP collectives behind the GEMMs (default: the stack's)",
     )
     p.add_argument(
         "--overlap-pp",
         action=argparse.BooleanOptionalAction,
+        default=None,
+        help="hide pipeline sends behind compute (default: the stack's)",
+    )
+    p.add_argument(
+        "--overlap-ep",
+        action=argparse.BooleanOptionalAction,
         default=False,
-        help="hide pipeline sends behind compute (default: off)",
+        help="hide MoE all-to-all behind another micro-batch's compute, as DeepSeek-V3's "
+        "DualPipe does (default: off)",
     )
     p.add_argument("--tokens", type=positive_float, help="token budget of the whole run")
     p.add_argument(
         "--price-per-gpu-hour", type=positive_float, help="USD per GPU-hour (default: price file)"
     )
+
+
+DEFAULT_TRAINING_STACK = "megatron-te"
+
+
+def resolve_stack(args, acc):
+    """The stack of --stack and its overrides; the strategy options it sets by default
+    (precision of the state, overlaps) filled in where the command line left them unset."""
+    stack = stack_from_args(args, acc)
+    state = "bf16-mixed" if stack.mixed_precision == "autocast" else "bf16-mixed-megatron"
+    defaults = {"state_precision": state, "overlap_dp": stack.overlap_dp,
+                "overlap_tp": stack.overlap_tp, "overlap_pp": stack.overlap_pp}  # fmt: skip
+    for name, value in defaults.items():
+        if getattr(args, name, None) is None:
+            setattr(args, name, value)
+    return stack
 
 
 def register(subparsers) -> None:
@@ -99,7 +135,7 @@ def register(subparsers) -> None:
     p.add_argument("--model", help="model preset or config.json")
     add_cluster_options(p)
     for name in ("tp", "pp", "dp", "ep", "cp"):
-        p.add_argument(f"--{name}", type=positive_int, help=f"{name} degree")
+        p.add_argument(f"--{name}", type=gpu_count, help=f"{name} degree")
     p.add_argument("--sp", action="store_true", help="Megatron sequence parallelism (tp > 1)")
     p.add_argument("--zero", type=zero_stage, default=0, help="ZeRO stage 0-3 or fsdp (= 3)")
     p.add_argument("--micro-batch", type=positive_int, default=1, help="sequences per micro-batch")
@@ -128,7 +164,7 @@ def register(subparsers) -> None:
     p.add_argument("--precision", choices=("bf16", "fp8"), default="bf16")
     p.add_argument(
         "--expert-imbalance",
-        type=float,
+        type=at_least_one,
         default=1.0,
         help="MoE: busiest expert's load over the mean (default 1.0)",
     )
@@ -184,26 +220,29 @@ def resolve_pp_layers(args, cfg, pp: int) -> tuple[int, ...] | None:
 
 def straggler(text: str):
     """RANK:SLOWDOWN, e.g. 12:0.1 for GPU 12 computing 10% slower."""
-    try:
-        rank, slowdown = text.split(":")
-        return int(rank), float(slowdown)
-    except ValueError:
+    rank, sep, slowdown = text.partition(":")
+    if not sep:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not RANK:SLOWDOWN (e.g. 12:0.1 for GPU 12 computing 10% slower)"
-        ) from None
+        )
+    try:
+        return non_negative(int, MAX_GPUS - 1)(rank), non_negative(float)(slowdown)
+    except argparse.ArgumentTypeError as err:
+        raise argparse.ArgumentTypeError(f"{text!r} (RANK:SLOWDOWN): {err}") from None
 
 
 def add_timeline_options(p) -> None:
     """--timeline, --all-ranks and the timeline's perturbations."""
-    p.add_argument("--timeline", metavar="OUT.json",
+    p.add_argument("--timeline", metavar="OUT.json", type=word,
                    help="simulate the step in time and write a Chrome/Perfetto trace")  # fmt: skip
     p.add_argument("--all-ranks", action="store_true",
                    help="simulate (and draw) every GPU, not one per symmetric group")  # fmt: skip
     p.add_argument("--straggler", type=straggler, action="append", default=[],
                    metavar="RANK:SLOWDOWN", help="a GPU that computes slower (repeatable)")  # fmt: skip
-    p.add_argument("--jitter", type=float, default=0.0,
+    p.add_argument("--jitter", type=non_negative(float, MAX_CV), default=0.0,
                    help="kernel-time jitter, coefficient of variation (default 0)")  # fmt: skip
-    p.add_argument("--seed", type=int, default=0, help="seed of the jitter (default 0)")
+    p.add_argument("--seed", type=random_seed, default=0,
+                   help="seed of the jitter (0 to 2^64 - 1; default 0)")  # fmt: skip
 
 
 def resolve_cluster(args):
@@ -250,6 +289,7 @@ def _strategy(args, gpus: int | None, cfg=None):
         virtual_stages=args.virtual_stages, recompute=args.recompute, precision=args.precision,
         state_precision=args.state_precision, attention=args.attention,
         overlap_dp=args.overlap_dp, overlap_tp=args.overlap_tp, overlap_pp=args.overlap_pp,
+        overlap_ep=args.overlap_ep,
         capacity_factor=args.capacity_factor, expert_imbalance=args.expert_imbalance,
         pp_layers=resolve_pp_layers(args, cfg, pp) if cfg is not None else None,
     )  # fmt: skip
@@ -260,12 +300,15 @@ def run(args) -> int:
         return reproduce(args)
     if not args.model:
         raise GpuplanError("gpuplan train needs --model (or --reproduce)")
+    if getattr(args, "timeline", None):
+        check_output(args.timeline, "--timeline")  # before any work
     from gpuplan.sim.parallel.cost import run_budget
     from gpuplan.sim.parallel.estimate import estimate_training
     from gpuplan.workloads.presets import get_model
 
     cfg = get_model(args.model)
     cluster = resolve_cluster(args)
+    stack = resolve_stack(args, cluster.accelerator)
     strategy = _strategy(args, args.gpus, cfg)
     seq = args.seq or default_seq(cfg)
     if getattr(args, "timeline", None) and len(set(strategy.pp_layers or ())) > 1:
@@ -273,8 +316,9 @@ def run(args) -> int:
             f"--timeline plays pipelines of equal stages; pp_layers="
             f"{','.join(map(str, strategy.pp_layers))} is uneven: drop --timeline or the uneven split"
         )
-    est = estimate_training(cfg, strategy, cluster=cluster, seq=seq, gpus=args.gpus)
+    est = estimate_training(cfg, strategy, cluster=cluster, seq=seq, gpus=args.gpus, stack=stack)
     doc = est.to_dict()
+    doc["stack"] = stack_doc(stack, cluster.accelerator)
     timing = {}
     if getattr(args, "timeline", None):
         timeline = write_timeline(args, cfg, strategy, cluster, seq)
@@ -298,24 +342,34 @@ def run(args) -> int:
 def write_timeline(args, cfg, strategy, cluster, seq) -> dict[str, Any]:
     """Simulate the step, write its trace; the timeline's headline figures."""
     from gpuplan.sim.timeline import Straggler, simulate_step
-    from gpuplan.sim.timeline.trace import trace_slices, write_chrome_trace
+    from gpuplan.sim.timeline.trace import write_chrome_trace
 
     tl = simulate_step(
         cfg, strategy, cluster=cluster, seq=seq, all_ranks=args.all_ranks, jitter=args.jitter,
         seed=args.seed, stragglers=tuple(Straggler(rank=r, slowdown=s) for r, s in args.straggler),
     )  # fmt: skip
-    detail = "kernel" if trace_slices(tl, "kernel") <= MAX_KERNEL_SLICES else "step"
-    if detail == "step" and (n := trace_slices(tl, "step")) > MAX_STEP_SLICES:
-        raise GpuplanError(
-            f"the trace would hold {n:,} slices even one per block half (at most "
-            f"{MAX_STEP_SLICES:,}); drop --all-ranks to draw each symmetric group once"
-        )
-    slices = write_chrome_trace(tl, args.timeline, detail=detail)
-    return tl.to_dict() | {"trace": args.timeline, "trace_slices": slices, "trace_detail": detail}
+    detail, every_rank = trace_detail(tl)
+    slices = write_chrome_trace(tl, args.timeline, detail=detail, every_rank=every_rank)
+    return tl.to_dict() | {"trace": args.timeline, "trace_slices": slices, "trace_detail": detail,
+                           "trace_every_rank": every_rank and tl.all_ranks}  # fmt: skip
 
 
-MAX_KERNEL_SLICES = 2_000_000  # beyond this the trace draws one slice per block half
-MAX_STEP_SLICES = 8_000_000  # about 1 GB of JSON: more than a browser trace viewer opens
+MAX_TRACE_SLICES = 2_000_000  # about 250 MB of JSON, written in seconds; a viewer opens it
+TRACE_LADDER = (("kernel", True), ("step", True), ("step", False), ("task", False))
+
+
+def trace_detail(tl) -> tuple[str, bool]:
+    """The finest (detail, every rank) whose trace holds at most ``MAX_TRACE_SLICES`` slices:
+    kernels, then steps (block halves), then each TP x CP group drawn once, then tasks."""
+    from gpuplan.sim.timeline.trace import trace_slices
+
+    for detail, every_rank in TRACE_LADDER:
+        if (n := trace_slices(tl, detail, every_rank)) <= MAX_TRACE_SLICES:
+            return detail, every_rank
+    raise GpuplanError(
+        f"the trace would hold {n:,} slices even one per task (at most {MAX_TRACE_SLICES:,}); "
+        "drop --all-ranks to draw each symmetric group once"
+    )
 
 
 def render_timeline(t: dict[str, Any], estimate_s: float, wall_s: float | None = None) -> list[str]:
@@ -324,18 +378,24 @@ def render_timeline(t: dict[str, Any], estimate_s: float, wall_s: float | None =
     return [
         "",
         f"timeline        {format_value('step_time_s', t['step_time_s'])} ({diff:+.1f}% vs the "
-        f"closed form), bubble {100 * t['bubble_fraction']:.1f}% on the last GPU to finish",
+        f"closed form), bubble {100 * t['bubble_fraction']:.1f}% (mean of the simulated GPUs)",
         f"                {t['simulated_gpus']} TP x CP groups simulated for {t['world']} GPUs, "
         f"{t['events']:,} events{took}",
         *[f"                {n}" for n in t["notes"][1:]],
         f"trace           {t['trace']} ({t['trace_slices']:,} slices, {t['trace_detail']} "
-        "detail; open in https://ui.perfetto.dev)",
+        f"detail{_drawn(t)}; open in https://ui.perfetto.dev)",
     ]
 
 
 def render_overlaps(overlaps: dict[str, bool]) -> str:
     """The overlaps in force, e.g. 'dp on, tp off, pp off'."""
     return ", ".join(f"{k} {'on' if v else 'off'}" for k, v in overlaps.items())
+
+
+def _drawn(t: dict[str, Any]) -> str:
+    if not t["all_ranks"]:
+        return ""
+    return ", every rank" if t.get("trace_every_rank") else ", each TP x CP group once"
 
 
 def render_estimate(doc: dict[str, Any]) -> str:

@@ -5,7 +5,10 @@
   listed on stderr with their line numbers and the rest is still scored.
   ``--max-median-error PCT`` makes the command fail (exit 1) when the median error of any
   (kind, metric) group is above PCT.
-- ``calibrate``: fit efficiencies on measured records (``gpuplan.validate.calibrate.main``).
+- ``calibrate``: fit efficiencies on measured records (``gpuplan.validate.calibrate.main``):
+  the runs of ``--data DIR`` (default: the checkout's ``data/``), one ``--device``; the fit is
+  written only to ``--out FILE``.
+- ``report``: the held-out accuracy report into ``--out DIR`` (``gpuplan.validate.report``).
 - ``trace TRACE``: the GPU kernels of a torch profiler trace by operator class
   (``gpuplan.validate.trace.kernel_table``), beside one record's prediction if given.
 
@@ -24,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuplan.cli import add_common_options, require_subcommand
-from gpuplan.cli.argtypes import non_negative, open_fraction
+from gpuplan.cli.argtypes import non_negative, open_fraction, random_seed, word
 from gpuplan.cli.tables import dump_json, format_value, render_table
 from gpuplan.errors import GpuplanError
 
@@ -229,7 +232,7 @@ def _register_score(sub: Any) -> None:
         "ARCHITECTURE.md) and report 100*|predicted-measured|/measured per record, and its "
         "median and p90 per kind and metric. Bad lines go to stderr; the rest is scored.",
     )
-    p.add_argument("file", metavar="FILE", help="measurement records, one JSON object a line")
+    p.add_argument("file", metavar="FILE", type=word, help="measurement records, one JSON object a line")
     p.add_argument(
         "--max-median-error",
         type=non_negative(float),
@@ -251,13 +254,19 @@ def _register_calibrate(sub: Any) -> None:
     p = sub.add_parser(
         "calibrate",
         help="fit the model's efficiencies on measured records",
-        description="Fit efficiencies on a train split of measured records, report the error "
-        "on the held-out split.",
+        description="Fit efficiencies on a train split of measured records of one device, "
+        "report the error on the held-out split. The runs are those DIR/runs.json names, else "
+        "DIR/*.jsonl and DIR/*/*.jsonl. Nothing is written without --out FILE; "
+        "read a fit back with --calibration FILE on any pricing command.",
     )
+    _add_data_option(p)
     p.add_argument(
-        "--data", metavar="DIR", help="folder of measured records (default: gpuplan's own)"
+        "--device",
+        default="h200",
+        metavar="KEY",
+        help="the catalogue key whose records to fit (h200); records of others are skipped",
     )
-    p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the split (0)")
+    p.add_argument("--seed", type=random_seed, default=0, metavar="N", help="seed of the split (0)")
     p.add_argument(
         "--train-fraction",
         type=open_fraction,
@@ -265,9 +274,19 @@ def _register_calibrate(sub: Any) -> None:
         metavar="F",
         help="share of records used to fit, between 0 and 1 (0.7)",
     )
-    p.add_argument("--out", metavar="PATH", help="where to write the fitted efficiencies")
+    p.add_argument(
+        "--out", metavar="FILE", help="write the fit here (default: print only, write nothing)"
+    )
     add_common_options(p)
     p.set_defaults(func=calibrate)
+
+
+def _add_data_option(p: Any) -> None:
+    p.add_argument(
+        "--data",
+        metavar="DIR",
+        help="folder of measured records (default: data/ of the gpuplan checkout, if any)",
+    )
 
 
 def _register_trace(sub: Any) -> None:
@@ -277,15 +296,15 @@ def _register_trace(sub: Any) -> None:
         description="Read a torch profiler (Kineto) Chrome trace, .json or .json.gz, and sum "
         "its GPU kernels by operator class; with --record, show that record's prediction.",
     )
-    p.add_argument("trace", metavar="TRACE", help="a Chrome trace from torch.profiler")
+    p.add_argument("trace", metavar="TRACE", type=word, help="a Chrome trace from torch.profiler")
     p.add_argument(
         "--record", metavar="JSON", help="a measurement record: inline JSON, or a file of one"
     )
-    p.add_argument("--kind", help="with --params instead of --record: the case's kind (e.g. layer)")
+    p.add_argument("--kind", type=word, help="with --params instead of --record: the case's kind (e.g. layer)")
     p.add_argument(
         "--params", metavar="JSON", help="with --kind: the case's params, inline JSON or a file"
     )
-    p.add_argument("--gpu", default="h200", help="with --kind/--params: the device (h200)")
+    p.add_argument("--gpu", default="h200", type=word, help="with --kind/--params: the device (h200)")
     p.add_argument(
         "--iterations",
         type=non_negative(int),
@@ -307,15 +326,21 @@ def report(args: argparse.Namespace) -> int:
 def _register_report(sub: Any) -> None:
     p = sub.add_parser(
         "report",
-        help="write docs/validation.md: held-out error tables and predicted-vs-measured plots",
-        description="Score the held-out split of the committed measurements with the committed "
-        "calibration (and, for comparison, the prior and a datasheet roofline); write the "
-        "report and one plot per kind.",
+        help="write the validation report: held-out error tables and predicted-vs-measured plots",
+        description="Score the held-out split of the measurements with the committed "
+        "calibration (and, for comparison, the prior and a datasheet roofline); write "
+        "validation.md and one plot per kind into --out (default: ./validation-report). "
+        "The repository's docs/validation.md is `--out docs`.",
     )
+    _add_data_option(p)
     p.add_argument(
-        "--data", metavar="DIR", help="folder of measured records (default: gpuplan's own)"
+        "--out",
+        "--out-dir",
+        dest="out",
+        default="validation-report",
+        metavar="DIR",
+        help="folder to write into (validation-report)",
     )
-    p.add_argument("--out-dir", default="docs", metavar="DIR", help="where to write (docs)")
     add_common_options(p)
     p.set_defaults(func=report)
 

@@ -229,7 +229,7 @@ def plan(
     """The ``top`` cheapest configurations serving ``rate_per_s`` within ``slo``; ``lengths``
     are (prompt, output) token arrays of at least ``requests`` requests; ``pool``: where the
     candidates are simulated (``sim.sweep``; in this process by default)."""
-    check_positive("rate_per_s", rate_per_s)
+    check_positive("rate_per_s", rate_per_s, allow_inf=True)
     if math.isinf(rate_per_s):
         raise GpuplanError("rate_per_s=inf is invalid for planning: give a finite request rate")
     started = time.perf_counter()

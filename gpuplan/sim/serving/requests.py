@@ -88,7 +88,7 @@ def arrivals(
 ) -> np.ndarray:
     """Arrival times of ``n`` requests at ``rate_per_s`` (inf: all at time zero)."""
     check_choice("arrival", kind, ARRIVALS)
-    check_positive("rate_per_s", rate_per_s)
+    check_positive("rate_per_s", rate_per_s, allow_inf=True)
     check_positive("requests", n)
     if math.isinf(rate_per_s):
         return np.zeros(n)
