@@ -117,7 +117,7 @@ def test_whole_model_kinds_report_time_peak_memory_and_fit(capsys):
     for argv in (["prefill-step", "--model", "llama3-8b", "--seq", "2048"],
                  ["decode-step", "--model", "llama3-8b", "--kv-cache", "dynamic",
                   "--stack", "hf-transformers"],
-                 ["train-step", "--model", "llama3-8b", "--seq", "1024"]):
+                 ["train-step", "--model", "llama3-8b", "--seq", "1024", "--layers", "8"]):
         assert main(["estimate", *argv, "--json"]) == 0
         doc = json.loads(capsys.readouterr().out)
         assert doc["time_s"] > 0 and doc["peak_bytes"] > 0 and doc["fits"] is True
@@ -137,3 +137,50 @@ def test_hf_mla_caches_decompressed_heads():
 
     assert kv_bytes_per_token_layer(cfg, get_stack("hf-transformers"), "bf16") > \
         10 * kv_bytes_per_token_layer(cfg, get_stack("pytorch"), "bf16")
+
+
+def _doc(capsys, *argv):
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("stack", ["pytorch", "megatron-te"])
+def test_a_one_gpu_training_step_has_one_price_through_every_entry_point(capsys, stack):
+    # one cost path: estimate train-step, train --gpus 1, the API, a record, the search
+    from gpuplan.sim.parallel import Strategy, estimate_training
+    from gpuplan.sim.parallel.estimate import stack_strategy
+    from gpuplan.sim.parallel.search import SearchSpace, search
+    from gpuplan.sim.parallel.topology import cluster_for
+    from gpuplan.sim.predict import contract_model
+
+    shape = {"vocab": 32000, "hidden": 2048, "heads_q": 16, "heads_kv": 8, "ffn": 8192,
+             "layers": 8}
+    cfg = contract_model(shape)
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in shape.items()]
+    est = _doc(capsys, "estimate", "train-step", "--seq", "2048", "--stack", stack, *flags)
+    record = predict_breakdown("train_step", "h200", shape | {
+        "seq": 2048, "micro_batch": 1, "recompute": "none", "stack": stack})
+    api = estimate_training(cfg, stack_strategy(Strategy(), stack), cluster=cluster_for("h200"),
+                            seq=2048, stack=stack)
+    found = search(cfg, cluster=cluster_for("h200"), gpus=1, global_batch=1, seq=2048,
+                   space=SearchSpace(recompute=("none",), zero=(0,), schedules=("1f1b",),
+                                     stack=stack, **_state(stack)))
+    prices = [est["time_s"], record.total_s, api.step_time_s,
+              float(found.frame.iloc[0]["step_time_s"])]
+    assert max(prices) <= 1.005 * min(prices), prices
+
+
+def _state(stack):
+    s = get_stack(stack)
+    return {"state_precision": "bf16-mixed" if s.mixed_precision == "autocast"
+            else "bf16-mixed-megatron", "overlap_dp": s.overlap_dp, "overlap_tp": s.overlap_tp,
+            "overlap_pp": s.overlap_pp}
+
+
+def test_train_on_one_gpu_equals_estimate_train_step(capsys):
+    train = _doc(capsys, "train", "--model", "llama3-8b", "--gpus", "1", "--global-batch", "1",
+                 "--seq", "2048", "--gpu", "h200", "--stack", "pytorch")
+    est = _doc(capsys, "estimate", "train-step", "--model", "llama3-8b", "--seq", "2048",
+               "--gpu", "h200", "--stack", "pytorch")
+    assert train["step_time_s"] == pytest.approx(est["time_s"], rel=0.005)
+    assert train["peak_memory_per_gpu_bytes"] == pytest.approx(est["peak_bytes"], rel=0.005)

@@ -20,6 +20,7 @@ from gpuplan.cli.dask_workers import (
     timed,
     with_timing,
 )
+from gpuplan.cli.stack_flags import stack_doc
 from gpuplan.cli.tables import dump_json, format_value, render_table
 from gpuplan.cli.train_cmd import (
     add_assumption_options,
@@ -28,6 +29,7 @@ from gpuplan.cli.train_cmd import (
     render_estimate,
     render_overlaps,
     resolve_cluster,
+    resolve_stack,
     zero_stage,
 )
 from gpuplan.errors import GpuplanError
@@ -159,7 +161,7 @@ def run(args) -> int:
             "time_to_train_with_failures_s": days}  # fmt: skip
     print(
         f"precision searched: {', '.join(space.precision)}; overlaps in force: "
-        f"{render_overlaps(stats['overlaps'])}"
+        f"{render_overlaps(stats['overlaps'])}; stack {stats['stack']['name']}"
     )
     if result.interruptions is not None:
         i = result.interruptions

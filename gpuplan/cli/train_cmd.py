@@ -412,8 +412,12 @@ def render_estimate(doc: dict[str, Any]) -> str:
         f"memory per GPU  {format_value('bytes', doc['peak_memory_per_gpu_bytes'])} of "
         f"{format_value('bytes', doc['device_memory_bytes'])} ({fits})",
         f"overlaps        {render_overlaps(doc['overlaps'])}",
-        "",
     ]
+    if "stack" in doc:
+        s = doc["stack"]
+        lines.append(f"stack           {s['name']} (attention {s['attention']['train']}, "
+                     f"elementwise {s['elementwise']}, host {s['host']['mode']})")
+    lines.append("")
     rows = [dict(r, share_pct=100 * r["share"]) for r in doc["by_category"]]
     rows.sort(key=lambda r: -r["time_s"])
     lines.append(render_table(rows, ["layer", "category", "time_s", "share_pct"]))

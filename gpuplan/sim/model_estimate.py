@@ -42,6 +42,8 @@ def model_breakdown(
     stack = get_stack(stack)
     if impl is not None:
         stack = replace(stack, elementwise=impl)
+    if kind == "train_step":  # priced with the stack by the multi-GPU estimate itself
+        return one_gpu_training(acc, eff, cfg, stack, params).breakdown
     phase = _PHASE.get(kind, "train" if params.get("pass") == "fwd_bwd" else "prefill")
     eff = stack_efficiency(stack, eff, acc, phase=phase)
     if kind == "prefill_step":
@@ -55,6 +57,25 @@ def model_breakdown(
             tp=params.get("tp", 1),
         )
     return config_breakdown(kind, acc, eff, cfg, params, impl=stack.elementwise, with_head=True)
+
+
+def one_gpu_training(acc, eff, cfg: ModelConfig, stack: Stack, params: Mapping[str, Any]):
+    """A whole model's training step on one GPU: the one-GPU case of the multi-GPU estimate
+    (``sim.parallel.estimate_training``), one micro-batch per step, on the stack's defaults."""
+    from gpuplan.sim.parallel.estimate import estimate_training, stack_strategy
+    from gpuplan.sim.parallel.strategy import Strategy
+    from gpuplan.sim.parallel.topology import cluster_for
+
+    check_choice("optimizer", params.get("optimizer", "adamw"), ("adamw",))
+    check_choice("precision", params.get("precision", "bf16-mixed"), ("bf16-mixed",))
+    mb = params["micro_batch"]
+    strategy = stack_strategy(
+        Strategy(micro_batch=mb, global_batch=mb, recompute=params.get("recompute", "none")),
+        stack,
+    )
+    return estimate_training(
+        cfg, strategy, cluster=cluster_for(acc.key), seq=params["seq"], eff=eff, stack=stack
+    )
 
 
 def config_breakdown(
@@ -84,16 +105,8 @@ def config_breakdown(
             tp=params.get("tp", 1),
         )
     if kind == "train_step":
-        return step.train_step_breakdown(
-            acc,
-            eff,
-            cfg,
-            micro_batch=params["micro_batch"],
-            seq=params["seq"],
-            recompute=params["recompute"],
-            precision=params.get("precision", "bf16-mixed"),
-            impl=impl,
-        )
+        stack = replace(get_stack("pytorch"), elementwise=impl)
+        return one_gpu_training(acc, eff, cfg, stack, params).breakdown
     return step.decode_step_breakdown(
         acc,
         eff,
@@ -107,3 +120,15 @@ def config_breakdown(
         isolated=isolated,
         tp=params.get("tp", 1),
     )
+
+
+def train_step_breakdown(
+    acc, eff, cfg: ModelConfig, *, micro_batch: int, seq: int, recompute: str = "none",
+    precision: str = "bf16-mixed", impl: str = "eager", stack: str | Stack = "pytorch",
+) -> Breakdown:
+    """Zero-grad, forward, backward and AdamW step of a whole model on one GPU, as ``stack``
+    runs it with ``impl`` elementwise kernels: ``one_gpu_training``'s breakdown."""
+    stack = replace(get_stack(stack), elementwise=impl)
+    params = {"micro_batch": micro_batch, "seq": seq, "recompute": recompute,
+              "precision": precision}  # fmt: skip
+    return one_gpu_training(acc, eff, cfg, stack, params).breakdown

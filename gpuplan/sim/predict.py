@@ -19,6 +19,7 @@ busy stream, what a profiler's kernel durations add up to: no launch or host ite
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from gpuplan.errors import GpuplanError, check_choice
@@ -26,7 +27,7 @@ from gpuplan.hwmodels.accelerators import get_accelerator
 from gpuplan.hwmodels.efficiency import Efficiency, efficiency_for
 from gpuplan.sim import kernels, step
 from gpuplan.sim.breakdown import Breakdown
-from gpuplan.sim.model_estimate import config_breakdown
+from gpuplan.sim.model_estimate import config_breakdown, one_gpu_training
 from gpuplan.sim.stacks import TIMINGS, Stack, get_stack, stack_efficiency, with_overrides
 from gpuplan.workloads.model import ModelConfig
 
@@ -96,9 +97,16 @@ def _layer(acc, eff, p):
     return config_breakdown("layer", acc, eff, contract_model(p), p, impl=impl)
 
 
-def _train_step(acc, eff, p):
-    check_choice("optimizer", p.get("optimizer", "adamw"), ("adamw",))
-    return config_breakdown("train_step", acc, eff, contract_model(p), p, impl="eager")
+def _train_step(acc, eff, p, stack):
+    """The one-GPU case of the multi-GPU estimate (``model_estimate.one_gpu_training``), with
+    the peak memory a record measures: allocated bytes (``torch.cuda.max_memory_allocated``),
+    not the allocator's fragmentation or the CUDA context."""
+    bd = one_gpu_training(acc, eff, contract_model(p), stack, p).breakdown
+    allocated = {k: v for k, v in bd.memory_bytes.items() if k not in NOT_ALLOCATED}
+    return replace(bd, memory_bytes=allocated)
+
+
+NOT_ALLOCATED = ("fragmentation", "cuda_context")
 
 
 def _decode_step(acc, eff, p):
@@ -140,7 +148,6 @@ _PREDICTORS: dict[str, Callable[[Any, Efficiency, Mapping[str, Any]], Breakdown]
     "attention": _attention,
     "elementwise": _elementwise,
     "layer": _layer,
-    "train_step": _train_step,
     "decode_step": _decode_step,
     "collective": _collective,
     "tp_mlp": _tp_mlp,
@@ -181,9 +188,12 @@ def predict_breakdown(
     acc = get_accelerator(device)
     stack = record_stack(params)
     timing = record_timing(params)
-    eff = stack_efficiency(stack, eff or efficiency_for(acc.key), acc, phase=_phase(kind, params))
+    raw = eff or efficiency_for(acc.key)
+    eff = stack_efficiency(stack, raw, acc, phase=_phase(kind, params))
     try:
-        if kind == "elementwise":
+        if kind == "train_step":  # the training estimate applies the stack itself
+            bd = _train_step(acc, raw, params, stack)
+        elif kind == "elementwise":
             bd = _elementwise(acc, eff, params, impl=stack.elementwise)
         else:
             bd = _PREDICTORS[kind](acc, eff, params)
@@ -194,8 +204,6 @@ def predict_breakdown(
 
 def device_time(bd: Breakdown) -> Breakdown:
     """The kernels alone, as a profiler adds up their durations: no launch or host items."""
-    from dataclasses import replace
-
     return replace(bd, items=tuple(i for i in bd.items if i.category != "launch"))
 
 

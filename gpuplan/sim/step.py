@@ -27,21 +27,15 @@ from gpuplan.sim.breakdown import Breakdown, Item, priced_items
 from gpuplan.sim.compilation import eager, fuse_elementwise
 from gpuplan.sim.kernels import latency_item
 from gpuplan.workloads.dtypes import dtype_bytes
-from gpuplan.workloads.memory import layer_activation_bytes, training_state_bytes
+from gpuplan.workloads.memory import layer_activation_bytes
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.operators import (
     backward_of,
-    embedding_backward,
     embedding_forward,
-    head_backward,
     head_forward,
     layer_forward,
     mlp_block,
 )
-from gpuplan.workloads.ops import Memory
-from gpuplan.workloads.params import count_params
-
-ADAMW_BYTES_PER_PARAM = 28  # fused AdamW: read p, g, m, v (4 x 4 B); write p, m, v (3 x 4 B)
 
 
 def _as_run(ops, impl: str):
@@ -180,124 +174,6 @@ def layer_groups(cfg: ModelConfig) -> list[tuple[int, int]]:
 
 def _first_dense(cfg: ModelConfig) -> int:
     return next((i for i in range(cfg.n_layers) if not cfg.is_moe_layer(i)), 0)
-
-
-def train_step_breakdown(
-    acc,
-    eff,
-    cfg: ModelConfig,
-    *,
-    micro_batch: int,
-    seq: int,
-    recompute: str = "none",
-    precision: str = "bf16-mixed",
-    dtype: str = "bf16",
-    impl: str = "fused",
-) -> Breakdown:
-    """Zero-grad, forward, backward and AdamW step of a whole model on one GPU."""
-    eff = queued(eff)
-    t, n_params = micro_batch * seq, count_params(cfg).total
-    items = priced_items(embedding_forward(cfg, tokens=t, dtype=dtype), acc, eff, phase="fwd")
-    bwd_items = []
-    for layer, count in layer_groups(cfg):
-        fwd = layer_forward(cfg, batch=micro_batch, seq=seq, dtype=dtype, layer=layer)
-        bwd = _as_run(backward_of(fwd), impl)
-        fwd = _as_run(fwd, impl)
-        items += priced_items(fwd, acc, eff, phase="fwd", repeat=count)
-        if recompute == "full":
-            bwd_items += priced_items(
-                fwd, acc, eff, phase="recompute", layer="compile", repeat=count
-            )
-        bwd_items += priced_items(bwd, acc, eff, phase="bwd", repeat=count)
-    items += priced_items(head_forward(cfg, tokens=t, dtype=dtype), acc, eff, phase="fwd")
-    items += priced_items(head_backward(cfg, tokens=t, dtype=dtype), acc, eff, phase="bwd")
-    items += bwd_items
-    items += priced_items(embedding_backward(cfg, tokens=t, dtype=dtype), acc, eff, phase="bwd")
-    items += priced_items(
-        _mixed_precision_ops(n_params, precision, recompute),
-        acc,
-        eff,
-        phase="cast",
-        layer="compile",
-    )
-    items += priced_items(
-        [Memory(name="adamw", op="adamw", bytes_moved=ADAMW_BYTES_PER_PARAM * n_params)],
-        acc,
-        eff,
-        phase="optimizer",
-    )
-    memory = train_memory_terms(
-        cfg,
-        impl=impl,
-        micro_batch=micro_batch,
-        seq=seq,
-        recompute=recompute,
-        precision=precision,
-        dtype=dtype,
-        n_params=n_params,
-    )
-    return _with_launch(items, eff, memory_bytes=memory)
-
-
-def _mixed_precision_ops(n_params: int, precision: str, recompute: str) -> list[Memory]:
-    """Weight casts (fp32 -> bf16) per forward pass and gradient casts (bf16 -> fp32)."""
-    if precision != "bf16-mixed":
-        return []
-    passes = 2 if recompute == "full" else 1
-    return [
-        Memory(name="weight_cast", op="copy", bytes_moved=6 * n_params * passes),
-        Memory(name="grad_cast", op="copy", bytes_moved=6 * n_params),
-    ]
-
-
-def train_memory_terms(
-    cfg: ModelConfig,
-    *,
-    micro_batch: int,
-    seq: int,
-    recompute: str,
-    precision: str,
-    dtype: str,
-    n_params: int,
-    impl: str = "fused",
-    grads_persist: bool = False,
-) -> dict[str, float]:
-    """Peak allocated memory of a training step, by term, at whichever moment is higher."""
-    t = micro_batch * seq
-    state = training_state_bytes(n_params, precision)
-    act_impl = "eager" if impl == "eager" else "fused"
-
-    def acts(layer: int, recompute: str) -> float:
-        return layer_activation_bytes(
-            cfg, tokens=t, dtype=dtype, recompute=recompute, layer=layer, impl=act_impl
-        ).total_bytes
-
-    kept = sum(count * acts(layer, recompute) for layer, count in layer_groups(cfg))
-    biggest = max(acts(layer, "none") for layer, _ in layer_groups(cfg))
-    # Two candidate peaks. With zero_grad(set_to_none=True), PyTorch's default, no gradient
-    # exists during the forward: the peak is at the start of the backward, with every
-    # activation, the logits and autocast's weight copies alive. The optimizer step holds
-    # weights, gradients and moments. Gradients that persist (grads_persist: gradient
-    # accumulation over micro-batches) add to the first.
-    forward_end = {
-        "weights": state.weights_bytes,
-        "optimizer": state.optimizer_bytes,
-        "activations": kept,
-        # bf16 logits, their fp32 upcast and fp32 log-softmax kept for the loss's backward
-        "logits": t * cfg.vocab_size * (2 + 4 + 4),
-    }
-    if grads_persist:
-        forward_end["gradients"] = state.grads_bytes
-    if precision == "bf16-mixed":
-        forward_end["weight_cast_cache"] = 2.0 * n_params  # autocast's bf16 weight copies
-    if recompute == "full":  # one block's full activations live while it is recomputed
-        forward_end["recompute_block"] = biggest
-    optimizer_step = {
-        "weights": state.weights_bytes,
-        "gradients": state.grads_bytes,
-        "optimizer": state.optimizer_bytes,
-    }
-    return max(forward_end, optimizer_step, key=lambda terms: sum(terms.values()))
 
 
 def decode_step_breakdown(

@@ -79,6 +79,7 @@ def evaluate(
         "embedding": facts.vocab * facts.d_model / tp,
         "optimizer_s": step_time.optimizer_s(local_p, state_precision, acc, eff, optimizer),
         "accumulate_s": step_time.accumulate_s(max_p, state_precision, acc, eff),
+        "autograd_s": eff.autograd_s,  # the autograd engine's start of each backward
         "cast_s": step_time.cast_s(
             np.where(s["zero"] >= 3, local_p, max_p), state_precision, s["rc"], acc, eff
         ),

@@ -128,7 +128,7 @@ def stage_compute(t, kinds: StageKinds, *, rc) -> dict:
     recompute = np.where(rc == 2, blk_fwd, np.where(rc == 1, core, 0.0))
     stage_fwd = blk_fwd + kinds.emb * t["emb_fwd"] + kinds.head * t["head_fwd"]
     stage_bwd = blk_bwd + kinds.emb * t["emb_bwd"] + kinds.head * t["head_bwd"]
-    # the CPU issues the stage's calls asynchronously: only what the GPU does not cover shows
+    # the CPU time of issuing the stage's calls (step_time shows what the GPU does not cover)
     host = (
         dense * t["host_dense"] + moe * t["host_moe"]
         + kinds.emb * t["host_emb"] + kinds.head * t["host_head"]
@@ -136,7 +136,7 @@ def stage_compute(t, kinds: StageKinds, *, rc) -> dict:
     return {
         "stage_fwd": stage_fwd,
         "stage_bwd": stage_bwd,
-        "host_exposed": np.maximum(host - (stage_fwd + stage_bwd + recompute), 0.0),
+        "host": host,
         "recompute": recompute,
         "gemm_layer": t["gemm_layer"],
         "attn_layer": t["attn_layer"],

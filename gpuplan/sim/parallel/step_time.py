@@ -171,8 +171,13 @@ def step_terms(*, lk, sp_, s, c, k, bytes_, params) -> dict:
     )
     x_z = np.where(zero >= 2, exposed(z3_mb, compute_k, s["overlap_dp"]), 0.0)
     x_tp, x_cp, x_ep = k.layers * x_tp_layer, k.layers * x_cp_layer, k.moe * x_ep_layer
-    host_k = c.get("host_exposed", 0.0)  # CPU issue time the GPU does not cover
-    t_k = compute_k + x_tp + x_cp + x_ep + x_pp + x_z + host_k  # one micro-batch on each kind
+    gpu_k = compute_k + x_tp + x_cp + x_ep + x_pp + x_z  # one micro-batch on each kind of stage
+    # the CPU issues a micro-batch's calls (and starts its backward) while the GPU runs the
+    # earlier ones: only the issue time its kernels and casts do not cover shows (hwmodels.launch)
+    cast_mb = params.get("cast_s", 0.0)
+    host = c.get("host", 0.0) + params.get("autograd_s", 0.0)
+    host_k = np.maximum(host - (gpu_k + cast_mb), 0.0)
+    t_k = gpu_k + host_k
     kinds = len(k.count)
     slow = np.argmax(np.where(k.count > 0, t_k, -np.inf), axis=0)
 
@@ -211,7 +216,7 @@ def step_terms(*, lk, sp_, s, c, k, bytes_, params) -> dict:
         "embedding_sync": x_emb,
         "grad_accumulation": np.where(s["fused_accum"], 0.0, m * params["accumulate_s"]),
         "host_overhead": m * at_slowest(host_k),
-        "weight_casts": m * params.get("cast_s", 0.0),
+        "weight_casts": m * cast_mb,
         "optimizer": params["optimizer_s"],
         "stage_s": t_mb,
         "slowest_kind": slow,
