@@ -1,7 +1,7 @@
 """Pipeline steps measured with torch.distributed.pipelining, predicted by the timeline.
 
 Reads the records ``gpuplan/validate/pipeline_bench.py`` wrote (default:
-``gpuplan/validate/data/pipeline_h200x2/pipeline.jsonl``; any stage count), predicts each step
+``data/pipeline_h200x2/pipeline.jsonl``; any stage count), predicts each step
 with ``sim.timeline.validation.predict_pipeline`` and prints the error table and its summary.
 Target: every record within 10%. Where the records carry the measured bubble
 (``stats.bubble_fraction``), the table shows it beside the predicted one and the summary gives
@@ -21,7 +21,7 @@ from gpuplan.cli.tables import render_table
 from gpuplan.sim.timeline.validation import pipeline_errors
 
 DEFAULT = (
-    Path(__file__).resolve().parents[1] / "gpuplan/validate/data/pipeline_h200x2/pipeline.jsonl"
+    Path(__file__).resolve().parents[1] / "data/pipeline_h200x2/pipeline.jsonl"
 )
 TARGET_PCT = 10.0
 

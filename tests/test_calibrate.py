@@ -51,7 +51,7 @@ def _measured_by(eff, records):
 
 SHAPES = [(m, n, k) for m in (1, 64, 1024, 8192) for n in (1024, 8192) for k in (512, 4096)]
 RECORDS = _measured_by(
-    TRUTH, [_gemm(*s) for s in SHAPES] + [_collective(2.0**p) for p in range(12, 31, 2)]
+    TRUTH, [_gemm(*s) for s in SHAPES] + [_collective(2**p) for p in range(12, 31, 2)]
 )
 
 
@@ -120,5 +120,5 @@ def test_calibrate_writes_its_fit_with_provenance(tmp_path, capsys):
 
 
 def test_a_folder_without_measurements_is_a_clear_error(tmp_path):
-    with pytest.raises(GpuplanError, match="no measurement files"):
+    with pytest.raises(GpuplanError, match="no h200 measurement record"):
         calibrate.load_measurements(tmp_path)

@@ -164,7 +164,7 @@ def test_tiny_run_on_cuda_writes_every_single_device_kind(tmp_path):
         assert read_records(tmp_path / f"{kind}.jsonl")
 
 
-DATA = ROOT / "gpuplan" / "validate" / "data"
+DATA = ROOT / "data"
 CAMPAIGN_FILES = sorted(
     f
     for run in (

@@ -10,7 +10,7 @@ from gpuplan.errors import GpuplanError
 from gpuplan.validate.records import Record, RecordError, read_records
 from gpuplan.validate.score import abs_pct_error, score_records
 
-SAMPLE = Path(__file__).parents[1] / "gpuplan" / "validate" / "data" / "sample.jsonl"
+SAMPLE = Path(__file__).parents[1] / "data" / "sample.jsonl"
 
 
 def gemm(line_no: int, time_s: float, m: int = 1024) -> Record:

@@ -153,9 +153,11 @@ def test_calibration_loads_tp_layer_records_beside_the_contract_kinds_and_fits_n
     folder.mkdir()
     lines = [_record(tp=tp, seq=seq) for tp in (1, 4) for seq in (2048, 4096)]
     (folder / "tp_layer.jsonl").write_text("\n".join(json.dumps(r) for r in lines) + "\n")
-    pipeline = tmp_path / "pipeline_h200x4"  # not an h200*/ folder: never loaded
+    pipeline = tmp_path / "pipeline_h200x4"  # not a run the manifest names: never loaded
     pipeline.mkdir()
     (pipeline / "pipeline.jsonl").write_text('{"kind": "pipeline_step"}\n')
+    runs = [{"folder": "h200x4", "device": "h200", "host": "reference"}]
+    (tmp_path / "runs.json").write_text(json.dumps({"runs": runs}))
     records, files = calibrate.load_measurements(tmp_path, "h200")
     assert [Path(f).parent.name for f in files] == ["h200x4"]
     assert {r.kind for r in records} == {"tp_layer"} and len(records) == 4

@@ -1,8 +1,10 @@
 """Fit the hardware model's efficiencies on measured records; report the error on held-out ones.
 
 Method:
-- Every committed record under ``validate/data/<device>*/`` is read; the records of each kind
-  are split at random, with a seed, into a training share (70%) and a held-out rest. The split is
+- The records of the device's runs are read: the runs a folder's manifest names (the
+  repository's ``data/runs.json``), or every folder of records of a folder without one
+  (``validate.runs``); records of another device are skipped, a bad line is an error. The
+  records of each kind are split at random, with a seed, into a training share (70%) and a held-out rest. The split is
   by record, stratified by kind, so every kind is both fitted and tested.
 - The parameters of ``hwmodels.efficiency.Efficiency`` are fitted in stages, each on the kinds
   that isolate them, the later stages holding the earlier ones fixed: GEMM rates and overheads on
@@ -11,8 +13,8 @@ Method:
   latency and bandwidth on ``collective``; launch costs and the bandwidth of the ops that occur
   only inside layers (RoPE, layout copies, fused kernels, the optimizer) on the composite kinds.
 - Lent machines of one kind differ in their CPUs, and a CPU-bound call (an eager decode step, a
-  small fwd_bwd) runs at its host's speed. Every single-GPU run (a data folder) other than the
-  reference (``<device>/``) gets a host factor on the CPU costs (``HOST_COSTS``), fitted with
+  small fwd_bwd) runs at its host's speed. Every run the manifest marks ``host: fitted`` gets a
+  host factor on the CPU costs of the ``reference`` run's host (``HOST_COSTS``), fitted with
   the stage that fits those costs; each record is predicted with its run's factor. Predictions
   for users use the reference host.
 - The split is by case: the records of one kind with the same parameters (the same case measured
@@ -23,8 +25,10 @@ Method:
 - Each stage minimises the robust (soft-L1) sum of squared log errors, log(predicted/measured),
   over its training records with ``scipy.optimize.least_squares``, parameters in log space
   within physical bounds (a fraction of a peak stays within (0, 1]).
-- The fit is written as data (``hwmodels/data/calibration_<device>.json``) with its provenance:
-  files and their SHA-256, seed, split sizes, date, and the errors on both splits.
+- The fit is a document with its provenance (files and their SHA-256, seed, split sizes, date,
+  the errors on both splits), written only where ``--out`` says: the repository's own fit is
+  ``--out gpuplan/hwmodels/data/calibration_h200.json``; anyone's is read back by
+  ``--calibration FILE`` (``hwmodels.efficiency.efficiency_from_file``).
 """
 
 from __future__ import annotations
@@ -33,10 +37,10 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
+import sys
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -44,18 +48,19 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from gpuplan.errors import GpuplanError
+from gpuplan.errors import GpuplanError, unknown_key
 from gpuplan.hwmodels.efficiency import Efficiency, prior_efficiency
 from gpuplan.hwmodels.gemm import is_aligned
 from gpuplan.outputs import write_text
 from gpuplan.sim.predict import predict_record
+from gpuplan.validate import runs as runs_mod
 from gpuplan.validate.records import Record, read_records
 from gpuplan.validate.score import ScoreResult, score_records
 
 COMPOSITE = ("layer", "train_step", "decode_step", "tp_mlp")
+MULTI_GPU_KINDS = runs_mod.MULTI_GPU_KINDS
 HOST_COSTS = ("host_launch_s", "autograd_s", "autograd_op_s")  # CPU per eager op, backward
 HOST_FACTOR_BOUNDS = (0.2, 5.0)
-MULTI_GPU_KINDS = ("collective", "tp_mlp", "tp_layer")
 HOST_STAGES = ("composite",)  # the stage that fits the CPU costs
 SWEEPS = 2
 DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8", "int8")
@@ -190,30 +195,85 @@ def with_values(eff: Efficiency, values: dict[str, float]) -> Efficiency:
 
 
 def default_data_dir() -> Path:
-    return Path(str(resources.files("gpuplan.validate") / "data"))
+    """The checkout's ``data/`` (measurements are not installed with the package)."""
+    return runs_mod.resolve_data_dir(None)
 
 
-def load_measurements(data_dir: str | Path, device: str = "h200") -> tuple[list[Record], list[str]]:
-    """Every record in ``data_dir/<device>*/*.jsonl``, and the files they came from."""
-    files = sorted(Path(data_dir).glob(f"{device}*/*.jsonl"))
-    if not files:
-        raise GpuplanError(f"no measurement files under {str(data_dir)!r}/{device}*/ (*.jsonl)")
-    records = []
-    _PRESPIN_S.clear()  # the notes of the runs loaded last, not of an earlier load
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Measurements:
+    """The records a calibration reads, where they came from, and what was left out."""
+
+    records: list[Record]
+    files: list[str]
+    runs: list[runs_mod.Run]
+    skipped: list[str]  # one line per run or file left out, and why
+
+
+def load_runs(data_dir: str | Path | None, device: str = "h200") -> Measurements:
+    """The records of ``device`` in the runs of ``data_dir`` (its ``runs.json`` or, without
+    one, every folder of records; ``validate.runs``). Records of another device are skipped
+    with a note; a bad line, or no record at all, is an error."""
+    data_dir = runs_mod.resolve_data_dir(data_dir)
+    devices = _catalogue_keys()
+    if device not in devices:
+        raise unknown_key("device", device, devices)
+    runs = runs_mod.runs_of(data_dir, devices)
+    skipped = [f"run {r.name}/ is of device {r.device}, not {device}" for r in runs
+               if r.device and r.device != device]  # fmt: skip
+    runs = [r for r in runs if not r.device or r.device == device]
+    records, files, kinds_of = [], [], {}
+    for run in runs:
+        for path in run.files:
+            found, errors = read_records(path, known_devices=lambda: devices)
+            if errors:
+                more = f" (and {len(errors) - 1} more bad lines)" if len(errors) > 1 else ""
+                raise GpuplanError(f"{path}:{errors[0].line_no}: {errors[0].reason}{more}")
+            other = [r for r in found if r.device != device]
+            if other:
+                skipped.append(f"{path}: {len(other)} records of device {other[0].device}, "
+                               f"not {device}")  # fmt: skip
+            mine = [r for r in found if r.device == device]
+            if mine:
+                files.append(str(path))
+                kinds_of.setdefault(run.name, set()).update(r.kind for r in mine)
+            records += [
+                dataclasses.replace(r, source=f"{run.name}/{path.name}:{r.line_no}") for r in mine
+            ]
+    if not records:
+        raise GpuplanError(
+            f"no {device} measurement record under {str(data_dir)!r}: no *.jsonl of that device "
+            "in its runs (runs.json, or the folder and its sub-folders)"
+        )
+    if runs and not runs[0].device:  # found by folder, not named by a manifest
+        runs = runs_mod.discovered_hosts([r for r in runs if r.name in kinds_of], kinds_of, device)
+    _set_timing(runs)
+    return Measurements(records=records, files=files, runs=runs, skipped=skipped)
+
+
+def _catalogue_keys() -> list[str]:
+    from gpuplan.hwmodels.accelerators import list_accelerators
+
+    return [acc.key for acc in list_accelerators()]
+
+
+def _set_timing(runs: Sequence[runs_mod.Run]) -> None:
+    """The timing notes of the runs loaded last (not of an earlier load)."""
+    _PRESPIN_S.clear()
     _KERNEL.clear()
-    for timing in sorted(Path(data_dir).glob(f"{device}*/timing.json")):
-        for kind, note in json.loads(timing.read_text()).items():
-            if note.get("prespin_s"):
-                _PRESPIN_S[(timing.parent.name, kind)] = float(note["prespin_s"])
-            if note.get("kernel"):
-                _KERNEL[(timing.parent.name, kind)] = str(note["kernel"])
-    for path in files:
-        found, _errors = read_records(path)
-        records += [
-            dataclasses.replace(r, source=f"{path.parent.name}/{path.name}:{r.line_no}")
-            for r in found
-        ]
-    return records, [str(p) for p in files]
+    for run in runs:
+        for kind, note in run.timing.items():
+            if note.prespin_s:
+                _PRESPIN_S[(run.name, kind)] = note.prespin_s
+            if note.attention_kernel:
+                _KERNEL[(run.name, kind)] = note.attention_kernel
+
+
+def load_measurements(
+    data_dir: str | Path | None, device: str = "h200"
+) -> tuple[list[Record], list[str]]:
+    """The records of ``load_runs``, and the files they came from."""
+    found = load_runs(data_dir, device)
+    return found.records, found.files
 
 
 def split(
@@ -342,16 +402,21 @@ def fit(
     prior: Efficiency | None = None,
     sweeps: int = SWEEPS,
     progress: Callable[[str], None] = lambda _: None,
+    fitted_hosts: Sequence[str] | None = None,
 ) -> Efficiency:
     """Fit the stages in order, ``sweeps`` times over (block coordinate descent): a later
     stage's parameters (the CPU's cost per eager op, fitted on composite kinds) feed back into
-    the earlier stages on the next sweep."""
+    the earlier stages on the next sweep. ``fitted_hosts``: the runs whose host gets a factor
+    (the manifest's ``host: fitted``); by default every single-GPU run but the reference."""
     eff = prior or prior_efficiency()
-    reference = reference_run(train)
-    # a multi-GPU run's CPU costs are tied to the collective issue cost that only it measures: a
-    # host factor there would trade off against that cost, so such a run keeps the reference's
-    multi_gpu = {run_of(r) for r in train if r.kind in MULTI_GPU_KINDS}
-    runs = sorted({run_of(r) for r in train} - {reference, ""} - multi_gpu)
+    if fitted_hosts is None:  # records from no manifest: as ``runs.discovered_hosts`` decides
+        reference = reference_run(train)
+        # a multi-GPU run's CPU costs are tied to the collective issue cost that only it
+        # measures: a host factor there would trade off against that cost, so such a run keeps
+        # the reference's
+        multi_gpu = {run_of(r) for r in train if r.kind in MULTI_GPU_KINDS}
+        fitted_hosts = sorted({run_of(r) for r in train} - {reference, ""} - multi_gpu)
+    runs = sorted(set(fitted_hosts) & {run_of(r) for r in train})
     eff = dataclasses.replace(eff, host_factor={run: 1.0 for run in runs})
     for sweep in range(sweeps):
         for stage in STAGES:
@@ -414,14 +479,19 @@ def run_calibration(
     train_fraction: float = 0.7,
     device: str = "h200",
     progress: Callable[[str], None] = lambda _: None,
+    notes: Callable[[str], None] = lambda _: None,
 ) -> dict[str, Any]:
-    """Load, split, fit, score: the calibration document (not yet written)."""
-    records, files = load_measurements(data_dir or default_data_dir(), device)
-    train, test = split(records, seed=seed, train_fraction=train_fraction)
-    eff = fit(train, progress=progress)
+    """Load, split, fit, score: the calibration document (not yet written). ``notes`` hears
+    of each run or file left out (another device)."""
+    found = load_runs(data_dir, device)
+    for note in found.skipped:
+        notes(note)
+    train, test = split(found.records, seed=seed, train_fraction=train_fraction)
+    hosts = [r.name for r in found.runs if r.host == "fitted"]
+    eff = fit(train, progress=progress, fitted_hosts=hosts)
     return calibration_document(
         eff,
-        files=files,
+        files=found.files,
         seed=seed,
         train_fraction=train_fraction,
         train=score(train, eff),
@@ -430,26 +500,43 @@ def run_calibration(
     )
 
 
-def default_output(device: str = "h200") -> Path:
-    return Path(str(resources.files("gpuplan.hwmodels") / "data")) / f"calibration_{device}.json"
+def checked_out(out: str | None) -> Path | None:
+    """``--out``: None (print only), else a file whose folder exists; checked before any work."""
+    if out is None:
+        return None
+    if not str(out).strip():
+        raise GpuplanError(
+            f"--out {out!r} is empty: give a file for the fit (e.g. --out fit.json), or leave "
+            "--out out to print the fit without writing it"
+        )
+    path = Path(out)
+    if path.is_dir():
+        raise GpuplanError(f"--out {out!r} is a folder: give a file for the fit (e.g. fit.json)")
+    if not path.parent.is_dir():
+        raise GpuplanError(f"--out {out!r}: folder {str(path.parent)!r} does not exist")
+    return path
 
 
 def main(args) -> int:
-    """``gpuplan validate calibrate``: fit, write the parameters, print both error tables."""
+    """``gpuplan validate calibrate``: fit, print both error tables; the fit is written only to
+    ``--out`` (without it nothing is written: ``--json`` prints the whole fit)."""
     from gpuplan.cli.tables import dump_json, render_table
     from gpuplan.hwmodels import efficiency
 
+    out = checked_out(getattr(args, "out", None))
     doc = run_calibration(
         args.data,
         seed=args.seed,
         train_fraction=args.train_fraction,
+        device=getattr(args, "device", None) or "h200",
         progress=lambda s: None if args.json else print(f"fitting {s} ..."),
+        notes=lambda s: print(f"gpuplan: skipped {s}", file=sys.stderr),
     )
-    out = Path(args.out) if args.out else default_output()
-    write_text(out, json.dumps(doc, indent=2, sort_keys=True) + "\n")
-    efficiency.calibrated_efficiency.cache_clear()
+    if out is not None:
+        write_text(out, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        efficiency.calibrated_efficiency.cache_clear()
     if args.json:
-        print(dump_json({"output": str(out), **doc}))
+        print(dump_json({"output": None if out is None else str(out), **doc}))
         return 0
     prov = doc["provenance"]
     for name in ("train_error", "test_error"):
@@ -458,5 +545,8 @@ def main(args) -> int:
             f"\n{name.replace('_', ' ')} ({'fitted on' if name == 'train_error' else 'held out'}):"
         )
         print(render_table(table))
-    print(f"\nwrote {out}")
+    if out is None:
+        print("\nthe fit was not written (no --out FILE); --json prints it whole")
+    else:
+        print(f"\nwrote {out}")
     return 0
