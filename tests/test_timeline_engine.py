@@ -62,6 +62,18 @@ def test_a_straggler_gpu_slows_the_step(llama7b, slowdown):
     assert slow.gpus[0].dp == 3  # the replica with the straggler is the one simulated
 
 
+@pytest.mark.parametrize("all_ranks", [False, True])
+@pytest.mark.parametrize("rank", [0, 6])  # the first stage and the last
+def test_a_straggler_never_lowers_the_pipeline_bubble(llama7b, rank, all_ranks):
+    st = Strategy(tp=2, pp=4, dp=2, global_batch=32)
+    bubbles = [
+        simulate_step(llama7b, st, cluster=H100, seq=SEQ, all_ranks=all_ranks,
+                      stragglers=(Straggler(rank=rank, slowdown=x),) if x else ()).bubble_fraction()
+        for x in (0.0, 0.02, 0.1, 0.3)
+    ]  # fmt: skip
+    assert bubbles == sorted(bubbles) and bubbles[-1] > bubbles[0]
+
+
 def test_same_seed_same_timeline_and_another_seed_another(llama7b):
     st = Strategy(tp=2, pp=2, dp=2, global_batch=8)
     runs = [simulate_step(llama7b, st, cluster=H100, seq=2048, jitter=0.05, seed=s)

@@ -11,11 +11,20 @@ where the closed form's assumptions hold the two agree (tests hold them within 2
 - ``work``: the priced steps of each stage (``Plan``); ``links``: processor-sharing links;
 - ``engine``: the simpy processes; ``result``: ``StepTimeline`` and its views;
 - ``trace``: a Chrome/Perfetto trace writer.
+
+Cost: linear in the simulated GPUs. With no jitter, replicas whose stages compute at the same
+speeds play out identically (the data-parallel collectives they meet at start when the last of
+them arrives, which is the same time for all): ``all_ranks`` simulates one of each kind and
+copies its slices to the others. The garbage collector is paused while the engine runs (it holds
+millions of live objects and frees almost none; each full pass would walk them all).
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import time
+from dataclasses import dataclass
 
 from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.efficiency import efficiency_for
@@ -107,33 +116,98 @@ def simulate_step(
     factors = _factors(stragglers, strategy, cluster)
     replicas = list(range(strategy.dp)) if all_ranks else [_replica(factors)]
     started = time.perf_counter()
-    engine = Engine(plan, replicas=replicas, factors=factors, jitter=jitter, seed=seed,
-                    contention=contention, gather_prefetch=gather_prefetch)  # fmt: skip
-    engine.run()
+    played = play(plan, replicas=replicas, factors=factors, jitter=jitter, seed=seed,
+                  contention=contention, gather_prefetch=gather_prefetch)  # fmt: skip
     gpus = tuple(
-        GpuInfo(gid=g.gid, dp=g.d, stage=g.s, ranks=ranks_of(g.d, g.s, strategy, cluster))
-        for g in engine.gpus
+        GpuInfo(gid=gid, dp=d, stage=s, ranks=ranks_of(d, s, strategy, cluster))
+        for gid, d, s in played.gpus
     )
-    links = {
-        link.name: {"busy_s": link.busy_s, "shared_s": link.shared_s, "transfers": link.transfers}
-        for g in engine.gpus
-        for link in (g.nvlink, g.nic)
-        if link.transfers
-    }
     return StepTimeline(
         model=cfg.name,
         strategy_label=strategy.label,
         gpus=gpus,
-        slices=engine.slices,
-        waits=engine.waits,
-        ends=engine.ends,
-        links=links,
+        slices=played.slices,
+        waits=played.waits,
+        ends=played.ends,
+        links=played.links,
         world=strategy.world,
         all_ranks=all_ranks,
         notes=_notes(strategy, eff, all_ranks, jitter, factors),
         wall_s=time.perf_counter() - started,
-        events=engine.events,
+        events=played.events,
     )
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """The cyclic garbage collector off for the block (restored as it was)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _kinds(replicas: list[int], factors: dict, p: int, jitter: float) -> dict[int, int]:
+    """replica -> the replica simulated for it: itself under jitter (its own draws), else the
+    first replica whose stages compute at the same speeds."""
+    if jitter:
+        return {d: d for d in replicas}
+    first: dict[tuple, int] = {}
+    return {d: first.setdefault(tuple(factors.get((d, s), 1.0) for s in range(p)), d)
+            for d in replicas}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Played:
+    """The engine's records with the gids of every replica (copies for the unsimulated);
+    ``gpus``: (gid, replica, stage) of each."""
+
+    gpus: list
+    slices: list
+    waits: list
+    ends: dict
+    links: dict
+    events: int
+
+    @classmethod
+    def of(cls, engine: Engine, replicas: list[int], kinds: dict[int, int], p: int) -> Played:
+        row = {d: k for k, d in enumerate(sorted(set(kinds.values())))}  # engine's replica index
+        copies: dict[int, list[int]] = {}  # engine gid -> the gids it stands for
+        for k, d in enumerate(replicas):
+            for s in range(p):
+                copies.setdefault(row[kinds[d]] * p + s, []).append(k * p + s)
+        if all(len(v) == 1 and v[0] == g for g, v in copies.items()):
+            slices, waits, ends = engine.slices, engine.waits, engine.ends
+        else:
+            slices = [(c, *r[1:]) for r in engine.slices for c in copies[r[0]]]
+            waits = [(c, *r[1:]) for r in engine.waits for c in copies[r[0]]]
+            ends = {c: engine.ends[g] for g in sorted(engine.ends) for c in copies[g]}
+        links = {}
+        for g in engine.gpus:
+            for link in (g.nvlink, g.nic):
+                if link.transfers:
+                    stats = {"busy_s": link.busy_s, "shared_s": link.shared_s,
+                             "transfers": link.transfers}  # fmt: skip
+                    port = link.name.split(".", 1)[1]
+                    for c in copies[g.gid]:
+                        links[f"gpu{c}.{port}"] = dict(stats)
+        gpus = [(k * p + s, d, s) for k, d in enumerate(replicas) for s in range(p)]
+        return cls(gpus, slices, waits, ends, links, engine.events)
+
+
+def play(plan, *, replicas: list[int], factors: dict, jitter: float = 0.0, seed: int = 0,
+         contention: bool = True, gather_prefetch: int = 2) -> Played:  # fmt: skip
+    """Play ``plan`` out for data-parallel ``replicas`` (each replica's ``pp`` GPUs)."""
+    kinds = _kinds(replicas, factors, plan.p, jitter)
+    with _gc_paused():
+        engine = Engine(plan, replicas=sorted(set(kinds.values())), factors=factors,
+                        jitter=jitter, seed=seed, contention=contention,
+                        gather_prefetch=gather_prefetch)  # fmt: skip
+        engine.run()
+        return Played.of(engine, replicas, kinds, plan.p)
 
 
 def _replica(factors: dict) -> int:

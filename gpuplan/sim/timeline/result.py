@@ -89,6 +89,7 @@ class StepTimeline:
                 busy[gid] += end - start
         for gid, reason, start, end in self.waits:
             waits[gid][reason] += end - start
+        bubble = self._bubbles()
         rows = []
         for g in self.gpus:
             w = waits[g.gid]
@@ -102,17 +103,36 @@ class StepTimeline:
                     "comm_wait_s": sum(v for k, v in w.items() if k != "pipeline wait"),
                     "end_s": self.ends[g.gid],
                     "idle_after_s": self.step_time_s - self.ends[g.gid],
-                    "bubble_fraction": self.bubble_fraction(g.gid),
+                    "bubble_fraction": bubble[g.gid],
                 }
             )
         return pd.DataFrame(rows)
 
     def bubble_fraction(self, gid: int | None = None) -> float:
-        """Share of the step GPU ``gid`` (default: the last to finish) spent waiting for the
-        pipeline, the step's end included."""
-        gid = self.critical_gid if gid is None else gid
-        waited = sum(e - s for g, r, s, e in self.waits if g == gid and r == "pipeline wait")
-        return (waited + self.step_time_s - self.ends[gid]) / self.step_time_s
+        """Share of the step GPU ``gid`` lost to the pipeline: neither computing at its priced
+        speed nor waiting for a collective; without ``gid``, the mean over the simulated GPUs.
+
+        A GPU's bubble is the step time less its kernels' priced (unperturbed) time and its
+        exposed communication: its waits for activations and gradients, its idle end, and the
+        time a straggler's slowdown adds to its own kernels. So a straggler raises the bubble
+        (its stage idles the others and itself runs long) where the idle share of the GPU that
+        finished last, the straggler itself, would fall."""
+        bubbles = self._bubbles(None if gid is None else (gid,))
+        if gid is not None:
+            return bubbles[gid]
+        return sum(bubbles[g.gid] for g in self.gpus) / len(self.gpus)
+
+    def _bubbles(self, gids=None) -> dict[int, float]:
+        """gid -> bubble fraction, in one pass over the slices and the waits."""
+        gids = set(self.ends if gids is None else gids)
+        lost = dict.fromkeys(gids, self.step_time_s)
+        for g, stream, _n, _s, _e, work, *_ in self.slices:
+            if stream == "compute" and g in lost:
+                lost[g] -= work.compute_s
+        for g, r, s, e in self.waits:
+            if r != "pipeline wait" and g in lost:
+                lost[g] -= e - s
+        return {g: max(lost[g], 0.0) / self.step_time_s for g in gids}
 
     def breakdown(self, gid: int | None = None) -> Breakdown:
         """The compute stream of GPU ``gid`` (default: the last to finish), itemized."""

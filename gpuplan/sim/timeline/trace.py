@@ -5,13 +5,21 @@ A process per GPU, a thread per stream (compute, tp, cp, ep, pp, dp, dp-gather, 
 why the compute stream stood still), every kernel and collective a complete ("X") slice, times in
 microseconds. With ``detail="kernel"`` a compute step is drawn as its kernels back to back, each
 scaled by the step's jitter and straggler factor; ``detail="step"`` draws one slice per step
-(a block half), for very large timelines. Symmetric ranks simulated once appear once, named after
-the ranks they stand for; an ``all_ranks`` timeline draws every GPU.
+(a block half), for very large timelines; ``detail="task"``, for the largest, one compute slice
+per task (a micro-batch's forward or backward of one model chunk), the pipeline and
+data-parallel transfers and the waits for them, leaving the TP, CP and EP collectives inside the
+tasks. Symmetric ranks simulated once appear once, named after the ranks they stand for; an
+``all_ranks`` timeline draws every GPU (``every_rank``), or each TP x CP group once when that
+would be too large (its ranks run in lock step).
+
+``write_chrome_trace`` writes the same bytes as ``json.dumps(chrome_trace(...))`` with compact
+separators, formatting each slice once however many ranks draw it.
 """
 
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from pathlib import Path
 
 from gpuplan.errors import check_choice
@@ -20,24 +28,29 @@ from gpuplan.sim.timeline.result import STREAMS, StepTimeline
 
 US_PER_S = 1e6
 WAIT_TID = len(STREAMS)
+DETAILS = ("kernel", "step", "task")
+TASK_STREAMS = ("compute", "pp", "dp", "dp-gather")  # what a task-detail trace draws
+TASK_WAITS = ("pipeline wait", "pp send", "dp ")  # waits it draws (prefixes)
+TASK_KIND = {"fwd": "F", "bwd": "B", "recompute": "B", "optimizer": "optimizer step"}
 
 
-def _pids(tl: StepTimeline) -> dict[int, list[int]]:
+def _pids(tl: StepTimeline, every_rank: bool = True) -> dict[int, list[int]]:
     """gid -> the trace processes (global ranks) that show it."""
-    return {g.gid: (list(g.ranks) if tl.all_ranks else [g.ranks[0]]) for g in tl.gpus}
+    every = tl.all_ranks and every_rank
+    return {g.gid: (list(g.ranks) if every else [g.ranks[0]]) for g in tl.gpus}
 
 
 def _metadata(tl: StepTimeline, pids: dict[int, list[int]]) -> list[dict]:
     out = []
     for g in tl.gpus:
         for pid in pids[g.gid]:
-            stands = (
-                ""
-                if tl.all_ranks
-                else (
+            stands = ""
+            if not tl.all_ranks:
+                stands = (
                     f"; stands for its TP x CP group, ranks {_ranges(g.ranks)}, and the other replicas"
                 )
-            )
+            elif len(pids[g.gid]) < len(g.ranks):
+                stands = f"; stands for its TP x CP group, ranks {_ranges(g.ranks)}"
             name = f"GPU {pid} (pp stage {g.stage}, dp replica {g.dp}{stands})"
             out.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name}})
             out.append({"ph": "M", "name": "process_sort_index", "pid": pid,
@@ -54,6 +67,9 @@ def _ranges(ranks) -> str:
 
 
 def _slices(tl: StepTimeline, detail: str):
+    if detail == "task":
+        yield from _task_slices(tl)
+        return
     tids = {s: k for k, s in enumerate(STREAMS)}
     for gid, stream, name, start, end, work, mb, chunk in tl.slices:
         args = {"micro_batch": mb, "chunk": chunk}
@@ -71,6 +87,31 @@ def _slices(tl: StepTimeline, detail: str):
         yield gid, _event(reason, "wait", start, end - start, WAIT_TID, {})
 
 
+def _task_slices(tl: StepTimeline):
+    """One compute slice per task (from its first kernel's start to its last's end), the pp and
+    dp transfers, and the waits that are not inside a task."""
+    tasks: list[list] = []  # [gid, kind, mb, chunk, start, end], in the order they ran
+    last: dict[int, list] = {}
+    for gid, stream, name, start, end, work, mb, chunk in tl.slices:
+        if stream != "compute":
+            if stream in TASK_STREAMS:
+                yield gid, _event(name, stream, start, end - start, STREAMS.index(stream),
+                                  {"micro_batch": mb, "chunk": chunk})  # fmt: skip
+            continue
+        task = last.get(gid)
+        kind = TASK_KIND.get(work.phase, task[1] if task else "F")  # host issue: its task's
+        if task is None or (task[1], task[2], task[3]) != (kind, mb, chunk):
+            task = last[gid] = [gid, kind, mb, chunk, start, end]
+            tasks.append(task)
+        task[5] = end
+    for gid, kind, mb, chunk, start, end in tasks:
+        name = kind if mb < 0 else f"{kind} micro-batch {mb} chunk {chunk}"
+        yield gid, _event(name, "task", start, end - start, 0, {"micro_batch": mb, "chunk": chunk})
+    for gid, reason, start, end in tl.waits:
+        if reason.startswith(TASK_WAITS):
+            yield gid, _event(reason, "wait", start, end - start, WAIT_TID, {})
+
+
 def _event(name, cat, start_s, dur_s, tid, args) -> dict:
     return {
         "name": name,
@@ -83,39 +124,54 @@ def _event(name, cat, start_s, dur_s, tid, args) -> dict:
     }
 
 
-def chrome_trace(tl: StepTimeline, *, detail: str = "kernel") -> dict:
+def _other(tl: StepTimeline) -> dict:
+    return {
+        "model": tl.model,
+        "strategy": tl.strategy_label,
+        "step_time_s": tl.step_time_s,
+        "notes": list(tl.notes),
+    }
+
+
+def chrome_trace(tl: StepTimeline, *, detail: str = "kernel", every_rank: bool = True) -> dict:
     """The timeline as a Trace Event Format document."""
-    check_choice("detail", detail, ("kernel", "step"))
-    pids = _pids(tl)
+    check_choice("detail", detail, DETAILS)
+    pids = _pids(tl, every_rank)
     events = _metadata(tl, pids)
     for gid, ev in _slices(tl, detail):
         for pid in pids[gid]:
             events.append(ev | {"pid": pid})
-    return {
-        "traceEvents": events,
-        "displayTimeUnit": "ms",
-        "otherData": {
-            "model": tl.model,
-            "strategy": tl.strategy_label,
-            "step_time_s": tl.step_time_s,
-            "notes": list(tl.notes),
-        },  # fmt: skip
-    }
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": _other(tl)}
 
 
-def write_chrome_trace(tl: StepTimeline, path: str | Path, *, detail: str = "kernel") -> int:
+def write_chrome_trace(tl: StepTimeline, path: str | Path, *, detail: str = "kernel",
+                       every_rank: bool = True) -> int:  # fmt: skip
     """Write the trace to ``path`` (JSON); returns the number of slices written."""
-    doc = chrome_trace(tl, detail=detail)
-    write_text(path, json.dumps(doc, separators=(",", ":")))
-    return sum(1 for e in doc["traceEvents"] if e["ph"] == "X")
-
-
-def trace_slices(tl: StepTimeline, detail: str = "kernel") -> int:
-    """How many slices ``chrome_trace`` would draw (to choose the detail before writing)."""
-    per_gpu = {g.gid: (len(g.ranks) if tl.all_ranks else 1) for g in tl.gpus}
-    n = sum(per_gpu[w[0]] for w in tl.waits)
-    for gid, stream, *_rest in tl.slices:
-        work = _rest[3]
-        k = len(work.items) if (stream == "compute" and detail == "kernel") else 1
-        n += k * per_gpu[gid]
+    check_choice("detail", detail, DETAILS)
+    pids = _pids(tl, every_rank)
+    dumps = json.JSONEncoder(separators=(",", ":")).encode
+    parts = [dumps(e) for e in _metadata(tl, pids)]
+    n = 0
+    for gid, ev in _slices(tl, detail):
+        body = dumps(ev)[:-1]  # the event without its closing brace; the pid goes last
+        ranks = pids[gid]
+        parts.extend(f'{body},"pid":{pid}}}' for pid in ranks)
+        n += len(ranks)
+    head = '{"traceEvents":['
+    tail = '],"displayTimeUnit":"ms","otherData":' + dumps(_other(tl)) + "}"
+    write_text(path, head + ",".join(parts) + tail)
     return n
+
+
+def trace_slices(tl: StepTimeline, detail: str = "kernel", every_rank: bool = True) -> int:
+    """How many slices ``chrome_trace`` would draw (to choose the detail before writing)."""
+    check_choice("detail", detail, DETAILS)
+    pids = _pids(tl, every_rank)
+    if detail == "task":
+        return sum(len(pids[gid]) for gid, _ev in _task_slices(tl))
+    per_slice: dict[int, int] = defaultdict(int)
+    for w in tl.waits:
+        per_slice[w[0]] += 1
+    for gid, stream, _n, _s, _e, work, *_ in tl.slices:
+        per_slice[gid] += len(work.items) if (stream == "compute" and detail == "kernel") else 1
+    return sum(k * len(pids[gid]) for gid, k in per_slice.items())
