@@ -166,6 +166,14 @@ def test_a_failure_count_no_run_could_finish_is_refused_at_once(tmp_path):
     assert f"more than the {MAX_FAILURES:,}" in message and "failures.scale=1000" in message
 
 
+def test_weibull_failures_on_a_huge_cluster_are_refused_at_once(tmp_path):
+    path = write(tmp_path, compose("cluster: {preset: dgx-h100, nodes: 4, spare_nodes: 100000}",
+                                   "failures: {distribution: weibull}"))  # fmt: skip
+    started = time.perf_counter()
+    assert "random draws, more than 10,000,000" in error_of(path)
+    assert time.perf_counter() - started < 2.0
+
+
 def test_a_seed_that_numpy_cannot_take_is_refused():
     with pytest.raises(GpuplanError, match="seed=-3 is invalid"):
         run_scenario("llama3-405b", seed=-3)
@@ -440,3 +448,17 @@ def test_a_bad_job_mix_is_one_line(tmp_path, mix, expected):
     write(tmp_path, mix + "\n", "mix.yaml")
     path = write(tmp_path, compose("trace: {generate: {jobs: 10, mix: mix.yaml}}", "jobs: []"))
     assert expected in error_of(path)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"gpus": True}, {"gpus": 8.0}, {"arrival_s": "0"}, {"arrival_s": math.inf},
+     {"steps": math.nan}, {"priority": 1.5}, {"comm_fraction": None, "state_bytes": "big"}],
+)  # fmt: skip
+def test_a_job_built_in_python_checks_its_types_too(change):
+    from gpuplan.sim.cluster import JobSpec
+
+    fields = {"id": "a", "arrival_s": 0.0, "gpus": 8, "step_time_s": 1.0, "steps": 10.0} | change
+    fields = {k: v for k, v in fields.items() if v is not None}
+    with pytest.raises(GpuplanError, match=f"job 'a': {next(iter(c for c in change if change[c] is not None))}="):
+        JobSpec(**fields)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import numbers
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -62,7 +63,10 @@ class JobSpec:
 
     def __post_init__(self) -> None:
         where = f"job {self.id!r}"
-        if not isinstance(self.gpus, int) or self.gpus <= 0:
+        for name in ("arrival_s", "priority", "steps", "tokens", "duration_s", "seq",
+                     "step_time_s", "comm_fraction", "state_bytes"):  # fmt: skip
+            _finite(where, name, getattr(self, name), whole=name in ("priority", "seq"))
+        if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus <= 0:
             raise GpuplanError(f"{where}: gpus={self.gpus!r} is invalid: a whole number > 0")
         if self.arrival_s < 0 or math.isnan(self.arrival_s):
             raise GpuplanError(f"{where}: arrival_s={self.arrival_s!r} is invalid: use >= 0")
@@ -91,6 +95,18 @@ class JobSpec:
         if self.strategy is None or self.seq is None:
             return None
         return self.strategy.global_batch * self.seq
+
+
+def _finite(where: str, name: str, value, *, whole: bool = False) -> None:
+    """A field that, when given, must be a finite (whole) number; a boolean is none."""
+    if value is None:
+        return
+    bad = isinstance(value, bool) or not isinstance(value, numbers.Real)
+    if not bad and (not math.isfinite(value) or whole and not float(value).is_integer()):
+        bad = True
+    if bad:
+        what = "a finite whole number" if whole else "a finite number"
+        raise GpuplanError(f"{where}: {name}={value!r} is invalid: it must be {what}")
 
 
 def make_strategy(gpus: int, fields: dict) -> Strategy:

@@ -67,6 +67,7 @@ DAY_S = 86400.0
 # 21,368 failures in 3.1 s on one core), so this many take some 15 s; a failure-rate scale of 1e9
 # is refused at once instead of running for days. A run without a horizon draws a month at a time.
 MAX_FAILURES = 100_000
+MAX_WEIBULL_DRAWS = 10_000_000  # about 2 s: 86 million took 19 s on a loaded core
 MAX_SLICES = 1_000_000  # gang time slices in a horizon (each is a scheduling pass)
 FAILURE_CHUNK_S = 30 * DAY_S  # as engine.CHUNK_S
 SEED_END = 2**63  # seeds are 0 ... 2**63 - 1 (a shifted trace seed wraps around)
@@ -199,11 +200,26 @@ def _build(doc: dict, folder: Path):
 def expected_failures(cfg: ClusterConfig) -> float:
     """Mean number of failures the run draws: over its horizon, or one month without one."""
     span_s = FAILURE_CHUNK_S if cfg.horizon_s is None else cfg.horizon_s
+    units = _units(cfg)
+    return sum(c.rate_per_hour / 3600.0 * units[c.unit] * span_s for c in cfg.causes)
+
+
+def weibull_draws(cfg: ClusterConfig) -> float:
+    """Mean number of Weibull draws the failures take: each unit of a cause with a rate starts
+    five mean lifetimes before time zero (``failures._renewal_times``), so five draws each
+    besides the failures themselves; none for exponential failures."""
+    if cfg.distribution != "weibull":
+        return 0.0
+    units = _units(cfg)
+    burn_in = sum(5.0 * units[c.unit] for c in cfg.causes if c.rate_per_hour > 0)
+    return burn_in + expected_failures(cfg)
+
+
+def _units(cfg: ClusterConfig) -> dict[str, int]:
     per_domain = max(1, cfg.cluster.scaleup_size // cfg.gpus_per_node)
     leaves = math.ceil(cfg.total_nodes / (cfg.cluster.nodes_per_leaf * per_domain))
-    units = {"gpu": cfg.capacity_gpus, "job_gpu": cfg.capacity_gpus, "node": cfg.total_nodes,
-             "leaf": leaves}  # fmt: skip
-    return sum(c.rate_per_hour / 3600.0 * units[c.unit] * span_s for c in cfg.causes)
+    return {"gpu": cfg.capacity_gpus, "job_gpu": cfg.capacity_gpus, "node": cfg.total_nodes,
+            "leaf": leaves}  # fmt: skip
 
 
 def _check_failure_count(cfg: ClusterConfig, scale) -> None:
@@ -211,9 +227,16 @@ def _check_failure_count(cfg: ClusterConfig, scale) -> None:
     if count > MAX_FAILURES:
         span = "its horizon" if cfg.horizon_s is not None else "each month"
         raise GpuplanError(
-            f"failures.scale={scale!r} gives {count:,.0f} failures in {span}, more "
-            f"than the {MAX_FAILURES:,} a run can simulate in seconds: lower the scale, the "
-            "rates or horizon_days"
+            f"failures: the rates (failures.scale={scale!r}) give {count:,.0f} failures in "
+            f"{span} on {cfg.total_nodes:,} nodes, more than the {MAX_FAILURES:,} a run can "
+            "simulate in seconds: lower the scale or the rates, or shorten horizon_days"
+        )
+    draws = weibull_draws(cfg)
+    if draws > MAX_WEIBULL_DRAWS:
+        raise GpuplanError(
+            f"failures.distribution='weibull' on {cfg.capacity_gpus:,} GPUs takes "
+            f"{draws:,.0f} random draws, more than {MAX_WEIBULL_DRAWS:,}: use exponential "
+            "failures or fewer nodes"
         )
 
 

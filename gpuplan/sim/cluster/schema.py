@@ -54,11 +54,20 @@ def check(value, node: dict | None = None, where: str = "") -> None:
         raise GpuplanError(problem)
 
 
+_RESOLVED: dict[int, dict] = {}  # id of a schema node -> the node with its $ref followed
+
+
 def _resolve(node: dict) -> dict:
-    while "$ref" in node:
-        ref = node["$ref"].removeprefix("#/$defs/")
-        node = {k: v for k, v in node.items() if k != "$ref"} | definition(ref)
-    return node
+    if "$ref" not in node:
+        return node
+    key = id(node)
+    if key not in _RESOLVED:  # schema nodes live as long as the cached schema
+        out = node
+        while "$ref" in out:
+            ref = out["$ref"].removeprefix("#/$defs/")
+            out = {k: v for k, v in out.items() if k != "$ref"} | definition(ref)
+        _RESOLVED[key] = out
+    return _RESOLVED[key]
 
 
 def _walk(value, node: dict, where: str):
@@ -68,13 +77,12 @@ def _walk(value, node: dict, where: str):
         if not any(_same(value, choice) for choice in node["enum"]):
             yield _enum_problem(name, value, node["enum"])
         return
-    want = _want(node)
     if "type" in node and not _has_type(value, node["type"]):
-        yield f"{name}={_show(value)} is invalid: it must be {want}"
+        yield f"{name}={_show(value)} is invalid: it must be {_want(node)}"
         return
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
         if not _in_range(value, node):
-            yield f"{name}={_show(value)} is invalid: it must be {want}"
+            yield f"{name}={_show(value)} is invalid: it must be {_want(node)}"
     elif isinstance(value, str):
         if len(value) < node.get("minLength", 0):
             yield f"{name}={value!r} is invalid: it must not be empty"
@@ -161,6 +169,9 @@ def _has_type(value, types) -> bool:
     return any(_is(value, t) for t in types)
 
 
+_PYTHON_TYPES = {"string": str, "boolean": bool, "object": dict, "array": list, "null": type(None)}
+
+
 def _is(value, kind: str) -> bool:
     if kind in ("integer", "number"):
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -168,13 +179,7 @@ def _is(value, kind: str) -> bool:
         if not math.isfinite(value):
             return False
         return kind == "number" or float(value).is_integer()
-    return {
-        "string": lambda: isinstance(value, str),
-        "boolean": lambda: isinstance(value, bool),
-        "object": lambda: isinstance(value, dict),
-        "array": lambda: isinstance(value, list),
-        "null": lambda: value is None,
-    }[kind]()
+    return isinstance(value, _PYTHON_TYPES[kind])
 
 
 def _in_range(value, node: dict) -> bool:
