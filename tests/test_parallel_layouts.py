@@ -278,3 +278,23 @@ def test_overlapping_the_expert_all_to_all_hides_at_most_an_moe_blocks_compute()
     assert a2a(plain) - a2a(hidden) <= moe_compute * (1 + 1e-9)  # hides behind compute only
     assert hidden.step_time_s < plain.step_time_s
     assert any("overlap_ep" in n for n in hidden.notes)
+
+
+def test_kernels_shared_between_shapes_are_priced_once_with_the_same_result():
+    from gpuplan.sim.parallel.compute import Shape, micro_batch_costs
+    from gpuplan.sim.parallel.stage import shape_times
+
+    cfg = get_model("mixtral-8x7b")
+    cache = CostCache(cfg, H100.accelerator, EFF)
+    shapes = [Shape(micro_batch=1, seq=2048, tp=2, ep=ep, sp=sp) for ep in (1, 2, 4, 8)
+              for sp in (False, True)]  # fmt: skip
+    for shape in shapes:
+        alone = micro_batch_costs(cfg, shape, H100.accelerator, EFF)
+        assert shape_times(cache(shape)) == shape_times(alone)
+        assert cache(shape).moe.fwd == alone.moe.fwd
+    assert len(cache._kernels) < sum(
+        len(c.fwd) + len(c.bwd)
+        for s in shapes
+        for c in (cache(s).dense, cache(s).moe, cache(s).head, cache(s).embedding)
+        if c is not None
+    )

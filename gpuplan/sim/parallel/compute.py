@@ -203,10 +203,26 @@ def embedding_ops(cfg, shape: Shape) -> tuple[list[Op], list[Op]]:
     return fwd, bwd
 
 
-def _cost(ops: tuple[list[Op], list[Op]], acc, eff, impl: str = "fused") -> Cost:
+def _priced(ops: list[Op], acc, eff, phase: str, kernels: dict | None) -> tuple[Item, ...]:
+    """``priced_items`` of ``ops``, each distinct (kernel, phase) priced once per ``kernels``
+    memo: the shapes of a search share most of their kernels (every ep or sp variant of a
+    micro-batch size and tp runs the same attention and dense GEMMs)."""
+    if kernels is None:
+        return tuple(priced_items(ops, acc, eff, phase=phase))
+    out: list[Item] = []
+    for op in ops:
+        key = (op, phase)
+        if key not in kernels:
+            kernels[key] = priced_items((op,), acc, eff, phase=phase)
+        out += kernels[key]
+    return tuple(out)
+
+
+def _cost(ops: tuple[list[Op], list[Op]], acc, eff, impl: str = "fused",
+          kernels: dict | None = None) -> Cost:  # fmt: skip
     fwd, bwd = (_as_run(o, impl) for o in ops)
-    fwd_items = tuple(priced_items(fwd, acc, eff, phase="fwd"))
-    bwd_items = tuple(priced_items(bwd, acc, eff, phase="bwd"))
+    fwd_items = _priced(fwd, acc, eff, "fwd", kernels)
+    bwd_items = _priced(bwd, acc, eff, "bwd", kernels)
     calls = sum(i.host_calls for i in fwd_items + bwd_items)
     bwd_calls = sum(i.host_calls for i in bwd_items)
     host_s = calls * eff.host_launch_s + bwd_calls * eff.autograd_op_s
@@ -223,18 +239,20 @@ class MicroBatchCosts:
     embedding: Cost
 
 
-def micro_batch_costs(cfg, shape: Shape, acc, eff, impl: str = "fused") -> MicroBatchCosts:
+def micro_batch_costs(cfg, shape: Shape, acc, eff, impl: str = "fused",
+                      kernels: dict | None = None) -> MicroBatchCosts:  # fmt: skip
     """Price every distinct block of ``cfg`` and the end-stage work for ``shape``, with the
-    elementwise kernels as ``impl`` runs them (fused, eager or compiled: ``sim.compilation``)."""
+    elementwise kernels as ``impl`` runs them (fused, eager or compiled: ``sim.compilation``);
+    ``kernels``: a memo of priced kernels shared between shapes."""
     by_kind: dict[str, Cost] = {}
     for layer, _count in layer_groups(cfg):
         kind = "moe" if cfg.is_moe_layer(layer) else "dense"
-        by_kind[kind] = _cost(layer_ops(cfg, shape, layer), acc, eff, impl)
+        by_kind[kind] = _cost(layer_ops(cfg, shape, layer), acc, eff, impl, kernels)
     return MicroBatchCosts(
         dense=by_kind.get("dense"),
         moe=by_kind.get("moe"),
-        head=_cost(head_ops(cfg, shape), acc, eff, impl),
-        embedding=_cost(embedding_ops(cfg, shape), acc, eff, impl),
+        head=_cost(head_ops(cfg, shape), acc, eff, impl, kernels),
+        embedding=_cost(embedding_ops(cfg, shape), acc, eff, impl, kernels),
     )
 
 
@@ -244,10 +262,13 @@ class CostCache:
     def __init__(self, cfg, acc, eff, impl: str = "fused") -> None:
         self.cfg, self.acc, self.eff, self.impl = cfg, acc, eff, impl
         self._memo: dict[Shape, MicroBatchCosts] = {}
+        self._kernels: dict = {}  # (kernel, phase) -> its items, shared by the shapes
 
     def __call__(self, shape: Shape) -> MicroBatchCosts:
         if shape not in self._memo:
-            self._memo[shape] = micro_batch_costs(self.cfg, shape, self.acc, self.eff, self.impl)
+            self._memo[shape] = micro_batch_costs(
+                self.cfg, shape, self.acc, self.eff, self.impl, self._kernels
+            )
         return self._memo[shape]
 
     def __len__(self) -> int:

@@ -82,16 +82,19 @@ def _price_shapes(cfg, s: dict, seq: int, acc, eff, space: SearchSpace, pool, pr
     ``SHAPE_CHUNK`` shapes, merged in order: the same wherever the pieces run)."""
     keys = np.stack([s["mb"], s["tp"], s["cp"], s["sp"], s["ep"], s["fp8"]], axis=1)
     uniq, index = np.unique(keys, axis=0, return_inverse=True)
-    price = partial(_price_piece, cfg, seq, acc, eff, space)
+    # one cache for every piece: run here, the pieces share the kernels they price (a worker
+    # elsewhere gets a copy; the numbers are the same either way)
+    costs = CostCache(cfg, acc, eff, get_stack(space.stack).elementwise)
+    price = partial(_price_piece, costs, seq, space)
     pieces = [uniq[sl] for sl in chunks(len(uniq), SHAPE_CHUNK)]
     parts = pool.map(price, progress(pieces, "pricing kernel shapes", pool))
     table = {f: np.concatenate([part[f] for part in parts]) for f in TIME_FIELDS}
     return index.ravel(), table, len(uniq)
 
 
-def _price_piece(cfg, seq: int, acc, eff, space: SearchSpace, shapes: np.ndarray) -> dict:
+def _price_piece(costs: CostCache, seq: int, space: SearchSpace, shapes: np.ndarray) -> dict:
     """Times of ``shapes`` (rows of micro-batch, tp, cp, sp, ep, fp8): one piece of a sweep."""
-    costs = CostCache(cfg, acc, eff, get_stack(space.stack).elementwise)
+    cfg = costs.cfg
     table = {f: np.empty(len(shapes)) for f in TIME_FIELDS}
     for i, (mb, tp, cp, sp, ep, fp8) in enumerate(shapes):
         shape = Shape(
