@@ -174,6 +174,16 @@ def test_weibull_failures_on_a_huge_cluster_are_refused_at_once(tmp_path):
     assert time.perf_counter() - started < 2.0
 
 
+def test_a_run_without_a_horizon_stops_at_ten_years_however_long_its_jobs(tmp_path):
+    path = write(tmp_path, "cluster: {preset: dgx-h100, nodes: 4}\n"
+                 "jobs: [{id: a, gpus: 8, step_time_s: 1.0, steps: 1.0e15},\n"
+                 "       {id: b, gpus: 8, step_time_s: 1.0, steps: 100}]\n")  # fmt: skip
+    (result,) = run_scenario(path)
+    s = result.summary
+    assert s["simulated_s"] == 3650 * 86400.0 and (s["finished"], s["running"]) == (1, 1)
+    assert result.conservation["ok"]
+
+
 def test_a_seed_that_numpy_cannot_take_is_refused():
     with pytest.raises(GpuplanError, match="seed=-3 is invalid"):
         run_scenario("llama3-405b", seed=-3)

@@ -38,6 +38,9 @@ from gpuplan.workloads.params import count_params
 from gpuplan.workloads.presets import get_model
 
 CHUNK_S = 30 * 86400.0  # failures drawn a month at a time when the run has no horizon
+# A run without a horizon ends when every job has, or at ten years of simulated time: a job of
+# 10^15 steps, or one that failures keep from progressing, cannot hold the simulation for ever
+UNBOUNDED_LIMIT_S = 3650 * 86400.0
 
 
 class ClusterSim:
@@ -462,6 +465,9 @@ class ClusterSim:
             if until is None and env.peek() >= stop:
                 break
             if env.peek() == math.inf:
+                break
+            if until is not None and env.peek() > UNBOUNDED_LIMIT_S:
+                env.run(until=UNBOUNDED_LIMIT_S)  # stop the clock at the limit
                 break
             env.step()
             n += 1

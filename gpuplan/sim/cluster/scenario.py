@@ -65,11 +65,11 @@ SECTION_KEYS = {
 DAY_S = 86400.0
 # Failures a run may draw: the engine plays about 7,000 a second (llama3-405b at 100x the rates:
 # 21,368 failures in 3.1 s on one core), so this many take some 15 s; a failure-rate scale of 1e9
-# is refused at once instead of running for days. A run without a horizon draws a month at a time.
+# is refused at once instead of running for days. A run without a horizon counts ten years.
 MAX_FAILURES = 100_000
 MAX_WEIBULL_DRAWS = 10_000_000  # about 2 s: 86 million took 19 s on a loaded core
 MAX_SLICES = 1_000_000  # gang time slices in a horizon (each is a scheduling pass)
-FAILURE_CHUNK_S = 30 * DAY_S  # as engine.CHUNK_S
+LIMIT_S = 3650 * DAY_S  # as engine.UNBOUNDED_LIMIT_S: the longest a run without a horizon lasts
 SEED_END = 2**63  # seeds are 0 ... 2**63 - 1 (a shifted trace seed wraps around)
 
 
@@ -189,17 +189,20 @@ def _build(doc: dict, folder: Path):
         on_oversize=doc.get("on_oversize", "error"),
     )  # fmt: skip
     _check_failure_count(cfg, f.get("scale", 1.0))
-    if cfg.policy == "gang" and cfg.horizon_s is not None and cfg.horizon_s / cfg.quantum_s > MAX_SLICES:
+    slices = (cfg.horizon_s or LIMIT_S) / cfg.quantum_s
+    if cfg.policy == "gang" and slices > MAX_SLICES:
         raise GpuplanError(
-            f"scheduler.quantum_s={cfg.quantum_s:g} gives {cfg.horizon_s / cfg.quantum_s:,.0f} "
-            f"gang time slices in the horizon, more than {MAX_SLICES:,}: use a longer quantum"
+            f"scheduler.quantum_s={cfg.quantum_s:g} gives {slices:,.0f} gang time slices in "
+            f"{'the horizon' if cfg.horizon_s else 'the 10 years a run may last'}, more than "
+            f"{MAX_SLICES:,}: use a longer quantum"
         )
     return cfg, _jobs(doc, folder, cfg)
 
 
 def expected_failures(cfg: ClusterConfig) -> float:
-    """Mean number of failures the run draws: over its horizon, or one month without one."""
-    span_s = FAILURE_CHUNK_S if cfg.horizon_s is None else cfg.horizon_s
+    """Mean number of failures the run draws in its horizon (without one: in the ten years a
+    run may last at most)."""
+    span_s = LIMIT_S if cfg.horizon_s is None else cfg.horizon_s
     units = _units(cfg)
     return sum(c.rate_per_hour / 3600.0 * units[c.unit] * span_s for c in cfg.causes)
 
@@ -225,7 +228,7 @@ def _units(cfg: ClusterConfig) -> dict[str, int]:
 def _check_failure_count(cfg: ClusterConfig, scale) -> None:
     count = expected_failures(cfg)
     if count > MAX_FAILURES:
-        span = "its horizon" if cfg.horizon_s is not None else "each month"
+        span = "its horizon" if cfg.horizon_s is not None else "the 10 years a run may last"
         raise GpuplanError(
             f"failures: the rates (failures.scale={scale!r}) give {count:,.0f} failures in "
             f"{span} on {cfg.total_nodes:,} nodes, more than the {MAX_FAILURES:,} a run can "
