@@ -57,7 +57,7 @@ def test_a_record_keeps_the_contract_keys_and_drops_extra_ones():
     assert record == Record(
         kind="gemm",
         device="h200",
-        params={"m": 4096, "n": 11008, "k": 4096, "dtype": "bf16"},
+        params={"m": 4096, "n": 11008, "k": 4096, "dtype": "bf16", "stack": "harness"},
         measured={"time_s": 0.000545},
         source=obj["source"],
         line_no=7,

@@ -184,3 +184,22 @@ def test_train_on_one_gpu_equals_estimate_train_step(capsys):
                "--gpu", "h200", "--stack", "pytorch")
     assert train["step_time_s"] == pytest.approx(est["time_s"], rel=0.005)
     assert train["peak_memory_per_gpu_bytes"] == pytest.approx(est["peak_bytes"], rel=0.005)
+
+
+def test_a_record_file_keeps_the_optional_params_and_names_a_bad_one_by_line(tmp_path):
+    from gpuplan.validate.records import read_records
+
+    good = {"kind": "gemm", "device": "h200", "measured": {"time_s": 2e-4},
+            "params": {"m": 64, "n": 64, "k": 64, "dtype": "bf16", "stack": "harness",
+                       "timing": "device", "attention_kernel": "flash2"}}
+    bad = good | {"params": good["params"] | {"stack": "bogus"}}
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+    records, errors = read_records(path)
+    assert records[0].params["stack"] == "harness" and records[0].params["timing"] == "device"
+    assert [e.line_no for e in errors] == [2] and "params.stack='bogus'" in errors[0].reason
+
+
+def test_a_record_forcing_a_kernel_the_device_lacks_names_the_param():
+    with pytest.raises(GpuplanError, match="params.attention_kernel='flash3'"):
+        predict_breakdown("attention", "a100-sxm-80gb", ATT | {"attention_kernel": "flash3"})

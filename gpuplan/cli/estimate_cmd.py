@@ -12,6 +12,7 @@ import argparse
 from typing import Any
 
 from gpuplan.cli.argtypes import byte_count, gpu_count, layer_count, positive_int, word
+from gpuplan.cli.calibration import add_calibration_option, efficiency_from_args
 from gpuplan.cli.stack_flags import add_stack_options, stack_doc, stack_from_args, stack_line
 from gpuplan.cli.tables import dump_json, render_table
 from gpuplan.errors import GpuplanError
@@ -124,6 +125,7 @@ def register(subparsers) -> None:
     )
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     add_stack_options(p, default="pytorch")
+    add_calibration_option(p)
     for name in INT_FLAGS:
         flag_type = INT_TYPES.get(name, positive_int)
         p.add_argument("--" + name.replace("_", "-"), dest=name, type=flag_type)
@@ -226,7 +228,6 @@ def _params(
 
 def _estimate(kind: str, args, overrides: dict[str, Any]) -> dict[str, Any]:
     from gpuplan.hwmodels.accelerators import get_accelerator
-    from gpuplan.hwmodels.efficiency import efficiency_for
     from gpuplan.sim.model_estimate import model_breakdown
     from gpuplan.sim.predict import predict_breakdown
 
@@ -234,7 +235,7 @@ def _estimate(kind: str, args, overrides: dict[str, Any]) -> dict[str, Any]:
     with_model = bool(model) and kind in ("layer", "prefill_step", "train_step", "decode_step")
     params = _params(kind, args, overrides, with_model=with_model)
     acc = get_accelerator(args.gpu)
-    eff = efficiency_for(acc.key)
+    eff = efficiency_from_args(args, acc.key)  # --calibration's fit, else the built-in one
     stack = stack_from_args(args, acc)
     if with_model:
         bd = model_breakdown(kind, acc, eff, model, params, impl=args.impl, stack=stack)
@@ -242,15 +243,14 @@ def _estimate(kind: str, args, overrides: dict[str, Any]) -> dict[str, Any]:
         if args.impl:
             raise GpuplanError("--impl is for a whole model (with --model); a record-contract case"
                                " runs its stack's elementwise kernels (--stack)")
-        params["stack"] = stack
+        params["stack"] = stack.name
         missing = [k for k in REQUIRED[kind] if k not in params]
         if missing:
             flags = ", ".join("--" + k.replace("_", "-") for k in missing)
             hint = " (or --model)" if kind in ("layer", "train_step", "decode_step") else ""
             raise GpuplanError(f"estimate {kind.replace('_', '-')} needs {flags}{hint}")
         _check_contract(kind, acc.key, params)
-        bd = predict_breakdown(kind, acc.key, params, eff=eff)
-        params["stack"] = stack.name
+        bd = predict_breakdown(kind, acc.key, params, eff=eff, stack=stack)
     return _result(kind, acc, eff, model, params, bd, stack)
 
 

@@ -29,6 +29,7 @@ from gpuplan.sim import kernels, step
 from gpuplan.sim.breakdown import Breakdown
 from gpuplan.sim.model_estimate import config_breakdown, one_gpu_training
 from gpuplan.sim.stacks import TIMINGS, Stack, get_stack, stack_efficiency, with_overrides
+from gpuplan.sim.stacks.kernels import check_kernel
 from gpuplan.workloads.model import ModelConfig
 
 KINDS = (
@@ -180,14 +181,21 @@ def _phase(kind: str, params: Mapping[str, Any]) -> str:
 
 
 def predict_breakdown(
-    kind: str, device: str, params: Mapping[str, Any], *, eff: Efficiency | None = None
+    kind: str,
+    device: str,
+    params: Mapping[str, Any],
+    *,
+    eff: Efficiency | None = None,
+    stack: Stack | None = None,
 ) -> Breakdown:
     """The predicted breakdown of one case of the record contract on ``device``, on the stack
-    and in the timing its params name."""
+    and in the timing its params name (``stack`` given: that one, overrides and all)."""
     check_choice("kind", kind, KINDS)
     acc = get_accelerator(device)
-    stack = record_stack(params)
+    stack = stack or record_stack(params)
     timing = record_timing(params)
+    if params.get("attention_kernel") is not None:
+        check_kernel(params["attention_kernel"], acc, field="params.attention_kernel")
     raw = eff or efficiency_for(acc.key)
     eff = stack_efficiency(stack, raw, acc, phase=_phase(kind, params))
     try:

@@ -16,8 +16,12 @@ Assumptions, stated:
   ``tp_layer`` ``heads_kv`` a multiple of ``tp`` (each rank holds ``heads_kv / tp``).
 - ``tp_layer`` is an extension kind beside the contract's fixed table (ARCHITECTURE.md): the
   contract's kinds and keys are unchanged.
-- Extra keys, at any level, are allowed and dropped: ``Record.params`` and ``Record.measured``
-  hold the contract's keys only.
+- The optional params of every kind (ARCHITECTURE.md) are kept when present and checked:
+  ``stack`` (a preset of ``gpuplan stacks``), ``attention_kernel`` (a kernel of
+  ``sim.stacks.ATTENTION_KERNELS``), ``timing`` (``isolated`` or ``device``). A record without
+  them means plain PyTorch, timed in isolation.
+- Other extra keys, at any level, are allowed and dropped: ``Record.params`` and
+  ``Record.measured`` hold the contract's keys only.
 - A bad line becomes a ``RecordError`` (line number and a reason naming the key, the value and
   what is valid); the other lines still read. Blank lines are skipped.
 """
@@ -201,9 +205,28 @@ def _check_value(field: str, value: Any, rule: Rule) -> str | None:
     return f"{field}={value!r} is invalid: choose one of {', '.join(rule)}"
 
 
+def optional_param_rules() -> dict[str, Rule]:
+    """The optional params every kind may carry, with their allowed values."""
+    from gpuplan.sim.stacks import ATTENTION_KERNELS, TIMINGS, list_stacks
+
+    return {
+        "stack": tuple(s.name for s in list_stacks()),
+        "attention_kernel": ATTENTION_KERNELS,
+        "timing": TIMINGS,
+    }
+
+
+def _check_optional(params: Mapping[str, Any]) -> list[str]:
+    return [
+        reason
+        for name, rule in optional_param_rules().items()
+        if name in params and (reason := _check_value(f"params.{name}", params[name], rule))
+    ]
+
+
 def _check_params(kind: str, params: Mapping[str, Any]) -> list[str]:
     rules = PARAM_RULES[kind]
-    reasons = []
+    reasons = _check_optional(params)
     for name, rule in rules.items():
         if name not in params:
             reasons.append(f"params.{name} is missing ({kind} needs {', '.join(rules)})")
@@ -293,7 +316,11 @@ def parse_record(obj: Any, *, line_no: int = 0, devices: Collection[str] | None 
     return Record(
         kind=kind,
         device=obj["device"],
-        params={name: obj["params"][name] for name in PARAM_RULES[kind]},
+        params={
+            name: obj["params"][name]
+            for name in (*PARAM_RULES[kind], *optional_param_rules())
+            if name in obj["params"]
+        },
         measured={m: obj["measured"][m] for m in required + optional if m in obj["measured"]},
         source=obj.get("source", ""),
         line_no=line_no,
