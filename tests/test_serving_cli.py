@@ -133,3 +133,30 @@ def test_serve_with_cudnn_attention_decodes_long_contexts_faster(capsys):
         assert code == 0, err
         tpot[kernel] = json.loads(out)["tpot_s"]["p50"]
     assert tpot["cudnn"] < tpot["flash2"]
+
+
+def test_a_trace_without_rate_prints_its_table_at_the_traces_own_arrival_times(capsys, tmp_path):
+    trace = tmp_path / "trace.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0.0,128,16\n0.5,256,32\n"
+                     "1.0,64,8\n2.0,512,16\n")  # fmt: skip
+    code, out, err = run(capsys, *BASE, "--trace", str(trace))
+    assert code == 0, err
+    assert "4 requests at the trace's own arrival times: 4 finished" in out
+    assert "arrival window" in out
+
+
+def test_the_achieved_request_rate_is_over_the_arrival_window_not_the_drain(capsys):
+    def served(rate: str) -> dict:
+        code, out, err = run(capsys, *BASE, "--rate", rate, "--prompt-tokens", "256",
+                             "--output-tokens", "64", "--requests", "400", "--json")  # fmt: skip
+        assert code == 0, err
+        return json.loads(out)
+
+    kept_up, flooded = served("4"), served("400")
+    # kept up: the offered rate, (n - 1) gaps over the window, less the few still running
+    window = kept_up["arrival_window_s"]
+    assert kept_up["requests_per_s"] == pytest.approx(399 / window, rel=0.02)
+    assert kept_up["requests_per_s"] > 400 / kept_up["span_s"]  # the drain no longer counts
+    # overloaded: what finished while requests kept coming, never the offered 400/s
+    capacity = served("inf")["requests_per_s"]
+    assert flooded["requests_per_s"] <= 1.05 * capacity

@@ -29,6 +29,7 @@ from gpuplan.cli.argtypes import (
     request_count,
     word,
 )
+from gpuplan.cli.calibration import add_calibration_option, efficiency_from_args, efficiency_line
 from gpuplan.cli.dask_workers import (
     add_sweep_options,
     add_timing_option,
@@ -87,6 +88,7 @@ def _common(p, *, rate_required: bool) -> None:
                    help="random seed, 0 to 2^64 - 1 (default 0)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     add_timing_option(p)
+    add_calibration_option(p)
     p.add_argument("--attention-kernel", choices=ATTENTION_KERNELS, default="flash2",
                    help="fused attention: FlashAttention-2, or cuDNN's (PyTorch's default SDPA "
                    "dispatch for decode on Hopper; faster at streaming the KV cache)")  # fmt: skip
@@ -162,6 +164,7 @@ def _register_edge(sub) -> None:
     p.add_argument("--context", type=positive(int), default=1024, help="cached tokens")
     p.add_argument("--prompt-tokens", type=positive(int), default=512, help="for the TTFT")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    add_calibration_option(p)
     p.set_defaults(func=run_edge)
 
 
@@ -219,6 +222,7 @@ def run_serve(args) -> int:
         cuda_graph=not args.no_cuda_graph,
         impl=args.impl,
         attention_kernel=args.attention_kernel,
+        fit=_fit(args),
     )
     sched = SchedulerConfig(
         policy=args.policy,
@@ -326,7 +330,7 @@ def _render_serve(doc: dict) -> str:
         f"KV cache per replica: {kv['blocks']:,} blocks of {kv['block_tokens']} tokens "
         f"({kv['tokens']:,} tokens, {format_value('bytes', kv['kv_bytes_per_gpu'])} per GPU); "
         f"weights {format_value('bytes', kv['weights_bytes_per_gpu'])} per GPU",
-        f"{c['requests']:,} requests at {c['rate_per_s']:g}/s: {doc['finished']:,} finished, "
+        f"{c['requests']:,} requests {_offered(c)}: {doc['finished']:,} finished, "
         f"{doc['rejected']:,} rejected, {doc['in_flight']:,} in flight, "
         f"{doc['preemptions']:,} preemptions; simulated {format_seconds(doc['simulated_s'])}"
         + (f" in {format_seconds(doc['timing']['wall_s'])}" if "timing" in doc else ""),
@@ -338,15 +342,27 @@ def _render_serve(doc: dict) -> str:
     lines.append(render_table(rows, cols, formats={k: format_seconds for k in cols[1:]}))
     lines += [
         "",
-        f"throughput: {doc['output_tokens_per_s']:,.1f} output tokens/s, "
-        f"{doc['requests_per_s']:.4g} requests/s",
+        f"throughput: {doc['output_tokens_per_s']:,.1f} output tokens/s (first arrival to last "
+        f"finish), {doc['requests_per_s']:.4g} requests/s ({_rate_window(doc)})",
     ]
     if "goodput_requests_per_s" in doc:
         lines.append(
             f"goodput: {doc['goodput_requests_per_s']:.4g} requests/s within "
             f"the SLO ({100 * doc['slo_attainment']:.1f}% of finished requests)"
         )
+    lines.append(efficiency_line(c["efficiency_source"]))
     return "\n".join(lines)
+
+
+def _offered(c: dict) -> str:
+    rate = c["rate_per_s"]
+    return "at the trace's own arrival times" if rate is None else f"at {rate:g}/s"
+
+
+def _rate_window(doc: dict) -> str:
+    if doc.get("arrival_window_s"):
+        return f"finished within the {format_seconds(doc['arrival_window_s'])} arrival window"
+    return "all arrived at once: over the whole run"
 
 
 def _render_conservation(c: dict) -> str:
@@ -416,6 +432,7 @@ def run_plan(args) -> int:
         "evaluated": len(result.evaluated),
         "candidates": result.candidates,
         "price_source": result.price_source,
+        "efficiency_source": _fit(args).source,
         "rate_per_s": args.rate,
         "slo": {
             "ttft_s": args.slo_ttft_s,
@@ -442,6 +459,7 @@ def run_plan(args) -> int:
         f"\n{len(result.evaluated)} of {result.candidates} candidates simulated{took}; "
         f"price: {result.price_source}"
     )
+    print(efficiency_line(doc["efficiency_source"]))
     return 0
 
 
@@ -461,6 +479,7 @@ def _plan(args, load, space, pool):
         top=args.top,
         progress=not args.json and sys.stderr.isatty(),
         pool=pool,
+        fit=_fit(args),
     )
 
 
@@ -479,9 +498,11 @@ def run_edge(args) -> int:
         batches=args.batch,
         context=args.context,
         prompt_tokens=args.prompt_tokens,
+        fit=_fit(args),
     )
+    source = _fit(args).source
     if args.json:
-        print(dump_json({"model": args.model, "rows": frame}))
+        print(dump_json({"model": args.model, "efficiency_source": source, "rows": frame}))
         return 0
     cols = ["weight_dtype", "batch", "tokens_per_s", "stream_tokens_per_s", "step_s", "ttft_s",
             "weights_bytes", "kv_bytes", "total_bytes", "fits", "bound"]  # fmt: skip
@@ -491,4 +512,12 @@ def run_edge(args) -> int:
         f"{args.prompt_tokens}-token prompt\n"
     )
     print(render_table(frame, cols))
+    print(efficiency_line(source))
     return 0
+
+
+def _fit(args):
+    """The device's efficiency fit: ``--calibration``'s, else the built-in one."""
+    from gpuplan.hwmodels.accelerators import get_accelerator
+
+    return efficiency_from_args(args, get_accelerator(args.gpu).key)

@@ -88,26 +88,39 @@ def stats(values) -> dict[str, float]:
 def summarize(
     requests: pd.DataFrame, *, slo_ttft_s: float | None = None, slo_tpot_s: float | None = None
 ) -> dict:
-    """Latency statistics, throughput, counts and goodput of a request frame."""
+    """Latency statistics, throughput, counts and goodput of a request frame.
+
+    Output tokens/s is over the whole run (first arrival to last finish, ``span_s``). The
+    achieved request rate (and goodput) is over the arrival window: the requests that finished
+    between the first arrival and the last, over that window (``arrival_window_s``), so the
+    drain after the last arrival neither lowers a rate the system kept up with nor lets an
+    overloaded one claim the offered rate. With every request at once (``--rate inf``) the
+    window is empty and the rates are over the span (an offline throughput)."""
     done = requests[requests["status"] == "finished"]
     span = float(done["finish_s"].max() - requests["arrival_s"].min()) if len(done) else math.nan
+    first, last = float(requests["arrival_s"].min()), float(requests["arrival_s"].max())
+    window = last - first
+    counted = done[done["finish_s"] <= last] if window > 0 else done
+    per = window if window > 0 else span
     counts = requests["status"].value_counts()
     out = {
         "ttft_s": stats(done["ttft_s"]),
         "tpot_s": stats(done["tpot_s"]),
         "e2e_s": stats(done["e2e_s"]),
         "output_tokens_per_s": float(done["output_tokens"].sum()) / span if span else math.nan,
-        "requests_per_s": len(done) / span if span else math.nan,
+        "requests_per_s": len(counted) / per if per else math.nan,
         "finished": int(counts.get("finished", 0)),
         "rejected": int(counts.get("rejected", 0)),
         "in_flight": int(counts.get("in_flight", 0)),
         "preemptions": int(requests["preemptions"].sum()),
         "span_s": span,
+        "arrival_window_s": window,
     }
     if slo_ttft_s is not None or slo_tpot_s is not None:
         met = meets_slo(done, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s)
         out["slo_attainment"] = float(met.mean()) if len(done) else math.nan
-        out["goodput_requests_per_s"] = float(met.sum()) / span if span else math.nan
+        in_window = meets_slo(counted, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s)
+        out["goodput_requests_per_s"] = float(in_window.sum()) / per if per else math.nan
     return out
 
 
