@@ -24,6 +24,7 @@ from gpuplan.errors import GpuplanError, check_choice, unknown_key
 ATTENTION_KERNELS = ("flash2", "flash3", "cudnn", "efficient", "math", "flashinfer")
 SDPA_DEFAULT = "sdpa-default"  # PyTorch's own dispatch: resolved per device (``sdpa_default``)
 TE_DEFAULT = "te-default"  # Transformer Engine's backend choice (``kernels.te_default``)
+FA_DEFAULT = "fa-default"  # a serving engine's FlashAttention build: FA3 on Hopper (``kernels``)
 ELEMENTWISE_IMPLS = ("eager", "fused", "compiled")
 HOST_MODES = ("eager", "cuda_graph", "compiled")
 KV_CACHES = ("dynamic", "static", "paged")
@@ -45,7 +46,7 @@ class AttentionChoice:
     def __post_init__(self) -> None:
         for phase in ("prefill", "train", "decode"):
             check_choice(f"attention.{phase}", getattr(self, phase),
-                         (*ATTENTION_KERNELS, SDPA_DEFAULT, TE_DEFAULT))
+                         (*ATTENTION_KERNELS, SDPA_DEFAULT, TE_DEFAULT, FA_DEFAULT))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,6 +96,13 @@ class Stack:
     # training: gradients kept in a buffer between steps (Megatron's and DDP's buckets) rather
     # than freed by zero_grad(set_to_none=True), PyTorch's default for a plain training loop
     grads_persist: bool = False
+    # a serving engine's runtime: CUDA-graph buckets, scheduler defaults, CPU cost per iteration
+    # (``stacks.serving.ServingRuntime``); None for the stacks that are not serving engines
+    serving: object | None = None
+    # a training framework's runtime: the layouts it runs, gradient buckets and reduction dtype,
+    # ZeRO-3 gather granularity, selective recomputation (``stacks.training.TrainingRuntime``);
+    # None: PyTorch's own DDP/FSDP wrappers (``stacks.training.PYTORCH_RUNTIME``)
+    training: object | None = None
     sources: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
 

@@ -19,7 +19,7 @@ B200/GB200 sm_100; MI300X/MI325X gfx942. Kernel support:
 PyTorch's default SDPA dispatch (``sdpa-default``): PyTorch 2.5 made cuDNN attention the first
 choice on Hopper and newer ("cuDNN backend for SDPA ... enabled by default for H100 or newer",
 PyTorch 2.5 release notes); observed on an H200 for bf16 prefill forward, backward and
-one-query decode (shared/reference/stacks.md). On Ampere and Ada the order starts with flash
+one-query decode (docs/stacks.md). On Ampere and Ada the order starts with flash
 (``sdp_utils.cpp``, ``priority_order``); elsewhere the memory-efficient kernel, then math.
 """
 
@@ -89,9 +89,22 @@ def te_default(acc) -> str:
     return "flash2" if ARCH.get(acc.key) in KERNEL_ARCHS["flash2"] else "cudnn"
 
 
+def fa_default(acc) -> str:
+    """The attention a serving engine's bundled FlashAttention runs: FlashAttention-3 on Hopper,
+    FlashAttention-2 elsewhere (vLLM ``vllm/attention/utils/fa_utils.py``,
+    ``get_flash_attn_version``: "if hopper default to FA3, otherwise stick to FA2"); where
+    neither runs (Blackwell), FlashInfer's kernels (vLLM's backend selection for sm_100)."""
+    arch = ARCH.get(acc.key)
+    if arch in KERNEL_ARCHS["flash3"]:
+        return "flash3"
+    if arch in KERNEL_ARCHS["flash2"]:
+        return "flash2"
+    return "flashinfer" if arch in KERNEL_ARCHS["flashinfer"] else "math"
+
+
 def resolved_attention(stack, acc):
     """The stack's attention choice with ``sdpa-default`` resolved on ``acc``, each checked."""
-    from gpuplan.sim.stacks import SDPA_DEFAULT, TE_DEFAULT
+    from gpuplan.sim.stacks import FA_DEFAULT, SDPA_DEFAULT, TE_DEFAULT
 
     choice = stack.attention
     out = {}
@@ -101,6 +114,8 @@ def resolved_attention(stack, acc):
             kernel = sdpa_default(acc, phase)
         elif kernel == TE_DEFAULT:
             kernel = te_default(acc)
+        elif kernel == FA_DEFAULT:
+            kernel = fa_default(acc)
         check_kernel(kernel, acc, field=f"stack {stack.name}: attention.{phase}")
         out[phase] = kernel
     return dataclasses.replace(choice, **out)

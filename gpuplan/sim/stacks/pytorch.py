@@ -15,7 +15,8 @@ around one call after a synchronize; no L2 flush).
 ``config._attn_implementation == "sdpa"`` (so the same dispatch), MoE experts through
 ``grouped_mm`` (``experts_implementation``), decode with ``DynamicCache`` unless a cache is given,
 which concatenates each layer's K/V every step, logits over every position unless
-``logits_to_keep`` is passed (shared/reference/stacks.md, transformers 5.17); the Trainer's
+``logits_to_keep`` is passed (observed with transformers 5.17 on an H200, docs/stacks.md); the
+Trainer's
 ``bf16=True`` is autocast over fp32 weights. Its Python modules cost the CPU on top of their ops:
 ``module_call_s`` per ``nn.Module`` call is an unmeasured prior (PyTorch's ``Module.__call__``
 with hooks, kwargs and HF's output dataclasses; a few microseconds on a fast host), to be fitted
@@ -24,7 +25,7 @@ on the whole-model campaign.
 ``torch-compile`` - ``torch.compile(model)``: Inductor fuses elementwise ops into Triton kernels
 (``sim.compilation``), keeps SDPA calls (same dispatch), and its generated wrapper still launches
 each kernel from Python, cheaper per kernel than eager dispatch (``call_factor``, an unmeasured
-prior); ``mode="reduce-overhead"`` replays decode from CUDA graphs (shared/reference/stacks.md).
+prior); ``mode="reduce-overhead"`` replays decode from CUDA graphs (docs/stacks.md).
 
 ``harness`` - exactly what ``validate/harness`` forces: FlashAttention-2 for every SDPA call
 (``sdpa_kernel(SDPBackend.FLASH_ATTENTION)``), its own Llama-style layer code in eager ATen ops,
@@ -64,7 +65,7 @@ HF_TRANSFORMERS = Stack(
     optimizer="foreach",
     logits="all",
     sources=(
-        "shared/reference/stacks.md (transformers 5.17 on an H200)",
+        "observed with transformers 5.17 on an H200 (docs/stacks.md)",
         "transformers DynamicCache.update: torch.cat of each layer's keys and values",
     ),
     notes=("module_call_s=8 us is an unmeasured prior",),
@@ -79,7 +80,10 @@ TORCH_COMPILE = Stack(
     kv_cache="static",
     optimizer="fused",
     cuda_graph_decode=True,
-    sources=("shared/reference/stacks.md (reduce-overhead captures CUDA graphs)",),
+    sources=(
+        "observed with torch 2.11 on an H200: reduce-overhead captures CUDA graphs "
+        "(docs/stacks.md)",
+    ),
     notes=("call_factor=0.3 (Inductor wrapper launch vs eager dispatch) is an unmeasured prior",),
 )
 

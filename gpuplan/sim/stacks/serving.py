@@ -1,0 +1,203 @@
+"""Presets of the serving engines: vLLM, SGLang and TensorRT-LLM, and the unnamed eager engine of
+the Splitwise profiles. Each runs the model as ``Stack`` says (attention kernel per phase,
+elementwise kernels, host) and adds a ``ServingRuntime``: its CUDA graphs and their batch-size
+buckets, its scheduler's defaults and the CPU time it spends per iteration.
+
+Where each choice comes from:
+
+``vllm`` (V1 engine, 0.8 and later):
+- attention: its bundled FlashAttention, FA3 on Hopper and FA2 elsewhere
+  (``vllm/attention/utils/fa_utils.py``, ``get_flash_attn_version``; ``fa-default``), paged;
+- elementwise: the model is compiled by torch.compile (Inductor) by default
+  (vLLM docs, "torch.compile integration"), so elementwise ops are fused Triton kernels;
+- CUDA graphs: piecewise graphs captured for the batch sizes ``[1, 2, 4]`` + multiples of 8 below
+  256 + multiples of 16 up to ``min(2 * max_num_seqs, 512)`` (``set_cudagraph_sizes``,
+  vllm/config; docs/design/cuda_graphs.md); a decode batch is padded up to the next size;
+- scheduler: chunked prefill always on in V1, ``max_num_seqs=256``, ``max_num_batched_tokens``
+  8192 for the OpenAI server on GPUs of 70 GiB or more (``EngineArgs``
+  ``default_max_num_batched_tokens``), ``block_size=16``, ``gpu_memory_utilization=0.9``
+  of the whole device;
+- FP8: ``quantization="fp8"`` runs FP8 GEMMs (CUTLASS scaled_mm) and ``kv_cache_dtype="fp8"``
+  an FP8 cache (vLLM docs, "FP8 W8A8", "Quantized KV Cache");
+- CPU per iteration: the V1 engine core overlaps scheduling with the GPU, but input preparation
+  and sampling bookkeeping stay on the critical path: ``iteration_overhead_s`` is an unmeasured
+  prior (0.5 ms; only 3 published vLLM rows exist here, too few to fit it).
+
+``sglang`` (0.4):
+- attention: FlashInfer's paged kernels, its default backend (SGLang docs, "Attention Backend");
+  its prefill kernel is priced as FlashAttention-2's (the tiling it follows: Ye et al., MLSys 2025);
+- elementwise: sgl-kernel's fused norm and activation kernels (``fused``);
+- CUDA graphs: batch sizes ``[1, 2, 4, 8]`` + multiples of 8 from 16 to ``cuda_graph_max_bs``
+  160 (``cuda_graph_runner.get_batch_sizes_to_capture``; docs "CUDA Graph Capture");
+- scheduler: ``chunked_prefill_size=8192``, ``mem_fraction_static`` 0.88 of the device, page
+  size 1 (priced as blocks of 1 token), running requests bounded by the KV pool only;
+- CPU per iteration: the overlap ("zero-overhead") scheduler hides the next batch's scheduling
+  behind the current one's kernels (SGLang v0.4 release blog, Dec 2024): 0.
+
+``trt-llm`` (TensorRT-LLM):
+- attention: its context FMHA kernels for prefill and XQA/masked MHA for generation
+  (TensorRT-LLM docs, "Multi-Head, Multi-Query, and Group-Query Attention"); not priced on
+  their own: priced as the FlashAttention build of the device (``fa-default``), noted;
+- elementwise: fused into the TensorRT engine (or its PyTorch backend's custom ops);
+- host: kernels issued from C++ (the TensorRT engine's enqueue, or the PyTorch backend's CUDA
+  graphs), far cheaper per call than eager PyTorch: ``call_factor`` fitted;
+- scheduler: in-flight batching, ``max_batch_size=2048``, ``max_num_tokens=8192`` (BuildConfig
+  defaults, tensorrt_llm/builder.py), chunked context off, the KV cache a share 0.9 of the memory
+  left free after the weights (``KvCacheConfig.free_gpu_memory_fraction``);
+- CPU per iteration: fitted.
+
+``eager-2023``: the engine behind the Splitwise profiles (Patel et al., ISCA 2024; SplitwiseSim
+``data/perf_model.csv``), which the file does not name: vLLM-like continuous batching
+(``max_num_seqs=256``), every kernel issued eagerly from Python (no CUDA graphs), FlashAttention-2
+assumed; its CPU cost per iteration and per tensor-parallel rank (a Python driver feeding each
+rank) fitted.
+
+Fitted values come from ``python3 -m gpuplan.validate.serving.fit_stacks`` on the fit part of the
+seeded split of the published rows (``sim.serving.published``), committed in
+``gpuplan/sim/serving/data/stack_fit.json``; nothing else here is fitted.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+
+from gpuplan.errors import GpuplanError, check_choice, check_positive
+from gpuplan.sim.stacks import FA_DEFAULT, AttentionChoice, HostModel, Stack, register
+
+KV_MEMORY = ("device", "free")  # the KV share is of the whole device, or of what weights leave
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServingRuntime:
+    """What a serving engine adds to its stack: CUDA graphs and their buckets, scheduler
+    defaults (vLLM's names) and the CPU time per iteration not hidden behind the GPU."""
+
+    cuda_graph: bool
+    decode_buckets: tuple[int, ...] = ()
+    policy: str = "chunked"
+    max_seqs: int = 256
+    max_batched_tokens: int | None = None  # None: the policy's default (SchedulerConfig)
+    block_tokens: int = 16
+    kv_memory: str = "device"
+    memory_fraction: float = 0.9
+    iteration_overhead_s: float = 0.0
+    overhead_per_rank_s: float = 0.0  # CPU time per iteration per tensor-parallel rank beyond one
+
+    def __post_init__(self) -> None:
+        check_choice("policy", self.policy, ("continuous", "chunked"))
+        check_choice("kv_memory", self.kv_memory, KV_MEMORY)
+        check_positive("max_seqs", self.max_seqs)
+        check_positive("block_tokens", self.block_tokens)
+        for name in ("iteration_overhead_s", "overhead_per_rank_s"):
+            check_positive(name, getattr(self, name), allow_zero=True)
+        if not 0 < self.memory_fraction <= 1:
+            raise GpuplanError(f"memory_fraction={self.memory_fraction} is invalid: it must be "
+                               "in (0, 1]")
+
+    def overhead_s(self, tp: int) -> float:
+        """CPU time per iteration of a replica of ``tp`` GPUs."""
+        return self.iteration_overhead_s + self.overhead_per_rank_s * (tp - 1)
+
+
+def vllm_buckets(max_num_seqs: int = 256) -> tuple[int, ...]:
+    """vLLM's CUDA-graph capture sizes (``set_cudagraph_sizes``)."""
+    top = min(2 * max_num_seqs, 512)
+    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, top + 1, 16)]
+    return tuple(s for s in sizes if s <= top)
+
+
+SGLANG_BUCKETS = (1, 2, 4, 8, *range(16, 161, 8))
+
+
+def _fitted() -> dict:
+    path = resources.files("gpuplan.sim.serving") / "data" / "stack_fit.json"
+    try:
+        return json.loads(path.read_text())["stacks"]
+    except FileNotFoundError:
+        return {}
+
+
+_FIT = _fitted()
+
+
+def _fit(stack: str, name: str, prior: float) -> float:
+    """The committed fitted value of ``stack``'s ``name``, or its prior before any fit."""
+    return float(_FIT.get(stack, {}).get(name, prior))
+
+
+_FA = AttentionChoice(prefill=FA_DEFAULT, train=FA_DEFAULT, decode=FA_DEFAULT)
+
+VLLM = Stack(
+    name="vllm",
+    title="vLLM V1: FlashAttention (FA3 on Hopper), torch.compile, CUDA-graph buckets, chunked",
+    attention=_FA,
+    elementwise="compiled",
+    host=HostModel(mode="cuda_graph"),
+    kv_cache="paged",
+    logits="last",
+    cuda_graph_decode=True,
+    serving=ServingRuntime(cuda_graph=True, decode_buckets=vllm_buckets(256), policy="chunked",
+                           max_seqs=256, max_batched_tokens=8192, iteration_overhead_s=5e-4),
+    sources=("vllm/attention/utils/fa_utils.py get_flash_attn_version",
+             "vllm docs/design/cuda_graphs.md; vllm/config set_cudagraph_sizes",
+             "vllm EngineArgs default_max_num_batched_tokens, max_num_seqs, block_size"),
+    notes=("iteration_overhead_s=0.5 ms is an unmeasured prior",),
+)
+
+SGLANG = Stack(
+    name="sglang",
+    title="SGLang: FlashInfer attention, fused kernels, CUDA-graph buckets to 160, overlap scheduler",
+    attention=AttentionChoice(prefill="flash2", train="flash2", decode="flashinfer"),
+    elementwise="fused",
+    host=HostModel(mode="cuda_graph"),
+    kv_cache="paged",
+    logits="last",
+    cuda_graph_decode=True,
+    serving=ServingRuntime(cuda_graph=True, decode_buckets=SGLANG_BUCKETS, policy="chunked",
+                           max_seqs=4096, max_batched_tokens=8192, block_tokens=1,
+                           memory_fraction=0.88, iteration_overhead_s=0.0),
+    sources=("SGLang docs, 'Attention Backend' and 'CUDA Graph Capture'",
+             "sglang/srt/server_args.py (chunked_prefill_size, mem_fraction_static)",
+             "SGLang v0.4 release blog (zero-overhead batch scheduler)"),
+    notes=("FlashInfer's prefill kernel priced as FlashAttention-2, the design it follows "
+           "(Ye et al., FlashInfer, MLSys 2025)",),
+)
+
+TRT_LLM = Stack(
+    name="trt-llm",
+    title="TensorRT-LLM: fused engine, C++ runtime, in-flight batching, FP8 kernels",
+    attention=_FA,
+    elementwise="fused",
+    host=HostModel(mode="eager", call_factor=_fit("trt-llm", "call_factor", 0.2)),
+    kv_cache="paged",
+    logits="last",
+    serving=ServingRuntime(cuda_graph=False, policy="continuous", max_seqs=2048,
+                           max_batched_tokens=8192, block_tokens=64, kv_memory="free",
+                           memory_fraction=0.9,
+                           iteration_overhead_s=_fit("trt-llm", "iteration_overhead_s", 0.0)),
+    sources=("TensorRT-LLM docs, 'Multi-Head, Multi-Query, and Group-Query Attention' (XQA)",
+             "tensorrt_llm/builder.py BuildConfig (max_batch_size, max_num_tokens)",
+             "TensorRT-LLM KvCacheConfig.free_gpu_memory_fraction (0.9)"),
+    notes=("context FMHA and XQA priced as the device's FlashAttention build (not fitted apart)",
+           "call_factor and iteration_overhead_s fitted on published rows (stack_fit.json)"),
+)
+
+EAGER_2023 = Stack(
+    name="eager-2023",
+    title="the Splitwise profiles' engine (not named): eager PyTorch, continuous batching",
+    attention=AttentionChoice(prefill="flash2", train="flash2", decode="flash2"),
+    elementwise="fused",
+    host=HostModel(mode="eager"),
+    kv_cache="paged",
+    logits="last",
+    serving=ServingRuntime(cuda_graph=False, policy="continuous", max_seqs=256,
+                           iteration_overhead_s=_fit("eager-2023", "iteration_overhead_s", 0.0),
+                           overhead_per_rank_s=_fit("eager-2023", "overhead_per_rank_s", 0.0)),
+    sources=("Patel et al., Splitwise, ISCA 2024; SplitwiseSim data/perf_model.csv",),
+    notes=("engine not stated by its source: FlashAttention-2 and fused kernels assumed",
+           "iteration_overhead_s and overhead_per_rank_s fitted on published rows"),
+)
+
+register(VLLM, SGLANG, TRT_LLM, EAGER_2023)
