@@ -70,7 +70,7 @@ MAX_FAILURES = 100_000
 MAX_WEIBULL_DRAWS = 10_000_000  # about 2 s: 86 million took 19 s on a loaded core
 MAX_SLICES = 1_000_000  # gang time slices in a horizon (each is a scheduling pass)
 LIMIT_S = 3650 * DAY_S  # as engine.UNBOUNDED_LIMIT_S: the longest a run without a horizon lasts
-SEED_END = 2**63  # seeds are 0 ... 2**63 - 1 (a shifted trace seed wraps around)
+SEED_END = 2**64  # seeds are 0 ... 2**64 - 1, as numpy takes them (a shifted trace seed wraps)
 
 
 def builtin_scenarios() -> dict[str, Path]:
