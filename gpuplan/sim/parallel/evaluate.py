@@ -40,6 +40,27 @@ ARRAY_FIELDS = (
 )
 
 
+ROW_FIELDS = ("tp", "cp", "pp", "dp", "ep", "mb")  # what every collective's size depends on
+
+
+def comm_rows(s: dict):
+    """(one strategy per distinct row of ``ROW_FIELDS``, each strategy's row) for many
+    strategies, so each collective is priced once per row (``step_time.on_rows``); None for
+    one strategy."""
+    columns = [np.asarray(s[f]) for f in ROW_FIELDS]
+    if columns[0].ndim != 1 or len(columns[0]) < 2:
+        return None
+    key = np.zeros(len(columns[0]), dtype=np.int64)
+    for col in columns:  # a mixed-radix number: one int64 sort instead of a row-wise one
+        col = col.astype(np.int64)
+        base = int(col.max()) + 1
+        if int(key.max()) >= (2**62) // base:
+            return None
+        key = key * base + col
+    _keys, rep, inverse = np.unique(key, return_index=True, return_inverse=True)
+    return rep, inverse.ravel()
+
+
 def evaluate(
     facts,
     s: dict,
@@ -54,13 +75,17 @@ def evaluate(
     attention: str,
     optimizer: str = "fused",
     grads_persist: bool = True,
+    runtime=None,
 ) -> tuple[dict, dict, dict]:
     """(stage compute, step-time terms, memory terms) of the strategies in ``s``, whose pipeline
     stages are ``kinds`` ((K,) for one strategy, (K, N) for N). ``optimizer``: the AdamW
     implementation (fused or foreach); ``grads_persist``: gradients live in a buffer kept
-    between steps (Megatron's and DDP's) rather than freed by ``zero_grad(set_to_none=True)``."""
+    between steps (Megatron's and DDP's) rather than freed by ``zero_grad(set_to_none=True)``;
+    ``runtime``: the stack's ``stacks.training.TrainingRuntime`` (None: 2-byte reductions, one
+    gather per block, fully hidden buckets, attention-core selective recomputation)."""
     tp, pp, cp, ep = s["tp"], s["pp"], s["cp"], s["ep"]
-    c = stage_compute(t, kinds, rc=s["rc"])
+    selective = runtime.selective if runtime is not None else "attention-core"
+    c = stage_compute(t, kinds, rc=s["rc"], selective=selective)
     sp_ = spans(cluster, tp, cp, s["dp"], pp, ep)
     tokens = s["mb"] * seq / cp
     kv_heads = np.maximum(1, facts.n_kv_heads // tp)
@@ -84,7 +109,12 @@ def evaluate(
             np.where(s["zero"] >= 3, local_p, max_p), state_precision, s["rc"], acc, eff
         ),
     }
-    s_full = dict(s, tied=facts.tied)
+    if runtime is not None:
+        params["grad_bytes"] = runtime.grad_reduce_bytes
+        params["gathers_per_block"] = runtime.gathers_per_block
+        params["bucket_fraction"] = runtime.bucket_fraction(max_p, group)
+        params["overlap_zero3"] = runtime.overlap_zero3
+    s_full = dict(s, tied=facts.tied, comm_rows=comm_rows(s))
     terms = step_time.step_terms(
         lk=links(cluster, eff), sp_=sp_, s=s_full, c=c, k=kinds, bytes_=nbytes, params=params
     )

@@ -48,6 +48,7 @@ from gpuplan.sim.parallel.step_time import step_total
 from gpuplan.sim.parallel.strategy import Strategy, validate
 from gpuplan.sim.parallel.topology import Cluster
 from gpuplan.sim.stacks import get_stack
+from gpuplan.sim.stacks.training import runtime_of
 from gpuplan.sim.sweep import InProcess, Pool, chunks
 from gpuplan.units import HOUR
 
@@ -81,7 +82,7 @@ def _price_shapes(cfg, s: dict, seq: int, acc, eff, space: SearchSpace, pool, pr
     """Index of each strategy's shape and the shapes' times as arrays (priced in pieces of
     ``SHAPE_CHUNK`` shapes, merged in order: the same wherever the pieces run)."""
     keys = np.stack([s["mb"], s["tp"], s["cp"], s["sp"], s["ep"], s["fp8"]], axis=1)
-    uniq, index = np.unique(keys, axis=0, return_inverse=True)
+    uniq, index = unique_rows(keys)
     # one cache for every piece: run here, the pieces share the kernels they price (a worker
     # elsewhere gets a copy; the numbers are the same either way)
     costs = CostCache(cfg, acc, eff, get_stack(space.stack).elementwise)
@@ -90,6 +91,21 @@ def _price_shapes(cfg, s: dict, seq: int, acc, eff, space: SearchSpace, pool, pr
     parts = pool.map(price, progress(pieces, "pricing kernel shapes", pool))
     table = {f: np.concatenate([part[f] for part in parts]) for f in TIME_FIELDS}
     return index.ravel(), table, len(uniq)
+
+
+def unique_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, axis=0, return_inverse=True)`` of non-negative integer rows, as one
+    int64 sort of a mixed-radix number (a row-wise unique is several times slower)."""
+    keys = keys.astype(np.int64)
+    bases = keys.max(axis=0) + 1
+    if float(np.prod(bases.astype(float))) >= 2.0**62:
+        uniq, index = np.unique(keys, axis=0, return_inverse=True)
+        return uniq, index.ravel()
+    number = np.zeros(len(keys), dtype=np.int64)
+    for col, base in zip(keys.T, bases, strict=True):
+        number = number * int(base) + col
+    _numbers, first, index = np.unique(number, return_index=True, return_inverse=True)
+    return keys[first], index.ravel()
 
 
 def _price_piece(costs: CostCache, seq: int, space: SearchSpace, shapes: np.ndarray) -> dict:
@@ -248,6 +264,7 @@ def _evaluate_piece(facts, arrays, *, cluster, acc, eff, seq, space, gpus, flops
         attention=space.attention,
         optimizer=get_stack(space.stack).optimizer,
         grads_persist=get_stack(space.stack).grads_persist,
+        runtime=runtime_of(get_stack(space.stack)),
     )
     step = step_total(terms)
     peak_mem = sum(mem.values())

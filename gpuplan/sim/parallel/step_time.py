@@ -89,49 +89,72 @@ def accumulate_s(params_local, state_precision: str, acc, eff):
     return nbytes / (acc.hbm_bytes_per_s * eff.elementwise_fraction("add")) + eff.kernel_overhead_s
 
 
-def tp_comm_phases(lk, tp_span, act_bytes, tp, sp):
-    """TP/SP collectives of one block and micro-batch: (forward, backward, one recompute)."""
+def on_rows(rows, fn, lk, *arrays):
+    """``fn(lk, *arrays)`` evaluated once per distinct row of the degrees: ``rows`` is (one
+    strategy of each distinct row, each strategy's row) or None (evaluate every strategy).
+    Collective times depend on the degrees and the micro-batch only, not on recomputation,
+    ZeRO, SP or precision, so a search has many strategies per row."""
+    if rows is None:
+        return fn(lk, *arrays)
+    rep, inverse = rows
+    n = len(inverse)
+    taken = [a[..., rep] if np.ndim(a) and np.shape(a)[-1] == n else a for a in arrays]
+    out = np.asarray(fn(lk, *taken))
+    return out[..., inverse] if out.ndim else out
+
+
+def tp_primitives(lk, tp_span, act_bytes, tp, rows=None):
+    """(all-reduce, all-gather, reduce-scatter) of a block's activation over the TP group."""
     local, nodes = tp_span
-    ar = co.all_reduce_s(lk, local, nodes, act_bytes)
-    ag = co.all_gather_s(lk, local, nodes, act_bytes / tp)
-    rs = co.reduce_scatter_s(lk, local, nodes, act_bytes)
+    return (
+        on_rows(rows, co.all_reduce_s, lk, local, nodes, act_bytes),
+        on_rows(rows, co.all_gather_s, lk, local, nodes, act_bytes / tp),
+        on_rows(rows, co.reduce_scatter_s, lk, local, nodes, act_bytes),
+    )
+
+
+def tp_comm_phases(lk, tp_span, act_bytes, tp, sp, rows=None):
+    """TP/SP collectives of one block and micro-batch: (forward, backward, one recompute)."""
+    ar, ag, rs = tp_primitives(lk, tp_span, act_bytes, tp, rows)
     on = np.asarray(tp) > 1
     fwd = np.where(on, np.where(sp, 2 * (ag + rs), 2 * ar), 0.0)
     bwd = np.where(on, np.where(sp, 2 * (ag + rs) + 2 * ag, 2 * ar), 0.0)
     return fwd, bwd, fwd
 
 
-def tp_comm_s(lk, tp_span, act_bytes, tp, rc, sp):
+def tp_comm_s(lk, tp_span, act_bytes, tp, rc, sp, rows=None):
     """TP/SP collectives of one block and micro-batch, forward + backward (+ recompute)."""
-    fwd, bwd, rec = tp_comm_phases(lk, tp_span, act_bytes, tp, sp)
+    fwd, bwd, rec = tp_comm_phases(lk, tp_span, act_bytes, tp, sp, rows)
     return fwd + bwd + np.where(rc == 2, rec, 0.0)
 
 
-def cp_comm_s(lk, cp_span, kv_bytes, cp, rc):
+def cp_comm_s(lk, cp_span, kv_bytes, cp, rc, rows=None):
     """Ring-attention exchanges of one block and micro-batch (fwd, bwd, recompute)."""
     local, nodes = cp_span
-    send = co.send_recv_s(lk, np.asarray(nodes) > 1, kv_bytes)
+    send = on_rows(rows, co.send_recv_s, lk, np.asarray(nodes) > 1, kv_bytes)
     sends = (cp - 1) * (1 + 2 + np.where(rc == 2, 1, 0))
     return np.where(cp > 1, sends * send, 0.0)
 
 
-def ep_comm_s(lk, ep_span, dispatch_bytes, ep, rc):
+def ep_comm_s(lk, ep_span, dispatch_bytes, ep, rc, rows=None):
     """All-to-all dispatch and combine of one MoE block and micro-batch."""
     local, nodes = ep_span
-    a2a = co.all_to_all_s(lk, local, nodes, dispatch_bytes)
+    a2a = on_rows(rows, co.all_to_all_s, lk, local, nodes, dispatch_bytes)
     calls = 4 + 2 * np.where(rc == 2, 1, 0)
     return np.where(ep > 1, calls * a2a, 0.0)
 
 
-def pp_comm_s(lk, pp_cross, tp_span, act_bytes, tp, sp, pp, chunks):
+def pp_comm_s(lk, pp_cross, tp_span, act_bytes, tp, sp, pp, chunks, rows=None):
     """Point-to-point sends of one micro-batch at every chunk boundary (fwd and bwd)."""
     local, nodes = tp_span
     sliced = act_bytes / tp
     scatter_gather = (tp > 1) & ~np.asarray(sp, dtype=bool)
-    gather = np.where(scatter_gather & pp_cross, co.all_gather_s(lk, local, nodes, sliced), 0.0)
-    wire = np.where(np.asarray(sp, dtype=bool) | (scatter_gather & pp_cross), sliced, act_bytes)
-    one = co.send_recv_s(lk, pp_cross, wire) + gather
-    return np.where(pp > 1, 2 * chunks * one, 0.0)
+    ag = on_rows(rows, co.all_gather_s, lk, local, nodes, sliced)
+    gather = np.where(scatter_gather & pp_cross, ag, 0.0)
+    slice_s = on_rows(rows, co.send_recv_s, lk, pp_cross, sliced)
+    full_s = on_rows(rows, co.send_recv_s, lk, pp_cross, act_bytes)
+    send = np.where(np.asarray(sp, dtype=bool) | (scatter_gather & pp_cross), slice_s, full_s)
+    return np.where(pp > 1, 2 * chunks * (send + gather), 0.0)
 
 
 def exposed(comm, window, overlap):
@@ -150,13 +173,17 @@ def step_terms(*, lk, sp_, s, c, k, bytes_, params) -> dict:
     """
     tp, pp, dp, cp, ep, rc = s["tp"], s["pp"], s["dp"], s["cp"], s["ep"], s["rc"]
     m, chunks, zero = s["m"], s["chunks"], s["zero"]
-    tp_layer = tp_comm_s(lk, sp_["tp"], bytes_["act"], tp, rc, s["sp"])
+    rows = s.get("comm_rows")  # (representatives, inverse) of the distinct degree rows
+    tp_layer = tp_comm_s(lk, sp_["tp"], bytes_["act"], tp, rc, s["sp"], rows)
     x_tp_layer = exposed(tp_layer, c["gemm_layer"], s["overlap_tp"])
-    x_cp_layer = np.maximum(cp_comm_s(lk, sp_["cp"], bytes_["kv"], cp, rc) - c["attn_layer"], 0.0)
+    cp_layer = cp_comm_s(lk, sp_["cp"], bytes_["kv"], cp, rc, rows)
+    x_cp_layer = np.maximum(cp_layer - c["attn_layer"], 0.0)
     x_ep_layer = exposed(
-        ep_comm_s(lk, sp_["ep"], bytes_["dispatch"], ep, rc), c["moe_layer"], s["overlap_ep"]
-    )
-    pp_one = pp_comm_s(lk, sp_["pp_cross"], sp_["tp"], bytes_["act"], tp, s["sp"], pp, chunks)
+        ep_comm_s(lk, sp_["ep"], bytes_["dispatch"], ep, rc, rows), c["moe_layer"],
+        s["overlap_ep"],
+    )  # fmt: skip
+    pp_one = pp_comm_s(lk, sp_["pp_cross"], sp_["tp"], bytes_["act"], tp, s["sp"], pp, chunks,
+                       rows)  # fmt: skip
     x_pp = np.where(s["overlap_pp"], 0.0, pp_one)
     dl, dn = sp_["dpcp"]
     group = dp * cp
@@ -164,12 +191,20 @@ def step_terms(*, lk, sp_, s, c, k, bytes_, params) -> dict:
     compute_k = c["stage_fwd"] + c["stage_bwd"] + c["recompute"]
     # ZeRO-2/3 work block by block (an FSDP unit is a block): one gather / reduce-scatter each
     block = params["stage"] / np.maximum(k.layers, 1)
-    ag_block = co.all_gather_s(lk, dl, dn, block * PARAM_BYTES / group)
-    rs_block = co.reduce_scatter_s(lk, dl, dn, block * GRAD_BYTES)
+    # a stack's runtime (stacks.training): gradient bytes on the wire, ZeRO-3 gather calls per
+    # block (DeepSpeed gathers each weight matrix on its own, paying a latency each)
+    grad_bytes = params.get("grad_bytes", GRAD_BYTES)
+    gathers = params.get("gathers_per_block", 1)
+    ag_block = gathers * on_rows(
+        rows, co.all_gather_s, lk, dl, dn, block * PARAM_BYTES / group / gathers
+    )
+    rs_block = on_rows(rows, co.reduce_scatter_s, lk, dl, dn, block * grad_bytes)
     z3_mb = k.layers * (
         np.where(zero >= 3, z3_calls * ag_block, 0.0) + np.where(zero >= 2, rs_block, 0.0)
     )
-    x_z = np.where(zero >= 2, exposed(z3_mb, compute_k, s["overlap_dp"]), 0.0)
+    # a runtime may prefetch ZeRO-3 gathers where it does not overlap other DP traffic (DeepSpeed)
+    z_overlap = np.asarray(s["overlap_dp"]) | ((zero >= 3) & params.get("overlap_zero3", False))
+    x_z = np.where(zero >= 2, exposed(z3_mb, compute_k, z_overlap), 0.0)
     x_tp, x_cp, x_ep = k.layers * x_tp_layer, k.layers * x_cp_layer, k.moe * x_ep_layer
     gpu_k = compute_k + x_tp + x_cp + x_ep + x_pp + x_z  # one micro-batch on each kind of stage
     # the CPU issues a micro-batch's calls (and starts its backward) while the GPU runs the
@@ -189,14 +224,20 @@ def step_terms(*, lk, sp_, s, c, k, bytes_, params) -> dict:
     bubble = np.where(pp > 1, (np.sum(k.count * t_k, axis=0) - t_mb) / chunks, 0.0)
     stage_fwd, stage_bwd = at_slowest(c["stage_fwd"]), at_slowest(c["stage_bwd"])
     stage_p = params["max_stage"]
-    ag_stage = co.all_gather_s(lk, dl, dn, stage_p * PARAM_BYTES / group)
-    rs_stage = co.reduce_scatter_s(lk, dl, dn, stage_p * GRAD_BYTES)
+    ag_stage = on_rows(rows, co.all_gather_s, lk, dl, dn, stage_p * PARAM_BYTES / group)
+    rs_stage = on_rows(rows, co.reduce_scatter_s, lk, dl, dn, stage_p * grad_bytes)
     dp_reduce = np.where(
         zero == 0,
-        co.all_reduce_s(lk, dl, dn, stage_p * GRAD_BYTES),
+        on_rows(rows, co.all_reduce_s, lk, dl, dn, stage_p * grad_bytes),
         np.where(zero == 1, rs_stage, 0.0),
     )
-    x_dp = np.where(group > 1, exposed(dp_reduce, stage_bwd, s["overlap_dp"]), 0.0)
+    # the last gradient bucket is reduced after the backward ends: it never hides
+    tail = dp_reduce * params.get("bucket_fraction", 0.0)
+    x_dp = np.where(
+        group > 1,
+        np.where(s["overlap_dp"], np.maximum(dp_reduce - stage_bwd, tail), dp_reduce),
+        0.0,
+    )
     param_ag = np.where((zero == 1) | (zero == 2), ag_stage, 0.0)
     x_ag = np.where(group > 1, exposed(param_ag, stage_fwd, s["overlap_dp"]), 0.0)
     emb = co.all_reduce_s(lk, 1, 2, params["embedding"] * GRAD_BYTES)
