@@ -131,7 +131,8 @@ def register(subparsers) -> None:
         p.add_argument("--" + name.replace("_", "-"), dest=name, type=flag_type)
     p.add_argument("--bytes", dest="bytes", type=byte_count, help="collective buffer bytes per rank")
     for name, choices in _str_choices().items():
-        p.add_argument("--" + name.replace("_", "-"), dest=name, type=word, choices=choices)
+        p.add_argument("--" + name.replace("_", "-"), dest=name, type=word, choices=choices,
+                       help=STR_HELP.get(name))  # fmt: skip
     for name in BOOL_FLAGS:
         p.add_argument(
             "--" + name.replace("_", "-"),
@@ -152,7 +153,19 @@ def _str_choices() -> dict[str, tuple[str, ...]]:
         for name, rule in rules.items():
             if name in STR_FLAGS and isinstance(rule, tuple):
                 out[name] = tuple(dict.fromkeys((*out.get(name, ()), *rule)))
+    out["precision"] = (*out["precision"], *PRECISION_ALIASES)
     return {name: out[name] for name in STR_FLAGS}
+
+
+# One vocabulary with ``gpuplan train --precision``: the GEMMs' precision under mixed-precision
+# training (fp32 master weights, gradients and Adam state as --state-precision says there);
+# the record contract's ``bf16-mixed`` is bf16 in it. A one-GPU train step prices bf16 only.
+PRECISION_ALIASES = {"bf16": "bf16-mixed"}
+STR_HELP = {
+    "precision": "train-step: bf16 GEMMs under mixed precision, fp32 master weights and Adam "
+    "state (bf16-mixed, the record contract's word, is the same; as in `gpuplan train "
+    "--precision`)",
+}
 
 
 def _check_contract(kind: str, device: str, params: dict[str, Any]) -> None:
@@ -221,6 +234,8 @@ def _params(
     if with_model and kind == "decode_step":
         defaults.pop("cuda_graph")  # the stack's own choice unless asked
     params = defaults | overrides | given
+    if "precision" in params:
+        params["precision"] = PRECISION_ALIASES.get(params["precision"], params["precision"])
     if kind == "attention":
         params.setdefault("seq_kv", params.get("seq_q"))
     return params

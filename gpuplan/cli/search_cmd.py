@@ -12,6 +12,7 @@ import argparse
 
 from gpuplan.cli import require_subcommand
 from gpuplan.cli.argtypes import at_least_one, gpu_count, positive_int
+from gpuplan.cli.calibration import efficiency_from_args
 from gpuplan.cli.dask_workers import (
     add_sweep_options,
     add_timing_option,
@@ -30,6 +31,7 @@ from gpuplan.cli.train_cmd import (
     render_overlaps,
     resolve_cluster,
     resolve_stack,
+    training_precision,
     zero_stage,
 )
 from gpuplan.errors import GpuplanError
@@ -70,9 +72,10 @@ def register(subparsers) -> None:
     p.add_argument("--zero", nargs="+", type=zero_stage, default=[0, 1, 2, 3])
     p.add_argument(
         "--precision",
-        choices=("bf16", "fp8", "any"),
+        type=lambda t: "any" if t.strip().lower() == "any" else training_precision(t),
         default="bf16",
-        help="GEMM precision searched: bf16 (default), fp8, or any (both)",
+        help="GEMM precision under mixed precision searched: bf16 (default), fp8, or any "
+        "(both); as in `gpuplan train` (bf16-mixed, fp8-mixed are the same words)",
     )
     p.add_argument("--max-cp", type=gpu_count, default=16, help="largest context-parallel size")
     p.add_argument(
@@ -97,6 +100,7 @@ def run(args) -> int:
     cluster = resolve_cluster(args)
     stack = resolve_stack(args, cluster.accelerator)
     seq = args.seq or default_seq(cfg)
+    eff = efficiency_from_args(args, cluster.accelerator.key)  # --calibration, else built in
     space = SearchSpace(
         recompute=tuple(args.recompute), zero=tuple(sorted(set(args.zero))),
         precision=PRECISION_CHOICES[args.precision], max_cp=args.max_cp, attention=args.attention,
@@ -108,10 +112,11 @@ def run(args) -> int:
         result = search(
             cfg, cluster=cluster, gpus=args.gpus, global_batch=args.global_batch, seq=seq,
             space=space, tokens=args.tokens, usd_per_gpu_hour=args.price_per_gpu_hour, pool=pool,
+            eff=eff,
         )  # fmt: skip
     best = row_strategy(result.frame.iloc[0], global_batch=args.global_batch, space=space)
     fastest = estimate_training(
-        cfg, best, cluster=cluster, seq=seq, gpus=args.gpus, stack=stack
+        cfg, best, cluster=cluster, seq=seq, gpus=args.gpus, stack=stack, eff=eff
     ).to_dict()
     layouts = distinct_layouts(result.frame, seq)
     top = layouts.head(args.top).assign(mfu_pct=lambda f: 100 * f["mfu"])
@@ -129,6 +134,7 @@ def run(args) -> int:
         "precision": list(space.precision),
         "overlaps": overlaps_in_force(space),
         "stack": stack_doc(stack, cluster.accelerator),
+        "efficiency_source": eff.source,
     }
     if result.interruptions is not None:
         stats["interruptions"] = result.interruptions.to_dict()

@@ -27,6 +27,7 @@ from gpuplan.cli.argtypes import (
     random_seed,
     word,
 )
+from gpuplan.cli.calibration import add_calibration_option, efficiency_from_args
 from gpuplan.cli.dask_workers import add_timing_option, with_timing
 from gpuplan.cli.stack_flags import add_stack_options, stack_doc, stack_from_args
 from gpuplan.cli.tables import dump_json, format_value, render_table
@@ -44,6 +45,19 @@ def zero_stage(text: str) -> int:
     if text not in ("0", "1", "2", "3"):
         raise argparse.ArgumentTypeError(f"{text!r} is not a ZeRO stage: 0, 1, 2, 3 or fsdp")
     return int(text)
+
+
+PRECISION_WORDS = {"bf16": "bf16", "fp8": "fp8", "bf16-mixed": "bf16", "fp8-mixed": "fp8"}
+
+
+def training_precision(text: str) -> str:
+    """--precision of train and search: bf16 or fp8 GEMMs (``-mixed`` accepted, the same)."""
+    word = text.strip().lower()
+    if word not in PRECISION_WORDS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a precision: bf16 or fp8 (bf16-mixed, fp8-mixed are the same)"
+        )
+    return PRECISION_WORDS[word]
 
 
 def add_cluster_options(p) -> None:
@@ -71,6 +85,7 @@ def add_assumption_options(p) -> None:
         help="attention kernels: flash (default) or unfused (QK^T/softmax/PV, Megatron 2021)",
     )
     add_stack_options(p, default=DEFAULT_TRAINING_STACK)
+    add_calibration_option(p)
     p.add_argument(
         "--state-precision",
         choices=("bf16-mixed-megatron", "bf16-mixed", "bf16"),
@@ -161,7 +176,10 @@ def register(subparsers) -> None:
         help="N blocks on the first stage, M on the last, the rest split evenly",
     )
     p.add_argument("--recompute", choices=RECOMPUTE, default="none")
-    p.add_argument("--precision", choices=("bf16", "fp8"), default="bf16")
+    p.add_argument("--precision", type=training_precision, default="bf16",
+                   help="GEMM precision of mixed-precision training: bf16 (default) or fp8; "
+                   "weights, gradients and Adam state per --state-precision. bf16-mixed and "
+                   "fp8-mixed are the same words (estimate train-step's bf16-mixed is bf16)")  # fmt: skip
     p.add_argument(
         "--expert-imbalance",
         type=at_least_one,
@@ -297,6 +315,9 @@ def _strategy(args, gpus: int | None, cfg=None):
 
 def run(args) -> int:
     if args.reproduce:
+        if getattr(args, "calibration", None) is not None:
+            raise GpuplanError("--reproduce prices the published runs with gpuplan's own fits; "
+                               "drop --calibration")  # fmt: skip
         return reproduce(args)
     if not args.model:
         raise GpuplanError("gpuplan train needs --model (or --reproduce)")
@@ -316,7 +337,9 @@ def run(args) -> int:
             f"--timeline plays pipelines of equal stages; pp_layers="
             f"{','.join(map(str, strategy.pp_layers))} is uneven: drop --timeline or the uneven split"
         )
-    est = estimate_training(cfg, strategy, cluster=cluster, seq=seq, gpus=args.gpus, stack=stack)
+    eff = efficiency_from_args(args, cluster.accelerator.key)  # --calibration, else built in
+    est = estimate_training(cfg, strategy, cluster=cluster, seq=seq, gpus=args.gpus, stack=stack,
+                            eff=eff)  # fmt: skip
     doc = est.to_dict()
     doc["stack"] = stack_doc(stack, cluster.accelerator)
     timing = {}
@@ -347,6 +370,7 @@ def write_timeline(args, cfg, strategy, cluster, seq) -> dict[str, Any]:
     tl = simulate_step(
         cfg, strategy, cluster=cluster, seq=seq, all_ranks=args.all_ranks, jitter=args.jitter,
         seed=args.seed, stragglers=tuple(Straggler(rank=r, slowdown=s) for r, s in args.straggler),
+        eff=efficiency_from_args(args, cluster.accelerator.key),
     )  # fmt: skip
     detail, every_rank = trace_detail(tl)
     slices = write_chrome_trace(tl, args.timeline, detail=detail, every_rank=every_rank)
