@@ -129,13 +129,13 @@ def _row(**kw):
 def test_a_batch_of_one_has_the_ttft_of_one_prefill_iteration():
     deps = Deployments()
     row = _row()
-    _, step, _, _ = deps(row)
+    _, step, _ = deps(row)
     assert predict_row(row, deps) == step.iteration_s(Batch(prefill=((1024, 0, 1),)))
 
 
 def test_a_static_batch_decodes_its_output_in_one_run_of_the_whole_batch():
     deps = Deployments()
-    _, step, _, _ = deps(_row())
+    _, step, _ = deps(_row())
     kw = {"batch": 8, "prompt_tokens": 512, "output_tokens": 128}
     run_s = step.decode_run_s(8, 8 * 513, 127)
     assert predict_row(_row(metric="tpot_s", **kw), deps) == pytest.approx(run_s / 127)
@@ -145,7 +145,7 @@ def test_a_static_batch_decodes_its_output_in_one_run_of_the_whole_batch():
 
 def test_a_lone_client_waits_half_a_decode_and_decodes_alone():
     deps = Deployments()
-    _, step, _, _ = deps(_row())
+    _, step, _ = deps(_row())
     loop = {"load": "concurrency", "concurrency": 1, "batch": ""}
     decode = step.decode_s(1, 1024 + 64)
     assert predict_row(_row(metric="tpot_s", **loop), deps) == pytest.approx(decode)

@@ -20,12 +20,16 @@ Each row's load decides how it is predicted (assumptions, named):
   request's prefill stalls a request's decode once in its lifetime (no chunking); clients
   beyond ``b`` queue, and Little's law on the loop gives their wait.
 
-Engine limits (assumed where a source does not state them): TensorRT-LLM's ``BuildConfig``
-defaults ``max_batch_size=2048`` and ``max_num_tokens=8192`` (tensorrt_llm/builder.py); vLLM's
-``max_num_seqs=256`` with its default token budget (``SchedulerConfig``). fp16 is priced as
-bf16: two bytes and the same tensor-core rate on every GPU in the catalogue (their datasheets).
-Nothing here is fitted: ``split_by_source`` holds out a seeded share of each source's rows so
-that a later fit can be scored on rows it never saw.
+Each row is priced on its engine's stack (``ENGINE_STACK``; ``stacks.serving``): its kernels,
+host cost per call, CUDA graphs and CPU time per iteration (``on_stack.stack_deployment``) and
+its scheduler's limits (``on_stack.stack_scheduler``): TensorRT-LLM's ``BuildConfig`` defaults
+``max_batch_size=2048`` and ``max_num_tokens=8192`` (tensorrt_llm/builder.py) with its KV cache
+a share of the free memory; the Splitwise profiles' engine vLLM-like, ``max_num_seqs=256`` with
+the default token budget of continuous batching. A row's load decides the batches, not the
+engine's chunking policy. fp16 is priced as bf16: two bytes and the same tensor-core rate on
+every GPU in the catalogue (their datasheets). ``split_by_source`` holds out a seeded share of
+each source's rows; the stack parameters without a cited value are fitted on the other rows only
+(``gpuplan.validate.serving.fit_stacks``).
 """
 
 from __future__ import annotations
@@ -41,9 +45,11 @@ import numpy as np
 import pandas as pd
 
 from gpuplan.errors import GpuplanError
-from gpuplan.sim.serving.deployment import SchedulerConfig, deployment
+from gpuplan.sim.serving.deployment import SchedulerConfig
 from gpuplan.sim.serving.kv_cache import kv_capacity
+from gpuplan.sim.serving.on_stack import stack_deployment, stack_scheduler
 from gpuplan.sim.serving.step_model import Batch, StepModel
+from gpuplan.sim.stacks import get_stack
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.presets import get_model
 
@@ -55,12 +61,9 @@ METRIC_KIND = {"output_tokens_per_s": "throughput", "ttft_s": "ttft", "tpot_s": 
                "e2e_latency_s": "e2e"}  # fmt: skip
 PERS = ("gpu", "total", "request")
 HOLDOUT_SHARE = 0.3
-# (max sequences, token budget per iteration or None for the policy default), module docstring
-ENGINE_LIMITS = {"trt-llm": (2048, 8192), "nim-trt-llm": (2048, 8192), "vllm": (256, None)}
-# TensorRT-LLM sizes its KV cache as a share of the memory left free after the weights
-# (KvCacheConfig.free_gpu_memory_fraction, default 0.9); vLLM as a share of the whole device
-# (gpu_memory_utilization 0.9, gpuplan's SchedulerConfig.memory_utilization)
-FREE_MEMORY_FRACTION = {"trt-llm": 0.9, "nim-trt-llm": 0.9}
+# the stack of each engine named by the rows (NIM's fp8 profiles run TensorRT-LLM: its source)
+ENGINE_STACK = {"trt-llm": "trt-llm", "nim-trt-llm": "trt-llm", "vllm": "vllm",
+                "eager-2023": "eager-2023"}  # fmt: skip
 DTYPE_AS = {"fp16": "bf16"}  # priced as (module docstring)
 
 
@@ -145,7 +148,7 @@ class Deployments:
     remembers why)."""
 
     def __init__(self):
-        self._seen: dict[tuple, tuple | str] = {}  # setting -> (dep, step, seqs, budget) or why
+        self._seen: dict[tuple, tuple | str] = {}  # setting -> (dep, step, stack) or why
 
     def __call__(self, row) -> tuple:
         key = (row["model"], row["gpu"], row["tp"], row["pp"], row["weight_dtype"],
@@ -161,32 +164,35 @@ class Deployments:
     def _make(row) -> tuple | str:
         if row["pp"] != 1:
             return f"pp={row['pp']}: pipeline-parallel serving is not modelled"
-        if row["engine"] not in ENGINE_LIMITS:
-            return f"engine={row['engine']!r} has no scheduler limits here"
+        if row["engine"] not in ENGINE_STACK:
+            return f"engine={row['engine']!r} has no stack here"
+        stack = ENGINE_STACK[row["engine"]]
         try:
-            dep = deployment(row_model(row["model"]), row["gpu"], tp=row["tp"],
-                             weight_dtype=DTYPE_AS.get(row["weight_dtype"], row["weight_dtype"]),
-                             kv_dtype=DTYPE_AS.get(row["kv_dtype"], row["kv_dtype"]))  # fmt: skip
+            dep = stack_deployment(row_model(row["model"]), row["gpu"], stack, tp=row["tp"],
+                                   weight_dtype=DTYPE_AS.get(row["weight_dtype"], row["weight_dtype"]),
+                                   kv_dtype=DTYPE_AS.get(row["kv_dtype"], row["kv_dtype"]))  # fmt: skip
         except GpuplanError as err:
             return str(err)
-        seqs, budget = ENGINE_LIMITS[row["engine"]]
-        return dep, StepModel(dep), seqs, budget
+        return dep, StepModel(dep), stack
 
 
-def _sched(row, dep, seqs: int, budget: int | None) -> SchedulerConfig:
-    """The engine's limits for the row; a free-memory KV share becomes the device share it
-    amounts to once the weights and workspace are placed."""
-    sched = SchedulerConfig(max_seqs=seqs, max_batched_tokens=budget,
+def _sched(row, dep, stack: str) -> SchedulerConfig:
+    """The engine's limits for the row (its stack's scheduler, continuous batching: the row's
+    load decides the batches); a free-memory KV share becomes the device share it amounts to
+    once the weights and workspace are placed."""
+    base = stack_scheduler(stack)
+    sched = SchedulerConfig(max_seqs=base.max_seqs, max_batched_tokens=base.max_batched_tokens,
+                            block_tokens=base.block_tokens,
                             max_model_len=row["prompt_tokens"] + row["output_tokens"])  # fmt: skip
-    free_share = FREE_MEMORY_FRACTION.get(row["engine"])
-    if free_share is None:
-        return sched
+    run = get_stack(stack).serving
+    if run is None or run.kv_memory != "free":
+        return dataclasses.replace(sched, memory_utilization=base.memory_utilization)
     whole = kv_capacity(dep, dataclasses.replace(sched, memory_utilization=1.0))
     placed = whole.weights_bytes + whole.workspace_bytes
     if placed >= whole.hbm_bytes:
         raise CannotRun(f"{dep.model.name} weights and workspace, {placed / 1e9:.1f} GB per GPU, "
                         f"exceed the {whole.hbm_bytes / 1e9:.1f} GB of {dep.acc.key} at tp={dep.tp}")
-    used = placed + free_share * (whole.hbm_bytes - placed)
+    used = placed + run.memory_fraction * (whole.hbm_bytes - placed)
     return dataclasses.replace(sched, memory_utilization=used / whole.hbm_bytes)
 
 
@@ -260,8 +266,8 @@ _BY_LOAD = {"static_batch": _static, "offline": _offline, "concurrency": _closed
 
 def predict_row(row, deployments: Deployments) -> float:
     """gpuplan's value of the row's metric, in the row's units (raises CannotRun)."""
-    dep, step, seqs, budget = deployments(row)
-    values = _BY_LOAD[row["load"]](row, dep, step, _sched(row, dep, seqs, budget))
+    dep, step, stack = deployments(row)
+    values = _BY_LOAD[row["load"]](row, dep, step, _sched(row, dep, stack))
     if row["metric"] not in values:
         raise CannotRun(f"metric {row['metric']} is not predicted for load={row['load']}")
     value = values[row["metric"]]

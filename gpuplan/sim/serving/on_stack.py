@@ -1,0 +1,69 @@
+"""A serving deployment and scheduler as a stack runs them (``sim.stacks``).
+
+``stack_deployment`` prices a replica with the stack's kernels (``stack_efficiency``: its
+attention kernel per phase, its host cost per call), elementwise implementation, CUDA graphs and
+their buckets, and the CPU time per iteration of its runtime; ``stack_scheduler`` takes the
+runtime's scheduler defaults. A stack without a serving runtime (``pytorch``, ``harness``...)
+serves as the simulator's generic server: CUDA-graph decode without padding, no CPU cost per
+iteration. Any keyword given overrides the stack's choice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gpuplan.hwmodels.accelerators import get_accelerator
+from gpuplan.hwmodels.efficiency import Efficiency, efficiency_for, queued
+from gpuplan.sim.serving.deployment import Deployment, SchedulerConfig
+from gpuplan.sim.stacks import Stack, get_stack, stack_efficiency
+from gpuplan.workloads.model import ModelConfig
+from gpuplan.workloads.presets import get_model
+
+
+def stack_deployment(model: str | ModelConfig, gpu: str, stack: str | Stack = "vllm", *,
+                     fit: Efficiency | None = None, **kw) -> Deployment:  # fmt: skip
+    """A ``Deployment`` of ``model`` on ``gpu`` as ``stack`` serves it (module docstring)."""
+    stack = get_stack(stack)
+    cfg = model if isinstance(model, ModelConfig) else get_model(model)
+    acc = get_accelerator(gpu)
+    eff = queued(stack_efficiency(stack, fit or efficiency_for(acc.key), acc, phase="prefill"))
+    run = stack.serving
+    tp = kw.get("tp", 1)
+    choices = {
+        "impl": "fused" if stack.elementwise == "eager" and run is None else stack.elementwise,
+        "cuda_graph": run.cuda_graph if run else True,
+        "decode_buckets": run.decode_buckets if run and run.cuda_graph else (),
+        "iteration_overhead_s": run.overhead_s(tp) if run else 0.0,
+        "kv_cache": "paged",
+        "stack": stack.name,
+    }
+    return Deployment(model=cfg, acc=acc, eff=eff, **{**choices, **kw})
+
+
+def stack_scheduler(stack: str | Stack, **kw) -> SchedulerConfig:
+    """The scheduler limits of ``stack``'s runtime (``SchedulerConfig``'s defaults for a stack
+    without one); keywords override. A KV share of the free memory (TensorRT-LLM) is kept as
+    ``memory_utilization`` of the device here: ``kv_memory_share`` converts it."""
+    run = get_stack(stack).serving
+    base = {} if run is None else {
+        "policy": run.policy, "max_seqs": run.max_seqs,
+        "max_batched_tokens": run.max_batched_tokens, "block_tokens": run.block_tokens,
+        "memory_utilization": run.memory_fraction,
+    }  # fmt: skip
+    return SchedulerConfig(**{**base, **{k: v for k, v in kw.items() if v is not None}})
+
+
+def kv_memory_share(stack: str | Stack, dep: Deployment, sched: SchedulerConfig) -> SchedulerConfig:
+    """``sched`` with a free-memory KV share (``kv_memory == "free"``) turned into the device share
+    it amounts to once the weights and workspace are placed."""
+    from gpuplan.sim.serving.kv_cache import kv_capacity
+
+    run = get_stack(stack).serving
+    if run is None or run.kv_memory != "free":
+        return sched
+    whole = kv_capacity(dep, dataclasses.replace(sched, memory_utilization=1.0))
+    placed = whole.weights_bytes + whole.workspace_bytes
+    if placed >= whole.hbm_bytes:
+        return sched  # nothing fits: kv_capacity says so in its own words
+    used = placed + sched.memory_utilization * (whole.hbm_bytes - placed)
+    return dataclasses.replace(sched, memory_utilization=used / whole.hbm_bytes)
