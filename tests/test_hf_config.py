@@ -243,3 +243,12 @@ def test_any_values_give_a_model_or_a_gpuplan_error_never_another_exception(chan
         from_hf_config(TINY | {"model_type": model_type} | changes)
     except GpuplanError as err:
         assert "\n" not in str(err)
+
+
+def test_a_number_json_cannot_hold_or_a_huge_integer_is_one_line(tmp_path):
+    file = tmp_path / "config.json"
+    file.write_text('{"model_type": "llama", "num_hidden_layers": ' + "9" * 5000 + "}")
+    with pytest.raises(GpuplanError, match="cannot read it as JSON"):
+        from_hf_config(file)
+    with pytest.raises(GpuplanError, match="num_hidden_layers=an integer of about 5,001 digits"):
+        from_hf_config(TINY | {"num_hidden_layers": 10**5000})

@@ -257,3 +257,9 @@ def test_one_binary_line_among_good_ones_loses_nothing_else(tmp_path):
     records, errors = read_records(path, known_devices=known)
     assert [r.line_no for r in records] == [1, 3]
     assert [e.line_no for e in errors] == [2] and "not UTF-8" in errors[0].reason
+
+
+def test_an_integer_too_long_to_print_is_named_by_its_size():
+    obj = sample_objects()["gemm"]
+    obj = obj | {"params": obj["params"] | {"m": 10**5000}}
+    assert "params.m=an integer of 16,610 bits is invalid" in reason_of(obj)

@@ -194,7 +194,10 @@ def _check_value(field: str, value: Any, rule: Rule) -> str | None:
     if rule == POSITIVE_INT:
         if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_INT:
             return None
-        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        if isinstance(value, int) and value.bit_length() > 200:  # repr fails past 4,300 digits
+            shown = f"an integer of {value.bit_length():,} bits"
+        else:
+            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
         return f"{field}={shown} is invalid: it must be a positive JSON integer, at most 2**53"
     if rule == BOOLEAN:
         if isinstance(value, bool):

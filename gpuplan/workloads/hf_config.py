@@ -61,12 +61,20 @@ class _Fields:
         if kind in ("count", "size") and isinstance(value, float) and value.is_integer():
             value = int(value)
         if not test(value):
-            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+            shown = _shown(value)
             raise GpuplanError(
                 f"{self.origin}: {key}={shown} ({type(value).__name__}) is invalid: it must be "
                 f"{words}"
             )
         return value
+
+
+def _shown(value: Any) -> str:
+    """A value as an error message prints it: short, and safe for a 5,000-digit integer."""
+    if isinstance(value, int) and value.bit_length() > 200:
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1:,} digits"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _whole(low: int) -> Callable[[Any], bool]:
@@ -241,8 +249,9 @@ def _load_json(file: Path) -> Mapping[str, Any]:
     except json.JSONDecodeError as err:
         raise GpuplanError(f"{file}: cannot read it as JSON: {err.msg} (line {err.lineno}, column "
                            f"{err.colno})") from None  # fmt: skip
-    except (OSError, RecursionError) as err:
-        raise GpuplanError(f"{file}: cannot read it as JSON: {err}") from None
+    except (OSError, ValueError, RecursionError) as err:  # ValueError: a 5,000-digit number
+        first = " ".join(str(err).split(";")[0].split())
+        raise GpuplanError(f"{file}: cannot read it as JSON: {first}") from None
     if not isinstance(raw, dict):
         raise GpuplanError(f"{file}: a config.json holds one JSON object, not {type(raw).__name__}")
     return raw

@@ -224,6 +224,9 @@ def _json_rows(path: Path, text: str) -> list[tuple[int, object]]:
         except json.JSONDecodeError as err:
             raise GpuplanError(f"{path} line {k}: not valid JSON ({err.msg}, column "
                                f"{err.colno})") from None  # fmt: skip
+        except (ValueError, RecursionError) as err:  # a 5,000-digit number, nesting too deep
+            first = " ".join(str(err).split(";")[0].split()) or type(err).__name__
+            raise GpuplanError(f"{path} line {k}: not valid JSON ({first})") from None
     return rows
 
 

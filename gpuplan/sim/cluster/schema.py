@@ -54,20 +54,21 @@ def check(value, node: dict | None = None, where: str = "") -> None:
         raise GpuplanError(problem)
 
 
-_RESOLVED: dict[int, dict] = {}  # id of a schema node -> the node with its $ref followed
+_RESOLVED: dict[int, tuple[dict, dict]] = {}  # id(node) -> (node, node with its $ref followed)
 
 
 def _resolve(node: dict) -> dict:
     if "$ref" not in node:
         return node
-    key = id(node)
-    if key not in _RESOLVED:  # schema nodes live as long as the cached schema
-        out = node
-        while "$ref" in out:
-            ref = out["$ref"].removeprefix("#/$defs/")
-            out = {k: v for k, v in out.items() if k != "$ref"} | definition(ref)
-        _RESOLVED[key] = out
-    return _RESOLVED[key]
+    hit = _RESOLVED.get(id(node))
+    if hit is not None and hit[0] is node:  # the node is kept alive here: its id stays its own
+        return hit[1]
+    out = node
+    while "$ref" in out:
+        ref = out["$ref"].removeprefix("#/$defs/")
+        out = {k: v for k, v in out.items() if k != "$ref"} | definition(ref)
+    _RESOLVED[id(node)] = (node, out)
+    return out
 
 
 def _walk(value, node: dict, where: str):
@@ -160,6 +161,8 @@ def _num(x) -> str:
 
 
 def _show(value) -> str:
+    if isinstance(value, int) and value.bit_length() > 200:  # repr fails beyond 4,300 digits
+        return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1:,} digits"
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -176,9 +179,9 @@ def _is(value, kind: str) -> bool:
     if kind in ("integer", "number"):
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
             return False
-        if not math.isfinite(value):
-            return False
-        return kind == "number" or float(value).is_integer()
+        if isinstance(value, numbers.Integral):  # any size: float(10**400) would overflow
+            return True
+        return math.isfinite(value) and (kind == "number" or float(value).is_integer())
     return isinstance(value, _PYTHON_TYPES[kind])
 
 
@@ -285,3 +288,6 @@ def load_yaml(path: Path):
         raise GpuplanError(f"{where}: not valid YAML: {problem}") from None
     except yaml.YAMLError as err:
         raise GpuplanError(f"{path}: not valid YAML: {' '.join(str(err).split())}") from None
+    except (ValueError, RecursionError) as err:  # a 5,000-digit number, nesting too deep
+        first = " ".join(str(err).split(";")[0].split()) or type(err).__name__
+        raise GpuplanError(f"{path}: cannot read it: {first}") from None
