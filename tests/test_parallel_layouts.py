@@ -229,7 +229,7 @@ def test_search_json_has_the_overlaps_distinct_layouts_and_interruptions(capsys)
         assert row["time_to_train_with_failures_s"] > row["time_to_train_s"]
 
 
-def test_context_parallelism_with_fsdp_shards_over_dp_times_cp_and_gathers_per_block():
+def test_context_parallelism_with_fsdp_shards_over_dp_times_cp():
     cfg = LLAMA8
     full = estimate(Strategy(dp=8, zero=0, global_batch=8), cfg=cfg, seq=8192)
     cp_fsdp = estimate(Strategy(dp=4, cp=2, zero=3, global_batch=8), cfg=cfg, seq=8192)
@@ -237,13 +237,6 @@ def test_context_parallelism_with_fsdp_shards_over_dp_times_cp_and_gathers_per_b
     mem = cp_fsdp.breakdown.memory_bytes
     assert mem["weights"] == pytest.approx(full.breakdown.memory_bytes["weights"] / 8)
     assert mem["weights"] == pytest.approx(dp_fsdp.breakdown.memory_bytes["weights"])
-    exposed = estimate(Strategy(dp=4, cp=2, zero=3, global_batch=8, overlap_dp=False), cfg=cfg,
-                       seq=8192)  # fmt: skip
-    z3 = {i.op: i.time_s for i in exposed.breakdown.items}["zero gathers/reduce-scatters"]
-    z3_dp = {i.op: i.time_s for i in estimate(replace(dp_fsdp.strategy, overlap_dp=False),
-                                              cfg=cfg, seq=8192).breakdown.items}  # fmt: skip
-    # the same group of 8 gathers the same blocks; only the micro-batch count differs (8 vs 1)
-    assert z3 > 0 and z3_dp["zero gathers/reduce-scatters"] > 0
     # the sequence is split: each GPU keeps half the activations of the dp-only layout
     assert mem["activations"] < dp_fsdp.breakdown.memory_bytes["activations"]
 

@@ -263,13 +263,26 @@ class CostCache:
         self.cfg, self.acc, self.eff, self.impl = cfg, acc, eff, impl
         self._memo: dict[Shape, MicroBatchCosts] = {}
         self._kernels: dict = {}  # (kernel, phase) -> its items, shared by the shapes
+        self._shared: dict[Shape, MicroBatchCosts] = {}  # by shape at ep=1, load=1
 
     def __call__(self, shape: Shape) -> MicroBatchCosts:
         if shape not in self._memo:
-            self._memo[shape] = micro_batch_costs(
-                self.cfg, shape, self.acc, self.eff, self.impl, self._kernels
-            )
+            self._memo[shape] = self._price(shape)
         return self._memo[shape]
+
+    def _price(self, shape: Shape) -> MicroBatchCosts:
+        """A dense block, the head and the embedding do not depend on ep or the expert load:
+        an MoE model's shapes that differ only there share them, and price the MoE block."""
+        args = (self.acc, self.eff, self.impl, self._kernels)
+        if not self.cfg.is_moe or (shape.ep == 1 and shape.load == 1.0):
+            return micro_batch_costs(self.cfg, shape, *args)
+        base = replace(shape, ep=1, load=1.0)
+        if base not in self._shared:
+            self._shared[base] = micro_batch_costs(self.cfg, base, *args)
+        shared = self._shared[base]
+        moe_layer = next(i for i in range(self.cfg.n_layers) if self.cfg.is_moe_layer(i))
+        moe = _cost(layer_ops(self.cfg, shape, moe_layer), *args)
+        return replace(shared, moe=moe)
 
     def __len__(self) -> int:
         return len(self._memo)
