@@ -90,6 +90,7 @@ INT_FLAGS = (
 INT_TYPES = {"layers": layer_count, "world": gpu_count, "tp": gpu_count}
 BOOL_FLAGS = ("causal", "compiled", "cuda_graph")
 STR_FLAGS = ("dtype", "op", "pass", "recompute", "optimizer", "precision", "kv_cache", "timing")
+DEFAULT_GPU = "h200"
 DEFAULT_SCENARIO = (
     ("train_step", {"micro_batch": 1, "seq": 4096, "recompute": "full"}),
     ("decode_step", {"batch": 32, "context": 4096, "cuda_graph": True}),
@@ -110,7 +111,7 @@ def register(subparsers) -> None:
         help="what to predict; omit it for the default scenario "
         "(Llama-3-8B training and decode steps on one H200)",
     )
-    p.add_argument("--gpu", default="h200", help="accelerator key (see `gpuplan gpus`)")
+    p.add_argument("--gpu", help="accelerator key (default h200; see `gpuplan gpus`)")
     p.add_argument("--model", help="model preset or config.json: fills the shape parameters")
     p.add_argument(
         "--impl",
@@ -181,6 +182,8 @@ def _check_contract(kind: str, device: str, params: dict[str, Any]) -> None:
 
 
 def run(args) -> int:
+    args.defaulted = [] if args.gpu else [f"--gpu {DEFAULT_GPU}"]  # shown in every header
+    args.gpu = args.gpu or DEFAULT_GPU
     if args.kind is None:
         results = [_estimate(kind, args, overrides) for kind, overrides in DEFAULT_SCENARIO]
         args.model = args.model or "llama3-8b"
@@ -266,7 +269,21 @@ def _estimate(kind: str, args, overrides: dict[str, Any]) -> dict[str, Any]:
             raise GpuplanError(f"estimate {kind.replace('_', '-')} needs {flags}{hint}")
         _check_contract(kind, acc.key, params)
         bd = predict_breakdown(kind, acc.key, params, eff=eff, stack=stack)
-    return _result(kind, acc, eff, model, params, bd, stack)
+    out = _result(kind, acc, eff, model, params, bd, stack)
+    given = {k for k in (*INT_FLAGS, *BOOL_FLAGS, *STR_FLAGS, "bytes") if getattr(args, k) is not None}
+    out["defaults"] = [*args.defaulted, *([] if args.model else [f"--model {model}"] * bool(model)),
+                       *(_flag(k, v) for k, v in params.items() if k not in given | {"stack"})]  # fmt: skip
+    if with_model and kind == "decode_step" and "cuda_graph" not in params:
+        out["defaults"].append(f"CUDA graphs {'on' if stack.cuda_graph_decode else 'off'} (the stack's)")
+    return out
+
+
+def _flag(name: str, value) -> str:
+    """A parameter as the flag that would set it: --seq 4096, --cuda-graph, --no-causal."""
+    flag = name.replace("_", "-")
+    if isinstance(value, bool):
+        return f"--{flag}" if value else f"--no-{flag}"
+    return f"--{flag} {value}"
 
 
 def _result(kind, acc, eff, model, params, bd, stack) -> dict[str, Any]:
@@ -295,8 +312,10 @@ def _result(kind, acc, eff, model, params, bd, stack) -> dict[str, Any]:
 
 def _render(r: dict[str, Any], by: str) -> str:
     what = r["model"] or ", ".join(f"{k}={v}" for k, v in r["params"].items())
+    case = ", ".join(f"{k}={v}" for k, v in r["params"].items()) if r["model"] else ""
     lines = [
-        f"{r['kind']} on {r['device']}: {what}",
+        f"{r['kind']} on {r['device']}: {what}" + (f" ({case})" if case else ""),
+        "defaults in force (not given): " + (", ".join(r["defaults"]) or "none"),
         f"hardware efficiency: {r['efficiency_source']}",
         r["stack_line"],
         "",

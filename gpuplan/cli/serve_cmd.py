@@ -38,9 +38,9 @@ from gpuplan.cli.dask_workers import (
     timed,
     with_timing,
 )
+from gpuplan.cli.stack_flags import add_stack_options, stack_doc, stack_from_args, stack_line
 from gpuplan.cli.tables import dump_json, format_seconds, format_value, render_table
 from gpuplan.errors import GpuplanError
-from gpuplan.hwmodels.attention import ATTENTION_KERNELS
 from gpuplan.limits import MAX_CV, MAX_GPUS
 from gpuplan.outputs import check_output, write_csv
 
@@ -48,6 +48,7 @@ POLICIES = ("static", "dynamic", "continuous", "chunked")
 WEIGHT_DTYPES = ("bf16", "fp8", "int8", "int4")
 KV_DTYPES = ("bf16", "fp8")
 ROUTERS = ("round_robin", "least_outstanding", "shortest_queue_tokens")
+DEFAULT_STACK = "gpuplan-server"  # what serve priced before stacks (sim.stacks.serving)
 
 
 def _rate(text: str) -> float:
@@ -89,9 +90,7 @@ def _common(p, *, rate_required: bool) -> None:
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     add_timing_option(p)
     add_calibration_option(p)
-    p.add_argument("--attention-kernel", choices=ATTENTION_KERNELS, default="flash2",
-                   help="fused attention: FlashAttention-2, or cuDNN's (PyTorch's default SDPA "
-                   "dispatch for decode on Hopper; faster at streaming the KV cache)")  # fmt: skip
+    add_stack_options(p, default=DEFAULT_STACK)
 
 
 def register(subparsers) -> None:
@@ -105,22 +104,25 @@ def register(subparsers) -> None:
     p.add_argument("--tp", type=gpu_count, default=1, help="tensor-parallel GPUs per replica")
     p.add_argument("--replicas", type=gpu_count, default=1)
     p.add_argument("--router", choices=ROUTERS, default="round_robin")
-    p.add_argument("--policy", choices=POLICIES, default="continuous")
+    p.add_argument("--policy", choices=POLICIES, default=None, help="default: the stack's")
     p.add_argument("--weight-dtype", choices=WEIGHT_DTYPES, default="bf16")
     p.add_argument("--kv-dtype", choices=KV_DTYPES, default="bf16")
-    p.add_argument("--max-seqs", type=positive(int), default=256)
-    p.add_argument("--max-batched-tokens", type=positive(int), default=None)
+    p.add_argument("--max-seqs", type=positive(int), default=None, help="default: the stack's")
+    p.add_argument("--max-batched-tokens", type=positive(int), default=None,
+                   help="default: the stack's")  # fmt: skip
     p.add_argument("--max-model-len", type=positive(int), default=None)
-    p.add_argument("--block-tokens", type=positive(int), default=16)
+    p.add_argument("--block-tokens", type=positive(int), default=None, help="default: the stack's")
     p.add_argument("--preemption", choices=("recompute", "swap"), default="recompute")
     p.add_argument("--batch-timeout-s", type=positive(float), default=0.1)
-    p.add_argument("--memory-utilization", type=fraction, default=0.9)
+    p.add_argument("--memory-utilization", type=fraction, default=None,
+                   help="share of the device for weights and KV cache (default: the stack's)")
     p.add_argument("--arrival", choices=("poisson", "gamma"), default="poisson")
     p.add_argument("--cv", type=positive(float, MAX_CV), default=1.0, help="gamma arrivals' burstiness")
     p.add_argument("--disaggregate", type=_ratio, help="P:D prefill and decode replicas")
     p.add_argument("--kv-link", choices=("scaleout", "scaleup"), default="scaleout")
     p.add_argument("--no-cuda-graph", action="store_true", help="decode iterations run eagerly")
-    p.add_argument("--impl", choices=("fused", "eager", "compiled"), default="fused")
+    p.add_argument("--impl", choices=("fused", "eager", "compiled"), default=None,
+                   help="elementwise kernels (default: the stack's)")
     p.add_argument("--slo-ttft-s", type=positive(float), help="for goodput")
     p.add_argument("--slo-tpot-s", type=positive(float), help="for goodput")
     p.add_argument("--horizon-s", type=positive(float), help="stop the simulation at this time")
@@ -165,6 +167,7 @@ def _register_edge(sub) -> None:
     p.add_argument("--prompt-tokens", type=positive(int), default=512, help="for the TTFT")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     add_calibration_option(p)
+    add_stack_options(p, default=DEFAULT_STACK)
     p.set_defaults(func=run_edge)
 
 
@@ -199,7 +202,7 @@ def _workload(args, *, default_requests: int):
 
 
 def run_serve(args) -> int:
-    from gpuplan.sim.serving.deployment import SchedulerConfig, deployment
+    from gpuplan.sim.serving.deployment import SchedulerConfig
     from gpuplan.sim.serving.disagg import Disaggregation, simulate_disaggregated
     from gpuplan.sim.serving.engine import simulate
 
@@ -213,27 +216,9 @@ def run_serve(args) -> int:
         )
 
     _check_serve_outputs(args)
-    dep = deployment(
-        args.model,
-        args.gpu,
-        tp=args.tp,
-        weight_dtype=args.weight_dtype,
-        kv_dtype=args.kv_dtype,
-        cuda_graph=not args.no_cuda_graph,
-        impl=args.impl,
-        attention_kernel=args.attention_kernel,
-        fit=_fit(args),
-    )
-    sched = SchedulerConfig(
-        policy=args.policy,
-        max_seqs=args.max_seqs,
-        max_batched_tokens=args.max_batched_tokens,
-        block_tokens=args.block_tokens,
-        preemption=args.preemption,
-        batch_timeout_s=args.batch_timeout_s,
-        memory_utilization=args.memory_utilization,
-        max_model_len=args.max_model_len,
-    )
+    dep, stack = _stack_deployment(args)
+    sched = _stack_scheduler(args, stack, dep)
+    defaults = serve_defaults(args)
     workload = _workload(args, default_requests=1000)
     common = {
         "horizon_s": args.horizon_s,
@@ -257,10 +242,56 @@ def run_serve(args) -> int:
         write_csv(args.requests_csv, result.requests)
     if args.timeline_csv:
         write_csv(args.timeline_csv, result.timeline)
-    doc = with_timing(_serve_doc(args, dep, sched, workload, result, replicas), args,
+    doc = with_timing(_serve_doc(args, dep, sched, workload, result, replicas, stack), args,
                       {"wall_s": result.wall_s})  # fmt: skip
+    doc["config"]["defaults"] = defaults
     print(dump_json(doc) if args.json else _render_serve(doc))
     return 0
+
+
+def _stack_deployment(args):
+    """The replica as ``--stack`` serves it, with the flags that override the stack's choices."""
+    from gpuplan.hwmodels.accelerators import get_accelerator
+    from gpuplan.sim.serving.on_stack import stack_deployment
+
+    stack = stack_from_args(args, get_accelerator(args.gpu))
+    kw = {"tp": args.tp, "weight_dtype": args.weight_dtype, "kv_dtype": args.kv_dtype}
+    if args.no_cuda_graph:
+        kw |= {"cuda_graph": False, "decode_buckets": ()}
+    if args.impl is not None:
+        kw["impl"] = args.impl
+    return stack_deployment(args.model, args.gpu, stack, fit=_fit(args), **kw), stack
+
+
+def _stack_scheduler(args, stack, dep):
+    """The stack's scheduler defaults, each flag given overriding its own; a KV share of the
+    free memory (TensorRT-LLM's) as the device share it amounts to, unless one is given."""
+    from gpuplan.sim.serving.on_stack import kv_memory_share, stack_scheduler
+
+    sched = stack_scheduler(stack, policy=args.policy, max_seqs=args.max_seqs,
+                            max_batched_tokens=args.max_batched_tokens,
+                            block_tokens=args.block_tokens, preemption=args.preemption,
+                            batch_timeout_s=args.batch_timeout_s,
+                            memory_utilization=args.memory_utilization,
+                            max_model_len=args.max_model_len)  # fmt: skip
+    return sched if args.memory_utilization is not None else kv_memory_share(stack, dep, sched)
+
+
+def serve_defaults(args, *, tokens: tuple[int, int] | None = None) -> list[str]:
+    """The flags left unset whose defaults change the answer (before they are filled in)."""
+    out = []
+    if tokens and not args.trace:
+        out += [f"--prompt-tokens {tokens[0]}"] * (args.prompt_tokens is None)
+        out += [f"--output-tokens {tokens[1]}"] * (args.output_tokens is None)
+    if args.requests is None and not args.trace:
+        out.append("--requests 1000")
+    if not getattr(args, "no_cuda_graph", False):
+        out.append("CUDA graphs on for decode (--no-cuda-graph: eager)")
+    return out
+
+
+def _defaults_line(defaults: list[str]) -> str:
+    return "defaults in force (not given): " + (", ".join(defaults) or "none")
 
 
 def _check_serve_outputs(args) -> None:
@@ -282,9 +313,11 @@ def _fields(obj) -> dict:
     return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
 
 
-def _serve_doc(args, dep, sched, workload, result, replicas: int) -> dict:
+def _serve_doc(args, dep, sched, workload, result, replicas: int, stack=None) -> dict:
     cap = result.capacity
     config = {
+        "stack": None if stack is None else {**stack_doc(stack, dep.acc),
+                                             "line": stack_line(stack, dep.acc)},
         "model": dep.model.name,
         "gpu": dep.acc.key,
         "tp": dep.tp,
@@ -327,6 +360,7 @@ def _render_serve(doc: dict) -> str:
         f"{c['model']} on {c['gpus']} x {c['gpu']}: {layout}, tp={c['tp']}, "
         f"{c['weight_dtype']} weights, {c['kv_dtype']} KV cache, {c['policy']} batching "
         f"(max {c['max_seqs']} sequences)",
+        _defaults_line(c.get("defaults", [])),
         f"KV cache per replica: {kv['blocks']:,} blocks of {kv['block_tokens']} tokens "
         f"({kv['tokens']:,} tokens, {format_value('bytes', kv['kv_bytes_per_gpu'])} per GPU); "
         f"weights {format_value('bytes', kv['weights_bytes_per_gpu'])} per GPU",
@@ -335,8 +369,10 @@ def _render_serve(doc: dict) -> str:
         f"{doc['preemptions']:,} preemptions; simulated {format_seconds(doc['simulated_s'])}"
         + (f" in {format_seconds(doc['timing']['wall_s'])}" if "timing" in doc else ""),
         _render_conservation(doc["conservation"]),
-        "",
     ]
+    if c.get("stack"):
+        lines.append(c["stack"]["line"])
+    lines.append("")
     rows = [{"metric": m, **doc[m]} for m in ("ttft_s", "tpot_s", "e2e_s")]
     cols = ["metric", "mean", "p50", "p90", "p99"]
     lines.append(render_table(rows, cols, formats={k: format_seconds for k in cols[1:]}))
@@ -407,13 +443,15 @@ def run_reproduce(args) -> int:
 
 
 def run_plan(args) -> int:
+    from gpuplan.hwmodels.accelerators import get_accelerator
     from gpuplan.sim.serving.plan import RATIOS, SearchSpace
 
     if args.trace:
         from gpuplan.sim.serving.requests import read_trace
 
         load = read_trace(args.trace, rate_per_s=args.rate, seed=args.seed, limit=args.requests)
-    else:
+    defaults = serve_defaults(args, tokens=(1024, 256))
+    if not args.trace:
         args.prompt_tokens = args.prompt_tokens or 1024
         args.output_tokens = args.output_tokens or 256
         load = _workload(args, default_requests=1000)
@@ -423,7 +461,7 @@ def run_plan(args) -> int:
         policy=args.policy,
         ratios=() if args.no_disaggregation else RATIOS,
         max_gpus=args.max_gpus,
-        attention_kernel=args.attention_kernel,
+        stack=_plan_stack(args),
     )
     with open_pool(args) as pool:
         result = _plan(args, load, space, pool)
@@ -433,7 +471,9 @@ def run_plan(args) -> int:
         "candidates": result.candidates,
         "price_source": result.price_source,
         "efficiency_source": _fit(args).source,
+        "stack": stack_doc(space.stack, get_accelerator(args.gpu)),
         "rate_per_s": args.rate,
+        "defaults": defaults,
         "slo": {
             "ttft_s": args.slo_ttft_s,
             "tpot_s": args.slo_tpot_s,
@@ -451,7 +491,7 @@ def run_plan(args) -> int:
     print(
         f"cheapest ways to serve {args.model} at {args.rate:g} requests/s on {args.gpu} with "
         f"TTFT {pct} <= {format_seconds(args.slo_ttft_s)} and TPOT {pct} <= "
-        f"{format_seconds(args.slo_tpot_s)}\n"
+        f"{format_seconds(args.slo_tpot_s)}\n{_defaults_line(defaults)}\n"
     )
     print(render_table(result.best, cols, formats=money))
     took = f" in {format_seconds(result.wall_s)} ({pool_label(args)})" if timed(args) else ""
@@ -459,8 +499,15 @@ def run_plan(args) -> int:
         f"\n{len(result.evaluated)} of {result.candidates} candidates simulated{took}; "
         f"price: {result.price_source}"
     )
+    print(stack_line(space.stack, get_accelerator(args.gpu)))
     print(efficiency_line(doc["efficiency_source"]))
     return 0
+
+
+def _plan_stack(args):
+    from gpuplan.hwmodels.accelerators import get_accelerator
+
+    return stack_from_args(args, get_accelerator(args.gpu))
 
 
 def _plan(args, load, space, pool):
@@ -487,8 +534,11 @@ def _plan(args, load, space, pool):
 
 
 def run_edge(args) -> int:
+    from gpuplan.hwmodels.accelerators import get_accelerator
     from gpuplan.sim.serving.edge import edge_estimates
 
+    acc = get_accelerator(args.gpu)
+    stack = _edge_stack(args, acc)
     dtypes = WEIGHT_DTYPES if args.weight_dtype == "all" else (args.weight_dtype,)
     frame = edge_estimates(
         args.model,
@@ -499,10 +549,12 @@ def run_edge(args) -> int:
         context=args.context,
         prompt_tokens=args.prompt_tokens,
         fit=_fit(args),
+        stack=stack,
     )
     source = _fit(args).source
     if args.json:
-        print(dump_json({"model": args.model, "efficiency_source": source, "rows": frame}))
+        print(dump_json({"model": args.model, "efficiency_source": source,
+                         "stack": stack and stack_doc(stack, acc), "rows": frame}))  # fmt: skip
         return 0
     cols = ["weight_dtype", "batch", "tokens_per_s", "stream_tokens_per_s", "step_s", "ttft_s",
             "weights_bytes", "kv_bytes", "total_bytes", "fits", "bound"]  # fmt: skip
@@ -512,8 +564,20 @@ def run_edge(args) -> int:
         f"{args.prompt_tokens}-token prompt\n"
     )
     print(render_table(frame, cols))
+    print(stack_line(stack, acc) if stack else f"stack {DEFAULT_STACK}: its kernels priced as "
+          f"FlashAttention-2's on {acc.key}, which has no CUDA/ROCm architecture")
     print(efficiency_line(source))
     return 0
+
+
+def _edge_stack(args, acc):
+    """The edge device's stack; the default one on a device with no CUDA or ROCm architecture
+    (Apple silicon) is None: the generic server priced as before stacks."""
+    from gpuplan.sim.stacks.kernels import ARCH
+
+    if args.stack == DEFAULT_STACK and args.attention_kernel is None and acc.key not in ARCH:
+        return None
+    return stack_from_args(args, acc)
 
 
 def _fit(args):

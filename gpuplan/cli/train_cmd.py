@@ -342,6 +342,7 @@ def run(args) -> int:
                             eff=eff)  # fmt: skip
     doc = est.to_dict()
     doc["stack"] = stack_doc(stack, cluster.accelerator)
+    doc["defaults"] = train_defaults(args, cluster, strategy, seq)
     timing = {}
     if getattr(args, "timeline", None):
         timeline = write_timeline(args, cfg, strategy, cluster, seq)
@@ -352,7 +353,7 @@ def run(args) -> int:
             tokens=args.tokens, tokens_per_s=est.tokens_per_s, gpus=est.gpus,
             acc=cluster.accelerator, usd_per_gpu_hour=args.price_per_gpu_hour,
         )  # fmt: skip
-        doc["budget"] = budget.to_dict()
+        doc["budget"] = budget.to_dict() | with_interruptions(cfg, est, cluster)
     if timing:
         doc = with_timing(doc, args, timing)
     if args.json:
@@ -411,9 +412,43 @@ def render_timeline(t: dict[str, Any], estimate_s: float, wall_s: float | None =
     ]
 
 
+def with_interruptions(cfg, est, cluster) -> dict[str, Any]:
+    """The budget's keys for the expected interruptions of the run (sim.parallel.interruptions)."""
+    from gpuplan.sim.parallel.interruptions import expected_interruptions
+
+    i = expected_interruptions(cfg, gpus=est.gpus, gpus_per_node=cluster.gpus_per_node,
+                               acc=cluster.accelerator,
+                               state_precision=est.strategy.state_precision)  # fmt: skip
+    time_s = est.strategy.global_batch * est.seq  # tokens per step, for the ratio below
+    time_s = doc_time = None  # noqa: F841
+    return {"interruptions": i.to_dict(), "time_to_train_with_failures_s": None, "_i": i}
+
+
+def render_interruptions(i: dict[str, Any], with_failures_s: float) -> str:
+    """One line: the interruptions' rate, checkpoints, restarts and the time they add."""
+    return (
+        f"with interruptions: {with_failures_s / 86400:.1f} days (one every "
+        f"{i['mtbf_s'] / 3600:.1f} h, a {i['checkpoint_s']:.0f} s checkpoint every "
+        f"{i['checkpoint_interval_s'] / 60:.0f} min, {i['restart_s']:.0f} s per restart: "
+        f"{100 * i['waste']:.1f}% of wall time lost; rates: {i['source']})"
+    )
+
+
 def render_overlaps(overlaps: dict[str, bool]) -> str:
     """The overlaps in force, e.g. 'dp on, tp off, pp off'."""
     return ", ".join(f"{k} {'on' if v else 'off'}" for k, v in overlaps.items())
+
+
+def train_defaults(args, cluster, strategy, seq: int) -> list[str]:
+    """The flags left unset whose defaults change the answer, as they were filled in."""
+    out = []
+    if not args.gpu and not args.cluster:
+        out.append(f"--gpu {cluster.gpu}")
+    if not args.seq:
+        out.append(f"--seq {seq} (the model's, at most 8192)")
+    if not args.global_batch:
+        out.append(f"--global-batch {strategy.global_batch} (micro-batch x dp x max(1, 4 pp))")
+    return out
 
 
 def _drawn(t: dict[str, Any]) -> str:
@@ -429,6 +464,8 @@ def render_estimate(doc: dict[str, Any]) -> str:
     lines = [
         f"{doc['model']} on {doc['gpus']} GPUs of {doc['cluster']}: {st['label']}, "
         f"global batch {st['global_batch']} x {doc['seq']} tokens",
+        *(["defaults in force (not given): " + (", ".join(doc["defaults"]) or "none")]
+          if "defaults" in doc else []),  # fmt: skip
         "",
         f"step time       {format_value('step_time_s', doc['step_time_s'])}",
         f"tokens/s        {doc['tokens_per_s']:,.0f}",
@@ -457,6 +494,7 @@ def render_estimate(doc: dict[str, Any]) -> str:
             f"{b['gpu_hours']:,.0f} GPU-hours, {cost}, {b['energy_kwh']:,.0f} kWh "
             f"(power {b['power_fraction']:.0%} of TDP, PUE {b['pue']})",
             f"price: {b['price_source']}",
+            render_interruptions(b["interruptions"], b["time_to_train_with_failures_s"]),
         ]
     if "timeline" in doc:
         wall_s = doc.get("timing", {}).get("timeline_wall_s")

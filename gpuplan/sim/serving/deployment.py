@@ -119,21 +119,30 @@ class Deployment:
         return rows, kv_tokens + (rows - seqs)
 
 
-def serving_efficiency(acc_key: str, attention_kernel: str = "flash2") -> Efficiency:
-    """The GPU's efficiency fit as a serving iteration meets it: a stream of kernels, each
-    keeping only the queued share of its fixed cost, with the fused-attention kernels the server
-    runs (``ATTENTION_KERNELS``)."""
+def serving_efficiency(
+    acc_key: str, attention_kernel: str = "flash2", fit: Efficiency | None = None
+) -> Efficiency:
+    """The GPU's efficiency fit (``fit``, default ``efficiency_for``) as a serving iteration
+    meets it: a stream of kernels, each keeping only the queued share of its fixed cost, with the
+    fused-attention kernels the server runs (``ATTENTION_KERNELS``)."""
     check_choice("attention_kernel", attention_kernel, ATTENTION_KERNELS)
-    return dataclasses.replace(queued(efficiency_for(acc_key)), attention_kernel=attention_kernel)
+    base = fit or efficiency_for(acc_key)
+    return dataclasses.replace(queued(base), attention_kernel=attention_kernel)
 
 
 def deployment(
-    model: str | ModelConfig, gpu: str, *, attention_kernel: str = "flash2", **kw
+    model: str | ModelConfig,
+    gpu: str,
+    *,
+    attention_kernel: str = "flash2",
+    fit: Efficiency | None = None,
+    **kw,
 ) -> Deployment:
-    """A ``Deployment`` from catalogue keys (or a ModelConfig), with ``serving_efficiency``."""
+    """A ``Deployment`` from catalogue keys (or a ModelConfig), with ``serving_efficiency`` of
+    ``fit`` (default: the device's built-in fit)."""
     cfg = model if isinstance(model, ModelConfig) else get_model(model)
     acc = get_accelerator(gpu)
-    eff = serving_efficiency(acc.key, attention_kernel)
+    eff = serving_efficiency(acc.key, attention_kernel, fit)
     return Deployment(model=cfg, acc=acc, eff=eff, **kw)
 
 

@@ -21,6 +21,7 @@ import pandas as pd
 from gpuplan.errors import check_positive
 from gpuplan.sim.serving.deployment import deployment
 from gpuplan.sim.serving.kv_cache import kv_bytes_per_token, weights_bytes_per_gpu, workspace_bytes
+from gpuplan.sim.serving.on_stack import stack_deployment
 from gpuplan.sim.serving.quantization import WEIGHT_DTYPES
 from gpuplan.sim.serving.step_model import Batch, StepModel, iteration_breakdown
 
@@ -35,9 +36,15 @@ def limiting_bound(breakdown) -> str:
 
 
 def edge_row(model, gpu: str, *, weight_dtype: str, kv_dtype: str, batch: int, context: int,
-             prompt_tokens: int) -> dict:  # fmt: skip
-    """Decode speed, time to first token and memory of one configuration."""
-    dep = deployment(model, gpu, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
+             prompt_tokens: int, fit=None, stack=None) -> dict:  # fmt: skip
+    """Decode speed, time to first token and memory of one configuration (``fit``: the
+    device's efficiency fit, default its built-in one; ``stack``: the serving stack that runs
+    it, default the generic server of ``deployment``)."""
+    if stack is None:
+        dep = deployment(model, gpu, weight_dtype=weight_dtype, kv_dtype=kv_dtype, fit=fit)
+    else:
+        dep = stack_deployment(model, gpu, stack, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                               fit=fit)  # fmt: skip
     step = StepModel(dep)
     kv_read = batch * (context + 1)
     decode = Batch(decode_seqs=batch, decode_kv_tokens=kv_read)
@@ -75,6 +82,8 @@ def edge_estimates(
     batches: tuple[int, ...] = BATCHES,
     context: int = 1024,
     prompt_tokens: int = 512,
+    fit=None,
+    stack=None,
 ) -> pd.DataFrame:
     """One row per weight format and batch size (``edge_row``)."""
     check_positive("context", context)
@@ -90,6 +99,8 @@ def edge_estimates(
             batch=b,
             context=context,
             prompt_tokens=prompt_tokens,
+            fit=fit,
+            stack=stack,
         )  # fmt: skip
         for w in weight_dtypes
         for b in batches

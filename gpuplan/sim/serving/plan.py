@@ -34,6 +34,7 @@ from tqdm import tqdm
 
 from gpuplan.errors import GpuplanError, check_positive
 from gpuplan.hwmodels.accelerators import get_accelerator
+from gpuplan.hwmodels.efficiency import Efficiency
 from gpuplan.sim.serving.deployment import (
     MAX_TP,
     Deployment,
@@ -43,6 +44,7 @@ from gpuplan.sim.serving.deployment import (
 from gpuplan.sim.serving.disagg import Disaggregation, simulate_disaggregated
 from gpuplan.sim.serving.engine import simulate
 from gpuplan.sim.serving.kv_cache import kv_capacity
+from gpuplan.sim.serving.on_stack import deployment_fields, stack_serving_efficiency
 from gpuplan.sim.serving.requests import Workload
 from gpuplan.sim.serving.step_model import Batch, StepModel
 from gpuplan.sim.sweep import InProcess, Pool
@@ -77,6 +79,7 @@ class SearchSpace:
     ratios: tuple[tuple[int, int], ...] = RATIOS  # () leaves disaggregation out
     max_gpus: int = 64
     attention_kernel: str = "flash2"  # hwmodels.attention.ATTENTION_KERNELS
+    stack: object | None = None  # a serving stack (sim.stacks): its kernels, graphs and CPU cost
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,7 +120,9 @@ def candidates(cfg, acc, eff, space: SearchSpace) -> list[tuple[Candidate, Deplo
     out = []
     for tp in tps:
         for weight, kv in space.formats:
-            dep = Deployment(model=cfg, acc=acc, eff=eff, tp=tp, weight_dtype=weight, kv_dtype=kv)
+            fields = {} if space.stack is None else deployment_fields(space.stack, tp=tp)
+            dep = Deployment(model=cfg, acc=acc, eff=eff, tp=tp, weight_dtype=weight, kv_dtype=kv,
+                             **fields)  # fmt: skip
             for seqs in space.max_seqs:
                 base = Candidate(tp=tp, weight_dtype=weight, kv_dtype=kv, max_seqs=seqs,
                                  policy=space.policy)  # fmt: skip
@@ -225,17 +230,21 @@ def plan(
     top: int = 5,
     progress: bool = False,
     pool: Pool | None = None,
+    fit: Efficiency | None = None,
 ) -> PlanResult:
     """The ``top`` cheapest configurations serving ``rate_per_s`` within ``slo``; ``lengths``
     are (prompt, output) token arrays of at least ``requests`` requests; ``pool``: where the
-    candidates are simulated (``sim.sweep``; in this process by default)."""
+    candidates are simulated (``sim.sweep``; in this process by default); ``fit``: the device's
+    efficiency fit (default: its built-in one)."""
     check_positive("rate_per_s", rate_per_s, allow_inf=True)
     if math.isinf(rate_per_s):
         raise GpuplanError("rate_per_s=inf is invalid for planning: give a finite request rate")
     started = time.perf_counter()
     cfg, acc = get_model(model), get_accelerator(gpu)
     hourly, source = _price(acc.key, usd_per_gpu_hour)
-    found = candidates(cfg, acc, serving_efficiency(acc.key, space.attention_kernel), space)
+    eff = (serving_efficiency(acc.key, space.attention_kernel, fit) if space.stack is None
+           else stack_serving_efficiency(space.stack, acc, fit))  # fmt: skip
+    found = candidates(cfg, acc, eff, space)
     if not found:
         raise GpuplanError(f"{cfg.name} fits on no configuration of {acc.key} up to tp=8")
     mean_output = float(np.mean(lengths[1][:requests]))
@@ -249,7 +258,6 @@ def plan(
         ordered.append((start * c.unit_gpus, start, c, dep))
     ordered.sort(key=lambda x: (x[0], x[2].tp, x[2].unit_replicas))
     pool = pool or InProcess()
-    here = isinstance(pool, InProcess)
     evaluate = partial(_evaluate_candidate, rate_per_s=rate_per_s, lengths=lengths, slo=slo,
                        requests=requests, seed=seed, max_gpus=space.max_gpus, hourly=hourly,
                        per_m=per_m)  # fmt: skip
@@ -262,8 +270,9 @@ def plan(
         if _enough(met, top, ordered[lo][0] * hourly * per_m):
             break
         batch = ordered[lo : lo + pool.width]
-        # in this process the deployment's step model (and its memo) is shared
-        pieces = [(c, dep, start, steps[id(dep)] if here else None) for _, start, c, dep in batch]
+        # the deployment's step model goes with each piece: shared here, a copy of its memo (pure
+        # prices, the same numbers either way) on a worker
+        pieces = [(c, dep, start, steps[id(dep)]) for _, start, c, dep in batch]
         for (gpus_floor, *_), row in zip(batch, pool.map(evaluate, pieces), strict=True):
             if _enough(met, top, gpus_floor * hourly * per_m):
                 break
@@ -294,7 +303,7 @@ def _evaluate_candidate(piece, *, rate_per_s, lengths, slo, requests, seed, max_
                         per_m) -> dict:  # fmt: skip
     """The fewest units of one candidate that meet the SLO, as a row: one piece of the plan."""
     c, dep, start, step = piece
-    probe = _Probe(c, dep, step or StepModel(dep), rate_per_s=rate_per_s, lengths=lengths,
+    probe = _Probe(c, dep, step, rate_per_s=rate_per_s, lengths=lengths,
                    slo=slo, n_requests=requests, seed=seed)  # fmt: skip
     units = fewest_units(probe, start, max(1, max_gpus // c.unit_gpus))
     return _row(c, units, probe, hourly, per_m, slo)
