@@ -291,3 +291,14 @@ def test_kernels_shared_between_shapes_are_priced_once_with_the_same_result():
         for c in (cache(s).dense, cache(s).moe, cache(s).head, cache(s).embedding)
         if c is not None
     )
+
+
+def test_train_with_tokens_prints_the_time_to_train_with_and_without_interruptions(capsys):
+    code, out, err = run(capsys, "train", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus",
+                         "64", "--tp", "2", "--global-batch", "64", "--seq", "2048", "--tokens",
+                         "1e12", "--json")  # fmt: skip
+    assert code == 0, err
+    b = json.loads(out)["budget"]
+    waste = b["interruptions"]["waste"]
+    assert b["time_to_train_with_failures_s"] == pytest.approx(b["time_to_train_s"] / (1 - waste))
+    assert 0 < waste < 1

@@ -353,7 +353,9 @@ def run(args) -> int:
             tokens=args.tokens, tokens_per_s=est.tokens_per_s, gpus=est.gpus,
             acc=cluster.accelerator, usd_per_gpu_hour=args.price_per_gpu_hour,
         )  # fmt: skip
-        doc["budget"] = budget.to_dict() | with_interruptions(cfg, est, cluster)
+        doc["budget"] = budget.to_dict() | with_interruptions(
+            cfg, est, cluster, budget.time_to_train_s
+        )
     if timing:
         doc = with_timing(doc, args, timing)
     if args.json:
@@ -412,16 +414,17 @@ def render_timeline(t: dict[str, Any], estimate_s: float, wall_s: float | None =
     ]
 
 
-def with_interruptions(cfg, est, cluster) -> dict[str, Any]:
+def with_interruptions(cfg, est, cluster, time_to_train_s: float) -> dict[str, Any]:
     """The budget's keys for the expected interruptions of the run (sim.parallel.interruptions)."""
     from gpuplan.sim.parallel.interruptions import expected_interruptions
 
     i = expected_interruptions(cfg, gpus=est.gpus, gpus_per_node=cluster.gpus_per_node,
                                acc=cluster.accelerator,
                                state_precision=est.strategy.state_precision)  # fmt: skip
-    time_s = est.strategy.global_batch * est.seq  # tokens per step, for the ratio below
-    time_s = doc_time = None  # noqa: F841
-    return {"interruptions": i.to_dict(), "time_to_train_with_failures_s": None, "_i": i}
+    return {
+        "interruptions": i.to_dict(),
+        "time_to_train_with_failures_s": i.with_failures_s(time_to_train_s),
+    }
 
 
 def render_interruptions(i: dict[str, Any], with_failures_s: float) -> str:
