@@ -141,7 +141,7 @@ def test_decode_attention_is_priced_by_the_kv_cache_it_reads():
 def test_decode_splits_the_keys_as_flash_attention_2_does_on_an_h200(
     batch, heads_q, heads_kv, splits
 ):
-    # kernel names seen on an H200: validate/data/decode_probe_h200/kernels.json
+    # kernel names seen on an H200: data/decode_probe_h200/kernels.json
     op = _decode(batch, heads_q, heads_kv, 4096)
     assert decode_splits_keys(H200, op) is splits
 

@@ -16,7 +16,7 @@
 - cuDNN's fused attention (``Efficiency.attention_kernel == "cudnn"``, what PyTorch's default
   SDPA dispatch runs for one-query decode on Hopper) streams the cache at its own fitted
   fraction of HBM bandwidth (measured: 4.3–4.7 TB/s once the batch fills the GPU, against
-  2.4–2.7 for FlashAttention-2's unsplit kernel; validate/data/h200_cudnn).
+  2.4–2.7 for FlashAttention-2's unsplit kernel; data/h200_cudnn).
 - Each block also does fixed work (loading its query tile, the softmax epilogue, writing the
   output) worth ``attn_kv_overhead`` keys (``attn_bwd_kv_overhead`` for the backward), which
   dominates short sequences.
@@ -106,7 +106,7 @@ def math_attention_time(acc, op: Attention, eff: Efficiency) -> KernelTime:
 
 # FlashAttention-2 flash_api.cpp: num_splits_heuristic(blocks, 2 * SMs, ...) returns one split
 # once blocks >= 0.8 x its SM argument. Checked on an H200 (132 SMs) with the kernel names in
-# validate/data/decode_probe_h200/kernels.json: 128 blocks split, 256 do not.
+# data/decode_probe_h200/kernels.json: 128 blocks split, 256 do not.
 ATTENTION_KERNELS = ("flash2", "flash3", "cudnn", "efficient", "math", "flashinfer")
 SPLIT_FILL = 0.8
 BLOCKS_PER_SM = 2

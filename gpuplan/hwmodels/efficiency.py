@@ -5,8 +5,10 @@ much of it real kernels reach and what each launch costs. The two never share a 
 from ``data/efficiency_prior.json`` (round numbers from public measurements, cited there, used
 before any calibration) overlaid by ``data/calibration_<device>.json`` when ``gpuplan validate
 calibrate`` has fitted one from committed measurements. A device with no calibration of its own
-borrows the H200 fit: its datasheet figures times the H200's achievable fractions. ``source``
-records which one a prediction used, so reports can say so.
+borrows the H200 fit: its datasheet figures times the H200's achievable fractions. A fit of
+one's own records (``gpuplan validate calibrate --device KEY --out FILE``) is read by
+``efficiency_from_file``, for that device only. ``source`` records which one a prediction used,
+so reports can say so.
 """
 
 from __future__ import annotations

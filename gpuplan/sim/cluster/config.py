@@ -7,7 +7,7 @@ free, else back through the queue — and restarted in ``restart_s`` (process la
 initialization, data loader) plus the time to read its checkpoint. Power (for energy): a GPU
 running a job draws ``busy_power_fraction`` of its TDP (``sim.parallel.cost.POWER_FRACTION``),
 an idle one ``idle_power_fraction`` (an idle H200 in P0 drew 96-108 W of its 700 W limit in
-this repository's own measurement, ``validate/data/h200x2/topology.txt``), one out of service
+this repository's own measurement, ``data/h200x2/topology.txt``), one out of service
 nothing; the facility multiplies by the PUE (``sim.parallel.cost.PUE``).
 """
 
