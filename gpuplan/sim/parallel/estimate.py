@@ -24,11 +24,18 @@ from gpuplan.sim.breakdown import Breakdown, Item
 from gpuplan.sim.parallel.compute import CORE, CostCache, MicroBatchCosts, Shape
 from gpuplan.sim.parallel.evaluate import evaluate
 from gpuplan.sim.parallel.memory import RECOMPUTE_CODES, SCHEDULE_CODES, model_facts
-from gpuplan.sim.parallel.stage import StageKinds, shape_times, stage_kinds
+from gpuplan.sim.parallel.stage import (
+    SAC_GEMM_FRACTION,
+    StageKinds,
+    sac_items,
+    shape_times,
+    stage_kinds,
+)
 from gpuplan.sim.parallel.step_time import TIME_TERMS, step_total
 from gpuplan.sim.parallel.strategy import Strategy, stage_layer_counts, validate
 from gpuplan.sim.parallel.topology import Cluster
 from gpuplan.sim.stacks import get_stack, stack_efficiency
+from gpuplan.sim.stacks.training import check_layout, runtime_of
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.operators import training_flops
 
@@ -197,6 +204,8 @@ def estimate_training(
             f"{strategy.precision} tensor-core rate; use bf16"
         )
     stack = get_stack(stack or DEFAULT_TRAINING_STACK)
+    check_layout(stack, strategy)
+    runtime = runtime_of(stack)
     eff = training_efficiency(stack, eff or efficiency_for(acc.key), acc)
     costs = costs or CostCache(cfg, acc, eff, stack.elementwise)
     mbc = costs(shape_of(strategy, cfg, seq))
@@ -216,8 +225,9 @@ def estimate_training(
         attention=strategy.attention,
         optimizer=stack.optimizer,
         grads_persist=stack.grads_persist,
+        runtime=runtime,
     )
-    items = _items(mbc, kinds, strategy, terms)
+    items = _items(mbc, kinds, strategy, terms, runtime.selective)
     memory = {k: float(v) for k, v in mem.items()}
     notes = (f"stack: {stack.describe(acc)}", *_notes(strategy, eff))
     bd = Breakdown(items=tuple(items), memory_bytes=memory, notes=notes)
@@ -231,7 +241,7 @@ def estimate_training(
         strategy=strategy,
         breakdown=bd,
         model_flops_per_step=model_flops,
-        hardware_flops_per_step=_hardware_flops(cfg, mbc, strategy, seq),
+        hardware_flops_per_step=_hardware_flops(cfg, mbc, strategy, seq, runtime.selective),
         peak_flops_per_s=acc.peak(strategy.precision),
         device_memory_bytes=acc.hbm_bytes,
         efficiency_source=eff.source,
@@ -277,7 +287,8 @@ def _scaled(items, factor: float, *, phase: str | None = None, layer: str | None
     ]
 
 
-def _stage_items(mbc: MicroBatchCosts, kinds: StageKinds, st: Strategy, slow: int) -> list[Item]:
+def _stage_items(mbc: MicroBatchCosts, kinds: StageKinds, st: Strategy, slow: int,
+                 selective: str = "attention-core") -> list[Item]:  # fmt: skip
     """Compute and recompute items of the slowest stage over all micro-batches."""
     layers, moe = int(kinds.layers[slow]), int(kinds.moe[slow])
     m = st.micro_batches
@@ -289,6 +300,10 @@ def _stage_items(mbc: MicroBatchCosts, kinds: StageKinds, st: Strategy, slow: in
         out += _scaled(cost.fwd + cost.bwd, m * count)
         if st.recompute == "full":
             out += _scaled(cost.fwd, m * count, phase="recompute", layer="compile")
+        elif st.recompute == "selective" and selective == "op-sac":
+            for share in sorted({f for _, f in sac_items(cost)}):
+                again = [i for i, f in sac_items(cost) if f == share]
+                out += _scaled(again, m * count * share, phase="recompute", layer="compile")
         elif st.recompute == "selective":
             core = [i for i in cost.fwd if i.op.startswith(CORE)]
             out += _scaled(core, m * count, phase="recompute", layer="compile")
@@ -298,8 +313,9 @@ def _stage_items(mbc: MicroBatchCosts, kinds: StageKinds, st: Strategy, slow: in
     return out
 
 
-def _items(mbc: MicroBatchCosts, kinds: StageKinds, st: Strategy, terms: dict) -> list[Item]:
-    items = _stage_items(mbc, kinds, st, int(terms["slowest_kind"]))
+def _items(mbc: MicroBatchCosts, kinds: StageKinds, st: Strategy, terms: dict,
+           selective: str = "attention-core") -> list[Item]:  # fmt: skip
+    items = _stage_items(mbc, kinds, st, int(terms["slowest_kind"]), selective)
     for term, (layer, op) in COMM_ITEMS.items():
         value = float(terms[term])
         if value > 0:
@@ -369,7 +385,8 @@ def _check_total(bd: Breakdown, terms: dict) -> None:
         raise AssertionError(f"breakdown {bd.total_s} != closed form {total}: {parts}")
 
 
-def _hardware_flops(cfg, mbc: MicroBatchCosts, st: Strategy, seq: int) -> float:
+def _hardware_flops(cfg, mbc: MicroBatchCosts, st: Strategy, seq: int,
+                    selective: str = "attention-core") -> float:  # fmt: skip
     """FLOPs the kernels execute per step, recomputation included."""
     base = flops_per_sequence(cfg, seq, True) * st.global_batch
     per_gpu_to_seq = st.tp * st.cp / st.micro_batch
@@ -379,6 +396,8 @@ def _hardware_flops(cfg, mbc: MicroBatchCosts, st: Strategy, seq: int) -> float:
             continue
         if st.recompute == "full":
             rec += cost.flops("fwd") * count
+        elif st.recompute == "selective" and selective == "op-sac":
+            rec += sum(i.flops for i in cost.fwd if i.category == "gemm") * SAC_GEMM_FRACTION * count
         elif st.recompute == "selective":
             rec += sum(i.flops for i in cost.fwd if i.op.startswith(CORE)) * count
     return base + rec * per_gpu_to_seq * st.global_batch

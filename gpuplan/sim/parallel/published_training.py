@@ -32,10 +32,11 @@ import pandas as pd
 from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.efficiency import efficiency_for
 from gpuplan.sim.parallel.compute import CostCache
-from gpuplan.sim.parallel.estimate import estimate_training
+from gpuplan.sim.parallel.estimate import estimate_training, stack_strategy, training_efficiency
 from gpuplan.sim.parallel.published import paper_flops
 from gpuplan.sim.parallel.strategy import Strategy, auto_pp_layers
 from gpuplan.sim.parallel.topology import cluster_for, get_cluster
+from gpuplan.sim.stacks import get_stack
 from gpuplan.units import TFLOPS, GiB
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.presets import get_model
@@ -105,16 +106,19 @@ def row_model(row: dict) -> ModelConfig:
     return cfg
 
 
-def row_strategy(row: dict, cfg: ModelConfig) -> Strategy:
-    """The layout the row states (its ``options`` override Strategy's defaults);
-    ``pp_layers=auto`` is Llama 3's rule (``auto_pp_layers``)."""
+def row_strategy(row: dict, cfg: ModelConfig, stack=None) -> Strategy:
+    """The layout the row states (its ``options`` override Strategy's defaults, or those of
+    ``stack``: its state precision and overlaps, ``stack_strategy``); ``pp_layers=auto`` is
+    Llama 3's rule (``auto_pp_layers``)."""
     fields = {k: row[k] for k in ("tp", "pp", "dp", "cp", "ep", "zero", "micro_batch",
                                   "global_batch", "schedule", "virtual_stages", "recompute",
                                   "precision")}  # fmt: skip
     options = dict(row["options"])
     if options.get("pp_layers") == "auto":
         options["pp_layers"] = auto_pp_layers(cfg.n_layers, row["pp"])
-    return Strategy(**fields | options)
+    if stack is None:
+        return Strategy(**fields | options)
+    return dataclasses.replace(stack_strategy(Strategy(**fields), stack), **options)
 
 
 def row_cluster(row: dict):
@@ -143,17 +147,28 @@ def metric_value(row: dict, est, cfg: ModelConfig) -> float:
     raise GpuplanError(f"{row['id']}: metric={metric!r} is unknown; valid: {', '.join(METRICS)}")
 
 
-def predict_row(row: dict, caches: dict) -> tuple[str, float | None, float | None]:
-    """(status, predicted metric, predicted memory per GPU in bytes) of one row."""
+def row_stack(row: dict):
+    """The stack that ran the row (its ``stack`` column; the old Megatron rows: megatron-te)."""
+    return get_stack("megatron-te" if row["stack"] == "megatron" else row["stack"])
+
+
+def predict_row(row: dict, caches: dict, *, stacks: bool = True):
+    """(status, predicted metric, predicted memory per GPU in bytes) of one row, as its stack
+    runs it (``stacks=False``: every row as ``megatron-te`` with Strategy's defaults, the
+    prediction before stacks were passed)."""
     try:
         cfg = row_model(row)
         cluster = row_cluster(row)
-        strategy = row_strategy(row, cfg)
+        stack = row_stack(row) if stacks else get_stack("megatron-te")
+        strategy = row_strategy(row, cfg, stack if stacks else None)
         eff = efficiency_for(cluster.gpu)
-        key = (cfg, cluster.gpu)
-        cache = caches.setdefault(key, CostCache(cfg, cluster.accelerator, eff))
+        key = (cfg, cluster.gpu, stack.name, stacks)
+        if key not in caches:  # the costs of the efficiency the estimate prices with
+            run_eff = training_efficiency(stack, eff, cluster.accelerator) if stacks else eff
+            impl = stack.elementwise if stacks else "fused"
+            caches[key] = CostCache(cfg, cluster.accelerator, run_eff, impl)
         est = estimate_training(cfg, strategy, cluster=cluster, seq=row["seq"], gpus=row["gpus"],
-                                eff=eff, costs=cache)  # fmt: skip
+                                eff=eff, costs=caches[key], stack=stack)  # fmt: skip
     except GpuplanError as err:
         return f"not expressible: {err}", None, None
     return "ok", metric_value(row, est, cfg), est.peak_memory_per_gpu_bytes
@@ -172,10 +187,10 @@ def split_sources(sources, seed: int = DEFAULT_SEED, fraction: float = HELD_OUT_
     return frozenset(ranked[:k])
 
 
-def _new_rows(caches: dict) -> list[dict]:
+def _new_rows(caches: dict, stacks: bool = True) -> list[dict]:
     out = []
     for row in training_rows():
-        status, predicted, memory = predict_row(row, caches)
+        status, predicted, memory = predict_row(row, caches, stacks=stacks)
         base = {"id": row["id"], "source": row["source"], "table": row["table"],
                 "model": row["model"], "gpu": row["gpu"], "gpus": row["gpus"],
                 "layout": _layout(row), "stack": row["stack"], "status": status}  # fmt: skip
@@ -217,15 +232,17 @@ def _old_rows() -> list[dict]:
     return out
 
 
-def reproduce_training(seed: int = DEFAULT_SEED) -> pd.DataFrame:
+def reproduce_training(seed: int = DEFAULT_SEED, *, stacks: bool = True) -> pd.DataFrame:
     """Every published row (new and old), predicted: published, predicted, signed and absolute
-    % error, status and the held-out flag of its source."""
-    return _reproduce(seed).copy()
+    % error, status and the held-out flag of its source; ``stacks=False`` prices every new row
+    as ``megatron-te`` with Strategy's defaults (the figures before the rows' stacks were
+    passed)."""
+    return _reproduce(seed, stacks).copy()
 
 
 @functools.cache
-def _reproduce(seed: int) -> pd.DataFrame:
-    frame = pd.DataFrame(_new_rows({}) + _old_rows())
+def _reproduce(seed: int, stacks: bool = True) -> pd.DataFrame:
+    frame = pd.DataFrame(_new_rows({}, stacks) + _old_rows())
     ok = frame["status"] == "ok"
     pred = frame["predicted"].where(ok).astype(float)
     frame["error_pct"] = 100 * (pred - frame["published"]) / frame["published"]

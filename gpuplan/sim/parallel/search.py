@@ -53,7 +53,7 @@ from gpuplan.sim.sweep import InProcess, Pool, chunks
 from gpuplan.units import HOUR
 
 CHUNK = 65_536  # strategies evaluated per numpy pass (a piece of work of the sweep)
-SHAPE_CHUNK = 32  # kernel shapes priced per piece of work
+SHAPE_CHUNK = 128  # kernel shapes priced per piece of work (each piece has its cache's copy)
 __all__ = ["SearchResult", "SearchSpace", "distinct_layouts", "enumerate_space", "pareto_front",
            "row_strategy", "search"]  # fmt: skip
 

@@ -39,7 +39,12 @@ TIME_FIELDS = (
     "host_moe",
     "host_head",
     "host_emb",
+    "dense_sac",
+    "moe_sac",
 )
+# op-level selective checkpointing (torchtitan's ``_save_list``: every other matmul is saved, so
+# half the matmuls re-run, with every op that is neither a matmul nor the attention kernel)
+SAC_GEMM_FRACTION = 0.5
 
 
 def _or_zero(cost: Cost | None, attr: str, **kw) -> float:
@@ -69,7 +74,24 @@ def shape_times(mbc: MicroBatchCosts) -> dict[str, float]:
         "host_moe": _or_zero(mbc.moe, "host_s"),
         "host_head": mbc.head.host_s,
         "host_emb": mbc.embedding.host_s,
+        "dense_sac": _sac_s(mbc.dense),
+        "moe_sac": _sac_s(mbc.moe),
     }
+
+
+def sac_items(cost: Cost):
+    """(item, share re-run) of a block's forward under op-level selective checkpointing."""
+    out = []
+    for i in cost.fwd:
+        if i.category == "gemm":
+            out.append((i, SAC_GEMM_FRACTION))
+        elif i.category not in ("attention", "view"):
+            out.append((i, 1.0))
+    return out
+
+
+def _sac_s(cost: Cost | None) -> float:
+    return 0.0 if cost is None else sum(i.time_s * share for i, share in sac_items(cost))
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,13 +140,17 @@ def end_is_head(t) -> np.ndarray:
     return (t["head_fwd"] + t["head_bwd"]) >= (t["emb_fwd"] + t["emb_bwd"])
 
 
-def stage_compute(t, kinds: StageKinds, *, rc) -> dict:
-    """Per-micro-batch compute of each kind of stage: its blocks and its ends (K, ...)."""
+def stage_compute(t, kinds: StageKinds, *, rc, selective: str = "attention-core") -> dict:
+    """Per-micro-batch compute of each kind of stage: its blocks and its ends (K, ...);
+    ``selective``: what recompute=selective re-runs (the attention core, or op-level SAC)."""
     moe = kinds.moe
     dense = kinds.layers - moe
     blk_fwd = dense * t["dense_fwd"] + moe * t["moe_fwd"]
     blk_bwd = dense * t["dense_bwd"] + moe * t["moe_bwd"]
-    core = dense * t["dense_core"] + moe * t["moe_core"]
+    if selective == "op-sac":
+        core = dense * t["dense_sac"] + moe * t["moe_sac"]
+    else:
+        core = dense * t["dense_core"] + moe * t["moe_core"]
     recompute = np.where(rc == 2, blk_fwd, np.where(rc == 1, core, 0.0))
     stage_fwd = blk_fwd + kinds.emb * t["emb_fwd"] + kinds.head * t["head_fwd"]
     stage_bwd = blk_bwd + kinds.emb * t["emb_bwd"] + kinds.head * t["head_bwd"]

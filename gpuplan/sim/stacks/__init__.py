@@ -140,7 +140,7 @@ def register(*stacks: Stack) -> None:
 
 
 def _load() -> dict[str, Stack]:
-    if not _REGISTRY:
+    if "pytorch" not in _REGISTRY:  # a preset module imported first registers its own only
         from gpuplan.sim.stacks import pytorch  # noqa: F401 - registers its presets
         for extra in ("training", "serving"):  # production stacks, where present
             try:

@@ -1,21 +1,182 @@
-"""Presets of the stacks that train across many GPUs.
+"""Presets of the stacks that train across many GPUs, and the runtime each framework brings.
 
-``megatron-te`` - Megatron-LM / NeMo with Transformer Engine, as ``gpuplan train`` priced it
-before stacks were an input: hand-fused elementwise kernels (TE's fused LayerNorm/RMSNorm-linear,
-fused bias-GeLU/SwiGLU, fused softmax), FlashAttention-2 through TE's flash backend (cuDNN's
-fused attention where FlashAttention-2 does not run, as on Blackwell), bf16 weights
-with fp32 main gradients and master weights in the distributed optimizer (``bf16-mixed-megatron``:
-2 + 4 + 12 bytes per parameter), a persistent contiguous gradient buffer (``--use-distributed-
-optimizer`` with ``overlap_grad_reduce``), fused Adam (apex/TE ``FusedAdam``). Overlaps as
-Megatron-LM's arguments default them: gradient reduction overlapped (``--overlap-grad-reduce``,
-on in NeMo recipes), TP communication overlap off (``--tp-comm-overlap`` is opt-in: TE
-userbuffers), pipeline sends not overlapped. Sources: Megatron-LM ``megatron/training/
-arguments.py``; Transformer Engine docs, "Attention backends".
+A training stack is a ``Stack`` (kernels, host, optimizer, mixed precision, overlaps) with a
+``TrainingRuntime``: the layouts the framework can run, how it buckets and types the gradient
+reduction, how finely ZeRO-3 gathers parameters, and what its selective recomputation re-runs.
+Every choice below is the framework's default or the setting its published runs state.
+
+``megatron-te`` - Megatron-LM / NeMo with Transformer Engine: hand-fused elementwise kernels
+(TE's fused LayerNorm/RMSNorm-linear, fused bias-GeLU/SwiGLU, fused softmax), FlashAttention-2
+through TE's flash backend (cuDNN's fused attention where FlashAttention-2 does not run, as on
+Blackwell), bf16 weights with fp32 main gradients and master weights in the distributed
+optimizer (``bf16-mixed-megatron``: 2 + 4 + 12 bytes per parameter), a persistent contiguous
+gradient buffer, fused Adam. Overlaps as Megatron-LM's arguments default them: gradient reduction
+overlapped (``--overlap-grad-reduce``, on in NeMo recipes), TP communication overlap off
+(``--tp-comm-overlap`` is opt-in: TE userbuffers), pipeline sends not overlapped. With bf16
+the gradients are accumulated and all-reduced in fp32 (``megatron/training/arguments.py``: "bfloat16
+requires gradient accumulation and all-reduce to be performed in fp32"), in buckets of
+``max(40,000,000, 1,000,000 x dp)`` parameters (``megatron/core/distributed/
+distributed_data_parallel.py``, ``bucket_size``). Selective recomputation is the attention core
+(``--recompute-granularity selective``, Korthikanti et al. 2022).
+
+``fsdp2`` - PyTorch FSDP2 as torchtitan runs it: ``fully_shard`` on every transformer block and
+the model (``torchtitan/.../parallelize_llama.py``, ``apply_fsdp``), so one all-gather per
+block, prefetched one block ahead, resharded after the forward (ZeRO-3; reshard_after_forward
+False is ZeRO-2, and torchtitan keeps the blocks unsharded under PP); ``MixedPrecisionPolicy``
+with ``param_dtype=bfloat16`` and ``reduce_dtype=float32`` (torchtitan job config
+``training.mixed_precision_param`` / ``mixed_precision_reduce``): the forward runs in bf16 from
+fp32 sharded parameters, gradients are reduce-scattered in fp32 (4 bytes per element). Eager ATen
+elementwise kernels (torch.compile is optional: ``--stack torch-compile`` prices its fusion),
+SDPA with PyTorch's default dispatch (cuDNN on Hopper), fused AdamW (torchtitan
+``optimizer.implementation = "fused"``). Its selective recomputation is torchtitan's op-level
+SAC (``torchtitan/.../activation_checkpoint.py``: ``_save_list`` keeps the matmuls and SDPA
+outputs but saves only every other matmul, so half the matmuls and every other op re-run).
+Float8 (torchao ``Float8Linear``) is ``--precision fp8``; async TP is ``--overlap-tp``.
+
+``composer-fsdp`` - MosaicML llm-foundry on Composer: FSDP (v1) ``FULL_SHARD`` with one FSDP unit
+per ``MPTBlock``, ``mixed_precision: PURE`` (bf16 parameters, bf16 gradient reduction, fp32
+sharded master weights: Composer's FSDP docs), ``activation_checkpointing: true`` (full, per
+block), ``limit_all_gathers: true``, backward prefetch ``BACKWARD_POST`` (gathers overlap
+compute), FlashAttention through ``attn_impl: flash``, low-precision LayerNorm as eager ATen
+kernels, Composer's ``DecoupledAdamW`` (a per-parameter loop: priced as the foreach passes)
+(llm-foundry ``scripts/train/benchmarking/README.md`` and its yamls). No tensor or pipeline
+parallelism in these runs.
+
+``deepspeed`` - DeepSpeed ZeRO 1-3 (Megatron-DeepSpeed for the published GPT runs): defaults of
+``deepspeed/runtime/zero/config.py``: ``reduce_bucket_size`` and ``allgather_bucket_size``
+5e8 elements, ``stage3_prefetch_bucket_size`` 5e7, ``stage3_param_persistence_threshold`` 1e5
+(norms and biases stay whole), ``overlap_comm`` on for ZeRO-3 only; its pipeline engine runs
+ZeRO 0 or 1 only ("ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism",
+``deepspeed/runtime/pipe/engine.py``) and reduces gradients after the pipeline flush, not behind
+the backward. ZeRO-3 gathers each sub-module's parameters from hooks on that sub-module, one
+all-gather per weight matrix (``partitioned_param_coordinator.fetch_sub_module``), not one per
+block: each call pays the collective's latency over the whole data-parallel group, which is what
+makes ZeRO-3 slower than model parallelism at scale (measured: Narayanan et al. 2021, SC21,
+sec. 5.2 and Fig. 10, ZeRO-3 vs PTD-P on 175B/530B GPT up to 2,240 A100s; Wang et al. 2023,
+"ZeRO++", arXiv:2306.10209, sec. 1: ZeRO-3's all-gathers are latency- and bandwidth-bound at
+small per-GPU batch across nodes). Megatron's fused kernels and FusedAdam, bf16 weights with
+fp32 master copies in the optimizer.
+
+``pytorch`` (``stacks.pytorch``) trains with PyTorch's own wrappers: DDP all-reduces the
+gradients in their own dtype (fp32 under autocast over fp32 weights) in 25 MB buckets overlapped
+with the backward (``DistributedDataParallel(bucket_cap_mb=25)``, torch.nn.parallel docs), and
+FSDP for ZeRO-2/3; that runtime is ``PYTORCH_RUNTIME``, the default of a stack without one.
 """
 
 from __future__ import annotations
 
-from gpuplan.sim.stacks import TE_DEFAULT, AttentionChoice, HostModel, Stack, register
+from dataclasses import dataclass
+
+from gpuplan.errors import GpuplanError, check_choice
+from gpuplan.sim.stacks import SDPA_DEFAULT, TE_DEFAULT, AttentionChoice, HostModel, Stack, register
+from gpuplan.units import MiB
+
+SELECTIVE = ("attention-core", "op-sac")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainingRuntime:
+    """What a training framework does with a layout beyond its kernels (module docstring)."""
+
+    framework: str  # as an error message names it
+    zero_stages: tuple[int, ...] = (0, 1, 2, 3)
+    max_tp: int | None = None  # None: any tensor-parallel degree; 1: none
+    pipeline: bool = True  # runs pp > 1
+    max_zero_with_pp: int = 3  # the highest ZeRO stage it runs together with pp > 1
+    grad_reduce_bytes: int = 2  # bytes per gradient element on the wire
+    bucket_bytes: float = 25 * MiB  # gradient bucket: the last one's reduction cannot hide
+    bucket_bytes_per_dp: float = 0.0  # bucket growth per data-parallel rank (Megatron)
+    gathers_per_block: int = 1  # ZeRO-3 all-gather calls per block per pass
+    selective: str = "attention-core"  # what recompute=selective re-runs
+    overlap_zero3: bool = False  # ZeRO-3 gathers overlap compute even where overlap_dp is off
+
+    def __post_init__(self) -> None:
+        check_choice("selective", self.selective, SELECTIVE)
+        if self.grad_reduce_bytes not in (2, 4):
+            raise GpuplanError(f"grad_reduce_bytes={self.grad_reduce_bytes!r} is invalid: 2 or 4")
+        if self.gathers_per_block < 1:
+            raise GpuplanError(f"gathers_per_block={self.gathers_per_block!r} is invalid: >= 1")
+
+    def bucket_fraction(self, stage_params, group):
+        """The share of a stage's gradient reduction in its last bucket (numpy-friendly)."""
+        import numpy as np
+
+        bucket = np.maximum(self.bucket_bytes, self.bucket_bytes_per_dp * group)
+        total = np.maximum(np.asarray(stage_params, dtype=float) * self.grad_reduce_bytes, 1.0)
+        return np.minimum(1.0, bucket / total)
+
+
+PYTORCH_RUNTIME = TrainingRuntime(
+    framework="PyTorch DDP/FSDP",
+    grad_reduce_bytes=4,  # DDP reduces the gradients in their dtype: fp32 weights under autocast
+    bucket_bytes=25 * MiB,  # DistributedDataParallel(bucket_cap_mb=25)
+)
+
+MEGATRON_RUNTIME = TrainingRuntime(
+    framework="Megatron-LM",
+    grad_reduce_bytes=4,  # bf16: accumulate and all-reduce in fp32 (arguments.py)
+    bucket_bytes=40_000_000 * 4,  # max(40M, 1M x dp) parameters of fp32 gradients
+    bucket_bytes_per_dp=1_000_000 * 4,
+)
+
+FSDP2_RUNTIME = TrainingRuntime(
+    framework="FSDP2 (torchtitan)",
+    zero_stages=(0, 2, 3),  # DDP (dp_replicate), fully_shard without / with reshard after forward
+    grad_reduce_bytes=4,  # MixedPrecisionPolicy(reduce_dtype=torch.float32)
+    bucket_bytes=25 * MiB,  # DDP's bucket where it replicates; FSDP reduces block by block
+    selective="op-sac",
+)
+
+COMPOSER_RUNTIME = TrainingRuntime(
+    framework="Composer FSDP (llm-foundry)",
+    zero_stages=(2, 3),  # SHARD_GRAD_OP, FULL_SHARD
+    max_tp=1,
+    pipeline=False,
+    grad_reduce_bytes=2,  # mixed_precision: PURE reduces in bf16
+)
+
+DEEPSPEED_RUNTIME = TrainingRuntime(
+    framework="DeepSpeed",
+    max_zero_with_pp=1,
+    grad_reduce_bytes=2,  # the bf16 model dtype (communication_data_type unset)
+    bucket_bytes=500_000_000 * 2,  # reduce_bucket_size 5e8 elements
+    gathers_per_block=7,  # one per weight matrix of a Llama/GPT block: q, k, v, o, gate, up, down
+    overlap_zero3=True,
+)
+
+
+def runtime_of(stack) -> TrainingRuntime:
+    """The stack's training runtime (``PYTORCH_RUNTIME`` where it names none)."""
+    runtime = getattr(stack, "training", None)
+    return runtime if isinstance(runtime, TrainingRuntime) else PYTORCH_RUNTIME
+
+
+def check_layout(stack, strategy) -> None:
+    """A one-line GpuplanError where ``stack`` cannot run ``strategy``, saying what would run."""
+    rt = runtime_of(stack)
+    name = getattr(stack, "name", str(stack))
+    if strategy.zero not in rt.zero_stages:
+        raise GpuplanError(
+            f"stack {name} ({rt.framework}) cannot run zero={strategy.zero}: it runs zero "
+            f"{', '.join(map(str, rt.zero_stages))}"
+        )
+    if rt.max_tp is not None and strategy.tp > rt.max_tp:
+        raise GpuplanError(
+            f"stack {name} ({rt.framework}) cannot run tp={strategy.tp}: it has no tensor "
+            f"parallelism; use tp=1 or --stack megatron-te/fsdp2"
+        )
+    if strategy.pp > 1 and not rt.pipeline:
+        raise GpuplanError(
+            f"stack {name} ({rt.framework}) cannot run pp={strategy.pp}: it has no pipeline "
+            "parallelism; use pp=1 or --stack megatron-te/fsdp2/deepspeed"
+        )
+    if strategy.pp > 1 and strategy.zero > rt.max_zero_with_pp:
+        raise GpuplanError(
+            f"stack {name} ({rt.framework}) cannot run zero={strategy.zero} with pp="
+            f"{strategy.pp}: with pipeline parallelism it runs zero 0 to {rt.max_zero_with_pp}; "
+            f"use zero<={rt.max_zero_with_pp}, pp=1, or --stack fsdp2/megatron-te"
+        )
+
 
 MEGATRON_TE = Stack(
     name="megatron-te",
@@ -31,10 +192,79 @@ MEGATRON_TE = Stack(
     overlap_tp=False,
     overlap_pp=False,
     grads_persist=True,
+    training=MEGATRON_RUNTIME,
     sources=(
-        "Megatron-LM megatron/training/arguments.py (overlap and optimizer defaults)",
+        "Megatron-LM megatron/training/arguments.py (overlap, optimizer, fp32 grad reduction)",
+        "Megatron-LM megatron/core/distributed/distributed_data_parallel.py (bucket_size)",
         "Transformer Engine documentation, 'Attention backends'",
     ),
 )
 
-register(MEGATRON_TE)
+FSDP2 = Stack(
+    name="fsdp2",
+    title="PyTorch FSDP2 / torchtitan: per-block all-gather, fp32 reduce-scatter, eager ops",
+    attention=AttentionChoice(prefill=SDPA_DEFAULT, train=SDPA_DEFAULT, decode=SDPA_DEFAULT),
+    elementwise="eager",
+    host=HostModel(mode="eager"),
+    kv_cache="static",
+    optimizer="fused",
+    mixed_precision="autocast",  # fp32 sharded parameters, bf16 compute copies (param_dtype)
+    timing="device",
+    overlap_dp=True,  # prefetched all-gathers, reduce-scatters on their own stream
+    overlap_tp=False,  # async TP is opt-in (experimental.enable_async_tensor_parallel)
+    overlap_pp=False,
+    grads_persist=False,  # sharded gradients freed by zero_grad
+    training=FSDP2_RUNTIME,
+    sources=(
+        "pytorch/torchtitan torchtitan/models/llama3/infra/parallelize.py (apply_fsdp, mp_policy)",
+        "pytorch/torchtitan torchtitan/config/job_config.py (mixed_precision_reduce=float32, "
+        "optimizer implementation fused)",
+        "pytorch/torchtitan torchtitan/distributed/activation_checkpoint.py (op-level SAC)",
+        "PyTorch docs, torch.distributed.fsdp.fully_shard and MixedPrecisionPolicy",
+    ),
+)
+
+COMPOSER_FSDP = Stack(
+    name="composer-fsdp",
+    title="MosaicML llm-foundry on Composer: FSDP FULL_SHARD, FlashAttention, full checkpointing",
+    attention=AttentionChoice(prefill="flash2", train="flash2", decode="flash2"),
+    elementwise="eager",
+    host=HostModel(mode="eager"),
+    kv_cache="static",
+    optimizer="foreach",
+    mixed_precision="autocast",
+    timing="device",
+    overlap_dp=True,
+    overlap_tp=False,
+    overlap_pp=False,
+    grads_persist=False,
+    training=COMPOSER_RUNTIME,
+    sources=(
+        "mosaicml/llm-foundry scripts/train/benchmarking/README.md and its yamls (fsdp_config)",
+        "Composer documentation, 'FSDP' (sharding_strategy, mixed_precision PURE, prefetch)",
+    ),
+)
+
+DEEPSPEED = Stack(
+    name="deepspeed",
+    title="DeepSpeed ZeRO 1-3 (Megatron-DeepSpeed): bucketed reductions, per-module ZeRO-3 gathers",
+    attention=AttentionChoice(prefill="flash2", train="flash2", decode="flash2"),
+    elementwise="fused",
+    host=HostModel(mode="eager"),
+    kv_cache="static",
+    optimizer="fused",
+    mixed_precision="bf16-params",
+    timing="device",
+    overlap_dp=False,  # overlap_comm defaults off below ZeRO-3; the pipe engine reduces after
+    overlap_tp=False,
+    overlap_pp=False,
+    grads_persist=True,  # contiguous_gradients
+    training=DEEPSPEED_RUNTIME,
+    sources=(
+        "microsoft/DeepSpeed deepspeed/runtime/zero/config.py (bucket sizes, overlap_comm)",
+        "microsoft/DeepSpeed deepspeed/runtime/pipe/engine.py (ZeRO-2/3 incompatible with PP)",
+        "Narayanan et al. 2021 (SC21) sec. 5.2, Fig. 10: ZeRO-3 vs PTD-P",
+    ),
+)
+
+register(MEGATRON_TE, FSDP2, COMPOSER_FSDP, DEEPSPEED)
