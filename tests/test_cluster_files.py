@@ -301,6 +301,14 @@ def test_check_builds_a_valid_file_and_reports_what_only_a_build_finds(tmp_path,
     assert "unknown model 'llama-9'" in capsys.readouterr().err
 
 
+def test_check_prices_every_job_and_reports_a_strategy_the_model_cannot_take(tmp_path, capsys):
+    path = write(tmp_path, compose("jobs: [{id: m, gpus: 16, model: llama3-8b, strategy: {ep: 16}, "
+                                   "steps: 10}]"))  # fmt: skip
+    assert main(["cluster", "--check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "run 'scenario': ep=16 needs a mixture-of-experts model" in err and err.count("\n") == 1
+
+
 def test_the_documentation_describes_every_key_of_the_schema():
     text = (ROOT / "docs" / "scenario.md").read_text()
     keys = set(schema()["properties"])

@@ -111,8 +111,11 @@ def load_scenario(name_or_path) -> tuple[dict, Path]:
 
 def check_scenario(name_or_path) -> list[str]:
     """Every problem of a scenario file, one line each (empty: it is valid). Schema problems are
-    all listed; a file that meets the schema is then built, run by run, without simulating, and
-    the first problem found there (an unknown model, a trace file missing) is listed."""
+    all listed; a file that meets the schema is then built, run by run, and set up to simulate
+    (every job's ideal step time estimated) without simulating, and the first problem found
+    there (an unknown model, a trace file missing, a strategy the model cannot take) is listed."""
+    from gpuplan.sim.cluster.engine import ClusterSim
+
     path = scenario_path(name_or_path)
     doc = load_yaml(path)
     if not isinstance(doc, dict):
@@ -120,21 +123,17 @@ def check_scenario(name_or_path) -> list[str]:
     found = [f"{path}: {p}" for p in problems(doc)]
     if found:
         return found
-    try:
-        for name, run_doc in runs(doc):
-            cfg, jobs = build(run_doc, path.parent, where=f"{path}: run {name!r}")
-            for job in jobs:
-                if job.model is not None:
-                    _known_model(job.model)
-    except GpuplanError as err:
-        return [str(err)]
+    for name, run_doc in runs(doc):
+        where = f"{path}: run {name!r}"
+        try:
+            cfg, jobs = build(run_doc, path.parent, where=where)
+        except GpuplanError as err:
+            return [str(err)]
+        try:
+            ClusterSim(cfg, jobs)  # prices every job's step; simulates nothing
+        except GpuplanError as err:
+            return [f"{where}: {err}"]
     return []
-
-
-def _known_model(name: str) -> None:
-    from gpuplan.workloads.presets import get_model
-
-    get_model(name)
 
 
 def merged(base: dict, variant: dict) -> dict:
