@@ -5,6 +5,7 @@ prints about the run it made."""
 import json
 import math
 import time
+import warnings
 from pathlib import Path
 
 import jsonschema
@@ -489,3 +490,26 @@ def test_a_job_built_in_python_checks_its_types_too(change):
     fields = {k: v for k, v in fields.items() if v is not None}
     with pytest.raises(GpuplanError, match=f"job 'a': {next(iter(c for c in change if change[c] is not None))}="):
         JobSpec(**fields)
+
+
+CELLS = st.sampled_from(["", "8", "-8", "0", "2.5", "nan", "inf", "1e400", "true", "x", '"',
+                         "a,b", "llama3-8b", "2020-01-01 00:00:10", "tomorrow", "9" * 5000])
+COLUMNS = st.lists(st.sampled_from(["id", "gpus", "gpu_num", "steps", "step_time_s", "submit_time",
+                                    "duration", "model", "tp", "seq", "tokens", "user", "zz"]),
+                   min_size=1, max_size=6)  # fmt: skip
+
+
+@pytest.mark.slow
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(columns=COLUMNS, rows=st.lists(st.lists(CELLS, max_size=7), max_size=4),
+       raw=st.text(max_size=40), as_text=st.booleans())  # fmt: skip
+def test_any_csv_gives_jobs_or_one_gpuplan_error(tmp_path, columns, rows, raw, as_text):
+    text = raw if as_text else ",".join(columns) + "\n" + "\n".join(map(",".join, rows)) + "\n"
+    path = write(tmp_path, text, "t.csv")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a warning would be a second, garbled line
+        try:
+            load_trace(path)
+        except GpuplanError as err:
+            assert "\n" not in str(err)

@@ -24,6 +24,7 @@ import functools
 import json
 import math
 import numbers
+import warnings
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -246,8 +247,10 @@ def _csv_rows(path: Path, text: str) -> list[tuple[int, dict]]:
         times = pd.to_numeric(frame["submit_time"], errors="coerce")
         if times.isna().any():
             try:
-                t = pd.to_datetime(frame["submit_time"])
-            except (ValueError, TypeError):
+                with warnings.catch_warnings():  # "could not infer format": parsed one by one
+                    warnings.simplefilter("ignore", UserWarning)
+                    t = pd.to_datetime(frame["submit_time"])
+            except (ValueError, TypeError, OverflowError):
                 bad = frame["submit_time"][times.isna()].iloc[0]
                 raise GpuplanError(f"{path}: submit_time={bad!r} is invalid: it must be "
                                    "seconds or a date and time") from None  # fmt: skip
