@@ -302,3 +302,13 @@ def test_train_with_tokens_prints_the_time_to_train_with_and_without_interruptio
     waste = b["interruptions"]["waste"]
     assert b["time_to_train_with_failures_s"] == pytest.approx(b["time_to_train_s"] / (1 - waste))
     assert 0 < waste < 1
+
+
+def test_memory_is_the_heaviest_stages_blocks_times_its_micro_batches_in_flight():
+    base = Strategy(pp=4, global_batch=16)  # 1F1B, 16 micro-batches: stage i holds 4 - i
+    even = estimate(base).breakdown.memory_bytes["activations"]  # 8 blocks x 4 in flight
+    # 6,10,8,8: the first stage holds 6 x 4 = 24 block-micro-batches, the second 10 x 3 = 30
+    second = estimate(replace(base, pp_layers=(6, 10, 8, 8))).breakdown.memory_bytes
+    assert second["activations"] == pytest.approx(even * 30 / 32)
+    first = estimate(replace(base, pp_layers=(9, 9, 7, 7))).breakdown.memory_bytes
+    assert first["activations"] == pytest.approx(even * 36 / 32)  # 9 x 4 beats 9 x 3
