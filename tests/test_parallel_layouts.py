@@ -312,3 +312,22 @@ def test_memory_is_the_heaviest_stages_blocks_times_its_micro_batches_in_flight(
     assert second["activations"] == pytest.approx(even * 30 / 32)
     first = estimate(replace(base, pp_layers=(9, 9, 7, 7))).breakdown.memory_bytes
     assert first["activations"] == pytest.approx(even * 36 / 32)  # 9 x 4 beats 9 x 3
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5), st.integers(0, 5)),
+                     min_size=1, max_size=30))  # fmt: skip
+def test_the_pareto_front_is_exactly_the_rows_no_other_row_dominates(rows):
+    import pandas as pd
+
+    from gpuplan.sim.parallel.search import pareto_front
+
+    cols = ("step_time_s", "peak_memory_per_gpu_bytes", "cost_per_step_usd")
+    frame = pd.DataFrame(rows, columns=cols).astype(float)
+    front = pareto_front(frame)
+    values = frame.to_numpy()
+    undominated = {
+        tuple(v) for i, v in enumerate(values)
+        if not any(np.all(w <= v) and np.any(w < v) for j, w in enumerate(values) if j != i)
+    }  # fmt: skip
+    assert {tuple(v) for v in front.to_numpy()} == undominated
