@@ -14,6 +14,12 @@ Supported ``model_type`` values and the fields read (names as in ``transformers`
   score bias. ``num_nextn_predict_layers`` (the MTP module) is not part of the model read.
   MoE layers follow DeepSeek's own ``modeling_deepseek.py`` (``moe_layer_freq`` honoured;
   transformers' port ignores it, the same for the value 1 of every official config);
+- sliding-window attention: Mistral's ``sliding_window`` (null: none) windows every block;
+  ``gemma2`` (every other block windowed, the first included: ``modeling_gemma2.py``) and
+  ``gemma3_text`` (``sliding_window_pattern``, default 6: five windowed blocks, then a full one:
+  ``modeling_gemma3.py``) read the llama fields, ``sliding_window`` and, where given,
+  ``layer_types`` (``sliding_attention`` / ``full_attention`` per block, which must repeat one
+  pattern ending in a full block); their gated-GELU MLP has SwiGLU's three matrices;
 - ``gpt2``: n_embd, n_layer, n_head, n_inner (null: 4 n_embd), n_positions, vocab_size
   (LayerNorm, GELU, biases everywhere, learned positions, tied embeddings).
 
@@ -82,9 +88,9 @@ def _whole(low: int) -> Callable[[Any], bool]:
 
 
 # What a field may hold. MAX_FIELD bounds every size: no published model comes within 1,000x of
-# it (the largest vocabularies hold about 256k tokens, Gemma's; the longest context is Llama 4
-# Scout's 10M tokens, https://ai.meta.com/blog/llama-4-multimodal-intelligence/), and a layer
-# count of 10^30 would be priced, layer by layer, for ever.
+# it (the largest vocabularies hold about 256k tokens, Gemma's, arXiv:2403.08295; the longest
+# context is Llama 4 Scout's 10M tokens, https://ai.meta.com/blog/llama-4-multimodal-intelligence/),
+# and a layer count of 10^30 would be priced, layer by layer, for ever.
 MAX_FIELD = 10**10
 KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "count": (_whole(1), f"a whole number from 1 to {MAX_FIELD:,} (a JSON integer)"),
@@ -122,7 +128,35 @@ def _llama(f: _Fields) -> dict[str, Any]:
 
 
 def _mistral(f: _Fields) -> dict[str, Any]:
-    return _llama_like(f, max_positions_default=4096 * 32)
+    return {**_llama_like(f, max_positions_default=4096 * 32),
+            "sliding_window": f.get("sliding_window", 0, "size")}  # fmt: skip
+
+
+def _local_per_global(f: _Fields, pattern_default: int) -> int:
+    """Windowed blocks before each full one: from ``layer_types`` when given, else from
+    ``sliding_window_pattern`` (``pattern_default`` when absent)."""
+    types = f.raw.get("layer_types")
+    if types is None:
+        return f.get("sliding_window_pattern", pattern_default) - 1
+    if not isinstance(types, list) or not types or any(
+        t not in ("sliding_attention", "full_attention") for t in types
+    ):
+        raise GpuplanError(f"{f.origin}: layer_types={_shown(types)} is invalid: give a list of "
+                           "'sliding_attention' and 'full_attention'")  # fmt: skip
+    period = types.index("full_attention") + 1 if "full_attention" in types else 0
+    expected = [("full_attention" if (i + 1) % period == 0 else "sliding_attention")
+                for i in range(len(types))] if period else None  # fmt: skip
+    if types != expected:
+        raise GpuplanError(f"{f.origin}: layer_types is not one repeating pattern ending in a "
+                           "full_attention block: not supported")  # fmt: skip
+    return period - 1
+
+
+def _gemma(f: _Fields, *, pattern_default: int) -> dict[str, Any]:
+    return {**_llama_like(f, max_positions_default=8192),
+            "tied_embeddings": f.get("tie_word_embeddings", True, "bool"),
+            "sliding_window": f.need("sliding_window", "size"),
+            "local_per_global": _local_per_global(f, pattern_default)}  # fmt: skip
 
 
 def _qwen2(f: _Fields) -> dict[str, Any]:
@@ -198,6 +232,8 @@ _READERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "deepseek_v2": lambda f: _deepseek(f, v3=False),
     "deepseek_v3": lambda f: _deepseek(f, v3=True),
     "gpt2": _gpt2,
+    "gemma2": lambda f: _gemma(f, pattern_default=2),
+    "gemma3_text": lambda f: _gemma(f, pattern_default=6),
 }
 SUPPORTED_MODEL_TYPES = tuple(_READERS)
 
