@@ -64,7 +64,7 @@ class _Fields:
     def checked(self, key: str, value: Any, kind: str) -> Any:
         """``value`` if it is of ``kind`` (a whole-number float such as 4096.0 as an int)."""
         test, words = KINDS[kind]
-        if kind in ("count", "size") and isinstance(value, float) and value.is_integer():
+        if kind in ("count", "size", "layers") and isinstance(value, float) and value.is_integer():
             value = int(value)
         if not test(value):
             shown = _shown(value)
@@ -83,18 +83,22 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _whole(low: int) -> Callable[[Any], bool]:
-    return lambda v: isinstance(v, int) and not isinstance(v, bool) and low <= v <= MAX_FIELD
+def _whole(low: int, high: int) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and low <= v <= high
 
 
 # What a field may hold. MAX_FIELD bounds every size: no published model comes within 1,000x of
 # it (the largest vocabularies hold about 256k tokens, Gemma's, arXiv:2403.08295; the longest
 # context is Llama 4 Scout's 10M tokens, https://ai.meta.com/blog/llama-4-multimodal-intelligence/),
 # and a layer count of 10^30 would be priced, layer by layer, for ever.
+# Layers are priced and played out one by one: MAX_LAYERS is 80x the deepest published decoder
+# (Llama 3.1 405B, 126 layers, Dubey et al. 2024, arXiv:2407.21783, Table 3).
 MAX_FIELD = 10**10
+MAX_LAYERS = 10_000
 KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "count": (_whole(1), f"a whole number from 1 to {MAX_FIELD:,} (a JSON integer)"),
-    "size": (_whole(0), f"a whole number from 0 to {MAX_FIELD:,} (a JSON integer)"),
+    "count": (_whole(1, MAX_FIELD), f"a whole number from 1 to {MAX_FIELD:,} (a JSON integer)"),
+    "size": (_whole(0, MAX_FIELD), f"a whole number from 0 to {MAX_FIELD:,} (a JSON integer)"),
+    "layers": (_whole(1, MAX_LAYERS), f"a whole number from 1 to {MAX_LAYERS:,} (a JSON integer)"),
     "bool": (lambda v: isinstance(v, bool), "true or false (a JSON boolean)"),
     "str": (lambda v: isinstance(v, str), "a string"),
 }
@@ -104,7 +108,7 @@ def _llama_like(f: _Fields, *, max_positions_default: int) -> dict[str, Any]:
     """Fields shared by Llama, Mistral, Mixtral, Qwen2 and DeepSeek configs."""
     heads = f.need("num_attention_heads")
     return {
-        "n_layers": f.need("num_hidden_layers"),
+        "n_layers": f.need("num_hidden_layers", "layers"),
         "d_model": f.need("hidden_size"),
         "n_heads": heads,
         "n_kv_heads": f.get("num_key_value_heads", heads),
@@ -209,7 +213,7 @@ def _deepseek_moe(f: _Fields, *, v3: bool) -> dict[str, Any]:
 def _gpt2(f: _Fields) -> dict[str, Any]:
     d, heads = f.need("n_embd"), f.need("n_head")
     return {
-        "n_layers": f.need("n_layer"),
+        "n_layers": f.need("n_layer", "layers"),
         "d_model": d,
         "n_heads": heads,
         "n_kv_heads": heads,
