@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from gpuplan.errors import check_positive
+from gpuplan.sim.inputs import check_params
 from gpuplan.sim.serving.deployment import deployment
 from gpuplan.sim.serving.kv_cache import kv_bytes_per_token, weights_bytes_per_gpu, workspace_bytes
 from gpuplan.sim.serving.on_stack import stack_deployment
@@ -86,10 +86,9 @@ def edge_estimates(
     stack=None,
 ) -> pd.DataFrame:
     """One row per weight format and batch size (``edge_row``)."""
-    check_positive("context", context)
-    check_positive("prompt_tokens", prompt_tokens)
+    check_params({"context": context, "tokens": prompt_tokens})
     for b in batches:
-        check_positive("batch", b)
+        check_params({"batch": b})
     rows = [
         edge_row(
             model,

@@ -20,16 +20,19 @@ from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.presets import get_model
 
 
-def stack_deployment(model: str | ModelConfig, gpu: str, stack: str | Stack = "vllm", *,
-                     fit: Efficiency | None = None, **kw) -> Deployment:  # fmt: skip
-    """A ``Deployment`` of ``model`` on ``gpu`` as ``stack`` serves it (module docstring)."""
+def stack_serving_efficiency(stack: str | Stack, acc, fit: Efficiency | None = None) -> Efficiency:
+    """The device's fit (``fit``, default ``efficiency_for``) with the stack's kernels and host
+    cost per call, as a serving iteration's stream of kernels meets it (``queued``)."""
+    return queued(stack_efficiency(get_stack(stack), fit or efficiency_for(acc.key), acc,
+                                   phase="prefill"))  # fmt: skip
+
+
+def deployment_fields(stack: str | Stack, *, tp: int = 1) -> dict:
+    """The ``Deployment`` fields a stack decides: elementwise kernels, CUDA graphs and their
+    buckets, CPU time per iteration, the paged cache and the stack's name."""
     stack = get_stack(stack)
-    cfg = model if isinstance(model, ModelConfig) else get_model(model)
-    acc = get_accelerator(gpu)
-    eff = queued(stack_efficiency(stack, fit or efficiency_for(acc.key), acc, phase="prefill"))
     run = stack.serving
-    tp = kw.get("tp", 1)
-    choices = {
+    return {
         "impl": "fused" if stack.elementwise == "eager" and run is None else stack.elementwise,
         "cuda_graph": run.cuda_graph if run else True,
         "decode_buckets": run.decode_buckets if run and run.cuda_graph else (),
@@ -37,6 +40,15 @@ def stack_deployment(model: str | ModelConfig, gpu: str, stack: str | Stack = "v
         "kv_cache": "paged",
         "stack": stack.name,
     }
+
+
+def stack_deployment(model: str | ModelConfig, gpu: str, stack: str | Stack = "vllm", *,
+                     fit: Efficiency | None = None, **kw) -> Deployment:  # fmt: skip
+    """A ``Deployment`` of ``model`` on ``gpu`` as ``stack`` serves it (module docstring)."""
+    cfg = model if isinstance(model, ModelConfig) else get_model(model)
+    acc = get_accelerator(gpu)
+    eff = stack_serving_efficiency(stack, acc, fit)
+    choices = deployment_fields(stack, tp=kw.get("tp", 1))
     return Deployment(model=cfg, acc=acc, eff=eff, **{**choices, **kw})
 
 

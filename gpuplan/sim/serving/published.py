@@ -29,7 +29,7 @@ the default token budget of continuous batching. A row's load decides the batche
 engine's chunking policy. fp16 is priced as bf16: two bytes and the same tensor-core rate on
 every GPU in the catalogue (their datasheets). ``split_by_source`` holds out a seeded share of
 each source's rows; the stack parameters without a cited value are fitted on the other rows only
-(``gpuplan.validate.serving.fit_stacks``).
+(``python3 -m gpuplan.sim.serving.fit_stacks``).
 """
 
 from __future__ import annotations

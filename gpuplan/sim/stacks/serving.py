@@ -52,7 +52,11 @@ Where each choice comes from:
 assumed; its CPU cost per iteration and per tensor-parallel rank (a Python driver feeding each
 rank) fitted.
 
-Fitted values come from ``python3 -m gpuplan.validate.serving.fit_stacks`` on the fit part of the
+``gpuplan-server``: what ``gpuplan serve`` priced before stacks, its default: FlashAttention-2,
+fused elementwise kernels, decode-only iterations replayed from CUDA graphs without padding, no
+CPU time per iteration, vLLM's scheduler defaults of ``SchedulerConfig``.
+
+Fitted values come from ``python3 -m gpuplan.sim.serving.fit_stacks`` on the fit part of the
 seeded split of the published rows (``sim.serving.published``), committed in
 ``gpuplan/sim/serving/data/stack_fit.json``; nothing else here is fitted.
 """
@@ -200,4 +204,18 @@ EAGER_2023 = Stack(
            "iteration_overhead_s and overhead_per_rank_s fitted on published rows"),
 )
 
-register(VLLM, SGLANG, TRT_LLM, EAGER_2023)
+GPUPLAN_SERVER = Stack(
+    name="gpuplan-server",
+    title="the simulator's generic server: FlashAttention-2, fused kernels, CUDA-graph decode",
+    attention=AttentionChoice(prefill="flash2", train="flash2", decode="flash2"),
+    elementwise="fused",
+    host=HostModel(mode="eager"),
+    kv_cache="paged",
+    logits="last",
+    cuda_graph_decode=True,
+    serving=ServingRuntime(cuda_graph=True, policy="continuous", max_seqs=256),
+    sources=("gpuplan serve's behaviour before stacks (docs/serving_validation.md)",),
+    notes=("no padding to graph buckets and no CPU time per iteration",),
+)
+
+register(VLLM, SGLANG, TRT_LLM, EAGER_2023, GPUPLAN_SERVER)
