@@ -25,6 +25,7 @@ from gpuplan.hwmodels.efficiency import queued
 from gpuplan.hwmodels.launch import launch_cost
 from gpuplan.sim.breakdown import Breakdown, Item, priced_items
 from gpuplan.sim.compilation import eager, fuse_elementwise
+from gpuplan.sim.inputs import check_params
 from gpuplan.sim.kernels import latency_item
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.memory import layer_activation_bytes
@@ -164,7 +165,15 @@ def _all_reduce_items(comm, tp: int, phase: str) -> list[Item]:
 
 
 def layer_groups(cfg: ModelConfig) -> list[tuple[int, int]]:
-    """(a representative block index, how many blocks share its shape): dense, then MoE."""
+    """(a representative block index, how many blocks share its shape): dense, then MoE; under
+    a sliding window, windowed and full-attention blocks apart (the first of each kind)."""
+    if cfg.sliding_window:
+        kinds: dict[tuple[bool, bool], tuple[int, int]] = {}
+        for i in range(cfg.n_layers):
+            key = (cfg.is_moe_layer(i), not cfg.is_windowed_layer(i))
+            first, n = kinds.get(key, (i, 0))
+            kinds[key] = (first, n + 1)
+        return [kinds[k] for k in sorted(kinds)]
     moe = cfg.n_moe_layers
     groups = [(0 if not cfg.is_moe_layer(0) else _first_dense(cfg), cfg.n_layers - moe)]
     if moe:
@@ -197,6 +206,7 @@ def decode_step_breakdown(
     ``isolated``: timed alone (after an L2 flush when ``eff.l2_flushed``, as the record
     contract's harness does). ``extra_ops``: per-block work a stack adds (a KV cache's copy);
     ``extra_host_s``: CPU time a framework adds beyond its torch calls."""
+    check_params({"batch": batch, "context": context, "tp": tp, "cuda_graph": cuda_graph})
     eff = queued(eff)
     items = []
     if with_head:

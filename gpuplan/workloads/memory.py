@@ -55,8 +55,19 @@ def kv_cache_bytes_per_token_layer(cfg: ModelConfig, dtype: str = "bf16") -> flo
 
 
 def kv_cache_bytes_per_token(cfg: ModelConfig, dtype: str = "bf16") -> float:
-    """KV-cache bytes one token adds across all blocks."""
+    """KV-cache bytes one token adds across all blocks (every block keeping it: the bound of a
+    sequence no longer than the window; ``kv_cache_bytes_per_sequence`` for longer ones)."""
     return cfg.n_layers * kv_cache_bytes_per_token_layer(cfg, dtype)
+
+
+def kv_cache_bytes_per_sequence(cfg: ModelConfig, tokens: int, dtype: str = "bf16") -> float:
+    """KV-cache bytes of one sequence of ``tokens`` tokens: a windowed block keeps only its
+    ``sliding_window`` most recent tokens (Mistral 7B's rolling buffer cache, Jiang et al.
+    2023 sec. 2), a full-attention block all of them."""
+    windowed = cfg.n_windowed_layers
+    kept = min(tokens, cfg.sliding_window) if windowed else tokens
+    per = kv_cache_bytes_per_token_layer(cfg, dtype)
+    return per * (windowed * kept + (cfg.n_layers - windowed) * tokens)
 
 
 @dataclass(frozen=True, slots=True)

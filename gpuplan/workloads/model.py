@@ -14,6 +14,11 @@ It covers the architectures of the catalogue (``presets.py``) and of the Hugging
   ``n_dense_layers`` leading dense layers and on every ``moe_layer_freq``-th layer after that,
   exactly as DeepSeek's ``modeling_deepseek.py`` decides it (``layer >= first_k_dense_replace
   and layer % moe_layer_freq == 0``);
+- sliding-window attention: with ``sliding_window`` W > 0 a windowed block's queries attend to
+  the W most recent keys only and its cache keeps W tokens a sequence (Mistral 7B, Jiang et al.
+  2023, sec. 2); hybrid models interleave ``local_per_global`` windowed blocks with one
+  full-attention block (Gemma 2: 1, every other block, Gemma Team 2024 sec. 2; Gemma 3: 5,
+  Gemma Team 2025 sec. 2.1); 0 windows every block (Mistral);
 - vision: a CLIP-style ViT encoder (Radford et al. 2021; Dosovitskiy et al. 2021) cutting an
   ``image_size`` square into ``patch_size`` patches plus one class token.
 
@@ -65,6 +70,9 @@ class ModelConfig:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    # sliding-window attention (0 -> full attention in every block)
+    sliding_window: int = 0
+    local_per_global: int = 0  # windowed blocks before each full one; 0: every block windowed
     # vision encoder (patch_size == 0 -> text decoder)
     causal: bool = True
     patch_size: int = 0
@@ -79,6 +87,7 @@ class ModelConfig:
         self._check_moe()
         self._check_mla()
         self._check_vision()
+        self._check_window()
 
     # --- validation -------------------------------------------------------------------------
 
@@ -169,6 +178,29 @@ class ModelConfig:
                 f"{self.name}: vocab_size={self.vocab_size} is invalid for a vision encoder "
                 f"(patch_size={self.patch_size}): it must be 0"
             )
+
+    def _check_window(self) -> None:
+        check_positive(self._field("sliding_window"), self.sliding_window, allow_zero=True)
+        check_positive(self._field("local_per_global"), self.local_per_global, allow_zero=True)
+        if self.sliding_window > self.max_seq_len:
+            raise GpuplanError(
+                f"{self.name}: sliding_window={self.sliding_window} is larger than the context "
+                f"max_seq_len={self.max_seq_len}: give a window of at most the context (or 0)"
+            )
+        if self.local_per_global and not self.sliding_window:
+            raise GpuplanError(f"{self.name}: local_per_global={self.local_per_global} needs a "
+                               "sliding_window > 0")
+
+    def is_windowed_layer(self, layer: int) -> bool:
+        """Whether block ``layer`` (0-based) attends through the sliding window (Gemma's rule:
+        block ``i`` is full-attention when ``(i + 1) % (local_per_global + 1) == 0``)."""
+        if not self.sliding_window:
+            return False
+        return not self.local_per_global or (layer + 1) % (self.local_per_global + 1) != 0
+
+    @property
+    def n_windowed_layers(self) -> int:
+        return sum(self.is_windowed_layer(i) for i in range(self.n_layers))
 
     # --- derived sizes ----------------------------------------------------------------------
 

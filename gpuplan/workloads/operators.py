@@ -40,8 +40,10 @@ def attention_block(
     dtype: str,
     tp: int = 1,
     causal: bool | None = None,
+    window: int = 0,
 ) -> list[Op]:
-    """Projections, RoPE, fused attention and output projection of one block (forward)."""
+    """Projections, RoPE, fused attention (through a sliding ``window`` of keys when > 0) and
+    output projection of one block (forward)."""
     t, h = batch * seq_q, cfg.d_model
     hq, hkv = _div(cfg.n_heads, tp, "n_heads"), max(1, cfg.n_kv_heads // tp)
     dqk, dv = cfg.qk_head_dim, cfg.v_dim_per_head
@@ -94,6 +96,7 @@ def attention_block(
             causal=cfg.causal if causal is None else causal,
             pass_="fwd",
             dtype=dtype,
+            window=window,
         ),
         Elementwise(
             name="attn_out_layout", op="copy", tokens=t, hidden=hq * dv, pass_="fwd", dtype=dtype
@@ -207,7 +210,9 @@ def layer_forward(
     ops: list[Op] = [
         Elementwise(name="attn_norm", op=norm, tokens=t, hidden=h, pass_="fwd", dtype=dtype)
     ]
-    ops += attention_block(cfg, batch=batch, seq_q=seq, seq_kv=context + seq, dtype=dtype, tp=tp)
+    window = cfg.sliding_window if cfg.is_windowed_layer(layer) else 0
+    ops += attention_block(cfg, batch=batch, seq_q=seq, seq_kv=context + seq, dtype=dtype, tp=tp,
+                           window=window)  # fmt: skip
     if context:
         ops.append(kv_cache_append(cfg, tokens=t, dtype=dtype, tp=tp))
     ops += [

@@ -109,14 +109,29 @@ class Attention:
     pass_: str  # "fwd" or "bwd"
     dtype: str
     count: int = 1
+    window: int = 0  # sliding window: each query sees at most this many keys (0: all)
 
     @property
     def mean_keys_per_query(self) -> float:
-        """Keys each query attends to, on average (bottom-right aligned causal mask)."""
+        """Keys each query attends to, on average (bottom-right aligned causal mask), at most
+        ``window`` each under a sliding window."""
+        w = self.window
         if not self.causal:
-            return float(self.seq_kv)
+            return float(min(self.seq_kv, w) if w else self.seq_kv)
         past = max(self.seq_kv - self.seq_q, 0)
-        return past + (min(self.seq_q, self.seq_kv) + 1) / 2.0
+        if not w:
+            return past + (min(self.seq_q, self.seq_kv) + 1) / 2.0
+        # query j sees min(past + j, w) keys, j = 1 .. seq_q (a sum in closed form)
+        lo, hi = past + 1, past + min(self.seq_q, self.seq_kv)
+        rising_hi = min(hi, w)
+        rising = (lo + rising_hi) * (rising_hi - lo + 1) / 2.0 if rising_hi >= lo else 0.0
+        flat = w * max(0, hi - max(lo, w + 1) + 1)
+        return (rising + flat) / (hi - lo + 1)
+
+    @property
+    def kv_read(self) -> int:
+        """Cached positions the kernel reads: all, or the window and the new queries' span."""
+        return min(self.seq_kv, self.window + self.seq_q - 1) if self.window else self.seq_kv
 
     @property
     def fwd_flops(self) -> float:
@@ -139,7 +154,7 @@ class Attention:
         e = dtype_bytes(self.dtype)
         q = self.batch * self.heads_q * self.seq_q * self.head_dim * e
         o = self.batch * self.heads_q * self.seq_q * self.v_head_dim * e
-        kv = self.batch * self.heads_kv * self.seq_kv * (self.head_dim + self.v_head_dim) * e
+        kv = self.batch * self.heads_kv * self.kv_read * (self.head_dim + self.v_head_dim) * e
         lse = self.batch * self.heads_q * self.seq_q * 4  # fp32 log-sum-exp per row
         if self.pass_ == "bwd":  # read q, k, v, o, do, lse; write dq, dk, dv
             return (2 * q + 2 * kv + 2 * o + lse) * self.count

@@ -69,6 +69,9 @@ class StepModel:
         self._groups = layer_groups(dep.model)
         self._n_layers = sum(count for _, count in self._groups)
         self._templates = [attention_template(dep, layer=layer) for layer, _ in self._groups]
+        # sliding-window groups read at most their window a sequence: priced apart (``_windowed``)
+        self.windowed = any(att.window for att in self._templates)
+        self._window_memo: dict[int, list[tuple[float, float, int]]] = {}
         self._token_memo: dict[int, float] = {}
         self._sample_memo: dict[int, float] = {}
         self._decode_memo: dict[int, tuple[float, float]] = {}
@@ -106,6 +109,8 @@ class StepModel:
             one, many = seqs, 1001 * seqs  # 1 and 1001 cached tokens per sequence
             lo = hi = 0.0
             for (_, count), att in zip(self._groups, self._templates, strict=True):
+                if att.window:
+                    continue
                 for kv, acc in ((one, "lo"), (many, "hi")):
                     op = decode_attention(self.dep, att, seqs=seqs, kv_tokens=kv)
                     t = count * price_op(op, self.dep).total_s
@@ -114,6 +119,32 @@ class StepModel:
             hit = (lo - slope * one, slope)
             self._decode_memo[seqs] = hit
         return hit
+
+    def _windowed(self, seqs: int) -> list[tuple[float, float, int]]:
+        """(intercept, per cached token, window) of each sliding-window group's decode: linear
+        in the tokens read, which stop growing at the window (``Attention.kv_read``)."""
+        hit = self._window_memo.get(seqs)
+        if hit is None:
+            hit = []
+            for (_, count), att in zip(self._groups, self._templates, strict=True):
+                if not att.window:
+                    continue
+                top = min(1001, att.window)
+                lo, hi = (count * price_op(decode_attention(self.dep, att, seqs=seqs,
+                                                            kv_tokens=kv * seqs), self.dep).total_s
+                          for kv in (1, top))  # fmt: skip
+                slope = (hi - lo) / ((top - 1) * seqs) if top > 1 else 0.0
+                hit.append((lo - slope * seqs, slope, att.window))
+            self._window_memo[seqs] = hit
+        return hit
+
+    def decode_attention_s(self, seqs: int, kv_tokens: float) -> float:
+        """Decode attention of ``seqs`` sequences reading ``kv_tokens`` in all, all layers."""
+        fixed, per_kv = self.decode_attention_terms(seqs)
+        total = fixed + per_kv * kv_tokens
+        if self.windowed:
+            total += sum(a + b * min(kv_tokens, seqs * w) for a, b, w in self._windowed(seqs))
+        return total
 
     def prefill_attention_s(self, tokens: int, cached: int, seqs: int = 1) -> float:
         """Prefill attention of one piece, all layers."""
@@ -178,8 +209,7 @@ class StepModel:
             n += self._sample_kernels
             calls += self._sample_calls
         if decode_seqs:
-            fixed, per_kv = self.decode_attention_terms(decode_seqs)
-            kernels_s += fixed + per_kv * decode_kv_tokens
+            kernels_s += self.decode_attention_s(decode_seqs, decode_kv_tokens)
             n += self._n_layers
             calls += self._n_layers * self._attn_calls
         graph = self.dep.cuda_graph and not prefill
@@ -190,8 +220,7 @@ class StepModel:
         return kernels_s + launch + self.dep.iteration_overhead_s
 
     def _decode_kernels_s(self, seqs: int, kv_tokens: float) -> float:
-        fixed, per_kv = self.decode_attention_terms(seqs)
-        return self.token_s(seqs) + self.sample_s(seqs) + fixed + per_kv * kv_tokens
+        return self.token_s(seqs) + self.sample_s(seqs) + self.decode_attention_s(seqs, kv_tokens)
 
     def decode_s(self, seqs: int, kv_tokens: int) -> float:
         """One decode-only iteration of ``seqs`` sequences reading ``kv_tokens`` in all."""
@@ -217,6 +246,9 @@ class StepModel:
         reading ``kv_tokens`` in the first and ``seqs`` more in each next one."""
         if iterations <= 0:
             return 0.0
+        if self.windowed:  # no closed form once the window caps the reads: iteration by iteration
+            grow = seqs if self.dep.decode_context_tokens is None else 0
+            return sum(self.decode_s(seqs, kv_tokens + j * grow) for j in range(iterations))
         a, b, h, flat = self._run_terms(seqs, kv_tokens)
         j = min(flat, iterations)
         k = iterations
@@ -227,6 +259,13 @@ class StepModel:
         """The fewest iterations (at least one) of such a run that take ``elapsed_s`` or more."""
         if elapsed_s <= 0:
             return 1
+        if self.windowed:
+            grow = seqs if self.dep.decode_context_tokens is None else 0
+            n, total = 0, 0.0
+            while total < elapsed_s:
+                total += self.decode_s(seqs, kv_tokens + n * grow)
+                n += 1
+            return max(n, 1)
         a, b, h, flat = self._run_terms(seqs, kv_tokens)
         o = self.dep.iteration_overhead_s
         if flat * (h + o) >= elapsed_s:
