@@ -11,7 +11,9 @@ What each parallel degree changes in the kernels (Megatron-LM's layout):
   seq/2 keys (Megatron-Core's zig-zag split).
 - ``ep`` leaves each GPU ``n_experts / ep`` experts receiving ``ep`` times the tokens each; the
   busiest GPU sees ``load`` times the mean (capacity factor or imbalance).
-- ``precision='fp8'`` runs the GEMMs in fp8 (TransformerEngine), the rest in bf16.
+- ``precision='fp8'`` runs the GEMMs in fp8, the rest in bf16, with the casts of the recipe
+  that goes with the elementwise implementation (``sim.parallel.fp8``: TE fused, torchao eager
+  or compiled).
 - ``attention='unfused'`` is the pre-flash kernel sequence Megatron-LM ran in 2021-2022: a batched
   QK^T GEMM, a fused scale-mask-softmax, dropout on the probabilities, a batched PV GEMM; the full
   s x s scores are computed (no causal skipping) and kept for the backward.
@@ -23,6 +25,7 @@ import math
 from dataclasses import dataclass, replace
 
 from gpuplan.sim.breakdown import Item, priced_items
+from gpuplan.sim.parallel.fp8 import fp8_cast_ops
 from gpuplan.sim.step import _as_run, layer_groups
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.operators import backward_of, embedding_forward, layer_forward
@@ -221,6 +224,8 @@ def _priced(ops: list[Op], acc, eff, phase: str, kernels: dict | None) -> tuple[
 def _cost(ops: tuple[list[Op], list[Op]], acc, eff, impl: str = "fused",
           kernels: dict | None = None) -> Cost:  # fmt: skip
     fwd, bwd = (_as_run(o, impl) for o in ops)
+    cast_fwd, cast_bwd = fp8_cast_ops(ops[0], impl)  # an fp8 recipe's casts (sim.parallel.fp8)
+    fwd, bwd = fwd + cast_fwd, bwd + cast_bwd
     fwd_items = _priced(fwd, acc, eff, "fwd", kernels)
     bwd_items = _priced(bwd, acc, eff, "bwd", kernels)
     calls = sum(i.host_calls for i in fwd_items + bwd_items)

@@ -114,6 +114,7 @@ def evaluate(
         params["gathers_per_block"] = runtime.gathers_per_block
         params["bucket_fraction"] = runtime.bucket_fraction(max_p, group)
         params["overlap_zero3"] = runtime.overlap_zero3
+        params["interference"] = runtime.comm_interference
     s_full = dict(s, tied=facts.tied, comm_rows=comm_rows(s))
     terms = step_time.step_terms(
         lk=links(cluster, eff), sp_=sp_, s=s_full, c=c, k=kinds, bytes_=nbytes, params=params

@@ -152,17 +152,17 @@ def row_stack(row: dict):
     return get_stack("megatron-te" if row["stack"] == "megatron" else row["stack"])
 
 
-def predict_row(row: dict, caches: dict, *, stacks: bool = True):
+def predict_row(row: dict, caches: dict, *, stacks: bool = True, stack_for=None):
     """(status, predicted metric, predicted memory per GPU in bytes) of one row, as its stack
     runs it (``stacks=False``: every row as ``megatron-te`` with Strategy's defaults, the
-    prediction before stacks were passed)."""
+    prediction before stacks were passed; ``stack_for``: row -> Stack, a variant to price)."""
     try:
         cfg = row_model(row)
         cluster = row_cluster(row)
-        stack = row_stack(row) if stacks else get_stack("megatron-te")
+        stack = (stack_for or row_stack)(row) if stacks else get_stack("megatron-te")
         strategy = row_strategy(row, cfg, stack if stacks else None)
         eff = efficiency_for(cluster.gpu)
-        key = (cfg, cluster.gpu, stack.name, stacks)
+        key = (cfg, cluster.gpu, stack, stacks)
         if key not in caches:  # the costs of the efficiency the estimate prices with
             run_eff = training_efficiency(stack, eff, cluster.accelerator) if stacks else eff
             impl = stack.elementwise if stacks else "fused"

@@ -26,8 +26,10 @@ from functools import partial
 import numpy as np
 import pandas as pd
 
-from gpuplan.errors import GpuplanError, check_positive
+from gpuplan.errors import GpuplanError, check_whole
 from gpuplan.hwmodels.efficiency import efficiency_for
+from gpuplan.limits import MAX_DIM
+from gpuplan.sim.inputs import check_gpus, check_seq
 from gpuplan.sim.parallel.compute import CostCache, Shape
 from gpuplan.sim.parallel.cost import usd_per_hour
 from gpuplan.sim.parallel.estimate import flops_per_sequence, training_efficiency
@@ -48,7 +50,7 @@ from gpuplan.sim.parallel.step_time import step_total
 from gpuplan.sim.parallel.strategy import Strategy, validate
 from gpuplan.sim.parallel.topology import Cluster
 from gpuplan.sim.stacks import get_stack
-from gpuplan.sim.stacks.training import runtime_of
+from gpuplan.sim.stacks.training import layout_mask, runtime_of
 from gpuplan.sim.sweep import InProcess, Pool, chunks
 from gpuplan.units import HOUR
 
@@ -157,14 +159,17 @@ def search(
 ) -> SearchResult:
     """Evaluate every valid strategy; return those that fit and their Pareto front (``pool``:
     where the pieces of the search run, ``sim.sweep``; in this process by default)."""
-    for field, value in (("gpus", gpus), ("global_batch", global_batch), ("seq", seq)):
-        check_positive(field, value)
+    check_gpus(gpus)
+    check_whole("global_batch", global_batch, high=MAX_DIM)
+    check_seq(cfg, seq)
     space = space or SearchSpace()
     validate(Strategy(), cfg, 1, seq)  # model-level rules (a text decoder)
     acc = cluster.accelerator
     stack = get_stack(space.stack)
     eff = training_efficiency(stack, eff or efficiency_for(acc.key), acc)
     s = enumerate_space(cfg, gpus, global_batch, seq, acc, space)
+    keep = layout_mask(runtime_of(stack), s["tp"], s["pp"], s["zero"])  # what the stack runs
+    s = {k: v[keep] if np.ndim(v) and len(v) == len(keep) else v for k, v in s.items()}
     total = len(s["tp"])
     if total == 0:
         raise GpuplanError(
@@ -362,9 +367,10 @@ def pareto_front(
     values = values[order]
     alive = np.ones(len(values), dtype=bool)
     keep: list[int] = []
-    # the first live row in this order is dominated by no other row; drop all it dominates
+    # the first live row in this order is dominated by no other row; drop all it dominates (only
+    # rows after it can be: an earlier row is no worse on the first column it differs in)
     while alive.any():
         j = int(np.argmax(alive))
         keep.append(int(order[j]))
-        alive &= ~np.all(values >= values[j], axis=1)
+        alive[j:] &= ~np.all(values[j:] >= values[j], axis=1)
     return frame.iloc[keep].reset_index(drop=True)

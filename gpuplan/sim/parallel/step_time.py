@@ -157,9 +157,12 @@ def pp_comm_s(lk, pp_cross, tp_span, act_bytes, tp, sp, pp, chunks, rows=None):
     return np.where(pp > 1, 2 * chunks * (send + gather), 0.0)
 
 
-def exposed(comm, window, overlap):
-    """Communication left after hiding it behind ``window`` seconds of compute when ``overlap``."""
-    return np.where(overlap, np.maximum(comm - window, 0.0), comm)
+def exposed(comm, window, overlap, interference=0.0):
+    """Communication left after hiding it behind ``window`` seconds of compute when ``overlap``;
+    ``interference``: the share of the hidden part the compute loses to it anyway (the
+    communication kernels hold SMs and HBM bandwidth while the GEMMs run)."""
+    left = np.where(overlap, np.maximum(comm - window, 0.0), comm)
+    return left + interference * (comm - left)
 
 
 def step_terms(*, lk, sp_, s, c, k, bytes_, params) -> dict:
@@ -175,7 +178,8 @@ def step_terms(*, lk, sp_, s, c, k, bytes_, params) -> dict:
     m, chunks, zero = s["m"], s["chunks"], s["zero"]
     rows = s.get("comm_rows")  # (representatives, inverse) of the distinct degree rows
     tp_layer = tp_comm_s(lk, sp_["tp"], bytes_["act"], tp, rc, s["sp"], rows)
-    x_tp_layer = exposed(tp_layer, c["gemm_layer"], s["overlap_tp"])
+    shared = params.get("interference", 0.0)  # a stack's runtime (stacks.training)
+    x_tp_layer = exposed(tp_layer, c["gemm_layer"], s["overlap_tp"], shared)
     cp_layer = cp_comm_s(lk, sp_["cp"], bytes_["kv"], cp, rc, rows)
     x_cp_layer = np.maximum(cp_layer - c["attn_layer"], 0.0)
     x_ep_layer = exposed(
@@ -204,7 +208,7 @@ def step_terms(*, lk, sp_, s, c, k, bytes_, params) -> dict:
     )
     # a runtime may prefetch ZeRO-3 gathers where it does not overlap other DP traffic (DeepSpeed)
     z_overlap = np.asarray(s["overlap_dp"]) | ((zero >= 3) & params.get("overlap_zero3", False))
-    x_z = np.where(zero >= 2, exposed(z3_mb, compute_k, z_overlap), 0.0)
+    x_z = np.where(zero >= 2, exposed(z3_mb, compute_k, z_overlap, shared), 0.0)
     x_tp, x_cp, x_ep = k.layers * x_tp_layer, k.layers * x_cp_layer, k.moe * x_ep_layer
     gpu_k = compute_k + x_tp + x_cp + x_ep + x_pp + x_z  # one micro-batch on each kind of stage
     # the CPU issues a micro-batch's calls (and starts its backward) while the GPU runs the
@@ -235,11 +239,12 @@ def step_terms(*, lk, sp_, s, c, k, bytes_, params) -> dict:
     tail = dp_reduce * params.get("bucket_fraction", 0.0)
     x_dp = np.where(
         group > 1,
-        np.where(s["overlap_dp"], np.maximum(dp_reduce - stage_bwd, tail), dp_reduce),
+        np.where(s["overlap_dp"], exposed(np.maximum(dp_reduce - tail, 0.0), stage_bwd, True,
+                                          shared) + tail, dp_reduce),  # fmt: skip
         0.0,
     )
     param_ag = np.where((zero == 1) | (zero == 2), ag_stage, 0.0)
-    x_ag = np.where(group > 1, exposed(param_ag, stage_fwd, s["overlap_dp"]), 0.0)
+    x_ag = np.where(group > 1, exposed(param_ag, stage_fwd, s["overlap_dp"], shared), 0.0)
     emb = co.all_reduce_s(lk, 1, 2, params["embedding"] * GRAD_BYTES)
     x_emb = np.where((pp > 1) & s["tied"], emb, 0.0)
     return {

@@ -67,6 +67,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from gpuplan.errors import GpuplanError, check_choice
 from gpuplan.sim.stacks import SDPA_DEFAULT, TE_DEFAULT, AttentionChoice, HostModel, Stack, register
 from gpuplan.units import MiB
@@ -89,6 +91,9 @@ class TrainingRuntime:
     gathers_per_block: int = 1  # ZeRO-3 all-gather calls per block per pass
     selective: str = "attention-core"  # what recompute=selective re-runs
     overlap_zero3: bool = False  # ZeRO-3 gathers overlap compute even where overlap_dp is off
+    # share of overlapped communication the compute still loses (SMs and HBM held by the
+    # collectives' kernels): no cited value; fitted on the fit part of the published runs
+    comm_interference: float = 0.0
 
     def __post_init__(self) -> None:
         check_choice("selective", self.selective, SELECTIVE)
@@ -99,8 +104,6 @@ class TrainingRuntime:
 
     def bucket_fraction(self, stage_params, group):
         """The share of a stage's gradient reduction in its last bucket (numpy-friendly)."""
-        import numpy as np
-
         bucket = np.maximum(self.bucket_bytes, self.bucket_bytes_per_dp * group)
         total = np.maximum(np.asarray(stage_params, dtype=float) * self.grad_reduce_bytes, 1.0)
         return np.minimum(1.0, bucket / total)
@@ -176,6 +179,17 @@ def check_layout(stack, strategy) -> None:
             f"{strategy.pp}: with pipeline parallelism it runs zero 0 to {rt.max_zero_with_pp}; "
             f"use zero<={rt.max_zero_with_pp}, pp=1, or --stack fsdp2/megatron-te"
         )
+
+
+def layout_mask(runtime: TrainingRuntime, tp, pp, zero):
+    """Which layouts (arrays of degrees) the runtime runs: ``check_layout``'s rules, vectorized."""
+    tp, pp, zero = (np.asarray(a) for a in (tp, pp, zero))
+    ok = np.isin(zero, runtime.zero_stages)
+    if runtime.max_tp is not None:
+        ok &= tp <= runtime.max_tp
+    if not runtime.pipeline:
+        ok &= pp == 1
+    return ok & ((pp == 1) | (zero <= runtime.max_zero_with_pp))
 
 
 MEGATRON_TE = Stack(
