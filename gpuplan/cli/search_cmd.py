@@ -118,6 +118,7 @@ def run(args) -> int:
     fastest = estimate_training(
         cfg, best, cluster=cluster, seq=seq, gpus=args.gpus, stack=stack, eff=eff
     ).to_dict()
+    fastest["stack"] = stack_doc(stack, cluster.accelerator)  # as train prints it
     layouts = distinct_layouts(result.frame, seq)
     top = layouts.head(args.top).assign(mfu_pct=lambda f: 100 * f["mfu"])
     pareto = result.pareto.assign(mfu_pct=lambda f: 100 * f["mfu"])
