@@ -99,5 +99,34 @@ def main() -> int:
     return 0
 
 
+def families(before_after: bool = True) -> str:
+    """Median absolute step-time error per source family, before the rows' stacks were passed
+    (every row as megatron-te) and after, with the held-out flag: the table the fit is judged by."""
+    from gpuplan.sim.parallel.published_training import reproduce_training, training_sources
+
+    names = {k: v.get("family", k) for k, v in training_sources()["sources"].items()}
+    out = {}
+    for stacks in (False, True) if before_after else (True,):
+        f = reproduce_training(stacks=stacks)
+        f = f[(f["kind"] == "time") & (f["status"] == "ok")].assign(
+            family=lambda x: x["source"].map(names)
+        )
+        out[stacks] = f
+    lines = [f"{'family':34s} {'held-out':8s} {'n':>4s} {'before':>7s} {'after':>7s}"]
+    after = out[True]
+    for fam, g in after.groupby("family"):
+        b = out[False][out[False]["family"] == fam]["abs_error_pct"].median()
+        lines.append(f"{fam:34s} {str(bool(g['held_out'].iloc[0])):8s} {len(g):4d} "
+                     f"{b:6.1f}% {g['abs_error_pct'].median():6.1f}%")  # fmt: skip
+    for held in (True, False):
+        part = after[after["held_out"] == held]["abs_error_pct"].median()
+        was = out[False][out[False]["held_out"] == held]["abs_error_pct"].median()
+        lines.append(f"{'held-out' if held else 'fit part':34s} {'':8s} {'':4s} {was:6.1f}% "
+                     f"{part:6.1f}%")  # fmt: skip
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    print(families())
+    sys.exit(code)

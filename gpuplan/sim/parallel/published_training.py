@@ -14,8 +14,11 @@ dropped. The sources are split, seeded, into a fit part and a held-out part
 Nothing here is tuned to these rows: every accelerator's kernel efficiencies are
 ``efficiency_for`` (the H200 fit, borrowed by devices without a fit of their own). The
 ``stack`` column names the framework that ran each row (``megatron-te``, ``fsdp2``,
-``composer-fsdp``, ``deepspeed``, ``pytorch``); the overlaps and settings a row states are its
-``options``, and everything else is Strategy's defaults.
+``composer-fsdp``, ``deepspeed``, ``pytorch``) and each row is priced as that stack runs it
+(``predict_row``: its kernels, host, optimizer, runtime, and its state precision and overlaps as
+defaults); the overlaps and settings a row states are its ``options``, which override them.
+``reproduce_training(stacks=False)`` prices every row as ``megatron-te`` with Strategy's
+defaults, for the before/after comparison (``benchmarks/fit_training_stacks.py``).
 """
 
 from __future__ import annotations

@@ -30,8 +30,12 @@ splits and the ends price each kind once. Communication per block and micro-batc
   all-gather, once per step (bucketed: one collective's latency); ZeRO 2 reduce-scatters every
   micro-batch, block by block; ZeRO 3 also all-gathers each block's parameters for every forward,
   recompute and backward (an FSDP unit per block: Zhao et al. 2023). These are bandwidth-optimal
-  hierarchical collectives: DeepSpeed's ZeRO-3 of 2021 measured several times slower at 1,000+
-  GPUs (Narayanan et al. 2021, Table 2), which this model does not reproduce. ``overlap_dp``: the reduction hides
+  hierarchical collectives: DeepSpeed's ZeRO-3 of 2021 measured up to 70% slower than PTD-P when
+  the GPUs doubled at a fixed batch (Narayanan et al. 2021, sec. 5.2, Fig. 10); a stack's runtime (``stacks.training``) reproduces its
+  mechanism: DeepSpeed gathers each weight matrix on its own (``gathers_per_block`` calls, each
+  paying the collective's latency over the group), reduces in ``grad_bytes`` per element (fp32 in
+  FSDP2 and Megatron with bf16), and its last gradient bucket reduces after the backward
+  (``bucket_fraction``: never hidden). ``overlap_dp``: the reduction hides
   behind one micro-batch's backward, parameter gathers behind the compute they precede.
 - tied embeddings with pp > 1: the two copies' gradients are all-reduced between the end stages.
 - unfused gradient accumulation: every micro-batch reads the new 16-bit gradients and reads and
