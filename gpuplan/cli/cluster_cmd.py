@@ -14,9 +14,11 @@ import argparse
 import math
 import sys
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from gpuplan.cli.argtypes import random_seed, repeat_count, word
+from gpuplan.cli.calibration import add_calibration_option, efficiency_line
 from gpuplan.cli.dask_workers import (
     add_sweep_options,
     add_timing_option,
@@ -79,6 +81,7 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     add_sweep_options(p)
     add_timing_option(p)
+    add_calibration_option(p)
     p.set_defaults(func=run)
 
 
@@ -98,7 +101,8 @@ def run(args) -> int:
     with open_pool(args) as pool:
         # one piece per seed, merged in seed order; a bar only when the runs are here
         here = not (args.workers or args.scheduler)
-        run_seed = partial(_run_seed, path=path.resolve(), progress=progress and here)
+        run_seed = partial(_run_seed, path=path.resolve(), progress=progress and here,
+                           calibration=_calibration(args))  # fmt: skip
         batches = pool.map(run_seed, [seed + k for k in range(args.repeat)])
     results = batches[0]
     _write_tables(args, batches, seed)
@@ -147,11 +151,20 @@ def _check(args) -> int:
     return 2 if found else 0
 
 
-def _run_seed(seed: int, *, path, progress: bool):
+def _calibration(args) -> str | None:
+    """``--calibration``: the fit file's path, checked as the workers will read it."""
+    path = getattr(args, "calibration", None)
+    if path is not None and not str(path).strip():
+        raise GpuplanError("--calibration '' is empty: give a fit file written by "
+                           "`gpuplan validate calibrate --out FILE`, or leave the flag out")  # fmt: skip
+    return None if path is None else str(Path(path).resolve())
+
+
+def _run_seed(seed: int, *, path, progress: bool, calibration: str | None = None):
     """Every run of the scenario at one seed: one piece of ``--repeat``."""
     from gpuplan.sim.cluster.scenario import run_scenario
 
-    return run_scenario(path, seed=seed, progress=progress)
+    return run_scenario(path, seed=seed, progress=progress, calibration=calibration)
 
 
 def _untimed(summary: dict) -> dict:
@@ -259,6 +272,8 @@ def render(results, doc: dict, seed: int, batches=None, *, timing: bool = True) 
         )
         took = f" in {s['wall_s']:.2f} s" if timing else ""
         lines.append(f"   simulated {s['events']:,} events{took}")
+        if "efficiency_source" in s:
+            lines.append(f"   {efficiency_line(s['efficiency_source'])}")
         rows = []
         for label, key, kind in HEADLINE:
             value = tuple(s[x] for x in key) if isinstance(key, tuple) else s[key]

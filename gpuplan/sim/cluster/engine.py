@@ -47,7 +47,7 @@ class ClusterSim:
     """One simulated cluster and its jobs (a ``scheduler`` view)."""
 
     def __init__(self, cfg: ClusterConfig, jobs: list[JobSpec], *, seed: int = 0,
-                 progress: bool = False) -> None:  # fmt: skip
+                 progress: bool = False, fit=None) -> None:  # fmt: skip
         self.cfg, self.env = cfg, simpy.Environment()  # the engine's one environment
         self.gpn = cfg.gpus_per_node
         # nodes per scale-up domain (1 for DGX; 18 trays of 4 GPUs in a GB200 NVL72 rack) and
@@ -62,7 +62,7 @@ class ClusterSim:
         self.node_jobs: list[dict[str, int]] = [{} for _ in range(n)]
         seeds = np.random.SeedSequence(seed).spawn(2)
         self.fail_rng, self.place_rng = (np.random.default_rng(s) for s in seeds)
-        self.steps = StepTimes(cfg.cluster)
+        self.steps = StepTimes(cfg.cluster, fit)  # ``fit``: default the GPU's built-in one
         self.acc = cfg.cluster.accelerator
         self.jobs: dict[str, JobState] = {}
         self.queue: list[JobState] = []

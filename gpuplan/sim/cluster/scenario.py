@@ -280,8 +280,11 @@ def runs(doc: dict) -> list[tuple[str, dict]]:
     return out
 
 
-def run_scenario(name_or_path, *, seed: int | None = None, progress: bool = False):
-    """Run a scenario's base and variants; a list of ``ClusterResult``."""
+def run_scenario(name_or_path, *, seed: int | None = None, progress: bool = False,
+                 calibration: str | None = None):  # fmt: skip
+    """Run a scenario's base and variants; a list of ``ClusterResult``. ``calibration``: a fit
+    file of the cluster's GPU (``efficiency_from_file``) to price the steps with."""
+    from gpuplan.hwmodels.efficiency import efficiency_from_file
     from gpuplan.sim.cluster import simulate_cluster
 
     doc, path = load_scenario(name_or_path)
@@ -295,5 +298,7 @@ def run_scenario(name_or_path, *, seed: int | None = None, progress: bool = Fals
     results = []
     for name, run_doc in runs(doc):
         cfg, jobs = build(run_doc, path.parent, where=f"{path}: run {name!r}")
-        results.append(simulate_cluster(cfg, jobs, seed=seed, progress=progress, name=name))
+        fit = efficiency_from_file(calibration, cfg.cluster.gpu) if calibration else None
+        results.append(simulate_cluster(cfg, jobs, seed=seed, progress=progress, name=name,
+                                        fit=fit))  # fmt: skip
     return results

@@ -28,9 +28,9 @@ from gpuplan.workloads.presets import get_model
 class StepTimes:
     """Step times of jobs on placements of ``cluster``, memoized."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, fit=None) -> None:
         self.cluster = cluster
-        self.eff = efficiency_for(cluster.gpu)
+        self.eff = fit or efficiency_for(cluster.gpu)  # ``fit``: a fit of one's own records
         self._costs: dict[str, CostCache] = {}
         self._memo: dict[tuple, float] = {}
         self.estimates = 0
