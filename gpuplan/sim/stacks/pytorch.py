@@ -16,8 +16,7 @@ around one call after a synchronize; no L2 flush).
 ``grouped_mm`` (``experts_implementation``), decode with ``DynamicCache`` unless a cache is given,
 which concatenates each layer's K/V every step, logits over every position unless
 ``logits_to_keep`` is passed (observed with transformers 5.17 on an H200, docs/stacks.md); the
-Trainer's
-``bf16=True`` is autocast over fp32 weights. Its Python modules cost the CPU on top of their ops:
+Trainer's ``bf16=True`` is autocast over fp32 weights. Its Python modules cost the CPU on top of their ops:
 ``module_call_s`` per ``nn.Module`` call is an unmeasured prior (PyTorch's ``Module.__call__``
 with hooks, kwargs and HF's output dataclasses; a few microseconds on a fast host), to be fitted
 on the whole-model campaign.
