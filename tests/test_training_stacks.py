@@ -178,3 +178,18 @@ def test_the_search_equals_the_scalar_estimate_on_a_training_stack(stack):
         assert e.step_time_s == pytest.approx(row["step_time_s"], rel=1e-9)
         assert e.peak_memory_per_gpu_bytes == pytest.approx(row["peak_memory_per_gpu_bytes"],
                                                             rel=1e-9)  # fmt: skip
+
+
+def test_op_level_sac_keeps_only_its_saved_ops_between_the_attention_core_and_full():
+    st = Strategy(dp=8, zero=3, global_batch=8, recompute="selective")
+    fsdp2 = get_stack("fsdp2")
+    core = replace(fsdp2, training=replace(runtime_of(fsdp2), selective="attention-core"))
+    acts = {name: e.breakdown.memory_bytes["activations"] for name, e in (
+        ("sac", est(st, fsdp2)), ("core", est(st, core)),
+        ("full", est(replace(st, recompute="full"), fsdp2)))}  # fmt: skip
+    assert acts["full"] < acts["sac"] < acts["core"]
+    # wq, wv, w1, w2 and SDPA's outputs plus the block input, per token, 16-bit
+    h, kv, ffn = 4096, 1024, 14336
+    per_token = (2 * h + h + kv + ffn + h) * 2 + 4 * 32
+    blocks = acts["sac"] - acts["full"]  # the same working block on top of both
+    assert blocks == pytest.approx(32 * 4096 * (per_token - h * 2), rel=1e-9)

@@ -141,5 +141,6 @@ def evaluate(
         load=s["load"],
         optimizer=optimizer,
         grads_persist=grads_persist,
+        selective=selective,
     )
     return c, terms, mem

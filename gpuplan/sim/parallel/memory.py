@@ -77,6 +77,9 @@ class ModelFacts:
     act_split: tuple[float, float]  # per token, inside it: (dense, moe)
     unfused_saved_delta: float  # per token: flash-only tensors an unfused attention does not keep
     moe_flags: tuple[bool, ...]  # whether each block, first to last, is an MoE block
+    # per token under op-level selective checkpointing (``sac_saved_bytes``): (dense, moe)
+    sac_rep: tuple[float, float] = (0.0, 0.0)
+    sac_split: tuple[float, float] = (0.0, 0.0)
 
 
 @functools.cache
@@ -109,7 +112,24 @@ def model_facts(cfg: ModelConfig) -> ModelFacts:
         act_split=(acts[0].split_bytes, acts[1].split_bytes),
         unfused_saved_delta=cfg.n_heads * cfg.v_dim_per_head * ACT_BYTES + 4 * cfg.n_heads,
         moe_flags=tuple(cfg.is_moe_layer(i) for i in range(cfg.n_layers)),
+        sac_rep=tuple(sac_saved_bytes(cfg, i)[0] for i in (dense_layer, moe_layer or dense_layer)),
+        sac_split=tuple(sac_saved_bytes(cfg, i)[1] for i in (dense_layer, moe_layer or dense_layer)),
     )
+
+
+def sac_saved_bytes(cfg: ModelConfig, layer: int) -> tuple[float, float]:
+    """(outside, inside the TP region) bytes per token one block keeps under torchtitan's
+    op-level selective checkpointing: its saved ops' outputs only (``_save_list``: every other
+    matmul, in call order wq, wk, wv, wo, w1, w3, w2 the 1st, 3rd, 5th and 7th, so wq, wv, w1
+    and w2, and SDPA's output with its fp32 log-sum-exp), plus the block input the recompute
+    starts from; everything else is recomputed in the backward."""
+    q = cfg.n_heads * cfg.qk_head_dim
+    v = cfg.n_kv_heads * cfg.v_dim_per_head
+    out = cfg.n_heads * cfg.v_dim_per_head
+    ffn = cfg.top_k * cfg.d_ff_expert if cfg.is_moe_layer(layer) else cfg.d_ff
+    outside = 2 * cfg.d_model * ACT_BYTES  # block input, w2's output
+    inside = (q + v + ffn + out) * ACT_BYTES + 4 * cfg.n_heads
+    return float(outside), float(inside)
 
 
 def stage_params(f: ModelFacts, k: StageKinds, tp, ep):
@@ -123,10 +143,17 @@ def stage_params(f: ModelFacts, k: StageKinds, tp, ep):
     return blocks + ends / tp, blocks, expert
 
 
-def layer_act_per_token(f: ModelFacts, tp, sp, rc, seq, attention: str, kind: int):
-    """Activation bytes one block keeps per token (kind 0 dense, 1 MoE)."""
+def layer_act_per_token(f: ModelFacts, tp, sp, rc, seq, attention: str, kind: int,
+                        selective: str = "attention-core"):  # fmt: skip
+    """Activation bytes one block keeps per token (kind 0 dense, 1 MoE); ``selective``: what
+    recompute=selective drops (the attention core, or all but op-level SAC's saved ops)."""
     rep_div = np.where(sp, tp, 1)
     keep = f.act_rep[kind] / rep_div + f.act_split[kind] / tp
+    if selective == "op-sac":
+        sac = f.sac_rep[kind] / rep_div + f.sac_split[kind] / tp
+        keep_sel = np.where(rc == 1, sac, keep)
+        block_input = f.d_model * ACT_BYTES / rep_div
+        return np.where(rc == 2, block_input, keep_sel), keep
     if attention == "unfused":
         scores = 5.0 * f.n_heads * seq / tp  # Korthikanti eq. 1: 5 a s^2 b per block
         keep = keep - f.unfused_saved_delta / tp + np.where(rc == 0, scores, 0.0)
@@ -143,15 +170,15 @@ def in_flight(k: StageKinds, *, pp, m, v, sched):
 
 
 def activation_bytes(f: ModelFacts, k: StageKinds, *, tp, pp, cp, sp, mb, m, v, sched, rc, seq,
-                     attention):  # fmt: skip
+                     attention, selective: str = "attention-core"):  # fmt: skip
     """(activations each kind of stage keeps, one block's full activations), (K, ...)."""
     tokens = mb * seq / cp
-    kept_d, full_d = layer_act_per_token(f, tp, sp, rc, seq, attention, 0)
-    kept_m, full_m = layer_act_per_token(f, tp, sp, rc, seq, attention, 1)
+    kept_d, full_d = layer_act_per_token(f, tp, sp, rc, seq, attention, 0, selective)
+    kept_m, full_m = layer_act_per_token(f, tp, sp, rc, seq, attention, 1, selective)
     stage = tokens * ((k.layers - k.moe) * kept_d + k.moe * kept_m)
     held = stage * in_flight(k, pp=pp, m=m, v=v, sched=sched)
     working = np.where(
-        rc == 2,
+        (rc == 2) | ((rc == 1) & (selective == "op-sac")),  # one block recomputed at a time
         tokens * np.maximum(np.where(k.layers > k.moe, full_d, 0), np.where(k.moe > 0, full_m, 0)),
         0.0,
     )
@@ -194,6 +221,7 @@ def memory_terms(
     load,
     optimizer: str = "fused",
     grads_persist: bool = True,
+    selective: str = "attention-core",
 ) -> dict:
     """Named memory terms (bytes) of the GPU that needs the most; arrays broadcast together.
 
@@ -205,7 +233,7 @@ def memory_terms(
     stage_p, blocks_p, expert_p = stage_params(f, k, tp, ep)
     held, working = activation_bytes(
         f, k, tp=tp, pp=pp, cp=cp, sp=sp, mb=mb, m=m, v=v, sched=sched, rc=rc, seq=seq,
-        attention=attention,
+        attention=attention, selective=selective,
     )  # fmt: skip
     tokens = mb * seq / cp
     kw = dict(zero=zero, dp=dp, cp=cp, ep=ep, state_precision=state_precision, fp8=precision_fp8)
