@@ -220,7 +220,8 @@ def load_runs(data_dir: str | Path | None, device: str = "h200") -> Measurements
     runs = runs_mod.runs_of(data_dir, devices)
     skipped = [f"run {r.name}/ is of device {r.device}, not {device}" for r in runs
                if r.device and r.device != device]  # fmt: skip
-    runs = [r for r in runs if not r.device or r.device == device]
+    # in name order, whatever the manifest's: the split and the fit depend on the records' order
+    runs = sorted((r for r in runs if not r.device or r.device == device), key=lambda r: r.name)
     records, files, kinds_of = [], [], {}
     for run in runs:
         for path in run.files:
