@@ -13,7 +13,8 @@ Dask cluster or on a remote one (tests/test_dask.py compares the documents).
   must be able to import gpuplan and read the files the work names, at the same paths.
 
 Dask is an optional dependency (``pip install 'gpuplan[dask]'``), imported only here and only
-when a pool is opened.
+when a pool is opened. Local workers are spawned processes that import the caller's main module
+again: a script that opens a local pool keeps its work under ``if __name__ == "__main__":``.
 """
 
 from __future__ import annotations
