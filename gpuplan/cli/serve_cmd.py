@@ -168,6 +168,10 @@ def _register_edge(sub) -> None:
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     add_calibration_option(p)
     add_stack_options(p, default=DEFAULT_STACK)
+    p.add_argument("--speculative", type=word, default=None,
+                   help="speculative decoding METHOD:K:ACCEPTANCE (ngram, eagle or draft; K "
+                   "drafted tokens a step, each accepted at a rate in [0, 1]), e.g. eagle:4:0.7")
+    p.add_argument("--draft-model", default=None, help="the draft model of --speculative draft")
     p.set_defaults(func=run_edge)
 
 
@@ -431,7 +435,8 @@ def run_reproduce(args) -> int:
         f"Published serving results against gpuplan: {len(rows):,} rows from "
         f"{rows['source'].nunique()} sources, {predicted:,} predicted "
         f"({100 * predicted / len(rows):.1f}%); held-out share {HOLDOUT_SHARE:g} of each "
-        f"source (seed {args.seed}); nothing is fitted to these rows\n"
+        f"source (seed {args.seed}); each row priced on its engine's stack, whose uncited "
+        f"parameters are fitted on the other rows only (gpuplan/sim/serving/data/stack_fit.json)\n"
     )
     print("held-out rows\n" + render_table(held, cols, formats=pct))
     print("\nall rows\n" + render_table(every, cols, formats=pct))
@@ -536,9 +541,13 @@ def _plan(args, load, space, pool):
 def run_edge(args) -> int:
     from gpuplan.hwmodels.accelerators import get_accelerator
     from gpuplan.sim.serving.edge import edge_estimates
+    from gpuplan.sim.serving.speculative import parse_speculation
 
     acc = get_accelerator(args.gpu)
     stack = _edge_stack(args, acc)
+    spec = None if args.speculative is None else parse_speculation(args.speculative)
+    if args.draft_model and (spec is None or spec.method != "draft"):
+        raise GpuplanError("--draft-model is used by --speculative draft:K:ACCEPTANCE only")
     dtypes = WEIGHT_DTYPES if args.weight_dtype == "all" else (args.weight_dtype,)
     frame = edge_estimates(
         args.model,
@@ -550,6 +559,8 @@ def run_edge(args) -> int:
         prompt_tokens=args.prompt_tokens,
         fit=_fit(args),
         stack=stack,
+        speculation=spec,
+        draft_model=args.draft_model,
     )
     source = _fit(args).source
     if args.json:
@@ -558,6 +569,8 @@ def run_edge(args) -> int:
         return 0
     cols = ["weight_dtype", "batch", "tokens_per_s", "stream_tokens_per_s", "step_s", "ttft_s",
             "weights_bytes", "kv_bytes", "total_bytes", "fits", "bound"]  # fmt: skip
+    if spec is not None:
+        cols[4:4] = ["spec_tokens_per_step", "spec_tokens_per_s"]
     device = frame["device"].iloc[0]
     print(
         f"{args.model} on {device}: decode at {args.context} cached tokens, TTFT of a "

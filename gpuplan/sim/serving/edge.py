@@ -23,6 +23,7 @@ from gpuplan.sim.serving.deployment import deployment
 from gpuplan.sim.serving.kv_cache import kv_bytes_per_token, weights_bytes_per_gpu, workspace_bytes
 from gpuplan.sim.serving.on_stack import stack_deployment
 from gpuplan.sim.serving.quantization import WEIGHT_DTYPES
+from gpuplan.sim.serving.speculative import speculative_decode
 from gpuplan.sim.serving.step_model import Batch, StepModel, iteration_breakdown
 
 MEMORY_UTILIZATION = 0.9  # share of the (shared) memory the model may take
@@ -36,7 +37,8 @@ def limiting_bound(breakdown) -> str:
 
 
 def edge_row(model, gpu: str, *, weight_dtype: str, kv_dtype: str, batch: int, context: int,
-             prompt_tokens: int, fit=None, stack=None) -> dict:  # fmt: skip
+             prompt_tokens: int, fit=None, stack=None, speculation=None,
+             draft_model=None) -> dict:  # fmt: skip
     """Decode speed, time to first token and memory of one configuration (``fit``: the
     device's efficiency fit, default its built-in one; ``stack``: the serving stack that runs
     it, default the generic server of ``deployment``)."""
@@ -54,6 +56,14 @@ def edge_row(model, gpu: str, *, weight_dtype: str, kv_dtype: str, batch: int, c
     kv = batch * context * kv_bytes_per_token(cfg, tp=1, kv_dtype=kv_dtype)
     work = workspace_bytes(cfg, tp=1, tokens=max(batch, prompt_tokens), seqs=batch)
     total = weights + kv + work
+    spec = {}
+    if speculation is not None:
+        draft = None if draft_model is None else StepModel(
+            stack_deployment(draft_model, gpu, stack or "gpuplan-server", fit=fit,
+                             weight_dtype=weight_dtype, kv_dtype=kv_dtype))  # fmt: skip
+        got = speculative_decode(step, speculation, seqs=batch, context=context, draft_step=draft)
+        spec = {"spec_tokens_per_step": got["tokens_per_step"],
+                "spec_tokens_per_s": got["tokens_per_s"], "spec_tpot_s": got["tpot_s"]}  # fmt: skip
     return {
         "device": dep.acc.key,
         "weight_dtype": weight_dtype,
@@ -70,6 +80,7 @@ def edge_row(model, gpu: str, *, weight_dtype: str, kv_dtype: str, batch: int, c
         "device_bytes": dep.acc.hbm_bytes,
         "fits": bool(total <= dep.acc.hbm_bytes * MEMORY_UTILIZATION),
         "bound": limiting_bound(iteration_breakdown(dep, decode)),
+        **spec,
     }
 
 
@@ -84,6 +95,8 @@ def edge_estimates(
     prompt_tokens: int = 512,
     fit=None,
     stack=None,
+    speculation=None,
+    draft_model=None,
 ) -> pd.DataFrame:
     """One row per weight format and batch size (``edge_row``)."""
     check_params({"context": context, "tokens": prompt_tokens})
@@ -100,6 +113,8 @@ def edge_estimates(
             prompt_tokens=prompt_tokens,
             fit=fit,
             stack=stack,
+            speculation=speculation,
+            draft_model=draft_model,
         )  # fmt: skip
         for w in weight_dtypes
         for b in batches

@@ -191,8 +191,10 @@ class StepModel:
         """Time of one iteration (any mix of prefill pieces and decode sequences)."""
         return self.mixed_s(batch.prefill, batch.decode_seqs, batch.decode_kv_tokens, batch.samples)
 
-    def mixed_s(self, prefill, decode_seqs: int, decode_kv_tokens: int, sampled: int) -> float:
-        """``iteration_s`` from plain arguments (the simulator's hot path)."""
+    def mixed_s(self, prefill, decode_seqs: int, decode_kv_tokens: int, sampled: int,
+                replay: bool | None = None) -> float:  # fmt: skip
+        """``iteration_s`` from plain arguments (the simulator's hot path); ``replay`` forces
+        a CUDA-graph replay or eager issue (default: graphs for decode-only iterations)."""
         if not prefill and decode_seqs and self.dep.pads_decode:
             rows, decode_kv_tokens = self.dep.padded_decode(decode_seqs, decode_kv_tokens)
             sampled += rows - decode_seqs
@@ -212,7 +214,7 @@ class StepModel:
             kernels_s += self.decode_attention_s(decode_seqs, decode_kv_tokens)
             n += self._n_layers
             calls += self._n_layers * self._attn_calls
-        graph = self.dep.cuda_graph and not prefill
+        graph = self.dep.cuda_graph and not prefill if replay is None else replay
         extra = 0.0 if graph else self.dep.host_extra_s
         launch = launch_cost(
             n, kernels_s, self.dep.eff, cuda_graph=graph, host_calls=calls, extra_host_s=extra
