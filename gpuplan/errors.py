@@ -35,6 +35,14 @@ def check_positive(
         raise GpuplanError(f"{field}={value!r} is invalid: it must be {want}")
 
 
+def check_key(kind: str, key: object) -> None:
+    """Raise a GpuplanError unless ``key`` (a catalogue key or a path) is a non-empty string."""
+    if not isinstance(key, str) or not key.strip():
+        raise GpuplanError(f"{kind} key {key!r} is invalid: give a non-empty string, e.g. 'h200'"
+                           if kind in ("accelerator", "device") else
+                           f"{kind} key {key!r} is invalid: give a non-empty string")  # fmt: skip
+
+
 def check_number(field: str, value: float, *, allow_inf: bool = False) -> None:
     """Raise a GpuplanError naming ``field`` unless ``value`` is a real number (bool is not
     one), not NaN, and finite unless ``allow_inf``."""

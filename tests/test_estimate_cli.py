@@ -48,7 +48,7 @@ def test_every_kind_prints_a_table_and_json(capsys, argv):
         (["gemm", "--m", "8", "--n", "8", "--k", "8", "--seq", "4"], "does not use --seq"),
         (["layer", "--model", "llama3-8b", "--tp", "3"], "tp=3 does not divide n_heads=32"),
         (["gemm", "--m", "8", "--n", "8", "--k", "8", "--gpu", "h300"], "did you mean h200"),
-        (["gemm", "--m", "8", "--n", "8", "--k", "8", "--dtype", "fp6"], "dtype='fp6'"),
+        (["gemm", "--m", "8", "--n", "8", "--k", "8", "--dtype", "fp6"], "--dtype: invalid choice: 'fp6'"),
         (["gemm", "--m", "-8", "--n", "8", "--k", "8"], "must be greater than zero"),
         (["layer", "--model", "llama9-1b"], "unknown model"),
     ],

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING
 
-from gpuplan.errors import GpuplanError, check_choice, check_positive, unknown_key
+from gpuplan.errors import GpuplanError, check_choice, check_key, check_positive, unknown_key
 
 if TYPE_CHECKING:
     import pandas
@@ -145,6 +145,7 @@ def get_accelerator(key: str) -> Accelerator:
 
     Case does not matter: "H200", "NVIDIA H200" and "h200" all give the H200.
     """
+    check_key("accelerator", key)
     catalogue = _catalogue()
     wanted = key.strip().lower()
     wanted = DEVICE_NAME_ALIASES.get(wanted, _names().get(wanted, wanted))

@@ -22,7 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from gpuplan.errors import GpuplanError, unknown_key
+from gpuplan.errors import GpuplanError, check_key, unknown_key
 
 REFERENCE_DEVICE = "h200"  # the device whose fit stands in for unmeasured devices
 
@@ -164,6 +164,7 @@ def calibrated_efficiency(device_key: str) -> Efficiency | None:
 
 def efficiency_for(device_key: str) -> Efficiency:
     """The device's own fit; else the reference device's fit (borrowed); else the prior."""
+    check_key("device", device_key)
     own = calibrated_efficiency(device_key)
     if own is not None:
         return own

@@ -15,6 +15,7 @@ from gpuplan.errors import check_choice
 from gpuplan.sim import step
 from gpuplan.sim.breakdown import Breakdown
 from gpuplan.sim.inference_step import decode_breakdown, prefill_breakdown
+from gpuplan.sim.inputs import check_params, check_seq
 from gpuplan.sim.stacks import Stack, get_stack, stack_efficiency
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.presets import get_model
@@ -36,7 +37,10 @@ def model_breakdown(
     """Predicted breakdown of ``kind`` for the named model (or config) on ``stack``;
     ``params`` sets batch, seq, ... (``impl`` overrides the stack's elementwise kernels)."""
     check_choice("kind", kind, MODEL_KINDS)
+    check_params(params)
     cfg = model if isinstance(model, ModelConfig) else get_model(model)
+    if "seq" in params:
+        check_seq(cfg, params["seq"])
     if "layers" in params:
         cfg = replace(cfg, n_layers=params["layers"])
     stack = get_stack(stack)
@@ -128,6 +132,8 @@ def train_step_breakdown(
 ) -> Breakdown:
     """Zero-grad, forward, backward and AdamW step of a whole model on one GPU, as ``stack``
     runs it with ``impl`` elementwise kernels: ``one_gpu_training``'s breakdown."""
+    check_params({"micro_batch": micro_batch})
+    check_seq(cfg, seq)
     stack = replace(get_stack(stack), elementwise=impl)
     params = {"micro_batch": micro_batch, "seq": seq, "recompute": recompute,
               "precision": precision}  # fmt: skip

@@ -27,6 +27,7 @@ from gpuplan.hwmodels.accelerators import get_accelerator
 from gpuplan.hwmodels.efficiency import Efficiency, efficiency_for
 from gpuplan.sim import kernels, step
 from gpuplan.sim.breakdown import Breakdown
+from gpuplan.sim.inputs import check_params
 from gpuplan.sim.model_estimate import config_breakdown, one_gpu_training
 from gpuplan.sim.stacks import TIMINGS, Stack, get_stack, stack_efficiency, with_overrides
 from gpuplan.sim.stacks.kernels import check_kernel
@@ -191,6 +192,7 @@ def predict_breakdown(
     """The predicted breakdown of one case of the record contract on ``device``, on the stack
     and in the timing its params name (``stack`` given: that one, overrides and all)."""
     check_choice("kind", kind, KINDS)
+    check_params(params)
     acc = get_accelerator(device)
     stack = stack or record_stack(params)
     timing = record_timing(params)

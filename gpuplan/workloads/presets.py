@@ -17,13 +17,15 @@ generated from a table:
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
-
-from gpuplan.errors import unknown_key
+from gpuplan.errors import check_key, unknown_key
 from gpuplan.workloads.hf_config import from_hf_config
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.params import count_params
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _MEGATRON_SOURCE = (
     "Narayanan et al. 2021, Efficient Large-Scale Language Model Training on GPU Clusters "
@@ -177,6 +179,7 @@ PRESETS: dict[str, ModelConfig] = {**_OTHERS, **_megatron(), **_LLAMA, **_MOE}
 
 def get_model(key_or_path: str) -> ModelConfig:
     """A catalogue model by key (any case), or a ``config.json`` path or its directory."""
+    check_key("model", key_or_path)
     path = Path(key_or_path)
     if key_or_path.endswith(".json") or path.is_dir():
         return from_hf_config(path)
@@ -193,6 +196,8 @@ def list_models() -> list[ModelConfig]:
 
 def models_frame() -> pd.DataFrame:
     """The catalogue as a table: shape, attention kind, experts and exact parameter counts."""
+    import pandas as pd  # here: every command reads the presets, few print this table
+
     rows = []
     for key, cfg in PRESETS.items():
         params = count_params(cfg)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from gpuplan.errors import check_positive
+from gpuplan.sim.inputs import check_gpus
 from gpuplan.units import HOUR
 
 POWER_FRACTION = 0.8
@@ -83,6 +84,9 @@ def run_budget(
     """Time, GPU-hours, cost and energy of training ``tokens`` tokens."""
     check_positive("tokens", tokens)
     check_positive("tokens_per_s", tokens_per_s)
+    check_gpus(gpus)
+    check_positive("power_fraction", power_fraction)
+    check_positive("pue", pue)
     time_s = tokens / tokens_per_s
     gpu_hours = gpus * time_s / HOUR
     price = price_for(acc.key)

@@ -46,7 +46,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gpuplan.errors import GpuplanError, check_choice, check_positive
+from gpuplan.errors import GpuplanError, check_choice, check_number, check_positive, check_whole
+from gpuplan.limits import MAX_DIM
+from gpuplan.sim.inputs import check_gpus, check_seq
 from gpuplan.workloads.memory import PRECISION_BYTES, RECOMPUTE
 from gpuplan.workloads.model import ModelConfig
 
@@ -88,12 +90,10 @@ class Strategy:
     pp_layers: tuple[int, ...] | None = None  # blocks per stage, first to last; None: even
 
     def __post_init__(self) -> None:
-        for field in ("tp", "pp", "dp", "cp", "ep", "micro_batch", "global_batch"):
-            value = getattr(self, field)
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise GpuplanError(f"{field}={value!r} is invalid: it must be a whole number")
-            check_positive(field, value)
-        check_positive("virtual_stages", self.virtual_stages)
+        for field in ("tp", "pp", "dp", "cp", "ep", "virtual_stages"):
+            check_gpus(getattr(self, field), field)
+        for field in ("micro_batch", "global_batch"):
+            check_whole(field, getattr(self, field), high=MAX_DIM)
         check_choice("schedule", self.schedule, SCHEDULES)
         check_choice("recompute", self.recompute, RECOMPUTE)
         check_choice("precision", self.precision, PRECISIONS)
@@ -105,6 +105,7 @@ class Strategy:
             )
         if self.capacity_factor is not None:
             check_positive("capacity_factor", self.capacity_factor)
+        check_number("expert_imbalance", self.expert_imbalance)
         if self.expert_imbalance < 1.0:
             raise GpuplanError(
                 f"expert_imbalance={self.expert_imbalance!r} is invalid: it is the busiest "
@@ -264,8 +265,8 @@ def validate(strategy: Strategy, cfg: ModelConfig, n_gpus: int, seq: int) -> Non
             f"{cfg.name} is a vision encoder: training estimates cover text decoders (a "
             "vocabulary, an LM head and a loss); choose a decoder model"
         )
-    check_positive("gpus", n_gpus)
-    check_positive("seq", seq)
+    check_gpus(n_gpus)
+    check_seq(cfg, seq)
     _check_degrees(s, cfg, n_gpus, seq)
     _check_world(s, n_gpus)
     _check_batch(s)

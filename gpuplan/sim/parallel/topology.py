@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from gpuplan.errors import GpuplanError, check_positive, unknown_key
+from gpuplan.errors import GpuplanError, check_key, check_positive, unknown_key
 from gpuplan.hwmodels.accelerators import get_accelerator
 from gpuplan.units import US
 
@@ -140,6 +140,7 @@ PRESETS: dict[str, Cluster] = {
 
 def get_cluster(key: str) -> Cluster:
     """A preset cluster by key (dgx-a100, dgx-h100, dgx-h200, gb200-nvl72)."""
+    check_key("cluster", key)
     try:
         return PRESETS[key.strip().lower()]
     except KeyError:

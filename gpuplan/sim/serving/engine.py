@@ -21,6 +21,7 @@ import pandas as pd
 import simpy
 
 from gpuplan.errors import GpuplanError, check_positive
+from gpuplan.sim.inputs import check_gpus
 from gpuplan.sim.serving.kv_cache import KvCapacity, kv_capacity
 from gpuplan.sim.serving.metrics import (
     Timeline,
@@ -197,7 +198,7 @@ def simulate(
 ) -> ServingResult:
     """Serve ``workload`` with ``replicas`` identical replicas behind ``router`` (``step``: a
     step model of ``dep`` to reuse, with its memo, across simulations)."""
-    check_positive("replicas", replicas)
+    check_gpus(replicas, "replicas")
     if horizon_s is not None:
         check_positive("horizon_s", horizon_s)
     started = time.perf_counter()

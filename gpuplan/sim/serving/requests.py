@@ -30,7 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from gpuplan.errors import GpuplanError, check_choice, check_positive
+from gpuplan.errors import GpuplanError, check_choice, check_positive, check_whole
+from gpuplan.limits import MAX_CV, MAX_DIM, MAX_REQUESTS, MAX_SEED
 
 ARRIVALS = ("poisson", "gamma")
 CONVERSATION_MAX_TOKENS = 4096
@@ -89,13 +90,15 @@ def arrivals(
     """Arrival times of ``n`` requests at ``rate_per_s`` (inf: all at time zero)."""
     check_choice("arrival", kind, ARRIVALS)
     check_positive("rate_per_s", rate_per_s, allow_inf=True)
-    check_positive("requests", n)
+    check_whole("requests", n, high=MAX_REQUESTS)
     if math.isinf(rate_per_s):
         return np.zeros(n)
     if kind == "poisson":
         gaps = rng.exponential(1.0 / rate_per_s, n)
     else:
         check_positive("cv", cv)
+        if cv > MAX_CV:
+            raise GpuplanError(f"cv={cv!r} is invalid: it must be at most {MAX_CV:g}")
         shape = 1.0 / cv**2
         gaps = rng.gamma(shape, 1.0 / (rate_per_s * shape), n)
     out = np.cumsum(gaps)
@@ -104,8 +107,10 @@ def arrivals(
 
 def lengths(spec: int | str, n: int, rng: np.random.Generator, *, what: str) -> np.ndarray:
     """``n`` token counts from a spec: a number, ``uniform:LO:HI``, ``lognormal:MEDIAN:P90[:MAX]``."""
+    if isinstance(spec, bool) or not isinstance(spec, int | np.integer | str):
+        raise GpuplanError(f"{what}={spec!r} is invalid: give a whole number of tokens or a spec")
     if isinstance(spec, int | np.integer):
-        check_positive(what, int(spec))
+        check_whole(what, int(spec), high=MAX_DIM)
         return np.full(n, int(spec), dtype=np.int64)
     text = str(spec).strip()
     if text.isdigit():
@@ -125,9 +130,15 @@ def lengths(spec: int | str, n: int, rng: np.random.Generator, *, what: str) -> 
 
 def _numbers(text: str, what: str, whole: str) -> list[float]:
     try:
-        return [float(x) for x in text.split(":")]
+        parts = [float(x) for x in text.split(":")]
     except ValueError:
         raise GpuplanError(f"{what}={whole!r} is invalid: its parts must be numbers") from None
+    if not all(math.isfinite(x) and abs(x) <= MAX_DIM for x in parts):
+        raise GpuplanError(
+            f"{what}={whole!r} is invalid: its parts must be finite token counts of at most "
+            f"{MAX_DIM:,}"
+        )
+    return parts
 
 
 def lognormal(median: float, p90: float, n: int, rng, *, top: float = math.inf) -> np.ndarray:
@@ -156,6 +167,7 @@ def make_workload(
 ) -> Workload:
     """A seeded synthetic workload; ``prompt_tokens`` and ``output_tokens`` are length specs,
     or both ``conversation``."""
+    check_whole("seed", seed, low=0, high=MAX_SEED)
     rng = np.random.default_rng(seed)
     times = arrivals(rate_per_s, n, rng, kind=arrival, cv=cv)
     if "conversation" in (prompt_tokens, output_tokens):

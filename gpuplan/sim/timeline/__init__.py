@@ -26,8 +26,10 @@ import gc
 import time
 from dataclasses import dataclass
 
-from gpuplan.errors import GpuplanError
+from gpuplan.errors import GpuplanError, check_number
 from gpuplan.hwmodels.efficiency import efficiency_for
+from gpuplan.limits import MAX_CV
+from gpuplan.sim.inputs import check_seed
 from gpuplan.sim.parallel.strategy import Strategy, validate
 from gpuplan.sim.parallel.topology import Cluster, strides
 from gpuplan.sim.timeline.engine import Engine, Straggler
@@ -101,8 +103,12 @@ def simulate_step(
 ) -> StepTimeline:
     """One training step of ``cfg`` under ``strategy`` on ``cluster``, played out in time."""
     validate(strategy, cfg, strategy.world, seq)
-    if jitter < 0:
-        raise GpuplanError(f"jitter={jitter!r} is invalid: it is a coefficient of variation >= 0")
+    check_seed(seed)
+    check_number("jitter", jitter)
+    if not 0 <= jitter <= MAX_CV:
+        raise GpuplanError(
+            f"jitter={jitter!r} is invalid: it is a coefficient of variation from 0 to {MAX_CV:g}"
+        )
     acc = cluster.accelerator
     if not acc.supports(strategy.precision):
         raise GpuplanError(f"precision={strategy.precision!r} is not supported by {acc.key}")
