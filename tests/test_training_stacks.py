@@ -70,6 +70,8 @@ def test_each_training_preset_states_its_framework_choices():
         ("composer-fsdp", Strategy(pp=2, dp=4, zero=3, global_batch=8),
          "cannot run pp=2: it has no pipeline parallelism"),
         ("fsdp2", Strategy(dp=8, zero=1, global_batch=8), "cannot run zero=1: it runs zero 0, 2, 3"),
+        ("composer-fsdp", Strategy(cp=2, dp=4, zero=3, global_batch=8),
+         "cannot run cp=2: it has no context parallelism"),
     ],
 )  # fmt: skip
 def test_a_layout_the_stack_cannot_run_is_one_line_saying_what_would(stack, st, message):
@@ -84,6 +86,8 @@ def test_the_vectorized_layout_rule_matches_the_scalar_one():
     rt = runtime_of(get_stack("deepspeed"))
     tp, pp, zero = np.array([1, 1, 2, 1]), np.array([1, 2, 2, 4]), np.array([3, 3, 1, 0])
     assert layout_mask(rt, tp, pp, zero).tolist() == [True, False, True, True]
+    composer = runtime_of(get_stack("composer-fsdp"))
+    assert layout_mask(composer, [1, 1], [1, 1], [3, 3], [1, 2]).tolist() == [True, False]
 
 
 def test_op_level_sac_recomputes_half_the_matmuls_and_more_than_the_attention_core():
@@ -159,7 +163,7 @@ def test_interference_is_free_at_zero_and_costs_only_where_communication_hides()
     assert a.step_time_s == pytest.approx(b.step_time_s, rel=1e-12)
 
 
-@pytest.mark.parametrize("stack", ["fsdp2", "deepspeed"])
+@pytest.mark.parametrize("stack", ["fsdp2", "deepspeed", "composer-fsdp"])
 def test_the_search_equals_the_scalar_estimate_on_a_training_stack(stack):
     cfg = get_model("llama2-7b")
     s = get_stack(stack)
@@ -167,7 +171,7 @@ def test_the_search_equals_the_scalar_estimate_on_a_training_stack(stack):
                         if s.mixed_precision == "autocast" else "bf16-mixed-megatron")  # fmt: skip
     result = search(cfg, cluster=H100, gpus=16, global_batch=32, seq=2048, space=space, eff=EFF)
     frame = result.frame
-    assert layout_mask(runtime_of(s), frame["tp"], frame["pp"], frame["zero"]).all()
+    assert layout_mask(runtime_of(s), frame["tp"], frame["pp"], frame["zero"], frame["cp"]).all()
     costs = CostCache(cfg, H100.accelerator, training_efficiency(s, EFF, H100.accelerator),
                       s.elementwise)  # fmt: skip
     rng = np.random.default_rng(0)

@@ -168,7 +168,7 @@ def search(
     stack = get_stack(space.stack)
     eff = training_efficiency(stack, eff or efficiency_for(acc.key), acc)
     s = enumerate_space(cfg, gpus, global_batch, seq, acc, space)
-    keep = layout_mask(runtime_of(stack), s["tp"], s["pp"], s["zero"])  # what the stack runs
+    keep = layout_mask(runtime_of(stack), s["tp"], s["pp"], s["zero"], s["cp"])  # it runs
     s = {k: v[keep] if np.ndim(v) and len(v) == len(keep) else v for k, v in s.items()}
     total = len(s["tp"])
     if total == 0:

@@ -84,6 +84,7 @@ class TrainingRuntime:
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     max_tp: int | None = None  # None: any tensor-parallel degree; 1: none
     pipeline: bool = True  # runs pp > 1
+    context_parallel: bool = True  # runs cp > 1
     max_zero_with_pp: int = 3  # the highest ZeRO stage it runs together with pp > 1
     grad_reduce_bytes: int = 2  # bytes per gradient element on the wire
     bucket_bytes: float = 25 * MiB  # gradient bucket: the last one's reduction cannot hide
@@ -135,6 +136,7 @@ COMPOSER_RUNTIME = TrainingRuntime(
     zero_stages=(2, 3),  # SHARD_GRAD_OP, FULL_SHARD
     max_tp=1,
     pipeline=False,
+    context_parallel=False,
     grad_reduce_bytes=2,  # mixed_precision: PURE reduces in bf16
 )
 
@@ -173,6 +175,11 @@ def check_layout(stack, strategy) -> None:
             f"stack {name} ({rt.framework}) cannot run pp={strategy.pp}: it has no pipeline "
             "parallelism; use pp=1 or --stack megatron-te/fsdp2/deepspeed"
         )
+    if strategy.cp > 1 and not rt.context_parallel:
+        raise GpuplanError(
+            f"stack {name} ({rt.framework}) cannot run cp={strategy.cp}: it has no context "
+            "parallelism; use cp=1 or --stack megatron-te/fsdp2"
+        )
     if strategy.pp > 1 and strategy.zero > rt.max_zero_with_pp:
         raise GpuplanError(
             f"stack {name} ({rt.framework}) cannot run zero={strategy.zero} with pp="
@@ -181,10 +188,10 @@ def check_layout(stack, strategy) -> None:
         )
 
 
-def layout_mask(runtime: TrainingRuntime, tp, pp, zero):
+def layout_mask(runtime: TrainingRuntime, tp, pp, zero, cp=1):
     """Which layouts (arrays of degrees) the runtime runs: ``check_layout``'s rules, vectorized."""
-    tp, pp, zero = (np.asarray(a) for a in (tp, pp, zero))
-    ok = np.isin(zero, runtime.zero_stages)
+    tp, pp, zero, cp = (np.asarray(a) for a in (tp, pp, zero, cp))
+    ok = np.isin(zero, runtime.zero_stages) & (runtime.context_parallel | (cp == 1))
     if runtime.max_tp is not None:
         ok &= tp <= runtime.max_tp
     if not runtime.pipeline:
