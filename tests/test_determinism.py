@@ -111,6 +111,15 @@ def test_serve_accounts_for_every_request_in_json_and_table(capsys, layout):
     assert f"{c['finished']:,} finished" in line and f"{c['running']:,} running" in line
 
 
+def test_cluster_repeat_draws_a_trace_per_seed_without_variants(tmp_path, capsys):
+    path = tmp_path / "plain.yaml"
+    path.write_text(SCENARIO.split("variants:")[0])  # no variants: --repeat shifts the trace seed
+    assert main(["cluster", str(path), "--repeat", "2", "--json", "--no-timing"]) == 0
+    (run,) = json.loads(capsys.readouterr().out)["runs"]
+    first, second = run["repeats"]
+    assert first != second and run["conservation"]["ok"]
+
+
 def _replica(table) -> ReplicaState:
     return ReplicaState(0, table, total_blocks=100, block_tokens=16, block_bytes=1.0, max_seqs=8)
 

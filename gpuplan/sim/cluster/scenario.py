@@ -294,7 +294,9 @@ def run_scenario(name_or_path, *, seed: int | None = None, progress: bool = Fals
     gen = (doc.get("trace") or {}).get("generate")
     if gen is not None and seed != base:  # another seed draws another trace too
         shifted = gen | {"seed": (int(gen.get("seed", 0)) + seed - base) % SEED_END}
-        doc = merged(doc, {"trace": {"generate": shifted}}) | {"variants": doc.get("variants")}
+        # (a scenario without variants keeps none: an empty list, not a null)
+        variants = doc.get("variants") or []
+        doc = merged(doc, {"trace": {"generate": shifted}}) | {"variants": variants}
     results = []
     for name, run_doc in runs(doc):
         cfg, jobs = build(run_doc, path.parent, where=f"{path}: run {name!r}")
