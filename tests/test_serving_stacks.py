@@ -126,3 +126,9 @@ def test_serve_edge_takes_the_stack(capsys):
     assert main(["serve", "edge", "--model", "llama3-8b", "--gpu", "h200", "--batch", "1",
                  "--weight-dtype", "fp8", "--stack", "trt-llm", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["stack"]["name"] == "trt-llm"
+
+
+def test_edge_prices_jetson_orin_on_its_tensor_cores_not_fp32():
+    acc = get_accelerator("jetson-agx-orin-64gb")
+    assert acc.peak("bf16") == pytest.approx(acc.peak("int8") / 2)  # A100's Tensor Core ratio
+    assert acc.peak("bf16") > 8 * acc.peak("fp32")

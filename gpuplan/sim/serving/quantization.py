@@ -25,8 +25,9 @@ the mat-vec kernels of edge runtimes (llama.cpp, MLC), do not pad a skinny GEMM 
 the achievable rate, when that is less than the tiled model's. A plain bf16 GEMM on a device
 with a bf16 rate is exactly ``hwmodels.gemm``'s (cuBLAS).
 
-A device with no published 16-bit tensor rate (the Jetson AGX Orin in the catalogue) computes
-at the first rate it does publish among bf16, fp16, fp32: a conservative stand-in, named.
+A device with no 16-bit tensor rate in the catalogue computes at the first rate it does publish
+among bf16, fp16, fp32: a conservative stand-in, named (the Jetson AGX Orin's tensor-core rate
+is derived in the catalogue from its INT8 rate, so ``serve edge`` prices it on its tensor cores).
 """
 
 from __future__ import annotations
