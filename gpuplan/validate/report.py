@@ -137,8 +137,11 @@ def checked_out_dir(out_dir: str | Path) -> Path:
     return path
 
 
-def write_report(out_dir: str | Path, data_dir: str | Path | None = None) -> Path:
-    """Write ``validation.md`` and one PNG per kind under ``out_dir``; return the report path."""
+def write_report(
+    out_dir: str | Path, data_dir: str | Path | None = None, scores: dict | None = None
+) -> Path:
+    """Write ``validation.md`` and one PNG per kind under ``out_dir``; return the report path.
+    ``scores``: ``held_out_scores(data_dir)`` if already computed."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -148,7 +151,7 @@ def write_report(out_dir: str | Path, data_dir: str | Path | None = None) -> Pat
     from gpuplan.plots import predicted_vs_measured
 
     out_dir = checked_out_dir(out_dir)
-    scores = held_out_scores(data_dir)
+    scores = scores or held_out_scores(data_dir)
     (out_dir / "img").mkdir(parents=True, exist_ok=True)
     table = _comparison(scores)
     rows = scores["rows"]
@@ -233,8 +236,9 @@ def main(args) -> int:
             )
         )
         return 0
-    path = write_report(args.out, args.data)
+    checked_out_dir(args.out)  # before any work
     scores = held_out_scores(args.data)
+    path = write_report(args.out, args.data, scores)
     print(render_table(_comparison(scores)))
     print(f"\nwrote {path}")
     return 0
