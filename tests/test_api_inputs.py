@@ -96,3 +96,10 @@ def test_a_sequence_beyond_the_models_position_table_is_refused(setup):
 def test_a_length_distribution_with_infinite_or_huge_parameters_is_refused(spec):
     with pytest.raises(GpuplanError, match="finite token counts"):
         make_workload(rate_per_s=1, n=4, prompt_tokens=spec, output_tokens=8)
+
+
+def test_a_kv_context_beyond_the_models_position_table_is_refused(setup):
+    m, _, acc = setup
+    with pytest.raises(GpuplanError, match="context=1,000,000,000 is longer than"):
+        model_breakdown("decode_step", acc, efficiency_for("h200"), m,
+                        {"batch": 1, "context": 10**9})  # fmt: skip

@@ -39,8 +39,9 @@ def model_breakdown(
     check_choice("kind", kind, MODEL_KINDS)
     check_params(params)
     cfg = model if isinstance(model, ModelConfig) else get_model(model)
-    if "seq" in params:
-        check_seq(cfg, params["seq"])
+    for field in ("seq", "context"):  # tokens of one sequence: within its position table
+        if field in params:
+            check_seq(cfg, params[field], field)
     if "layers" in params:
         cfg = replace(cfg, n_layers=params["layers"])
     stack = get_stack(stack)
