@@ -31,6 +31,8 @@ OPTIONAL_COMMAND_MODULES = (
     "gpuplan.cli.search_cmd",
     "gpuplan.cli.serve_cmd",
     "gpuplan.cli.cluster_cmd",
+    "gpuplan.cli.diagnose_cmd",
+    "gpuplan.cli.report_cmd",
 )
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
@@ -114,6 +116,7 @@ def _run(argv: Sequence[str] | None, state: dict[str, bool]) -> int:
     except SystemExit as done:  # --help and --version end here
         return done.code if isinstance(done.code, int) else EXIT_OK
     state["debug"] = bool(getattr(args, "debug", False))
+    args.command_argv = list(argv or ())  # diagnose and report re-read a command's own flags
     code = args.func(args)
     return EXIT_OK if code is None else int(code)
 

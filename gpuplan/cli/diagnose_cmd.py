@@ -1,0 +1,149 @@
+"""``gpuplan diagnose train|serve``: the five-layer walk of one setup (``sim.diagnose``).
+
+Takes the flags of ``gpuplan train`` or ``gpuplan serve`` as they are, prices the setup, then
+walks model definition, parallelization, runtime, compilation and hardware, each layer keeping
+the change it offers that gpuplan prices fastest, cumulatively; prints each layer's change, the
+metric after it, its gain and share of the total gain, and the ``gpuplan train|serve`` command
+that reproduces the row; the physical limit (the roofline bound of the whole step) last.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from gpuplan.cli.tables import dump_json, format_value, render_table
+from gpuplan.errors import GpuplanError
+
+REFUSED = {"train": ("--reproduce", "--timeline", "--all-ranks", "--straggler", "--jitter",
+                     "--json", "--debug", "--no-timing"),
+           "serve": ("--reproduce", "--disaggregate", "--requests-csv", "--timeline-csv",
+                     "--progress", "--json", "--debug", "--no-timing")}  # fmt: skip
+DROPPED = ("--json", "--debug", "--no-timing")  # accepted, but not part of the setup
+
+
+class _Into:
+    """A stand-in for argparse's subparsers: ``add_parser`` returns the given parser, so a
+    command's own ``register`` declares its flags on it (they are declared once, there)."""
+
+    def __init__(self, parser):
+        self.parser = parser
+
+    def add_parser(self, name, **kw):
+        return self.parser
+
+
+def command_parser(kind: str):
+    """The parser of ``gpuplan train`` or ``gpuplan serve``, built by the command itself."""
+    from gpuplan.cli import Parser, serve_cmd, train_cmd
+
+    p = Parser(prog=f"gpuplan {kind}")
+    (train_cmd if kind == "train" else serve_cmd).register(_Into(p))
+    return p
+
+
+def register(subparsers) -> None:
+    group = subparsers.add_parser(
+        "diagnose", help="five-layer diagnosis of a training or serving setup",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    sub = group.add_subparsers(title="diagnose commands", metavar="COMMAND")
+    for kind in ("train", "serve"):
+        p = sub.add_parser(kind, help=f"diagnose a `gpuplan {kind}` setup (its flags)",
+                           description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+        import gpuplan.cli.serve_cmd as serve_cmd
+        import gpuplan.cli.train_cmd as train_cmd
+
+        (train_cmd if kind == "train" else serve_cmd).register(_Into(p))
+        p.set_defaults(func=run, diagnose_kind=kind)
+    from gpuplan.cli import require_subcommand
+
+    require_subcommand(group, sub)
+
+
+def setup_argv(kind: str, argv: list[str], command: str, drop: tuple[str, ...] = ()) -> list[str]:
+    """The flags after ``COMMAND KIND`` on the command line, less those that are not setup
+    (``drop``: flags of ``command`` itself, each with its value)."""
+    at = next(i for i in range(len(argv) - 1) if argv[i] == command and argv[i + 1] == kind)
+    rest, out = iter(argv[at + 2:]), []
+    for t in rest:
+        flag, eq, _ = t.partition("=")
+        if flag in drop:
+            _ = eq or next(rest, None)
+        elif flag not in DROPPED:
+            out.append(t)
+    return out
+
+
+def settings_of(kind: str, argv: list[str]) -> dict:
+    """``Settings`` of a ``train``/``serve`` argv, after checking it parses as that command."""
+    from gpuplan.sim.diagnose import settings_from_argv
+
+    parser = command_parser(kind)
+    args = parser.parse_args(argv)
+    if kind == "serve" and getattr(args, "serve_command", None):
+        raise GpuplanError(f"diagnose serve takes the flags of `gpuplan serve`, not "
+                           f"`serve {args.serve_command}`")  # fmt: skip
+    for flag in REFUSED[kind]:
+        if flag not in DROPPED and any(t.partition("=")[0] == flag for t in argv):
+            raise GpuplanError(f"diagnose {kind} prices one setup: drop {flag}")
+    actions = parser._option_string_actions  # noqa: SLF001 - which flags take a value
+
+    def takes_value(flag: str) -> bool:
+        a = actions.get(flag)
+        return a is not None and a.nargs != 0
+    return settings_from_argv(argv, takes_value)
+
+
+def diagnose_setup(kind: str, argv: list[str]):
+    """The ``Diagnosis`` of ``gpuplan KIND argv``."""
+    from gpuplan.cli.diagnose_pricing import serve_walk, train_walk
+
+    settings = settings_of(kind, argv)
+    parser = command_parser(kind)
+    return (train_walk if kind == "train" else serve_walk)(settings, parser)
+
+
+def run(args) -> int:
+    kind = args.diagnose_kind
+    diag = diagnose_setup(kind, setup_argv(kind, args.command_argv, "diagnose"))
+    doc = diagnosis_doc(diag)
+    print(dump_json(doc) if args.json else render_diagnosis(doc))
+    return 0
+
+
+def diagnosis_doc(diag) -> dict:
+    """The JSON document: baseline, layers, limit; every row with its command."""
+    from gpuplan.sim.diagnose import command
+
+    base = {"metric": diag.baseline.metric, **diag.baseline.figures,
+            "command": command(diag.kind, diag.baseline_settings)}  # fmt: skip
+    layers = [r.to_dict() | {"command": command(diag.kind, r.settings)} for r in diag.layers]
+    limit = {"metric": diag.limit.metric, **diag.limit.figures, "basis": diag.limit.basis}
+    return {"kind": diag.kind, "metric": diag.metric, "baseline": base, "layers": layers,
+            "total_gain": diag.total_gain, "limit": limit, "notes": list(diag.notes)}  # fmt: skip
+
+
+def _value(metric: str, v: float) -> str:
+    if metric.endswith("usd_per_million_tokens") or metric.startswith("usd"):
+        return f"${v:,.3g}"
+    return format_value("step_time_s", v)
+
+
+def render_diagnosis(doc: dict) -> str:
+    m = doc["metric"]
+    rows = [{"layer": "-", "name": "as given", "change": "", "after": _value(m, doc["baseline"]["metric"]),
+             "gain": "", "share": ""}]  # fmt: skip
+    for r in doc["layers"]:
+        rows.append({"layer": r["layer"], "name": r["name"], "change": r["change"],
+                     "after": _value(m, r["metric_after"]), "gain": _value(m, r["gain"]),
+                     "share": f"{100 * r['share']:.0f}%"})  # fmt: skip
+    rows.append({"layer": "-", "name": "physical limit", "change": doc["limit"]["basis"],
+                 "after": _value(m, doc["limit"]["metric"]), "gain": "", "share": ""})  # fmt: skip
+    lines = [f"diagnosis of a `gpuplan {doc['kind']}` setup; metric {m} (lower is better)", "",
+             render_table(rows, ["layer", "name", "change", "after", "gain", "share"],
+                          headers={"after": m + " after"}), "", "commands:",
+             f"  as given: {doc['baseline']['command']}"]  # fmt: skip
+    lines += [f"  layer {r['layer']}: {r['command']}" for r in doc["layers"]]
+    lines += [f"note: {n}" for n in doc["notes"]]
+    return "\n".join(lines)
