@@ -189,6 +189,38 @@ def test_report_writes_into_a_folder_of_the_cwd_by_default_never_docs(tmp_path, 
     assert code == 2 and "does not exist" in err and not (tmp_path / "no").exists()
 
 
+def test_the_manifests_order_does_not_change_the_records_or_their_split(tmp_path):
+    _records(tmp_path / "b", [_line(*s) for s in SHAPES[:6]])
+    _records(tmp_path / "a", [_line(*s) for s in SHAPES[6:]])
+    loads = []
+    for order in (("a", "b"), ("b", "a")):
+        entries = [{"folder": f, "device": "h200", "host": "reference" if f == "a" else "fitted"}
+                   for f in order]  # fmt: skip
+        (tmp_path / "runs.json").write_text(json.dumps({"runs": entries}))
+        found = calibrate.load_runs(tmp_path, "h200")
+        train, _ = calibrate.split(found.records, seed=1, train_fraction=0.5)
+        loads.append(([r.source for r in found.records], [r.source for r in train]))
+    assert loads[0] == loads[1] and loads[0][0][0].startswith("a/")
+
+
+@pytest.mark.parametrize(
+    ("entry", "reason"),
+    [
+        ({"folder": "a", "device": "h200", "host": "reference", "hots": 1}, "did you mean host"),
+        ({"folder": "zz", "device": "h200", "host": "reference"}, "does not exist"),
+        ({"folder": "a", "device": "h2000", "host": "reference"}, "unknown device"),
+        ({"folder": "a", "device": "h200", "host": "fitted"}, "exactly one must"),
+        ({"folder": "a", "device": "h200", "host": "reference",
+          "timing": {"gemm": {"convention": "device"}}}, "needs the GPU's spin"),
+    ],
+)  # fmt: skip
+def test_a_bad_manifest_entry_is_one_line(tmp_path, entry, reason):
+    _records(tmp_path / "a", [_line(*s) for s in SHAPES[:2]])
+    (tmp_path / "runs.json").write_text(json.dumps({"runs": [entry]}))
+    with pytest.raises(GpuplanError, match=reason):
+        calibrate.load_runs(tmp_path, "h200")
+
+
 # --- the repository's own runs -----------------------------------------------------------------
 
 DATA = ROOT / "data"
