@@ -62,15 +62,15 @@ def training_precision(text: str) -> str:
 
 def add_cluster_options(p) -> None:
     """--gpu, --gpus, --cluster, --placement, shared with ``gpuplan search train``."""
-    p.add_argument("--gpu", help="accelerator key (default: the cluster's, else h200)")
+    p.add_argument("--gpu", type=word, help="accelerator key (default: the cluster's, else h200)")
     p.add_argument("--gpus", type=gpu_count, help="number of GPUs (the world size)")
     p.add_argument(
-        "--cluster",
+        "--cluster", type=word,
         help="cluster preset: dgx-a100, dgx-h100, dgx-h200, gb200-nvl72 "
         "(default: the preset of --gpu, else 8-GPU nodes of it)",
     )
     p.add_argument(
-        "--placement",
+        "--placement", type=word,
         help="order of the parallel dimensions on the hierarchy, innermost first "
         "(default tp,cp,dp,pp)",
     )
@@ -147,7 +147,7 @@ def register(subparsers) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--model", help="model preset or config.json")
+    p.add_argument("--model", type=word, help="model preset or config.json")
     add_cluster_options(p)
     for name in ("tp", "pp", "dp", "ep", "cp"):
         p.add_argument(f"--{name}", type=gpu_count, help=f"{name} degree")
@@ -382,21 +382,20 @@ def write_timeline(args, cfg, strategy, cluster, seq) -> dict[str, Any]:
 
 
 MAX_TRACE_SLICES = 2_000_000  # about 250 MB of JSON, written in seconds; a viewer opens it
-TRACE_LADDER = (("kernel", True), ("step", True), ("step", False), ("task", False))
 
 
 def trace_detail(tl) -> tuple[str, bool]:
     """The finest (detail, every rank) whose trace holds at most ``MAX_TRACE_SLICES`` slices:
     kernels, then steps (block halves), then each TP x CP group drawn once, then tasks."""
-    from gpuplan.sim.timeline.trace import trace_slices
+    from gpuplan.sim.timeline.trace import choose_detail
 
-    for detail, every_rank in TRACE_LADDER:
-        if (n := trace_slices(tl, detail, every_rank)) <= MAX_TRACE_SLICES:
-            return detail, every_rank
-    raise GpuplanError(
-        f"the trace would hold {n:,} slices even one per task (at most {MAX_TRACE_SLICES:,}); "
-        "drop --all-ranks to draw each symmetric group once"
-    )
+    detail, every_rank, n = choose_detail(tl, MAX_TRACE_SLICES)
+    if n > MAX_TRACE_SLICES:
+        raise GpuplanError(
+            f"the trace would hold {n:,} slices even one per task (at most {MAX_TRACE_SLICES:,}); "
+            "drop --all-ranks to draw each symmetric group once"
+        )
+    return detail, every_rank
 
 
 def render_timeline(t: dict[str, Any], estimate_s: float, wall_s: float | None = None) -> list[str]:

@@ -67,12 +67,13 @@ def _ranges(ranks) -> str:
 
 
 def _slices(tl: StepTimeline, detail: str):
+    """(gid, event) of every slice drawn; an event is ``_event``'s tuple."""
     if detail == "task":
         yield from _task_slices(tl)
         return
     tids = {s: k for k, s in enumerate(STREAMS)}
     for gid, stream, name, start, end, work, mb, chunk in tl.slices:
-        args = {"micro_batch": mb, "chunk": chunk}
+        args = (("micro_batch", mb), ("chunk", chunk))
         tid = tids[stream]
         if stream != "compute" or detail == "step" or not work.compute_s:
             yield gid, _event(name, stream, start, end - start, tid, args)
@@ -81,10 +82,10 @@ def _slices(tl: StepTimeline, detail: str):
         for item in work.items:
             dur = item.time_s * scale
             yield gid, _event(item.op, item.category, t, dur, tid,
-                              args | {"phase": item.phase, "bound": item.bound})  # fmt: skip
+                              (*args, ("phase", item.phase), ("bound", item.bound)))  # fmt: skip
             t += dur
     for gid, reason, start, end in tl.waits:
-        yield gid, _event(reason, "wait", start, end - start, WAIT_TID, {})
+        yield gid, _event(reason, "wait", start, end - start, WAIT_TID, ())
 
 
 def _task_slices(tl: StepTimeline):
@@ -96,7 +97,7 @@ def _task_slices(tl: StepTimeline):
         if stream != "compute":
             if stream in TASK_STREAMS:
                 yield gid, _event(name, stream, start, end - start, STREAMS.index(stream),
-                                  {"micro_batch": mb, "chunk": chunk})  # fmt: skip
+                                  (("micro_batch", mb), ("chunk", chunk)))  # fmt: skip
             continue
         task = last.get(gid)
         kind = TASK_KIND.get(work.phase, task[1] if task else "F")  # host issue: its task's
@@ -106,22 +107,49 @@ def _task_slices(tl: StepTimeline):
         task[5] = end
     for gid, kind, mb, chunk, start, end in tasks:
         name = kind if mb < 0 else f"{kind} micro-batch {mb} chunk {chunk}"
-        yield gid, _event(name, "task", start, end - start, 0, {"micro_batch": mb, "chunk": chunk})
+        yield gid, _event(name, "task", start, end - start, 0,
+                          (("micro_batch", mb), ("chunk", chunk)))  # fmt: skip
     for gid, reason, start, end in tl.waits:
         if reason.startswith(TASK_WAITS):
-            yield gid, _event(reason, "wait", start, end - start, WAIT_TID, {})
+            yield gid, _event(reason, "wait", start, end - start, WAIT_TID, ())
 
 
-def _event(name, cat, start_s, dur_s, tid, args) -> dict:
-    return {
-        "name": name,
-        "cat": cat,
-        "ph": "X",
-        "ts": round(start_s * US_PER_S, 4),
-        "dur": round(dur_s * US_PER_S, 4),
-        "tid": tid,
-        "args": args,
-    }
+def _event(name, cat, start_s, dur_s, tid, args: tuple) -> tuple:
+    """(name, cat, ts, dur, tid, args as (key, value) pairs): times in microseconds."""
+    return name, cat, round(start_s * US_PER_S, 4), round(dur_s * US_PER_S, 4), tid, args
+
+
+def _as_dict(ev: tuple) -> dict:
+    name, cat, ts, dur, tid, args = ev
+    return {"name": name, "cat": cat, "ph": "X", "ts": ts, "dur": dur, "tid": tid,
+            "args": dict(args)}  # fmt: skip
+
+
+class _Text:
+    """Events as the compact JSON ``json.dumps`` writes, each string and argument set encoded
+    once (names and micro-batch numbers repeat by the thousand)."""
+
+    def __init__(self) -> None:
+        self._dumps = json.JSONEncoder(separators=(",", ":")).encode
+        self._memo: dict = {}
+
+    def _once(self, key, make):
+        out = self._memo.get(key)
+        if out is None:
+            out = self._memo[key] = make()
+        return out
+
+    def body(self, ev: tuple) -> str:
+        """The event without its closing brace (the pid goes last)."""
+        name, cat, ts, dur, tid, args = ev
+        head = self._once(("h", name, cat), lambda: '{"name":' + self._dumps(name) + ',"cat":'
+                          + self._dumps(cat) + ',"ph":"X","ts":')  # fmt: skip
+        tail = self._once(("a", tid, args), lambda: f',"tid":{tid},"args":'
+                          + self._dumps(dict(args)))  # fmt: skip
+        return f"{head}{ts!r},\"dur\":{dur!r}{tail}"
+
+    def dumps(self, obj) -> str:
+        return self._dumps(obj)
 
 
 def _other(tl: StepTimeline) -> dict:
@@ -139,8 +167,9 @@ def chrome_trace(tl: StepTimeline, *, detail: str = "kernel", every_rank: bool =
     pids = _pids(tl, every_rank)
     events = _metadata(tl, pids)
     for gid, ev in _slices(tl, detail):
+        event = _as_dict(ev)
         for pid in pids[gid]:
-            events.append(ev | {"pid": pid})
+            events.append(event | {"pid": pid})
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": _other(tl)}
 
 
@@ -149,11 +178,12 @@ def write_chrome_trace(tl: StepTimeline, path: str | Path, *, detail: str = "ker
     """Write the trace to ``path`` (JSON); returns the number of slices written."""
     check_choice("detail", detail, DETAILS)
     pids = _pids(tl, every_rank)
-    dumps = json.JSONEncoder(separators=(",", ":")).encode
+    text = _Text()
+    dumps = text.dumps
     parts = [dumps(e) for e in _metadata(tl, pids)]
     n = 0
     for gid, ev in _slices(tl, detail):
-        body = dumps(ev)[:-1]  # the event without its closing brace; the pid goes last
+        body = text.body(ev)
         ranks = pids[gid]
         parts.extend(f'{body},"pid":{pid}}}' for pid in ranks)
         n += len(ranks)
@@ -167,11 +197,55 @@ def trace_slices(tl: StepTimeline, detail: str = "kernel", every_rank: bool = Tr
     """How many slices ``chrome_trace`` would draw (to choose the detail before writing)."""
     check_choice("detail", detail, DETAILS)
     pids = _pids(tl, every_rank)
-    if detail == "task":
-        return sum(len(pids[gid]) for gid, _ev in _task_slices(tl))
-    per_slice: dict[int, int] = defaultdict(int)
+    counts = _task_counts(tl) if detail == "task" else _counts(tl)[detail]
+    return sum(k * len(pids[gid]) for gid, k in counts.items())
+
+
+def _counts(tl: StepTimeline) -> dict[str, dict[int, int]]:
+    """gid -> slices drawn at kernel and at step detail, in one pass."""
+    kernel: dict[int, int] = defaultdict(int)
+    step: dict[int, int] = defaultdict(int)
     for w in tl.waits:
-        per_slice[w[0]] += 1
+        step[w[0]] += 1
     for gid, stream, _n, _s, _e, work, *_ in tl.slices:
-        per_slice[gid] += len(work.items) if (stream == "compute" and detail == "kernel") else 1
-    return sum(k * len(pids[gid]) for gid, k in per_slice.items())
+        step[gid] += 1
+        if stream == "compute" and work.compute_s:
+            kernel[gid] += len(work.items) - 1
+    for gid, k in step.items():
+        kernel[gid] += k
+    return {"kernel": kernel, "step": step}
+
+
+def _task_counts(tl: StepTimeline) -> dict[int, int]:
+    """gid -> slices drawn at task detail (counted, not formatted)."""
+    out: dict[int, int] = defaultdict(int)
+    last: dict[int, tuple] = {}
+    for gid, stream, _n, _s, _e, work, mb, chunk in tl.slices:
+        if stream != "compute":
+            out[gid] += stream in TASK_STREAMS
+            continue
+        prev = last.get(gid)
+        kind = TASK_KIND.get(work.phase, prev[0] if prev else "F")
+        if prev != (kind, mb, chunk):
+            last[gid] = (kind, mb, chunk)
+            out[gid] += 1
+    for gid, reason, *_ in tl.waits:
+        out[gid] += reason.startswith(TASK_WAITS)
+    return out
+
+
+LADDER = (("kernel", True), ("step", True), ("step", False), ("task", False))
+
+
+def choose_detail(tl: StepTimeline, max_slices: int) -> tuple[str, bool, int]:
+    """The finest (detail, every rank) of ``LADDER`` whose trace holds at most ``max_slices``
+    slices, and that count; the coarsest when none does."""
+    counts = _counts(tl)
+    n = 0
+    for detail, every_rank in LADDER:
+        pids = _pids(tl, every_rank)
+        per_gpu = _task_counts(tl) if detail == "task" else counts[detail]
+        n = sum(k * len(pids[gid]) for gid, k in per_gpu.items())
+        if n <= max_slices:
+            break
+    return detail, every_rank, n
