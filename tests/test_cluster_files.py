@@ -128,6 +128,17 @@ def test_numbers_read_as_yaml_1_2_writes_them_and_booleans_as_yaml_booleans(tmp_
     assert cfg.causes == () and cfg.checkpoint.write_bytes_per_s == 2e12
 
 
+def test_a_section_left_empty_is_a_section_not_given(tmp_path):
+    path = write(tmp_path, compose("scheduler:", "failures:", "variants:", "expect:",
+                                   "checkpoint:"))  # fmt: skip
+    doc, _ = load_scenario(path)
+    jsonschema.validate(doc, schema())
+    (result,) = run_scenario(path)
+    assert result.summary["policy"] == "fifo"  # failures: the default rates, not none
+    assert result.summary["checkpoint_policy"] == "young"
+    assert "cluster=None is invalid" in error_of(write(tmp_path, "cluster:\n", "c.yaml"))
+
+
 def test_a_whole_number_written_with_a_point_zero_is_that_number(tmp_path):
     cfg, _ = build(load_scenario(write(tmp_path, BASE.replace("nodes: 4", "nodes: 4.0")))[0],
                    tmp_path)  # fmt: skip

@@ -4,7 +4,7 @@ module (``scenario.schema.json``) says what every key may hold, and this module 
 The schema is standard JSON Schema (draft 2020-12: any validator reads it); this module applies
 the subset it uses — ``type``, ``enum``, ``minimum``/``maximum`` and their exclusive forms,
 ``minLength``, ``maxItems``, ``required``, ``properties``, ``additionalProperties``, ``items``,
-``$ref`` — with three rules stricter than JSON's: a boolean is never a number (``gpus: true``),
+``anyOf``, ``$ref`` — with three rules stricter than JSON's: a boolean is never a number (``gpus: true``),
 a number must be finite (YAML's ``.nan`` and ``.inf`` exist, JSON's numbers cannot hold them),
 and an unknown key is reported with the nearest known one. A whole number (``integer``) may be
 written ``8`` or ``8.0``, never ``2.5``: values are refused, never truncated.
@@ -74,6 +74,14 @@ def _resolve(node: dict) -> dict:
 def _walk(value, node: dict, where: str):
     node = _resolve(node)
     name = where or "the scenario"
+    if "anyOf" in node:  # valid under one branch; else the last branch's problems (the schema
+        found = []  # puts the informative one last: null, or a section)
+        for branch in node["anyOf"]:
+            found = list(_walk(value, branch, where))
+            if not found:
+                return
+        yield from found
+        return
     if "enum" in node:
         if not any(_same(value, choice) for choice in node["enum"]):
             yield _enum_problem(name, value, node["enum"])
