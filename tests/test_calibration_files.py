@@ -259,6 +259,7 @@ def test_the_manifest_hosts_are_as_the_fit_has_them():
     assert [r.name for r in listed if r.host == "reference"] == ["h200"]
 
 
+@pytest.mark.slow  # builds a 1,024-GPU scenario before the fit is checked against its GPU
 def test_cluster_refuses_a_fit_for_another_gpu_than_its_scenarios(fit_file, capsys):
     code, _, err = run(capsys, "cluster", "thousand-gpu", "--calibration", str(fit_file))
     assert code == 2 and "'h200'" in err and "'h100-sxm'" in err
