@@ -13,6 +13,7 @@ import importlib
 from typing import Any
 
 from gpuplan.cli import add_common_options
+from gpuplan.cli.argtypes import word
 from gpuplan.cli.tables import dump_json, format_value, render_table
 from gpuplan.errors import GpuplanError
 
@@ -164,10 +165,11 @@ def register(subparsers: Any) -> None:
         description="Model presets: shape, exact parameter counts, KV-cache bytes per token "
         "in bf16. Give a KEY or --hf-config PATH to show one model in full.",
     )
-    p.add_argument("key", nargs="?", metavar="KEY", help="a preset key, e.g. llama3-8b")
+    p.add_argument("key", nargs="?", metavar="KEY", type=word, help="a preset key, e.g. llama3-8b")
     p.add_argument(
         "--hf-config",
         metavar="PATH",
+        type=word,
         help="a Hugging Face config.json (or its directory) to read instead of a preset",
     )
     add_common_options(p)

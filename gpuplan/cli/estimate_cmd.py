@@ -111,8 +111,8 @@ def register(subparsers) -> None:
         help="what to predict; omit it for the default scenario "
         "(Llama-3-8B training and decode steps on one H200)",
     )
-    p.add_argument("--gpu", help="accelerator key (default h200; see `gpuplan gpus`)")
-    p.add_argument("--model", help="model preset or config.json: fills the shape parameters")
+    p.add_argument("--gpu", type=word, help="accelerator key (default h200; see `gpuplan gpus`)")
+    p.add_argument("--model", type=word, help="model preset or config.json: fills the shape parameters")
     p.add_argument(
         "--impl",
         choices=("fused", "eager", "compiled"),

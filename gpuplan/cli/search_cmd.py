@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 from gpuplan.cli import require_subcommand
-from gpuplan.cli.argtypes import at_least_one, gpu_count, positive_int
+from gpuplan.cli.argtypes import at_least_one, gpu_count, positive_int, word
 from gpuplan.cli.calibration import efficiency_from_args
 from gpuplan.cli.dask_workers import (
     add_sweep_options,
@@ -58,7 +58,7 @@ def register(subparsers) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--model", required=True, help="model preset or config.json")
+    p.add_argument("--model", type=word, required=True, help="model preset or config.json")
     add_cluster_options(p)
     p.add_argument("--global-batch", type=positive_int, required=True, help="sequences per step")
     p.add_argument("--seq", type=positive_int, help="sequence length (default: model's, <= 8192)")

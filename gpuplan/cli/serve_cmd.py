@@ -76,13 +76,13 @@ _ints = int_list()  # comma-separated whole numbers, each at least 1
 
 def _common(p, *, rate_required: bool) -> None:
     # the parent ``serve`` parser cannot require them: ``serve plan`` passes them to its own
-    p.add_argument("--model", required=rate_required, help="model preset or config.json")
-    p.add_argument("--gpu", required=rate_required, help="accelerator key (see `gpuplan gpus`)")
+    p.add_argument("--model", type=word, required=rate_required, help="model preset or config.json")
+    p.add_argument("--gpu", type=word, required=rate_required, help="accelerator key (see `gpuplan gpus`)")
     p.add_argument("--rate", type=_rate, required=rate_required, help="requests per second, or inf")
     p.add_argument("--prompt-tokens", type=_tokens, default=None, help="prompt length spec")
     p.add_argument("--output-tokens", type=_tokens, default=None, help="output length spec")
     p.add_argument(
-        "--trace", help="CSV or JSON Lines trace: arrival_s, prompt_tokens, output_tokens"
+        "--trace", type=word, help="CSV or JSON Lines trace: arrival_s, prompt_tokens, output_tokens"
     )
     p.add_argument("--requests", type=request_count, default=None, help="requests to simulate")
     p.add_argument("--seed", type=random_seed, default=0,
@@ -158,8 +158,8 @@ def _register_plan(sub) -> None:
 
 def _register_edge(sub) -> None:
     p = sub.add_parser("edge", help="tokens/s and memory of quantized models on one device")
-    p.add_argument("--model", required=True)
-    p.add_argument("--gpu", required=True, help="e.g. jetson-agx-orin-64gb, m2-ultra")
+    p.add_argument("--model", type=word, required=True)
+    p.add_argument("--gpu", type=word, required=True, help="e.g. jetson-agx-orin-64gb, m2-ultra")
     p.add_argument("--weight-dtype", choices=(*WEIGHT_DTYPES, "all"), default="all")
     p.add_argument("--kv-dtype", choices=KV_DTYPES, default="bf16")
     p.add_argument("--batch", type=_ints, default=(1, 2, 4, 8), help="e.g. 1,2,4,8")
