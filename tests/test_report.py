@@ -1,48 +1,125 @@
-"""``gpuplan validate report``: held-out scores, the repeatability floor, the written report."""
+"""gpuplan report, as a person sees it: the page parses, its figures are embedded, the command's
+own headline numbers are on it, it renders to a non-blank page, a bad --out leaves nothing."""
 
-import pandas as pd
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import subprocess
+from html.parser import HTMLParser
+
 import pytest
 
-from gpuplan.validate import report
+from gpuplan.cli import main
+from gpuplan.cli.tables import format_value
+from gpuplan.report.build import band_section, banded, fmt
+
+TRAIN = ["--model", "llama3-8b", "--gpus", "8", "--tp", "2", "--global-batch", "16", "--seq",
+         "2048", "--tokens", "1e10"]  # fmt: skip
+SERVE = ["--model", "llama3-8b", "--gpu", "h200", "--replicas", "2", "--rate", "20",
+         "--prompt-tokens", "512", "--output-tokens", "64", "--requests", "40"]  # fmt: skip
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+class Page(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.images, self.links, self.scripts, self.text = [], [], 0, []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "img":
+            self.images.append(a.get("src", ""))
+        if tag == "script":
+            self.scripts += 1
+        if tag in ("link", "a") and a.get("href"):
+            self.links.append(a["href"])
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def _doc(capsys, argv) -> dict:
+    capsys.readouterr()  # what ran before
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
 
 
 @pytest.fixture(scope="module")
-def scores():
-    return report.held_out_scores()
+def train_html(tmp_path_factory):
+    path = tmp_path_factory.mktemp("report") / "train.html"
+    assert main(["report", "train", *TRAIN, "--electricity-price", "0.12", "--out",
+                 str(path)]) == 0  # fmt: skip
+    return path
 
 
-def test_the_report_scores_only_records_never_used_in_fitting(scores):
-    assert scores["n_test"] + scores["n_train"] == scores["n_records"]
-    assert 0 < scores["n_test"] < scores["n_train"]
-    assert len(scores["rows"]) >= scores["n_test"]  # a row per record and metric
-    kinds = set(scores["calibrated"]["kind"])
-    assert {"gemm", "attention", "elementwise", "layer", "train_step", "decode_step"} <= kinds
+@pytest.mark.slow
+def test_train_report_embeds_its_figures_and_shows_the_headline(train_html, capsys):
+    page = Page()
+    page.feed(train_html.read_text())
+    assert page.scripts == 0 and page.links == []  # nothing to fetch: opens offline
+    assert len(page.images) >= 3  # by layer, by operator class, the diagnosis
+    for src in page.images:
+        assert src.startswith("data:image/png;base64,")
+        assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
+    text = " ".join(page.text)
+    doc = _doc(capsys, ["train", *TRAIN, "--json"])
+    b = doc["budget"]
+    for shown in (format_value("step_time_s", doc["step_time_s"]), f"{100 * doc['mfu']:.1f}%",
+                  f"{doc['tokens_per_s']:,.0f}", f"${b['cost_usd']:,.0f}",
+                  f"{b['energy_kwh']:,.0f} kWh", fmt("cost_usd", b["energy_kwh"] * 0.12),
+                  f"{b['gpu_hours']:,.0f} GPU-hours", "2026-03-17", "no band"):  # fmt: skip
+        assert shown in text, shown
+    diag = _doc(capsys, ["diagnose", "train", *TRAIN, "--json"])
+    for r in diag["layers"]:
+        assert r["command"] in text
 
 
-def test_the_calibration_beats_a_datasheet_roofline_on_every_kind(scores):
-    table = report._comparison(scores).set_index(["kind", "metric"])
-    times = table.xs("time_s", level="metric")
-    assert (times["median_abs_pct_error"] < times["datasheet_median_pct_error"]).all()
+@pytest.mark.slow
+def test_train_report_renders_in_chromium_to_a_page_that_is_not_blank(train_html, tmp_path):
+    if not shutil.which(CHROMIUM):
+        pytest.skip("chromium is not installed")
+    shot = tmp_path / "shot.png"
+    subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+                    f"--screenshot={shot}", "--window-size=1200,1600",
+                    train_html.as_uri()], check=True, capture_output=True, timeout=120)  # fmt: skip
+    from matplotlib.image import imread
+
+    pixels = imread(shot)[..., :3]
+    dark = (pixels.mean(axis=2) < 0.6).mean()  # text, table rules, bars
+    assert 0.005 < dark < 0.6
 
 
-def test_a_datasheet_roofline_has_no_fixed_costs_and_full_rates():
-    eff = report.datasheet_roofline()
-    assert eff.kernel_overhead_s == 0 and eff.host_launch_s == 0
-    assert eff.gemm_fraction("bf16") == 1.0 and eff.hbm_fraction == 1.0
+@pytest.mark.slow
+def test_serve_report_in_markdown_is_the_same_bytes_twice(tmp_path, capsys):
+    a, b = tmp_path / "a.md", tmp_path / "b.md"
+    for path in (a, b):
+        assert main(["report", "serve", *SERVE, "--out", str(path)]) == 0
+    assert a.read_bytes() == b.read_bytes()
+    text = a.read_text()
+    assert text.count("](data:image/png;base64,") >= 2
+    doc = _doc(capsys, ["serve", *SERVE, "--json"])
+    assert format_value("e2e_s", doc["e2e_s"]["mean"]) in text
+    assert "request rate" in text and "no band" in text
 
 
-def test_repeatability_compares_the_same_cases_on_two_gpus():
-    noise = report.repeatability()
-    assert isinstance(noise, pd.DataFrame) and set(noise["kind"]) == {
-        "gemm",
-        "attention",
-        "elementwise",
-    }
-    assert (noise["p90_abs_pct_difference"] >= noise["median_abs_pct_difference"]).all()
+def test_out_in_a_missing_folder_is_one_line_and_leaves_no_file(tmp_path, capsys):
+    out = tmp_path / "missing" / "r.html"
+    assert main(["report", "train", *TRAIN, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--out" in err and "does not exist" in err
+    assert list(tmp_path.iterdir()) == []
 
 
-def test_the_report_is_written_with_its_table_and_one_plot_per_kind(tmp_path):
-    path = report.write_report(tmp_path)
-    text = path.read_text()
-    assert "median_abs_pct_error" in text and "How repeatable" in text
-    assert len(list((tmp_path / "img").glob("validation_*.png"))) >= 8
+def test_bad_extension_is_refused_before_any_work(tmp_path, capsys):
+    assert main(["report", "train", *TRAIN, "--out", str(tmp_path / "r.pdf")]) == 2
+    assert ".html" in capsys.readouterr().err and list(tmp_path.iterdir()) == []
+
+
+def test_a_band_is_rendered_where_the_document_has_one():
+    doc = {"error_band": {"step_time_s": [0.54, 0.61]}}
+    assert banded(doc, "step_time_s", 0.577) == "577 ms (540 ms-610 ms)"
+    assert banded({}, "step_time_s", 0.577) == "577 ms (no band)"
+    assert "no band" in band_section({}).paragraphs[0]
+    assert band_section(doc).tables[0].rows == (("step_time_s", "540 ms", "610 ms"),)
