@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
-
-import numpy as np
 
 from gpuplan.units import GB, GHZ, KB, MB, MS, TB, TFLOPS, US
 
@@ -21,11 +20,19 @@ Formatter = Callable[[Any], str]
 MISSING = "-"
 
 
+def _numpy(*names: str) -> tuple[type, ...]:
+    """numpy's scalar types ``names``, if numpy is loaded: a value cannot be a numpy scalar
+    before it is, so the tables never import it themselves (a command that does not need
+    numpy starts faster)."""
+    np = sys.modules.get("numpy")
+    return tuple(getattr(np, n) for n in names) if np is not None else ()
+
+
 def is_missing(value: Any) -> bool:
     """None, NaN and pandas' NA all read as 'no value'."""
     if value is None or type(value).__name__ in ("NAType", "NaTType"):
         return True
-    return isinstance(value, float | np.floating) and math.isnan(value)
+    return isinstance(value, (float, *_numpy("floating"))) and math.isnan(value)
 
 
 def _sig(value: float) -> str:
@@ -105,13 +112,13 @@ def format_value(name: str, value: Any) -> str:
         return MISSING
     if isinstance(value, str):
         return value
-    if isinstance(value, bool | np.bool_):
+    if isinstance(value, (bool, *_numpy("bool_"))):
         return "yes" if value else "no"
-    if isinstance(value, int | float | np.number):
+    if isinstance(value, (int, float, *_numpy("number"))):
         for suffix, fmt in SUFFIX_FORMATS:
             if name.endswith(suffix):
                 return fmt(value)
-        return f"{value:g}" if isinstance(value, float | np.floating) else str(value)
+        return f"{value:g}" if isinstance(value, (float, *_numpy("floating"))) else str(value)
     return str(value)
 
 
@@ -123,7 +130,9 @@ def _records(rows: Any) -> list[dict[str, Any]]:
 
 
 def _is_numeric(value: Any) -> bool:
-    return isinstance(value, int | float | np.number) and not isinstance(value, bool | np.bool_)
+    return isinstance(value, (int, float, *_numpy("number"))) and not isinstance(
+        value, (bool, *_numpy("bool_"))
+    )
 
 
 def render_table(
@@ -174,7 +183,7 @@ def to_jsonable(value: Any) -> Any:
         return [to_jsonable(v) for v in value]
     if is_missing(value):
         return None
-    if isinstance(value, np.generic):
+    if isinstance(value, _numpy("generic")):
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
         return None

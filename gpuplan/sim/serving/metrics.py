@@ -4,10 +4,12 @@ goodput under an SLO, and KV-cache use and queue length over time.
 Definitions (as vLLM's and DistServe's benchmarks use them):
 - TTFT: first token minus arrival; TPOT: (finish - first token) / (output tokens - 1), for
   requests of more than one output token; end-to-end latency: finish minus arrival.
-- Throughput over the span from the first arrival to the last finish: output tokens and
-  finished requests per second.
+- Output tokens per second over the span from the first arrival to the last finish; the
+  achieved request rate over the arrival window (the requests finished between the first
+  arrival and the last, over that window; over the span when all arrive at once), so the drain
+  after the last arrival does not count against the rate (``summarize``).
 - Goodput (DistServe, Zhong et al. OSDI 2024): finished requests per second that met every SLO
-  given; ``slo_attainment`` is their share of the finished requests.
+  given, over the same window; ``slo_attainment`` is their share of the finished requests.
 Percentiles are numpy's (linear interpolation) over finished requests.
 - Conservation (as the cluster simulation checks it): at the end every request is in exactly
   one place, finished, running, queued, rejected, transferring or not yet arrived.
@@ -74,6 +76,17 @@ def request_frame(table, *, end_s: float) -> pd.DataFrame:
         }
     )
     return frame[list(REQUEST_COLUMNS)]
+
+
+def prefix_cache_summary(table) -> dict:
+    """Prompt tokens found in the prefix cache: in all, as a share of the prompt tokens of the
+    requests that began a prefill, and the requests that found any."""
+    started = [r for r in range(table.n) if table.status[r] == FINISHED or table.prefix_hit[r]]
+    prompt = sum(table.prompt[r] for r in started)
+    saved = sum(table.prefix_hit)
+    return {"saved_prefill_tokens": int(saved),
+            "hit_rate": saved / prompt if prompt else 0.0,
+            "requests_hit": int(sum(1 for h in table.prefix_hit if h))}  # fmt: skip
 
 
 def stats(values) -> dict[str, float]:

@@ -21,8 +21,6 @@ millions of live objects and frees almost none; each full pass would walk them a
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import time
 from dataclasses import dataclass
 
@@ -33,7 +31,7 @@ from gpuplan.sim.inputs import check_seed
 from gpuplan.sim.parallel.strategy import Strategy, validate
 from gpuplan.sim.parallel.topology import Cluster, strides
 from gpuplan.sim.timeline.engine import Engine, Straggler
-from gpuplan.sim.timeline.result import GpuInfo, StepTimeline
+from gpuplan.sim.timeline.result import GpuInfo, StepTimeline, gc_paused
 from gpuplan.sim.timeline.schedule import bubble_fraction, stage_order
 from gpuplan.sim.timeline.trace import chrome_trace, write_chrome_trace
 from gpuplan.sim.timeline.work import build_plan
@@ -144,18 +142,6 @@ def simulate_step(
     )
 
 
-@contextlib.contextmanager
-def _gc_paused():
-    """The cyclic garbage collector off for the block (restored as it was)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
 def _kinds(replicas: list[int], factors: dict, p: int, jitter: float) -> dict[int, int]:
     """replica -> the replica simulated for it: itself under jitter (its own draws), else the
     first replica whose stages compute at the same speeds."""
@@ -208,7 +194,7 @@ def play(plan, *, replicas: list[int], factors: dict, jitter: float = 0.0, seed:
          contention: bool = True, gather_prefetch: int = 2) -> Played:  # fmt: skip
     """Play ``plan`` out for data-parallel ``replicas`` (each replica's ``pp`` GPUs)."""
     kinds = _kinds(replicas, factors, plan.p, jitter)
-    with _gc_paused():
+    with gc_paused():
         engine = Engine(plan, replicas=sorted(set(kinds.values())), factors=factors,
                         jitter=jitter, seed=seed, contention=contention,
                         gather_prefetch=gather_prefetch)  # fmt: skip

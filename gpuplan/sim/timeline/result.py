@@ -9,6 +9,8 @@ its exposed time). The items sum to the step time.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -18,6 +20,19 @@ WAIT_CLASS = {  # wait reason -> (breakdown layer, category)
     "pipeline wait": ("runtime", "bubble"),
 }
 STREAMS = ("compute", "tp", "cp", "ep", "pp", "dp", "dp-gather")
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """The cyclic garbage collector off for the block (restored as it was): a timeline holds
+    millions of live tuples and frees almost none, and each full pass would walk them all."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from gpuplan.errors import check_choice
 from gpuplan.outputs import write_text
-from gpuplan.sim.timeline.result import STREAMS, StepTimeline
+from gpuplan.sim.timeline.result import STREAMS, StepTimeline, gc_paused
 
 US_PER_S = 1e6
 WAIT_TID = len(STREAMS)
@@ -72,20 +72,33 @@ def _slices(tl: StepTimeline, detail: str):
         yield from _task_slices(tl)
         return
     tids = {s: k for k, s in enumerate(STREAMS)}
-    for gid, stream, name, start, end, work, mb, chunk in tl.slices:
-        args = (("micro_batch", mb), ("chunk", chunk))
-        tid = tids[stream]
-        if stream != "compute" or detail == "step" or not work.compute_s:
-            yield gid, _event(name, stream, start, end - start, tid, args)
-            continue
-        scale, t = (end - start) / work.compute_s, start
-        for item in work.items:
-            dur = item.time_s * scale
-            yield gid, _event(item.op, item.category, t, dur, tid,
-                              (*args, ("phase", item.phase), ("bound", item.bound)))  # fmt: skip
-            t += dur
+    last, events = None, []  # a copied replica's slice follows its original: the same events
+    for row in tl.slices:
+        gid, stream, name, start, end, work, mb, chunk = row
+        if row[1:] != last:
+            last, events = row[1:], _row_events(tids, detail, row)
+        for ev in events:
+            yield gid, ev
+    last, ev = None, None
     for gid, reason, start, end in tl.waits:
-        yield gid, _event(reason, "wait", start, end - start, WAIT_TID, ())
+        if (reason, start, end) != last:
+            last, ev = (reason, start, end), _event(reason, "wait", start, end - start, WAIT_TID, ())
+        yield gid, ev
+
+
+def _row_events(tids: dict, detail: str, row: tuple) -> list[tuple]:
+    _gid, stream, name, start, end, work, mb, chunk = row
+    args = (("micro_batch", mb), ("chunk", chunk))
+    tid = tids[stream]
+    if stream != "compute" or detail == "step" or not work.compute_s:
+        return [_event(name, stream, start, end - start, tid, args)]
+    out, scale, t = [], (end - start) / work.compute_s, start
+    for item in work.items:
+        dur = item.time_s * scale
+        out.append(_event(item.op, item.category, t, dur, tid,
+                          (*args, ("phase", item.phase), ("bound", item.bound))))  # fmt: skip
+        t += dur
+    return out
 
 
 def _task_slices(tl: StepTimeline):
@@ -177,13 +190,20 @@ def write_chrome_trace(tl: StepTimeline, path: str | Path, *, detail: str = "ker
                        every_rank: bool = True) -> int:  # fmt: skip
     """Write the trace to ``path`` (JSON); returns the number of slices written."""
     check_choice("detail", detail, DETAILS)
+    with gc_paused():
+        return _write(tl, path, detail, every_rank)
+
+
+def _write(tl: StepTimeline, path, detail: str, every_rank: bool) -> int:
     pids = _pids(tl, every_rank)
     text = _Text()
     dumps = text.dumps
     parts = [dumps(e) for e in _metadata(tl, pids)]
     n = 0
+    last, body = None, ""
     for gid, ev in _slices(tl, detail):
-        body = text.body(ev)
+        if ev is not last:  # copies of a replica share their events
+            last, body = ev, text.body(ev)
         ranks = pids[gid]
         parts.extend(f'{body},"pid":{pid}}}' for pid in ranks)
         n += len(ranks)
