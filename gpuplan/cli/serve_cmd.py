@@ -71,6 +71,14 @@ def _ratio(text: str) -> tuple[int, int]:
     return gpu_count(p), gpu_count(d)
 
 
+def _prefix(text: str) -> tuple[int, int]:
+    tokens, sep, groups = text.partition(":")
+    if not sep or not tokens.isdigit() or not groups.isdigit() or min(int(tokens), int(groups)) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: give TOKENS:GROUPS, whole numbers "
+                                         "of at least 1, e.g. 1024:8")  # fmt: skip
+    return positive(int)(tokens), request_count(groups)
+
+
 _ints = int_list()  # comma-separated whole numbers, each at least 1
 
 
@@ -118,6 +126,9 @@ def register(subparsers) -> None:
                    help="share of the device for weights and KV cache (default: the stack's)")
     p.add_argument("--arrival", choices=("poisson", "gamma"), default="poisson")
     p.add_argument("--cv", type=positive(float, MAX_CV), default=1.0, help="gamma arrivals' burstiness")
+    p.add_argument("--shared-prefix", type=_prefix, default=None, metavar="TOKENS:GROUPS",
+                   help="prefix caching: each request shares its first TOKENS prompt tokens "
+                   "with one of GROUPS prefixes (a trace gives prefix_id, prefix_tokens columns)")
     p.add_argument("--disaggregate", type=_ratio, help="P:D prefill and decode replicas")
     p.add_argument("--kv-link", choices=("scaleout", "scaleup"), default="scaleout")
     p.add_argument("--no-cuda-graph", action="store_true", help="decode iterations run eagerly")
@@ -202,6 +213,7 @@ def _workload(args, *, default_requests: int):
         seed=args.seed,
         arrival=getattr(args, "arrival", "poisson"),
         cv=getattr(args, "cv", 1.0),
+        shared_prefix=getattr(args, "shared_prefix", None),
     )
 
 
@@ -376,6 +388,11 @@ def _render_serve(doc: dict) -> str:
     ]
     if c.get("stack"):
         lines.append(c["stack"]["line"])
+    if doc.get("prefix_cache"):
+        pc = doc["prefix_cache"]
+        lines.append(f"prefix cache: {pc['saved_prefill_tokens']:,} prompt tokens found cached "
+                     f"({100 * pc['hit_rate']:.1f}% of prompt tokens; {pc['requests_hit']:,} "
+                     "requests hit)")
     lines.append("")
     rows = [{"metric": m, **doc[m]} for m in ("ttft_s", "tpot_s", "e2e_s")]
     cols = ["metric", "mean", "p50", "p90", "p99"]

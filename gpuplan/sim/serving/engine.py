@@ -26,6 +26,7 @@ from gpuplan.sim.serving.kv_cache import KvCapacity, kv_capacity
 from gpuplan.sim.serving.metrics import (
     Timeline,
     conservation,
+    prefix_cache_summary,
     request_frame,
     summarize,
     time_average,
@@ -219,6 +220,8 @@ def simulate(
     frame, over_time = request_frame(table, end_s=end_s), line.frame()
     summary = summarize(frame, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s)
     summary["conservation"] = conservation(frame, table, [r.state for r in reps])
+    if table.prefix_id is not None:
+        summary["prefix_cache"] = prefix_cache_summary(table)
     cap = kv_capacity(dep, sched)
     if timeline:
         summary["waiting_mean"] = time_average(over_time, "waiting", end_s=end_s)

@@ -157,20 +157,23 @@ class ContinuousPolicy(Policy):
             if not st.can_allocate(need):
                 break
             st.begin_prefill(rid, need)
-            pieces.append((rid, target))
-            tokens += target
+            new = target - t.cached[rid]  # less a prefix found cached
+            pieces.append((rid, new))
+            tokens += new
         if not pieces:
             return None
-        return Iteration(pieces, _grouped(pieces), sampled=len(pieces))
+        return Iteration(pieces, _grouped(pieces, t), sampled=len(pieces))
 
 
-def _grouped(pieces: list[tuple[int, int]]) -> tuple[tuple[int, int, int], ...]:
-    """Whole prompts of equal length as one attention piece of several sequences (one kernel:
-    vLLM's variable-length prefill kernel runs every prompt of an iteration at once)."""
-    counts: dict[int, int] = {}
-    for _, tokens in pieces:
-        counts[tokens] = counts.get(tokens, 0) + 1
-    return tuple((tokens, 0, n) for tokens, n in counts.items())
+def _grouped(pieces: list[tuple[int, int]], t) -> tuple[tuple[int, int, int], ...]:
+    """Whole prompts of equal length (and equal cached prefix) as one attention piece of several
+    sequences (one kernel: vLLM's variable-length prefill kernel runs every prompt of an
+    iteration at once)."""
+    counts: dict[tuple[int, int], int] = {}
+    for rid, tokens in pieces:
+        key = (tokens, t.cached[rid])
+        counts[key] = counts.get(key, 0) + 1
+    return tuple((tokens, cached, n) for (tokens, cached), n in counts.items())
 
 
 class PrefillOnlyPolicy(ContinuousPolicy):
@@ -219,7 +222,7 @@ class ChunkedPolicy(Policy):
             if t.remote[rid] or not st.can_allocate(need):
                 break
             st.begin_prefill(rid, need)
-            chunk = min(t.prefill_target(rid), budget)
+            chunk = min(t.prefill_target(rid) - t.cached[rid], budget)  # less a cached prefix
             pieces.append((rid, chunk))
             budget -= chunk
         return budget

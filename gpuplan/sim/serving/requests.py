@@ -18,6 +18,13 @@ requests prompts have a median of 894 and a 90th percentile of 1314 tokens, outp
 Traces: CSV or JSON Lines, one request per row, with ``arrival_s`` (or Vidur's ``arrived_at``),
 ``prompt_tokens`` (or ``num_prefill_tokens``) and ``output_tokens`` (or ``num_decode_tokens``).
 A trace without arrival times takes them from the rate.
+
+Shared prefixes (prefix caching): a request may name a ``prefix_id`` and the ``prefix_tokens``
+its prompt shares with every other request of that id (a system prompt, a few-shot template, a
+conversation's history); traces carry them as columns, synthetic workloads draw them with
+``shared_prefix=(TOKENS, GROUPS)``: each request joins one of GROUPS prefixes, uniformly, and
+shares its first min(TOKENS, prompt - 1) tokens (from a generator of its own, so the arrivals
+and lengths of a seed do not move).
 """
 
 from __future__ import annotations
@@ -43,6 +50,8 @@ _ALIASES = {
     "arrival_s": ("arrival_s", "arrived_at", "arrived_at_s", "timestamp_s"),
     "prompt_tokens": ("prompt_tokens", "num_prefill_tokens", "input_tokens"),
     "output_tokens": ("output_tokens", "num_decode_tokens", "generated_tokens"),
+    "prefix_id": ("prefix_id",),
+    "prefix_tokens": ("prefix_tokens", "shared_prefix_tokens"),
 }
 
 
@@ -53,8 +62,30 @@ class Workload:
     arrival_s: np.ndarray
     prompt_tokens: np.ndarray
     output_tokens: np.ndarray
+    prefix_id: np.ndarray | None = None  # shared-prefix group of each request (module docstring)
+    prefix_tokens: np.ndarray | None = None  # tokens of its prompt that group shares
 
     def __post_init__(self) -> None:
+        self._check_lengths()
+        self._check_prefixes()
+
+    def _check_prefixes(self) -> None:
+        if (self.prefix_id is None) != (self.prefix_tokens is None):
+            raise GpuplanError("give prefix_id and prefix_tokens together (or neither)")
+        if self.prefix_id is None:
+            return
+        if len(self.prefix_id) != self.n or len(self.prefix_tokens) != self.n:
+            raise GpuplanError("prefix_id and prefix_tokens must have one entry per request")
+        tokens = np.asarray(self.prefix_tokens)
+        if np.any(tokens < 0) or np.any(tokens != np.floor(tokens)):
+            raise GpuplanError("prefix_tokens must be whole numbers, zero or more")
+        bad = np.flatnonzero(tokens >= self.prompt_tokens)
+        if len(bad):
+            i = int(bad[0])
+            raise GpuplanError(f"request {i + 1}: prefix_tokens={int(tokens[i])} is invalid: it "
+                               f"must be less than its prompt_tokens={int(self.prompt_tokens[i])}")
+
+    def _check_lengths(self) -> None:
         n = len(self.arrival_s)
         if len(self.prompt_tokens) != n or len(self.output_tokens) != n:
             raise GpuplanError(
@@ -164,9 +195,10 @@ def make_workload(
     seed: int = 0,
     arrival: str = "poisson",
     cv: float = 1.0,
+    shared_prefix: tuple[int, int] | None = None,
 ) -> Workload:
     """A seeded synthetic workload; ``prompt_tokens`` and ``output_tokens`` are length specs,
-    or both ``conversation``."""
+    or both ``conversation``; ``shared_prefix`` (TOKENS, GROUPS) as the module docstring says."""
     check_whole("seed", seed, low=0, high=MAX_SEED)
     rng = np.random.default_rng(seed)
     times = arrivals(rate_per_s, n, rng, kind=arrival, cv=cv)
@@ -179,7 +211,15 @@ def make_workload(
     else:
         prompt = lengths(prompt_tokens, n, rng, what="prompt_tokens")
         output = lengths(output_tokens, n, rng, what="output_tokens")
-    return Workload(arrival_s=times, prompt_tokens=prompt, output_tokens=output)
+    prefixes = {}
+    if shared_prefix is not None:
+        tokens, groups = shared_prefix
+        check_positive("shared prefix tokens", tokens)
+        check_positive("shared prefix groups", groups)
+        own = np.random.default_rng([seed, 1])  # not the arrivals' and lengths' stream
+        prefixes = {"prefix_id": own.integers(0, groups, size=n),
+                    "prefix_tokens": np.minimum(tokens, np.asarray(prompt) - 1)}  # fmt: skip
+    return Workload(arrival_s=times, prompt_tokens=prompt, output_tokens=output, **prefixes)
 
 
 def read_trace(
@@ -201,10 +241,18 @@ def read_trace(
             raise GpuplanError(f"trace {str(path)!r} has no {key} column ({_ALIASES[key]})")
     times = np.asarray(cols["arrival_s"], dtype=float)
     order = np.argsort(times, kind="stable")
+    prefixes = {}
+    if cols["prefix_id"] is not None or cols["prefix_tokens"] is not None:
+        if cols["prefix_id"] is None or cols["prefix_tokens"] is None:
+            raise GpuplanError(f"trace {str(path)!r}: give prefix_id and prefix_tokens columns "
+                               "together")  # fmt: skip
+        prefixes = {k: np.asarray(cols[k], dtype=np.int64)[order]
+                    for k in ("prefix_id", "prefix_tokens")}  # fmt: skip
     return Workload(
         arrival_s=times[order] - times[order][0],
         prompt_tokens=np.asarray(cols["prompt_tokens"], dtype=np.int64)[order],
         output_tokens=np.asarray(cols["output_tokens"], dtype=np.int64)[order],
+        **prefixes,
     )
 
 

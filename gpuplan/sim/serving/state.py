@@ -10,6 +10,13 @@ recomputation, vLLM recomputes the prompt and every token already generated); ea
 iteration caches the last emitted token and emits the next. So a decoding request holds
 ``P + g - 1`` cached tokens, reads one more in each iteration, and is done when g = O.
 
+Prefix caching (vLLM's automatic prefix caching, its docs "Automatic Prefix Caching": blocks
+hashed by their tokens and reused): a request whose ``prefix_id`` a replica has already begun to
+prefill starts its prefill with the shared prefix's full blocks cached (``prefix_hit``), and
+computes only the rest. Assumed, named: a prefix once seen stays cached (no eviction under memory
+pressure), and each request still counts the blocks of its whole prompt (shared blocks are not
+deduplicated in the block count: a conservative capacity).
+
 Decoding requests are advanced lazily (``DecodeSet``): each stores its offset ``cached -
 iterations`` and the iteration count at which it will be done, so running k iterations is one
 addition however many requests decode; the exact block count is recomputed with numpy.
@@ -45,6 +52,10 @@ class RequestTable:
         self.cached = [0] * n  # tokens in this request's KV cache (while not decoding)
         self.blocks = [0] * n  # blocks held (while not decoding)
         self.remote = [False] * n  # its KV cache arrives with it (disaggregated decode)
+        has_prefix = workload.prefix_id is not None
+        self.prefix_id = workload.prefix_id.tolist() if has_prefix else None
+        self.prefix_tokens = workload.prefix_tokens.tolist() if has_prefix else None
+        self.prefix_hit = [0] * n  # prompt tokens found cached, summed over its prefills
 
     def prefill_target(self, rid: int) -> int:
         """Tokens a prefill of this request caches: the prompt and what it already generated."""
@@ -182,6 +193,7 @@ class ReplicaState:
         self.reserved_blocks = 0  # reserved whole by a static batch
         self.in_system = 0  # arrived here and not yet finished, rejected or handed off
         self.outstanding_tokens = 0  # prefill and decode tokens still to run (router view)
+        self.prefixes_seen: set[int] = set()  # shared prefixes this replica has cached
         self.handoff = None  # disaggregation: called with (rid, time) when a prefill is done
         self.on_done = None  # called with (rid, time) when a request finishes or is rejected
 
@@ -235,9 +247,24 @@ class ReplicaState:
         """Move the head of the waiting queue into prefill, holding ``blocks`` blocks."""
         self.waiting.popleft()
         self.table.blocks[rid] = blocks
-        self.table.cached[rid] = 0
+        self.table.cached[rid] = self._prefix_hit(rid)
         self.prefill_blocks += blocks
         self.prefilling.append(rid)
+
+    def _prefix_hit(self, rid: int) -> int:
+        """Tokens of ``rid``'s prompt found cached: its shared prefix's full blocks, once this
+        replica has seen the prefix (module docstring); the prefix is seen from now on."""
+        t = self.table
+        if t.prefix_id is None or not t.prefix_tokens[rid]:
+            return 0
+        group = t.prefix_id[rid]
+        hit = 0
+        if group in self.prefixes_seen:
+            hit = t.prefix_tokens[rid] // self.block_tokens * self.block_tokens
+        self.prefixes_seen.add(group)
+        t.prefix_hit[rid] += hit
+        self.outstanding_tokens -= hit
+        return hit
 
     def admit_remote(self, rid: int) -> None:
         """A request whose KV cache arrived with it joins the decoding set directly."""
