@@ -49,8 +49,8 @@ Where each choice comes from:
 ``eager-2023``: the engine behind the Splitwise profiles (Patel et al., ISCA 2024; SplitwiseSim
 ``data/perf_model.csv``), which the file does not name: vLLM-like continuous batching
 (``max_num_seqs=256``), every kernel issued eagerly from Python (no CUDA graphs), FlashAttention-2
-assumed; its CPU cost per iteration and per tensor-parallel rank (a Python driver feeding each
-rank) fitted.
+assumed; its host cost per kernel call (against the reference host's eager PyTorch), its CPU
+cost per iteration and per tensor-parallel rank (a Python driver feeding each rank) fitted.
 
 ``gpuplan-server``: what ``gpuplan serve`` priced before stacks, its default: FlashAttention-2,
 fused elementwise kernels, decode-only iterations replayed from CUDA graphs without padding, no
@@ -193,7 +193,7 @@ EAGER_2023 = Stack(
     title="the Splitwise profiles' engine (not named): eager PyTorch, continuous batching",
     attention=AttentionChoice(prefill="flash2", train="flash2", decode="flash2"),
     elementwise="fused",
-    host=HostModel(mode="eager"),
+    host=HostModel(mode="eager", call_factor=_fit("eager-2023", "call_factor", 1.0)),
     kv_cache="paged",
     logits="last",
     serving=ServingRuntime(cuda_graph=False, policy="continuous", max_seqs=256,
@@ -201,7 +201,7 @@ EAGER_2023 = Stack(
                            overhead_per_rank_s=_fit("eager-2023", "overhead_per_rank_s", 0.0)),
     sources=("Patel et al., Splitwise, ISCA 2024; SplitwiseSim data/perf_model.csv",),
     notes=("engine not stated by its source: FlashAttention-2 and fused kernels assumed",
-           "iteration_overhead_s and overhead_per_rank_s fitted on published rows"),
+           "call_factor, iteration_overhead_s and overhead_per_rank_s fitted on published rows"),
 )
 
 GPUPLAN_SERVER = Stack(
