@@ -99,3 +99,26 @@ def test_every_readme_command_runs(line, long, tmp_path, capsys, monkeypatch):
     code = main(argv)
     _out, err = capsys.readouterr()
     assert code == 0, f"gpuplan {' '.join(argv)}: exit {code}: {err.strip()}"
+
+
+PINNED = ("python3 -m pip install torch==2.13.0 && python3 -m pip install -e '.[dev]' && "
+          "python3 -m ruff check gpuplan tests && python3 -m pytest -q")  # fmt: skip
+
+
+def test_the_readme_keeps_the_pinned_test_command_and_says_how_to_get_torchs_cpu_build():
+    text = README.read_text()
+    assert PINNED in text  # the command .ci/run runs, as it was
+    assert "torch==2.13.0" in (ROOT / ".ci" / "run").read_text()
+    prose = " ".join(text.split())
+    assert "--index-url https://download.pytorch.org/whl/cpu" in prose and "CPU build" in prose
+
+
+def test_the_shipped_config_is_tinyllama_with_its_exact_parameter_count():
+    from gpuplan.workloads.hf_config import from_hf_config
+    from gpuplan.workloads.params import count_params
+
+    cfg = from_hf_config(ROOT / "examples" / "config.json")
+    # TinyLlama-1.1B (huggingface.co/TinyLlama/TinyLlama-1.1B-Chat-v1.0, config.json): untied
+    # 32000 x 2048 embedding and head, 22 layers of q,o 2048^2, k,v 2048 x 256, SwiGLU 3 x 2048 x
+    # 5632 and two 2048 norms, a final norm: 2 * 65,536,000 + 22 * 44,044,288 + 2048
+    assert count_params(cfg).total == 1_100_048_384
