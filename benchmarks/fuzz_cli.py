@@ -77,9 +77,18 @@ BASES: list[list[str]] = [
     ["validate", "trace", "kernels.json"],
     ["validate", "calibrate", "--data", "data", "--out", "fit.json"],
     ["validate", "report", "--data", "data", "--out-dir", "report"],
+    ["diagnose", "train", "--model", "megatron-gpt-1.7b", "--gpus", "8"],
+    ["diagnose", "serve", "--model", "llama3-8b", "--gpu", "h200", "--rate", "1", "--requests",
+     "8", *LENGTHS_OK],
+    ["report", "train", "--model", "megatron-gpt-1.7b", "--gpus", "8", "--out", "r.html"],
+    ["report", "serve", "--model", "llama3-8b", "--gpu", "h200", "--rate", "1", "--requests",
+     "8", *LENGTHS_OK, "--out", "r.md"],
+    ["report", "cluster", "tiny.yaml", "--no-progress", "--out", "r.html"],
 ]
-# How often each base is drawn, relative; the slow validate ones (seconds each) less often.
-WEIGHTS = {("validate", "calibrate"): 0.3, ("validate", "report"): 0.15}
+# How often each base is drawn, relative; the slow ones (seconds each) less often.
+WEIGHTS = {("validate", "calibrate"): 0.3, ("validate", "report"): 0.15,
+           ("diagnose", "train"): 0.3, ("diagnose", "serve"): 0.3, ("report", "train"): 0.2,
+           ("report", "serve"): 0.2, ("report", "cluster"): 0.2}  # fmt: skip
 
 TINY_SCENARIO = """name: tiny
 seed: 0

@@ -39,8 +39,11 @@ BASES = [
     ["validate", "score", "records.jsonl"],
     ["validate", "trace", "kernels.json"],
 ]  # fmt: skip
-# fitting and the report take seconds a call: benchmarks/fuzz_cli.py covers them
-SLOW_COMMANDS = {("validate", "calibrate"), ("validate", "report")}
+# fitting and the report take seconds a call: benchmarks/fuzz_cli.py covers them; diagnose and
+# report price a setup many times (seconds a call): benchmarks/fuzz_cli.py covers them too
+SLOW_COMMANDS = {("validate", "calibrate"), ("validate", "report"), ("diagnose", "train"),
+                 ("diagnose", "serve"), ("report", "train"), ("report", "serve"),
+                 ("report", "cluster")}  # fmt: skip
 TINY = """name: tiny
 horizon_days: 1
 cluster: {preset: dgx-h100, nodes: 1}
@@ -138,5 +141,5 @@ def test_no_flag_value_ends_in_a_traceback_a_long_error_or_a_leftover_file(data)
 
 def test_every_command_is_covered_by_a_base():
     covered = {_command(base) for base in BASES}
-    groups = {(), ("search",), ("validate",)}  # they only choose a command
+    groups = {(), ("search",), ("validate",), ("diagnose",), ("report",)}  # they only choose
     assert set(FLAGS) - groups - covered == SLOW_COMMANDS

@@ -32,6 +32,18 @@ class _Into:
         return self.parser
 
 
+def declare(module, parser) -> None:
+    """``module.register``'s flags on ``parser``, less its subcommands (``serve plan``, ``serve
+    edge``): a diagnosis or a report takes one setup of the command itself."""
+    module.register(_Into(parser))
+    for action in [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]:  # noqa: SLF001
+        parser._remove_action(action)  # noqa: SLF001
+        for group in parser._action_groups:  # noqa: SLF001
+            if action in group._group_actions:  # noqa: SLF001
+                group._group_actions.remove(action)  # noqa: SLF001
+        parser._subparsers = None  # noqa: SLF001
+
+
 def command_parser(kind: str):
     """The parser of ``gpuplan train`` or ``gpuplan serve``, built by the command itself."""
     from gpuplan.cli import Parser, serve_cmd, train_cmd
@@ -54,7 +66,7 @@ def register(subparsers) -> None:
         import gpuplan.cli.serve_cmd as serve_cmd
         import gpuplan.cli.train_cmd as train_cmd
 
-        (train_cmd if kind == "train" else serve_cmd).register(_Into(p))
+        declare(train_cmd if kind == "train" else serve_cmd, p)
         p.set_defaults(func=run, diagnose_kind=kind)
     from gpuplan.cli import require_subcommand
 

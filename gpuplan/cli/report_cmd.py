@@ -19,7 +19,7 @@ import json
 import shlex
 
 from gpuplan.cli.argtypes import positive_float
-from gpuplan.cli.diagnose_cmd import _Into, diagnose_setup, diagnosis_doc, setup_argv
+from gpuplan.cli.diagnose_cmd import declare, diagnose_setup, diagnosis_doc, setup_argv
 from gpuplan.outputs import check_output, write_atomically
 
 KINDS = ("train", "serve", "cluster")
@@ -38,7 +38,7 @@ def register(subparsers) -> None:
         p = sub.add_parser(kind, help=f"report of a `gpuplan {kind}` setup (its flags)",
                            description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-        modules[kind].register(_Into(p))
+        declare(modules[kind], p)
         p.add_argument("--out", required=True, help="the report's file: .html or .md")
         p.add_argument("--electricity-price", type=positive_float, default=None,
                        dest="electricity_price", help="USD per kWh of electricity")  # fmt: skip
