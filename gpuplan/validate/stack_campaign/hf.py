@@ -1,0 +1,276 @@
+"""Whole Hugging Face transformers models (``configs.MODELS``, random weights): prefill, decode
+with ``DynamicCache`` and ``StaticCache``, training steps; eager (``stack: hf-transformers``) and
+under ``torch.compile`` (``stack: torch-compile``).
+
+- ``prefill_step``: one forward of ``batch`` prompts of ``seq`` tokens, no cache kept,
+  ``logits_to_keep=1`` (what ``generate`` asks for); bf16 weights.
+- ``model_decode_step``: one token per sequence against ``context`` cached tokens. The cache is
+  filled by one forward of random prompts first. ``dynamic``: the model's default
+  ``DynamicCache``, cropped back to ``context`` before each timed call (untimed), so every step
+  concatenates onto the same length; ``static``: ``StaticCache`` of ``max_cache_len`` positions,
+  the new token written at ``cache_position = context``. Compiled: the forward under
+  ``torch.compile(mode="reduce-overhead")`` (CUDA graphs), static cache only.
+- ``model_train_step``: ``zero_grad(set_to_none=True)``, forward with ``labels`` under
+  ``torch.autocast(bfloat16)`` over fp32 weights, backward, ``torch.optim.AdamW`` (its default
+  foreach implementation) step: the HF Trainer's ``bf16=True`` with ``optim="adamw_torch"``.
+  Compiled: the model under ``torch.compile`` (default mode).
+
+``peak_bytes``: ``torch.cuda.max_memory_allocated()`` over one call after
+``reset_peak_memory_stats()``, weights (and cache, optimizer state) included; the record keeps
+``allocated_before_bytes``. Every record keeps the host probe taken before its model was built.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+
+from .common import TimeBox, Timer, Writer, lib_source, log, make_record
+from .configs import MODELS, tiny_config
+
+PREFILL = ((1, 512), (1, 4096), (8, 2048))  # (batch, seq)
+DECODE = ((1, 1024), (16, 4096), (64, 1024))  # (batch, context)
+TRAIN = ((1, 2048), (2, 4096))  # (micro_batch, seq)
+COMPILE_MODELS = ("llama3-8b", "deepseek-v2-lite")
+STATIC_EXTRA = 16  # StaticCache positions beyond the context: a generate() of 16 new tokens
+TINY_PREFILL, TINY_DECODE, TINY_TRAIN = ((1, 16),), ((2, 16),), ((1, 16),)
+
+
+def transformers_or_none():
+    try:
+        import transformers
+    except ImportError:
+        return None
+    return transformers
+
+
+def _build(torch, tf, device: str, name: str, layers: int, dtype, tiny: bool):
+    cfg_dict = tiny_config(name) if tiny else dict(MODELS[name]["hf_config"])
+    cfg_dict["num_hidden_layers"] = layers
+    model_type = cfg_dict.pop("model_type")
+    cfg_dict.pop("architectures", None)
+    cfg = tf.AutoConfig.for_model(model_type, **cfg_dict)
+    with torch.device(device):
+        try:
+            model = tf.AutoModelForCausalLM.from_config(cfg, dtype=dtype)
+        except TypeError:  # transformers 4.x spells it torch_dtype
+            model = tf.AutoModelForCausalLM.from_config(cfg, torch_dtype=dtype)
+    model.to(device=device, dtype=dtype)
+    info = {"attn_implementation": getattr(model.config, "_attn_implementation", None),
+            "experts_implementation": getattr(model.config, "experts_implementation", None),
+            "num_params": sum(p.numel() for p in model.parameters()),
+            "transformers": tf.__version__, "model_source": MODELS[name]["source"]}
+    return model, info
+
+
+def _static_cache(tf, model, batch: int, max_len: int, device, dtype):
+    try:  # transformers 5: shapes are taken at the first update
+        return tf.StaticCache(config=model.config, max_cache_len=max_len)
+    except TypeError:
+        return tf.StaticCache(config=model.config, max_batch_size=batch, max_cache_len=max_len,
+                              device=device, dtype=dtype)
+
+
+def _peak(torch, device: str, fn) -> tuple[int, int]:
+    if device != "cuda":
+        fn()
+        return 1, 1
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    torch.cuda.synchronize()
+    return max(1, torch.cuda.max_memory_allocated()), before
+
+
+class _Part:
+    """What the HF cases share: torch, the device, the writer, the timer, the host probe."""
+
+    def __init__(self, torch, device, device_key, writer, tiny):
+        self.torch, self.device, self.key, self.writer, self.tiny = (torch, device, device_key,
+                                                                     writer, tiny)
+        self.timer = Timer(torch, device, target_s=0.3, max_reps=10)
+        self.probe_s = None
+
+    def emit(self, kind, params, stats, peak, before, what, info, **extra):
+        rec = make_record(kind, self.key, params,
+                          {"time_s": stats["median_s"], "peak_bytes": int(peak)},
+                          lib_source(self.torch, self.device, what, stats), stats=stats,
+                          allocated_before_bytes=int(before), host_probe_s=self.probe_s,
+                          hf=info, **extra)
+        self.writer.write(rec)
+        log(f"  {kind} {params} {stats['median_s'] * 1e3:.3f} ms peak {peak / 1e9:.2f} GB")
+
+    def ids(self, batch, seq, vocab):
+        return self.torch.randint(0, vocab, (batch, seq), device=self.device)
+
+
+def _prefill(part, model, name, layers, stack, info, shapes, box):
+    torch = part.torch
+    vocab = model.config.vocab_size
+    fwd = _compile(torch, part.device, model) if stack == "torch-compile" else model
+    for b, s in shapes:
+        if box.over():
+            return
+        x = part.ids(b, s, vocab)
+
+        def fn(x=x):
+            with torch.no_grad():
+                return fwd(input_ids=x, use_cache=False, logits_to_keep=1)
+
+        stats = part.timer.isolated(fn, warmup=3 if stack == "torch-compile" else 1)
+        peak, before = _peak(torch, part.device, fn)
+        params = {"model": name, "layers": layers, "batch": b, "seq": s, "dtype": "bf16",
+                  "stack": stack, "timing": "isolated"}
+        part.emit("prefill_step", params, stats, peak, before, f"{name} forward ({stack})", info)
+
+
+def _decode(part, tf, model, name, layers, stack, info, shapes, box, caches):
+    torch = part.torch
+    vocab = model.config.vocab_size
+    compiled = stack == "torch-compile"
+    step_fwd = model.forward
+    if compiled:
+        step_fwd = _compile(torch, part.device, model.forward, mode="reduce-overhead")
+    for b, ctx in shapes:
+        for kv in caches:
+            if box.over():
+                return
+            prompt = part.ids(b, ctx, vocab)
+            tok = part.ids(b, 1, vocab)
+            dt = next(model.parameters()).dtype
+            with torch.no_grad():
+                if kv == "static":
+                    max_len = ctx + STATIC_EXTRA
+                    cache = _static_cache(tf, model, b, max_len, part.device, dt)
+                    model(input_ids=prompt, past_key_values=cache, use_cache=True,
+                          cache_position=torch.arange(ctx, device=part.device), logits_to_keep=1)
+                    pos = torch.tensor([ctx], device=part.device)
+                    before = None
+                else:
+                    max_len = None
+                    cache = model(input_ids=prompt, use_cache=True,
+                                  logits_to_keep=1).past_key_values
+                    pos = torch.tensor([ctx], device=part.device)
+
+                    def before(cache=cache, ctx=ctx):
+                        cache.crop(ctx)
+
+            def fn(cache=cache, tok=tok, pos=pos):
+                with torch.no_grad():
+                    return step_fwd(input_ids=tok, past_key_values=cache, use_cache=True,
+                                    cache_position=pos, position_ids=pos.expand(tok.shape[0], 1))
+
+            stats = part.timer.isolated(fn, warmup=4 if compiled else 2, before=before)
+            def once(fn=fn, before=before):
+                if before is not None:
+                    before()
+                fn()
+
+            peak, before_bytes = _peak(torch, part.device, once)
+            params = {"model": name, "layers": layers, "batch": b, "context": ctx,
+                      "kv_cache": kv, "dtype": "bf16", "stack": stack, "timing": "isolated"}
+            if max_len:
+                params["max_cache_len"] = max_len
+            part.emit("model_decode_step", params, stats, peak, before_bytes,
+                      f"{name} decode step ({kv} cache, {stack})", info,
+                      cache_class=type(cache).__name__)
+            cache = fn = once = None
+            _free(torch, part.device)
+
+
+def _train(part, model, name, layers, stack, info, shapes, box):
+    torch = part.torch
+    vocab = model.config.vocab_size
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    fwd = _compile(torch, part.device, model) if stack == "torch-compile" else model
+    dev_type = "cuda" if part.device == "cuda" else "cpu"
+    for mb, s in shapes:
+        if box.over():
+            return
+        x = part.ids(mb, s, vocab)
+
+        def step(x=x):
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast(dev_type, dtype=torch.bfloat16):
+                loss = fwd(input_ids=x, labels=x).loss
+            loss.backward()
+            opt.step()
+
+        stats = part.timer.isolated(step, warmup=3 if stack == "torch-compile" else 2,
+                                    reps=3 if not part.tiny else 2)
+        peak, before = _peak(torch, part.device, step)
+        params = {"model": name, "layers": layers, "micro_batch": mb, "seq": s,
+                  "optimizer": "adamw", "precision": "bf16-mixed", "stack": stack,
+                  "timing": "isolated"}
+        part.emit("model_train_step", params, stats, peak, before,
+                  f"{name} train step, AdamW foreach, bf16 autocast over fp32 ({stack})", info,
+                  optimizer_impl="torch.optim.AdamW (foreach)")
+    _free(torch, part.device)
+
+
+def _compile(torch, device: str, fn, mode: str | None = None):
+    """torch.compile on a GPU (inductor; ``mode`` as given); aot_eager on a CPU (smoke path)."""
+    if device != "cuda":
+        return torch.compile(fn, backend="aot_eager")
+    return torch.compile(fn, mode=mode) if mode else torch.compile(fn)
+
+
+def _free(torch, device):
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
+def run(torch, device, device_key, out_dir, box: TimeBox, tiny: bool, *, compiled: bool) -> dict:
+    """Every model in turn (eager), or the compiled cases of ``COMPILE_MODELS``."""
+    tf = transformers_or_none()
+    if tf is None:
+        log("  hf: transformers is not installed here: whole-model parts skipped")
+        return {"skipped": "transformers is not installed"}
+    if hasattr(tf, "logging"):
+        tf.logging.set_verbosity_error()
+    from ..harness.timing import Clock
+
+    torch._dynamo.config.cache_size_limit = 64
+    part = _Part(torch, device, device_key, Writer(out_dir, "models"), tiny)
+    names = COMPILE_MODELS if compiled else tuple(MODELS)
+    stack = "torch-compile" if compiled else "hf-transformers"
+    failed = {}
+    pre, dec, tr = (TINY_PREFILL, TINY_DECODE, TINY_TRAIN) if tiny else (PREFILL, DECODE, TRAIN)
+    if compiled and not tiny:
+        pre, dec, tr = pre[1:2], dec[:2], tr[:1]
+    for i, name in enumerate(names):
+        if box.over():
+            log(f"  hf: time box reached before {name}")
+            break
+        model_s = box.left_s() / (len(names) - i)
+        lay = {k: 2 for k in MODELS[name]["layers"]} if tiny else MODELS[name]["layers"]
+        infer_layers = lay["compile"] if compiled else lay["infer"]
+        part.probe_s = Clock(torch, device).host_probe_s() / 64
+        for phase in ("infer", "train"):
+            start = time.monotonic()
+            # Inference gets 60% of the model's share, training the rest (and what is left).
+            share = TimeBox(0.6 * model_s if phase == "infer" else box.left_s() / (len(names) - i))
+            try:
+                if phase == "infer":
+                    model, info = _build(torch, tf, device, name, infer_layers, torch.bfloat16,
+                                         tiny)
+                    model.eval()
+                    _prefill(part, model, name, infer_layers, stack, info, pre, share)
+                    _decode(part, tf, model, name, infer_layers, stack, info, dec, share,
+                            ("static",) if compiled else ("dynamic", "static"))
+                else:
+                    layers = lay["compile"] if compiled else lay["train"]
+                    model, info = _build(torch, tf, device, name, layers, torch.float32, tiny)
+                    model.train()
+                    _train(part, model, name, layers, stack, info, tr, share)
+            except Exception as exc:  # one model's failure must not end the part
+                msg = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+                failed[f"{name}/{phase}"] = msg
+                log(f"  hf {name} {phase} ({stack}) FAILED {msg}")
+            model = None
+            _free(torch, device)
+            torch._dynamo.reset()
+            log(f"  hf {name} {phase} ({stack}): {time.monotonic() - start:.1f} s")
+    return {"records": part.writer.count, "failed": failed}
