@@ -24,8 +24,8 @@ def test_every_serving_stack_is_registered_with_its_sources_and_a_runtime(name):
 
 
 @pytest.mark.parametrize(("gpu", "kernel"), [("h200", "flash3"), ("h100-sxm", "flash3"),
-                                             ("a100-sxm-80gb", "flash2"), ("b200", "flashinfer")])
-def test_vllm_runs_fa3_on_hopper_fa2_on_ampere_and_flashinfer_on_blackwell(gpu, kernel):
+                                             ("a100-sxm-80gb", "flash2"), ("b200", "cudnn")])
+def test_vllm_runs_fa3_on_hopper_fa2_on_ampere_and_a_priced_kernel_on_blackwell(gpu, kernel):
     got = resolved_attention(get_stack("vllm"), get_accelerator(gpu))
     assert (got.prefill, got.decode) == (kernel, kernel)
 
@@ -47,7 +47,7 @@ def test_a_vllm_decode_of_3_sequences_costs_the_padded_batch_of_4():
 
 
 def test_trt_llm_issues_kernels_cheaper_than_eager_pytorch_by_its_fitted_factor():
-    trt, eager = (stack_deployment("llama3-8b", "h200", s) for s in ("trt-llm", "eager-2023"))
+    trt, eager = (stack_deployment("llama3-8b", "h200", s) for s in ("trt-llm", "gpuplan-server"))
     factor = get_stack("trt-llm").host.call_factor
     assert trt.eff.host_launch_s == pytest.approx(factor * eager.eff.host_launch_s)
     assert not trt.cuda_graph and trt.decode_buckets == ()

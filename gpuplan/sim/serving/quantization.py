@@ -10,6 +10,11 @@ Formats, named (the ``--weight-dtype`` and ``--kv-dtype`` a user picks):
 - ``int8`` / ``int4`` weights: weight-only W8A16 / W4A16 (GPTQ, Frantar et al. 2023; AWQ, Lin
   et al. 2024): weights dequantized inside the GEMM, the math in 16 bits, one fp16 scale per
   group of 128 weights (the AWQ and GPTQ default group size).
+- ``fp4`` weights: NVFP4 (W4A4), weights and activations in FP4 e2m1 with one FP8 e4m3 scale
+  per block of 16 values (NVIDIA, "Introducing NVFP4 for Efficient and Accurate Low-Precision
+  Inference", 2025; TensorRT-LLM's and ModelOpt's FP4 checkpoints), the GEMM on Blackwell's FP4
+  tensor cores at twice the FP8 rate (NVIDIA Blackwell datasheet: HGX B200 FP4 9 PF against FP8
+  4.5 PF dense, GB200 10 against 5): ``FP4_ARCHS`` only; elsewhere a one-line error.
 - ``fp8`` KV cache: keys and values stored in one byte each (vLLM ``kv_cache_dtype=fp8``).
 
 Which weights: the linear projections of every block (attention, MLP, experts). The embedding,
@@ -32,13 +37,18 @@ is derived in the catalogue from its INT8 rate, so ``serve edge`` prices it on i
 
 from __future__ import annotations
 
-from gpuplan.errors import check_choice
+from gpuplan.errors import GpuplanError, check_choice
 from gpuplan.hwmodels.gemm import gemm_bytes, gemm_memory_s, gemm_time
 from gpuplan.hwmodels.kernel_time import KernelTime
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.ops import Gemm
 
-WEIGHT_DTYPES = ("bf16", "fp8", "int8", "int4")
+WEIGHT_DTYPES = ("bf16", "fp8", "int8", "int4")  # every device (edge's "all")
+FORMATS = (*WEIGHT_DTYPES, "fp4")  # fp4 on FP4_ARCHS only
+FP4_KEYS = ("b200", "gb200")  # Blackwell, the catalogue's devices with FP4 tensor cores
+FP4_RATE_OVER_FP8 = 2.0  # Blackwell datasheet (module docstring)
+FP4_BLOCK = 16  # values per FP8 scale of NVFP4
+FP4_BYTES = 0.5 + 1 / FP4_BLOCK  # stored bytes per value, scales included
 KV_DTYPES = ("bf16", "fp8")
 GROUP_SIZE = 128  # weights per quantization scale (AWQ, GPTQ default)
 SCALE_BYTES = 2  # one fp16 scale per group
@@ -47,14 +57,19 @@ _MATH_FALLBACK = ("bf16", "fp16", "fp32")
 SKINNY_ROWS = 16  # rows up to which weight-only and mat-vec kernels run untiled
 
 
-def check_formats(weight_dtype: str, kv_dtype: str) -> None:
-    check_choice("weight_dtype", weight_dtype, WEIGHT_DTYPES)
+def check_formats(weight_dtype: str, kv_dtype: str, acc=None) -> None:
+    check_choice("weight_dtype", weight_dtype, FORMATS)
+    if weight_dtype == "fp4" and acc is not None and acc.key not in FP4_KEYS:
+        raise GpuplanError(f"weight_dtype='fp4' cannot run on {acc.key}: NVFP4 needs Blackwell's "
+                           f"FP4 tensor cores ({', '.join(FP4_KEYS)})")  # fmt: skip
     check_choice("kv_dtype", kv_dtype, KV_DTYPES)
 
 
 def weight_bytes_per_param(weight_dtype: str) -> float:
     """Stored bytes per quantized weight, group scales included."""
-    check_choice("weight_dtype", weight_dtype, WEIGHT_DTYPES)
+    check_choice("weight_dtype", weight_dtype, FORMATS)
+    if weight_dtype == "fp4":
+        return FP4_BYTES
     if weight_dtype in ("int8", "int4"):
         return dtype_bytes(weight_dtype) + SCALE_BYTES / GROUP_SIZE
     return dtype_bytes(weight_dtype)
@@ -83,6 +98,8 @@ def quantized_gemm_time(acc, op: Gemm, eff, *, weight_dtype: str = "bf16") -> Ke
     """Time of ``op`` (all its ``count`` repetitions) with its weights in ``weight_dtype``."""
     if op.name in UNQUANTIZED_GEMMS:
         weight_dtype = "bf16"
+    if weight_dtype == "fp4":
+        return _fp4_gemm_time(acc, op, eff)
     math = math_dtype(acc, weight_dtype, op.dtype)
     if math == op.dtype and weight_dtype == "bf16":
         return gemm_time(acc, op.m, op.n, op.k, op.dtype, eff).scaled(op.count)
@@ -100,4 +117,15 @@ def quantized_gemm_time(acc, op: Gemm, eff, *, weight_dtype: str = "bf16") -> Ke
         memory_s = gemm_memory_s(acc, op.m, op.n, op.k, "bf16", eff) * (
             moved / gemm_bytes(op.m, op.n, op.k, "bf16")
         )
+    return KernelTime(compute_s, memory_s, eff.kernel_overhead_s).scaled(op.count)
+
+
+def _fp4_gemm_time(acc, op: Gemm, eff) -> KernelTime:
+    """W4A4 NVFP4: the fp8 GEMM model's compute at ``FP4_RATE_OVER_FP8`` times the rate; the
+    bytes of fp4 activations and weights with their scales in, a 16-bit output."""
+    compute_s = gemm_time(acc, op.m, op.n, op.k, "fp8", eff).compute_s / FP4_RATE_OVER_FP8
+    moved = (op.m * op.k + op.k * op.n) * FP4_BYTES + op.m * op.n * dtype_bytes(op.dtype)
+    memory_s = gemm_memory_s(acc, op.m, op.n, op.k, "bf16", eff) * (
+        moved / gemm_bytes(op.m, op.n, op.k, "bf16")
+    )
     return KernelTime(compute_s, memory_s, eff.kernel_overhead_s).scaled(op.count)

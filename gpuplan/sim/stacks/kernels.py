@@ -94,13 +94,14 @@ def fa_default(acc) -> str:
     """The attention a serving engine's bundled FlashAttention runs: FlashAttention-3 on Hopper,
     FlashAttention-2 elsewhere (vLLM ``vllm/attention/utils/fa_utils.py``,
     ``get_flash_attn_version``: "if hopper default to FA3, otherwise stick to FA2"); where
-    neither runs (Blackwell), FlashInfer's kernels (vLLM's backend selection for sm_100)."""
+    neither runs (Blackwell), the engines' own Blackwell kernels (FlashInfer's, TensorRT-LLM's)
+    are priced as cuDNN's fused attention, the one kernel with fitted rates there."""
     arch = ARCH.get(acc.key)
     if arch in KERNEL_ARCHS["flash3"]:
         return "flash3"
     if arch in KERNEL_ARCHS["flash2"]:
         return "flash2"
-    return "flashinfer" if arch in KERNEL_ARCHS["flashinfer"] else "math"
+    return "cudnn" if arch in KERNEL_ARCHS["cudnn"] else "math"
 
 
 def resolved_attention(stack, acc):

@@ -7,7 +7,8 @@ Where each choice comes from:
 
 ``vllm`` (V1 engine, 0.8 and later):
 - attention: its bundled FlashAttention, FA3 on Hopper and FA2 elsewhere
-  (``vllm/attention/utils/fa_utils.py``, ``get_flash_attn_version``; ``fa-default``), paged;
+  (``vllm/attention/utils/fa_utils.py``, ``get_flash_attn_version``; ``fa-default``), paged; on
+  Blackwell (FlashInfer there) priced as cuDNN's fused attention (``kernels.fa_default``);
 - elementwise: the model is compiled by torch.compile (Inductor) by default
   (vLLM docs, "torch.compile integration"), so elementwise ops are fused Triton kernels;
 - CUDA graphs: piecewise graphs captured for the batch sizes ``[1, 2, 4]`` + multiples of 8 below
