@@ -123,3 +123,33 @@ def test_a_band_is_rendered_where_the_document_has_one():
     assert banded({}, "step_time_s", 0.577) == "577 ms (no band)"
     assert "no band" in band_section({}).paragraphs[0]
     assert band_section(doc).tables[0].rows == (("step_time_s", "540 ms", "610 ms"),)
+
+
+TINY = """name: tiny
+horizon_days: 1
+cluster: {preset: dgx-h100, nodes: 1}
+failures: {enabled: false}
+jobs:
+  - {id: a, model: megatron-gpt-1.7b, gpus: 8, steps: 10}
+"""
+
+
+@pytest.mark.slow
+def test_cluster_report_shows_each_run_and_its_energy(tmp_path, capsys):
+    scenario, out = tmp_path / "tiny.yaml", tmp_path / "c.html"
+    scenario.write_text(TINY)
+    assert main(["report", "cluster", str(scenario), "--no-progress", "--electricity-price",
+                 "0.1", "--out", str(out)]) == 0  # fmt: skip
+    page = Page()
+    page.feed(out.read_text())
+    assert page.images and all(s.startswith("data:image/png;base64,") for s in page.images)
+    doc = _doc(capsys, ["cluster", str(scenario), "--no-progress", "--json"])
+    text = " ".join(page.text)
+    for run in doc["runs"]:
+        assert run["name"] in text
+    assert f"{doc['runs'][0]['summary']['energy_kwh']:,.0f} kWh" in text
+
+
+def test_a_document_other_than_one_setup_is_refused(tmp_path, capsys):
+    assert main(["report", "cluster", "tiny", "--list", "--out", str(tmp_path / "r.html")]) == 2
+    assert "drop --list" in capsys.readouterr().err and list(tmp_path.iterdir()) == []

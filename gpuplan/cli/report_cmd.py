@@ -20,10 +20,13 @@ import shlex
 
 from gpuplan.cli.argtypes import positive_float
 from gpuplan.cli.diagnose_cmd import declare, diagnose_setup, diagnosis_doc, setup_argv
+from gpuplan.errors import GpuplanError
 from gpuplan.outputs import check_output, write_atomically
 
 KINDS = ("train", "serve", "cluster")
 OWN = ("--out", "--electricity-price")
+REFUSED = {"train": ("--reproduce", "--timeline"), "serve": ("--reproduce", "--disaggregate"),
+           "cluster": ("--list", "--check")}  # what prints another document than one setup's
 
 
 def register(subparsers) -> None:
@@ -63,6 +66,9 @@ def run(args) -> int:
     from gpuplan.report.render import html_page, markdown
 
     kind = args.report_kind
+    for flag in REFUSED[kind]:
+        if getattr(args, flag[2:].replace("-", "_"), None):
+            raise GpuplanError(f"report {kind} reports one setup: drop {flag}")
     out = check_output(args.out, "--out", suffixes=("html", "md"))  # before any work
     argv = setup_argv(kind, args.command_argv, "report", drop=OWN)
     command = shlex.join(["gpuplan", kind, *argv])
