@@ -160,3 +160,16 @@ def test_the_achieved_request_rate_is_over_the_arrival_window_not_the_drain(caps
     # overloaded: what finished while requests kept coming, never the offered 400/s
     capacity = served("inf")["requests_per_s"]
     assert flooded["requests_per_s"] <= 1.05 * capacity
+
+
+def test_serve_prints_its_table_without_loading_pandas():
+    import subprocess
+    import sys
+
+    code = ("import sys, io, contextlib; from gpuplan.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    assert main(['serve', '--model', 'llama2-7b', '--gpu', 'a100-sxm-80gb', '--rate', '4',"
+            " '--prompt-tokens', '256', '--output-tokens', '16', '--requests', '50']) == 0\n"
+            "print(sorted(m for m in ('pandas', 'pyarrow', 'matplotlib') if m in sys.modules))")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"  # the frames are built only when asked for (--requests-csv)

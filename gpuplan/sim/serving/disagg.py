@@ -30,7 +30,7 @@ from gpuplan.sim.serving.engine import (
     make_replica,
 )
 from gpuplan.sim.serving.kv_cache import kv_bytes_per_token, kv_capacity
-from gpuplan.sim.serving.metrics import Timeline, conservation, request_frame, summarize
+from gpuplan.sim.serving.metrics import Timeline, conservation, request_columns, summarize
 from gpuplan.sim.serving.router import Router
 from gpuplan.sim.serving.state import RequestTable
 from gpuplan.sim.serving.step_model import StepModel
@@ -151,12 +151,12 @@ def simulate_disaggregated(
     env.process(arrivals(env, table, dispatch))
     env.run(until=horizon_s)
     bar.close()
-    frame = request_frame(table, end_s=env.now)
+    frame = request_columns(table, end_s=env.now)
     summary = summarize(frame, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s)
     summary["conservation"] = conservation(frame, table, [r.state for r in pre + dec])
     return ServingResult(
-        requests=frame,
-        timeline=line.frame(),
+        request_columns=frame,
+        timeline_columns=line.columns(),
         summary=summary,
         capacity=kv_capacity(dep, sched),
         end_s=env.now,

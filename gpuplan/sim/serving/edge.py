@@ -16,7 +16,7 @@ CUDA graphs, Metal command buffers).
 
 from __future__ import annotations
 
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from gpuplan.sim.inputs import check_params
 from gpuplan.sim.serving.deployment import deployment
@@ -25,6 +25,9 @@ from gpuplan.sim.serving.on_stack import stack_deployment
 from gpuplan.sim.serving.quantization import WEIGHT_DTYPES
 from gpuplan.sim.serving.speculative import speculative_decode
 from gpuplan.sim.serving.step_model import Batch, StepModel, iteration_breakdown
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 MEMORY_UTILIZATION = 0.9  # share of the (shared) memory the model may take
 BATCHES = (1, 2, 4, 8)
@@ -99,6 +102,8 @@ def edge_estimates(
     draft_model=None,
 ) -> pd.DataFrame:
     """One row per weight format and batch size (``edge_row``)."""
+    import pandas as pd
+
     check_params({"context": context, "tokens": prompt_tokens})
     for b in batches:
         check_params({"batch": b})

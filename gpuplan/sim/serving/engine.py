@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import pandas as pd
 import simpy
 
 from gpuplan.errors import GpuplanError, check_positive
@@ -27,7 +27,7 @@ from gpuplan.sim.serving.metrics import (
     Timeline,
     conservation,
     prefix_cache_summary,
-    request_frame,
+    request_columns,
     summarize,
     time_average,
 )
@@ -36,17 +36,35 @@ from gpuplan.sim.serving.router import Router
 from gpuplan.sim.serving.state import ReplicaState, RequestTable
 from gpuplan.sim.serving.step_model import StepModel
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServingResult:
-    """Per-request outcomes, the timeline, their summary, and the replica's KV cache."""
+    """Per-request outcomes, the timeline, their summary, and the replica's KV cache. The
+    outcomes and the timeline are kept as numpy columns; ``requests`` and ``timeline`` are
+    their DataFrames, built when asked for (so a run that only prints its summary never loads
+    pandas)."""
 
-    requests: pd.DataFrame
-    timeline: pd.DataFrame
+    request_columns: dict  # REQUEST_COLUMNS -> numpy array
+    timeline_columns: dict  # Timeline.COLUMNS -> numpy array
     summary: dict
     capacity: KvCapacity
     end_s: float  # simulated time at the end
     wall_s: float  # seconds the simulation took
+
+    @property
+    def requests(self) -> pd.DataFrame:
+        import pandas as pd
+
+        return pd.DataFrame(self.request_columns)
+
+    @property
+    def timeline(self) -> pd.DataFrame:
+        import pandas as pd
+
+        return pd.DataFrame(self.timeline_columns)
 
 
 class Replica:
@@ -217,7 +235,7 @@ def simulate(
     env.run(until=horizon_s)
     bar.close()
     end_s = env.now
-    frame, over_time = request_frame(table, end_s=end_s), line.frame()
+    frame, over_time = request_columns(table, end_s=end_s), line.columns()
     summary = summarize(frame, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s)
     summary["conservation"] = conservation(frame, table, [r.state for r in reps])
     if table.prefix_id is not None:
@@ -228,8 +246,8 @@ def simulate(
         used = time_average(over_time, "kv_blocks_used", end_s=end_s)
         summary["kv_use_mean"] = used / (cap.blocks * replicas)
     return ServingResult(
-        requests=frame,
-        timeline=over_time,
+        request_columns=frame,
+        timeline_columns=over_time,
         summary=summary,
         capacity=cap,
         end_s=end_s,

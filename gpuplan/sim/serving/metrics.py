@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import math
 from array import array
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from gpuplan.sim.serving.state import FINISHED, REJECTED
+
+if TYPE_CHECKING:  # pandas only where a frame is asked for: `gpuplan serve` never imports it
+    import pandas as pd
 
 STATUS = {0: "in_flight", FINISHED: "finished", REJECTED: "rejected"}
 PERCENTILES = (50, 90, 99)
@@ -47,6 +50,13 @@ REQUEST_COLUMNS = (
 def request_frame(table, *, end_s: float) -> pd.DataFrame:
     """One row per request; ``status`` is finished, rejected, in_flight or not_arrived (not yet
     offered to a replica: arriving after ``end_s``, or at the instant the simulation stopped)."""
+    import pandas as pd
+
+    return pd.DataFrame(request_columns(table, end_s=end_s))
+
+
+def request_columns(table, *, end_s: float) -> dict[str, np.ndarray]:
+    """``request_frame``'s columns (in ``REQUEST_COLUMNS`` order) as numpy arrays."""
     arrival = np.asarray(table.arrival_s)
     first = np.asarray(table.first_token_s)
     finish = np.asarray(table.finish_s)
@@ -58,8 +68,7 @@ def request_frame(table, *, end_s: float) -> pd.DataFrame:
     done = code == FINISHED
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(done & (output > 1), (finish - first) / (output - 1), np.nan)
-    frame = pd.DataFrame(
-        {
+    cols = {
             "request_id": np.arange(table.n),
             "replica": np.asarray(table.replica),
             "decode_replica": np.asarray(table.decode_replica),
@@ -73,9 +82,8 @@ def request_frame(table, *, end_s: float) -> pd.DataFrame:
             "ttft_s": np.where(done, first - arrival, np.nan),
             "tpot_s": tpot,
             "e2e_s": np.where(done, finish - arrival, np.nan),
-        }
-    )
-    return frame[list(REQUEST_COLUMNS)]
+    }  # fmt: skip
+    return {c: cols[c] for c in REQUEST_COLUMNS}
 
 
 def prefix_cache_summary(table) -> dict:
@@ -99,7 +107,7 @@ def stats(values) -> dict[str, float]:
 
 
 def summarize(
-    requests: pd.DataFrame, *, slo_ttft_s: float | None = None, slo_tpot_s: float | None = None
+    requests, *, slo_ttft_s: float | None = None, slo_tpot_s: float | None = None
 ) -> dict:
     """Latency statistics, throughput, counts and goodput of a request frame.
 
@@ -109,41 +117,54 @@ def summarize(
     drain after the last arrival neither lowers a rate the system kept up with nor lets an
     overloaded one claim the offered rate. With every request at once (``--rate inf``) the
     window is empty and the rates are over the span (an offline throughput)."""
-    done = requests[requests["status"] == "finished"]
-    span = float(done["finish_s"].max() - requests["arrival_s"].min()) if len(done) else math.nan
-    first, last = float(requests["arrival_s"].min()), float(requests["arrival_s"].max())
+    col = {c: np.asarray(requests[c]) for c in ("status", "arrival_s", "finish_s", "ttft_s",
+                                                 "tpot_s", "e2e_s", "output_tokens", "preemptions")}  # fmt: skip
+    status = col["status"]
+    done = status == "finished"
+    arrival, finish = col["arrival_s"], col["finish_s"]
+    span = float(finish[done].max() - arrival.min()) if done.any() else math.nan
+    first, last = float(arrival.min()), float(arrival.max())
     window = last - first
-    counted = done[done["finish_s"] <= last] if window > 0 else done
+    counted = done & (finish <= last) if window > 0 else done
     per = window if window > 0 else span
-    counts = requests["status"].value_counts()
     out = {
-        "ttft_s": stats(done["ttft_s"]),
-        "tpot_s": stats(done["tpot_s"]),
-        "e2e_s": stats(done["e2e_s"]),
-        "output_tokens_per_s": float(done["output_tokens"].sum()) / span if span else math.nan,
-        "requests_per_s": len(counted) / per if per else math.nan,
-        "finished": int(counts.get("finished", 0)),
-        "rejected": int(counts.get("rejected", 0)),
-        "in_flight": int(counts.get("in_flight", 0)),
-        "preemptions": int(requests["preemptions"].sum()),
+        "ttft_s": stats(col["ttft_s"][done]),
+        "tpot_s": stats(col["tpot_s"][done]),
+        "e2e_s": stats(col["e2e_s"][done]),
+        "output_tokens_per_s": float(col["output_tokens"][done].sum()) / span if span else math.nan,
+        "requests_per_s": int(counted.sum()) / per if per else math.nan,
+        "finished": int(done.sum()),
+        "rejected": int((status == "rejected").sum()),
+        "in_flight": int((status == "in_flight").sum()),
+        "preemptions": int(col["preemptions"].sum()),
         "span_s": span,
         "arrival_window_s": window,
     }
     if slo_ttft_s is not None or slo_tpot_s is not None:
-        met = meets_slo(done, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s)
-        out["slo_attainment"] = float(met.mean()) if len(done) else math.nan
-        in_window = meets_slo(counted, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s)
-        out["goodput_requests_per_s"] = float(in_window.sum()) / per if per else math.nan
+        met = _meets(col["ttft_s"], col["tpot_s"], slo_ttft_s, slo_tpot_s)
+        out["slo_attainment"] = float(met[done].mean()) if done.any() else math.nan
+        good = int((met & counted).sum())
+        out["goodput_requests_per_s"] = good / per if per else math.nan
     return out
 
 
-def conservation(requests: pd.DataFrame, table, states) -> dict:
+def _meets(ttft, tpot, slo_ttft_s, slo_tpot_s) -> np.ndarray:
+    """Per request: TTFT and TPOT within the SLOs given (a one-token request has no TPOT)."""
+    ok = np.ones(len(ttft), dtype=bool)
+    if slo_ttft_s is not None:
+        ok &= ttft <= slo_ttft_s
+    if slo_tpot_s is not None:
+        ok &= np.nan_to_num(tpot, nan=0.0) <= slo_tpot_s
+    return ok
+
+
+def conservation(requests, table, states) -> dict:
     """Where every request is at the end: finished, running (prefilling or decoding), queued
     (waiting or swapped out), rejected, transferring (its KV cache on the link from a prefill to
     a decode replica) or not yet arrived — each exactly once. Counts are taken from the replicas'
     queues, independently of the request table's status, and must agree with it; raises
     RuntimeError when a request is counted twice, nowhere, or where its status says it is not."""
-    status = requests["status"].to_numpy()
+    status = np.asarray(requests["status"])
     in_flight = set(np.flatnonzero(status == "in_flight").tolist())
     running, queued = [], []
     for st in states:
@@ -153,7 +174,7 @@ def conservation(requests: pd.DataFrame, table, states) -> dict:
     placed = set(running) | set(queued)
     transferring = {r for r in in_flight - placed if table.remote[r]}
     counts = {
-        "requests": int(len(requests)),
+        "requests": int(len(status)),
         "finished": int((status == "finished").sum()),
         "running": len(running),
         "queued": len(queued),
@@ -179,6 +200,8 @@ def conservation(requests: pd.DataFrame, table, states) -> dict:
 
 def meets_slo(done: pd.DataFrame, *, slo_ttft_s=None, slo_tpot_s=None) -> pd.Series:
     """Per finished request: whether its TTFT and TPOT are within the SLOs given."""
+    import pandas as pd
+
     ok = pd.Series(True, index=done.index)
     if slo_ttft_s is not None:
         ok &= done["ttft_s"] <= slo_ttft_s
@@ -208,19 +231,39 @@ class Timeline:
         c["kv_blocks_used"].append(st.total_blocks - st.free_blocks())
 
     def frame(self) -> pd.DataFrame:
-        frame = pd.DataFrame({c: np.frombuffer(v, dtype=float) for c, v in self._cols.items()})
+        import pandas as pd
+
+        return pd.DataFrame(self.columns())
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """The records as numpy arrays (counts as int64)."""
+        cols = {c: np.frombuffer(v, dtype=float) for c, v in self._cols.items()}
         for c in ("replica", "in_system", "waiting", "running", "kv_blocks_used"):
-            frame[c] = frame[c].astype(np.int64)
-        return frame
+            cols[c] = cols[c].astype(np.int64)
+        return cols
 
 
-def time_average(timeline: pd.DataFrame, column: str, *, end_s: float) -> float:
-    """Time average of ``column`` summed over replicas, from time zero to ``end_s``."""
-    if timeline.empty or end_s <= 0:
+def time_average(timeline, column: str, *, end_s: float) -> float:
+    """Time average of ``column`` summed over replicas, from time zero to ``end_s`` (a frame or
+    ``Timeline.columns()``): each replica holds its last recorded value until its next record,
+    and counts 0 before its first."""
+    times = np.asarray(timeline["time_s"], dtype=float)
+    if not len(times) or end_s <= 0:
         return math.nan
-    wide = timeline.pivot_table(
-        index="time_s", columns="replica", values=column, aggfunc="last"
-    ).ffill()
-    total = wide.fillna(0).sum(axis=1)
-    times = np.append(total.index.to_numpy(), end_s)
-    return float((total.to_numpy() * np.diff(times)).sum() / end_s)
+    replicas = np.asarray(timeline["replica"])
+    values = np.asarray(timeline[column], dtype=float)
+    ids = sorted(set(replicas.tolist()))
+    index = {r: k for k, r in enumerate(ids)}
+    order = np.argsort(times, kind="stable")  # records in time order; the last at a time wins
+    current = [0.0] * len(ids)
+    instants, totals = [], []
+    for k in order.tolist():
+        t = times[k]
+        current[index[replicas[k]]] = values[k]
+        if instants and instants[-1] == t:
+            totals[-1] = sum(current)
+        else:
+            instants.append(t)
+            totals.append(sum(current))
+    edges = np.append(np.asarray(instants), end_s)
+    return float((np.asarray(totals) * np.diff(edges)).sum() / end_s)

@@ -27,9 +27,9 @@ import math
 import time
 from dataclasses import dataclass, replace
 from functools import partial
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 from tqdm import tqdm
 
 from gpuplan.errors import GpuplanError, check_positive
@@ -50,6 +50,9 @@ from gpuplan.sim.serving.step_model import Batch, StepModel
 from gpuplan.sim.sweep import InProcess, Pool
 from gpuplan.units import HOUR
 from gpuplan.workloads.presets import get_model
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 WARMUP_SHARE = 0.1  # first requests left out of the percentiles
 FORMATS = (("bf16", "bf16"), ("fp8", "fp8"), ("int8", "bf16"), ("int4", "bf16"))
@@ -236,6 +239,8 @@ def plan(
     are (prompt, output) token arrays of at least ``requests`` requests; ``pool``: where the
     candidates are simulated (``sim.sweep``; in this process by default); ``fit``: the device's
     efficiency fit (default: its built-in one)."""
+    import pandas as pd
+
     check_positive("rate_per_s", rate_per_s, allow_inf=True)
     if math.isinf(rate_per_s):
         raise GpuplanError("rate_per_s=inf is invalid for planning: give a finite request rate")
