@@ -13,7 +13,7 @@ from gpuplan.sim.diagnose import with_edits
 TRAIN = ["--model", "llama3-8b", "--gpus", "16", "--tp", "2", "--pp", "2", "--global-batch",
          "32", "--seq", "2048", "--attention", "unfused"]  # fmt: skip
 SERVE = ["--model", "llama3-8b", "--gpu", "h200", "--tp", "1", "--replicas", "2", "--rate",
-         "20", "--prompt-tokens", "512", "--output-tokens", "64", "--requests", "60"]  # fmt: skip
+         "20", "--prompt-tokens", "512", "--output-tokens", "64", "--requests", "240"]  # fmt: skip
 
 
 def _json(capsys, argv) -> dict:
@@ -65,3 +65,31 @@ def test_with_edits_switches_and_their_no_twins():
                                                      "--overlap-tp": None}  # fmt: skip
     assert with_edits(s, {"--sp": None, "--tp": 4}) == {"--model": "m", "--no-overlap-tp": None,
                                                         "--tp": "4"}  # fmt: skip
+
+
+def test_screening_keeps_only_what_the_full_price_confirms():
+    from gpuplan.sim.diagnose import Candidate, LayerOffer, Limit, Priced, walk
+
+    full = {"a": 1.0, "b": 3.0}  # b looks best when screened, but is worse in full
+
+    def price(s):
+        return Priced(metric=10.0 - sum(full[k[2:]] for k in s if k[2:] in full), figures={})
+
+    def screen(s):
+        return Priced(metric=10.0 - sum({"a": 1.0, "b": 5.0}[k[2:]] for k in s if k[2:] in full),
+                      figures={})  # fmt: skip
+
+    def price_b_worse(s):
+        p = price(s)
+        return Priced(metric=p.metric + (6.0 if "--b" in s else 0.0), figures={})
+
+    def offers(layer, s, now):
+        if layer != 1:
+            return LayerOffer()
+        return LayerOffer(candidates=(Candidate(change="a", edits={"--a": True}),
+                                      Candidate(change="b", edits={"--b": True})))  # fmt: skip
+
+    d = walk({}, price=price_b_worse, screen=screen, offers=offers, kind="t", metric="m",
+             limit=lambda s, now: Limit(metric=0.0, figures={}, basis=""))  # fmt: skip
+    assert d.layers[0].change == "a" and d.layers[0].metric_after == 9.0
+    assert d.layers[1].change.startswith("nothing to gain")

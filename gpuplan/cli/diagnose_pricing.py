@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from gpuplan.sim.diagnose import Priced, walk
+from gpuplan.sim.diagnose import Priced, walk, with_edits
 
 
 def _argv(settings) -> list[str]:
@@ -114,7 +114,7 @@ def serve_pricer(parser):
         _check_serve_outputs(args)
         dep, stack = _stack_deployment(args)
         sched = _stack_scheduler(args, stack, dep)
-        workload = _workload(args, default_requests=1000)
+        workload = _workload(args, default_requests=DEFAULT_REQUESTS)
         result = simulate(dep, sched, workload, replicas=args.replicas, router=args.router,
                           horizon_s=args.horizon_s, timeline=True, progress=False,
                           slo_ttft_s=args.slo_ttft_s, slo_tpot_s=args.slo_tpot_s)  # fmt: skip
@@ -157,7 +157,17 @@ def serve_walk(settings, parser):
                              output_tokens=float(workload.output_tokens.mean()),
                              offline=offline, usd_per_gpu_hour=usd_per_hour(acc.key))  # fmt: skip
 
-    return walk(dict(settings), price=serve_pricer(parser),
+    price = serve_pricer(parser)
+    n = args.requests or DEFAULT_REQUESTS
+
+    def screen(s):  # the same traffic, its first SCREEN_REQUESTS requests
+        return price(with_edits(s, {"--requests": str(min(n, SCREEN_REQUESTS))}))
+
+    return walk(dict(settings), price=price, screen=screen if n > SCREEN_REQUESTS else None,
                 offers=serving_offers(cfg, acc, gpus=gpus), limit=limit, kind="serve",
                 metric="usd_per_million_tokens" if offline else "e2e_s")  # fmt: skip
+
+
+DEFAULT_REQUESTS = 1000  # gpuplan serve's (serve_cmd._workload)
+SCREEN_REQUESTS = 200  # requests of the screening simulations that rank a layer's candidates
 

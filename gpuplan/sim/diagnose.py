@@ -117,15 +117,21 @@ def walk(
     limit: Callable[[Settings, Priced], Limit],
     kind: str,
     metric: str,
+    screen: Callable[[Settings], Priced] | None = None,
 ) -> Diagnosis:
-    """Price ``settings``, then walk the five layers, each keeping its best changes."""
+    """Price ``settings``, then walk the five layers, each keeping its best changes.
+
+    ``screen``: a cheaper price (a serving simulation of fewer requests) that ranks a layer's
+    candidates; the walk then prices them in that order and keeps the first that ``price``
+    itself finds faster, so every row is still priced in full."""
     current = dict(settings)
     base = price(current)
     now = base
     rows: list[tuple[int, str, dict, Priced, float]] = []
+    ranked = _cached(screen) if screen is not None else None
     for layer in LAYER_NAMES:
         offer = offers(layer, current, now)
-        current, after, change = _best_of_layer(current, now, offer, price)
+        current, after, change = _best_of_layer(current, now, offer, price, ranked)
         rows.append((layer, change, current, after, now.metric - after.metric))
         now = after
     total = sum(r[4] for r in rows)
@@ -139,26 +145,59 @@ def walk(
                      layers=layers, limit=limit(current, now))  # fmt: skip
 
 
-def _best_of_layer(current, now: Priced, offer: LayerOffer, price):
+def _cached(price):
+    memo: dict = {}
+
+    def cached(settings):
+        key = tuple(settings.items())
+        if key not in memo:
+            memo[key] = _try_price(price, settings)
+        return memo[key]
+
+    return cached
+
+
+def _improving(current, now: Priced, left, price):
+    """(metric, candidate, settings, priced) of each candidate ``price`` finds faster, fastest
+    first."""
+    tried = []
+    for cand in left:
+        s = with_edits(current, cand.edits)
+        if s == current:
+            continue
+        p = _try_price(price, s)
+        if p is not None and p.ok and p.metric < now.metric:
+            tried.append((p.metric, cand, s, p))
+    return sorted(tried, key=lambda t: t[0])
+
+
+def _confirmed(current, now: Priced, left, price, ranked):
+    """The candidates ``ranked`` finds faster, in its order; the first that ``price`` finds
+    faster too comes first, priced in full (the rest keep their screened price)."""
+    screened = _improving(current, ranked(current), left, ranked) if ranked(current) else []
+    for i, (_, cand, s, _) in enumerate(screened):
+        p = _try_price(price, s)
+        if p is not None and p.ok and p.metric < now.metric:
+            return [(p.metric, cand, s, p)] + screened[i + 1:]
+    return []
+
+
+def _best_of_layer(current, now: Priced, offer: LayerOffer, price, ranked=None):
     """Up to ``MAX_ROUNDS`` rounds: price every candidate on the current setup, keep the one
     that lowers the metric most; the next round tries, on top of it, the others that lowered it
     too; stop when none does."""
     left = list(offer.candidates)
     kept: list[str] = []
     for _ in range(MAX_ROUNDS):
-        tried = []
-        for cand in left:
-            s = with_edits(current, cand.edits)
-            if s == current:
-                continue
-            p = _try_price(price, s)
-            if p is not None and p.ok and p.metric < now.metric:
-                tried.append((p.metric, cand, s, p))
+        if ranked is None:
+            tried = _improving(current, now, left, price)
+        else:
+            tried = _confirmed(current, now, left, price, ranked)
         if not tried:
             break
-        _, cand, current, now = min(tried, key=lambda t: t[0])
+        _, cand, current, now = tried[0]
         kept.append(cand.change)
-        left = [t[1] for t in tried if t[1] is not cand]  # next round: the others that helped
+        left = [t[1] for t in tried[1:]]  # next round: the others that helped
     if kept:
         return current, now, "; ".join(kept)
     if not offer.candidates:
