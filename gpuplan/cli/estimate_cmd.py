@@ -16,6 +16,7 @@ from gpuplan.cli.calibration import add_calibration_option, efficiency_from_args
 from gpuplan.cli.stack_flags import add_stack_options, stack_doc, stack_from_args, stack_line
 from gpuplan.cli.tables import dump_json, render_table
 from gpuplan.errors import GpuplanError
+from gpuplan.sim import bands
 
 KIND_NAMES = (
     "gemm",
@@ -251,6 +252,9 @@ def _estimate(kind: str, args, overrides: dict[str, Any]) -> dict[str, Any]:
 
     model = args.model or ("llama3-8b" if args.kind is None else None)
     with_model = bool(model) and kind in ("layer", "prefill_step", "train_step", "decode_step")
+    if args.model and not with_model:
+        raise GpuplanError(f"estimate {kind.replace('_', '-')} does not use --model (a whole "
+                           "model: layer, prefill-step, train-step, decode-step)")  # fmt: skip
     params = _params(kind, args, overrides, with_model=with_model)
     acc = get_accelerator(args.gpu)
     eff = efficiency_from_args(args, acc.key)  # --calibration's fit, else the built-in one
@@ -270,6 +274,7 @@ def _estimate(kind: str, args, overrides: dict[str, Any]) -> dict[str, Any]:
         _check_contract(kind, acc.key, params)
         bd = predict_breakdown(kind, acc.key, params, eff=eff, stack=stack)
     out = _result(kind, acc, eff, model, params, bd, stack)
+    out |= bands.estimate_bands(out, stack=stack.name, device=acc.key)
     given = {k for k in (*INT_FLAGS, *BOOL_FLAGS, *STR_FLAGS, "bytes") if getattr(args, k) is not None}
     out["defaults"] = [*args.defaulted, *([] if args.model else [f"--model {model}"] * bool(model)),
                        *(_flag(k, v) for k, v in params.items() if k not in given | {"stack"})]  # fmt: skip
@@ -344,14 +349,16 @@ def _render(r: dict[str, Any], by: str) -> str:
     ]
     lines += [
         "",
-        f"predicted time: {_fmt('time_s', r['time_s'])}   achieved: "
-        f"{_fmt('achieved_flops_per_s', r['achieved_flops_per_s'])}",
+        f"predicted time: {_banded(r, 'time_s')}   achieved: "
+        f"{_banded(r, 'achieved_flops_per_s')}",
     ]
+    if r.get("error_band_label"):
+        lines.append(f"error band p10-p90: {r['error_band_label']}")
     if r["peak_bytes"] is not None:
         terms = ", ".join(f"{k} {_fmt('bytes', v)}" for k, v in r["memory_bytes"].items() if v)
         fits = "fits" if r["fits"] else "DOES NOT FIT"
         lines.append(
-            f"peak memory: {_fmt('bytes', r['peak_bytes'])} of "
+            f"peak memory: {_banded(r, 'peak_bytes')} of "
             f"{_fmt('bytes', r['device_memory_bytes'])} ({fits}): {terms}"
         )
     return "\n".join(lines)
@@ -362,6 +369,12 @@ def _format_flops(value: float) -> str:
     if value >= 1e13:
         return f"{value / 1e12:,.1f} TFLOP"
     return f"{value / 1e9:,.1f} GFLOP"
+
+
+def _banded(r: dict[str, Any], key: str) -> str:
+    from gpuplan.cli.tables import format_banded
+
+    return format_banded(key, r[key], r.get("error_band", {}).get(key))
 
 
 def _fmt(name: str, value: float) -> str:

@@ -122,6 +122,20 @@ def format_value(name: str, value: Any) -> str:
     return str(value)
 
 
+def format_banded(name: str, value: Any, band: Any, fmt=None) -> str:
+    """``577 ms (540–610)``: the value and its error band (``[low, high]``) in the value's unit,
+    the unit written once where all three share it; the value alone without a band."""
+    fmt = fmt or (lambda v: format_value(name, v))
+    text = fmt(value)
+    if not band or is_missing(value):
+        return text
+    low, high = fmt(band[0]), fmt(band[1])
+    unit = text.rpartition(" ")[2] if " " in text else ""
+    if unit and low.endswith(" " + unit) and high.endswith(" " + unit):
+        low, high = low[: -len(unit) - 1], high[: -len(unit) - 1]
+    return f"{text} ({low}–{high})"
+
+
 def _records(rows: Any) -> list[dict[str, Any]]:
     """A DataFrame (any object with ``to_dict('records')``) or a sequence of mappings."""
     if hasattr(rows, "to_dict"):

@@ -1,0 +1,286 @@
+"""Error bands: the p10-p90 range in which the true value of a prediction lies, from the signed
+held-out-validated residuals of the kinds and stack it is made of.
+
+Data: ``gpuplan/hwmodels/data/error_bands.json``, written by ``python3 -m gpuplan.validate.bands``
+from the FIT part of each validation split: per family (a harness record kind and metric, e.g.
+``gemm.time_s``; a published family, ``train.time``, ``train.memory``, ``serve.throughput``,
+``serve.ttft``, ``serve.tpot``, ``serve.e2e``), stack and device, the p10 and p90 of
+``e = predicted / true - 1``. ``benchmarks/band_coverage.py`` measures on the held-out part how
+often the truth falls inside.
+
+From a residual band to a value band: the true value of a prediction ``P`` of the family's
+metric is ``P / (1 + e)``, so its band is ``[P / (1 + p90), P / (1 + p10)]``. A metric inversely
+proportional to it (a throughput or MFU from a step time, a cost per token from a throughput) is
+``P * (1 + e)``: ``[P * (1 + p10), P * (1 + p90)]`` (``power=-1``).
+
+Composition: a prediction made of parts (a breakdown's categories, each priced by one kind) gets
+the sum of its parts' bands, lows with lows and highs with highs. That is the exact quantile of
+the sum when the parts' errors are fully correlated (comonotone), which they largely are: the
+parts share one device, one calibration, one clock and one stack's overheads. Treating them as
+independent would shrink the band by about the square root of the number of parts and leave the
+whole-step truth outside far more often than one time in five; summing quantiles never does
+that, and a single part's band is returned unchanged.
+
+Unmeasured: where the family has no group of the prediction's stack and device (at least
+``min_rows`` fit residuals), the band is the envelope of every measured group of the family
+(lowest p10, highest p90, and the pooled p10/p90), widened on both sides by D, the spread of the
+group medians across the stacks and devices measured: the family's own spread where it has two
+groups or more, else the median of that spread over the families that do. Both come from the
+data, not from a chosen constant, and the result is never narrower than any measured group's
+band. Such a band is labelled (``Band.label``), and documents carry the label as
+``error_band_label``.
+
+The core reads only the JSON; it never imports ``gpuplan.validate``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from gpuplan.errors import GpuplanError
+
+DATA = Path(__file__).resolve().parents[1] / "hwmodels" / "data" / "error_bands.json"
+MIN_ONE_PLUS_E = 0.05  # 1 + e floored: a band's low end stays positive whatever the residuals
+
+
+@dataclass(frozen=True)
+class Residuals:
+    """The p10/p90 of ``e = predicted / true - 1`` that price a family for a stack and device."""
+
+    family: str
+    p10: float
+    p90: float
+    measured: bool
+    label: str  # '' when measured; else what was never measured and the rule used
+
+
+@dataclass(frozen=True)
+class Band:
+    low: float
+    high: float
+    label: str = ""
+
+    def as_list(self) -> list[float]:
+        return [self.low, self.high]
+
+
+@lru_cache(maxsize=4)
+def _load(path: str) -> dict:
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError as why:
+        raise GpuplanError(f"error bands file={path!r} does not exist: run "
+                           "`python3 -m gpuplan.validate.bands --out FILE`") from why  # fmt: skip
+
+
+def table(path: str | Path | None = None) -> dict:
+    return _load(str(path or DATA))
+
+
+def families(path: str | Path | None = None) -> tuple[str, ...]:
+    return tuple(sorted(table(path)["families"]))
+
+
+def _median_spread(groups: list[dict]) -> float:
+    meds = [g["median"] for g in groups]
+    return max(meds) - min(meds)
+
+
+def _spread(data: dict, family: str) -> float:
+    groups = data["families"][family]["groups"]
+    if len(groups) >= 2:
+        return _median_spread(groups)
+    spreads = sorted(_median_spread(f["groups"]) for f in data["families"].values()
+                     if len(f["groups"]) >= 2)  # fmt: skip
+    if not spreads:
+        return 0.0
+    mid = len(spreads) // 2
+    return spreads[mid] if len(spreads) % 2 else 0.5 * (spreads[mid - 1] + spreads[mid])
+
+
+def residuals(family: str, stack: str, device: str, *, data: Mapping | None = None) -> Residuals:
+    """The residual band of ``family`` for ``stack`` on ``device`` (module docstring)."""
+    data = table() if data is None else data
+    fams = data["families"]
+    if family not in fams:
+        raise GpuplanError(f"error band family={family!r} is unknown: give one of "
+                           f"{', '.join(sorted(fams))}")  # fmt: skip
+    fam = fams[family]
+    for g in fam["groups"]:
+        if g["stack"] == stack and g["device"] == device:
+            return Residuals(family, g["p10"], g["p90"], True, "")
+    stacks = {g["stack"] for g in fam["groups"]}
+    devices = {g["device"] for g in fam["groups"] if g["stack"] == stack}
+    d = _spread(data, family)
+    what = (f"stack {stack} never measured" if stack not in stacks
+            else f"{stack} measured on {', '.join(sorted(devices))}, not {device}")  # fmt: skip
+    lows = [fam["pooled"]["p10"], *(g["p10"] for g in fam["groups"])]
+    highs = [fam["pooled"]["p90"], *(g["p90"] for g in fam["groups"])]
+    return Residuals(family, min(lows) - d, max(highs) + d, False,
+                     f"{family}: {what}, widened {d:.0%}")  # fmt: skip
+
+
+def join_labels(labels: Iterable[str]) -> str:
+    """One label for a document: '' when every band was measured."""
+    kept = list(dict.fromkeys(x for x in labels if x))
+    if not kept:
+        return ""
+    return ("UNMEASURED, band widened by the spread across the stacks and devices measured: "
+            + "; ".join(kept))  # fmt: skip
+
+
+def interval(value: float, res: Residuals, *, power: int = 1) -> Band:
+    """The value band of a prediction ``value`` of a metric proportional to the family's metric
+    to the ``power`` (+1 or -1)."""
+    if power not in (1, -1):
+        raise GpuplanError(f"power={power!r} is invalid: give 1 or -1")
+    lo_f = max(1.0 + res.p10, MIN_ONE_PLUS_E)
+    hi_f = max(1.0 + res.p90, MIN_ONE_PLUS_E)
+    if power == 1:
+        a, b = value / hi_f, value / lo_f
+    else:
+        a, b = value * lo_f, value * hi_f
+    return Band(min(a, b), max(a, b), res.label)
+
+
+def compose(parts: Iterable[tuple[float, str]], stack: str, device: str, *,
+            data: Mapping | None = None) -> Band:  # fmt: skip
+    """The band of a sum of parts ``(value, family)``: the comonotone sum (module docstring)."""
+    low = high = 0.0
+    labels: list[str] = []
+    for value, family in parts:
+        b = interval(value, residuals(family, stack, device, data=data))
+        low, high = low + b.low, high + b.high
+        if b.label and b.label not in labels:
+            labels.append(b.label)
+    return Band(low, high, "; ".join(labels))  # parts' labels, joined by join_labels
+
+
+# Which family prices a document key, and the power of the family's metric it is: a key of a
+# document that is a time, a throughput, a memory or a cost (cost and energy scale with time;
+# cost per token with 1/throughput).
+TRAIN_KEYS = {
+    "step_time_s": ("train.time", 1), "tokens_per_s": ("train.time", -1),
+    "tokens_per_s_per_gpu": ("train.time", -1), "mfu": ("train.time", -1),
+    "hfu": ("train.time", -1), "peak_memory_per_gpu_bytes": ("train.memory", 1),
+    "time_to_train_s": ("train.time", 1), "time_to_train_with_failures_s": ("train.time", 1),
+    "gpu_hours": ("train.time", 1), "cost_usd": ("train.time", 1),
+    "energy_kwh": ("train.time", 1),
+}  # fmt: skip
+SERVE_KEYS = {
+    "throughput": ("serve.throughput", 1), "ttft": ("serve.ttft", 1), "tpot": ("serve.tpot", 1),
+    "e2e": ("serve.e2e", 1), "latency": ("serve.e2e", 1), "tokens_per_s": ("serve.throughput", 1),
+    "per_mtok": ("serve.throughput", -1), "per_million": ("serve.throughput", -1),
+}  # fmt: skip
+
+
+def serve_key(key: str) -> tuple[str, int] | None:
+    """The family and power of a serving document's key, by the words in it, or None."""
+    if key.endswith("_bytes") or "slo" in key:
+        return None
+    for word, spec in SERVE_KEYS.items():
+        if word in key:
+            return spec
+    return None
+
+
+def for_document(values: Mapping[str, float], keys: Mapping[str, tuple[str, int]], *, stack: str,
+                 device: str, data: Mapping | None = None) -> dict[str, Any]:  # fmt: skip
+    """``{"error_band": {key: [low, high]}, "error_band_label": str}`` for the ``values`` of a
+    document whose key is in ``keys`` (key -> (family, power)); a value that is not a finite
+    number is left out. The label is '' when every band was measured."""
+    bands: dict[str, list[float]] = {}
+    labels: list[str] = []
+    for key, value in values.items():
+        if key not in keys or not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue
+        if not math.isfinite(value):
+            continue
+        family, power = keys[key]
+        b = interval(float(value), residuals(family, stack, device, data=data), power=power)
+        bands[key] = b.as_list()
+        if b.label and b.label not in labels:
+            labels.append(b.label)
+    return {"error_band": bands, "error_band_label": join_labels(labels)}
+
+
+def train_bands(doc: Mapping[str, Any], *, stack: str, device: str) -> dict[str, Any]:
+    """The bands of a training document's top-level numbers (``gpuplan train``, ``diagnose``)."""
+    return for_document(doc, TRAIN_KEYS, stack=stack, device=device)
+
+
+def serve_bands(doc: Mapping[str, Any], *, stack: str, device: str) -> dict[str, Any]:
+    """The bands of a serving document's top-level numbers (``gpuplan serve``, ``diagnose``)."""
+    keys = {k: spec for k in doc if (spec := serve_key(k)) is not None}
+    return for_document(doc, keys, stack=stack, device=device)
+
+
+def banded_text(text: str, band: list[float] | Band | None, fmt=None) -> str:
+    """``577 ms (540–610)``: a printed value followed by its band formatted by ``fmt``."""
+    if band is None:
+        return text
+    low, high = (band.low, band.high) if isinstance(band, Band) else band
+    fmt = fmt or (lambda v: f"{v:.3g}")
+    return f"{text} ({fmt(low)}–{fmt(high)})"
+
+
+# A breakdown category's family: the harness kind that measures that kernel class. Categories of
+# memory-bound kernels (norms, activations, copies, the optimizer's elementwise update, the loss,
+# embedding lookups) are priced as elementwise kernels; launch and host time, and any category
+# no kind measures alone, by the whole-step kind it belongs to (WHOLE_FAMILY).
+CATEGORY_FAMILY = {
+    "gemm": "gemm.time_s", "attention": "attention.time_s", "communication": "collective.time_s",
+    "collective": "collective.time_s", "elementwise": "elementwise.time_s",
+    "softmax": "elementwise.time_s", "copy": "elementwise.time_s", "adamw": "elementwise.time_s",
+    "cross_entropy": "elementwise.time_s", "embedding": "elementwise.time_s",
+}  # fmt: skip
+WHOLE_FAMILY = {"train_step": "train_step.time_s", "layer": "layer.time_s",
+                "tp_layer": "tp_layer.time_s", "tp_mlp": "tp_mlp.time_s"}  # fmt: skip
+DEFAULT_WHOLE = "decode_step.time_s"  # launch-bound steps: the kind whose residuals hold host time
+MEMORY_FAMILY = {"layer": "layer.peak_bytes"}
+DEFAULT_MEMORY = "train_step.peak_bytes"
+
+
+def category_family(category: str, kind: str) -> str:
+    if f"{kind}.time_s" in CATEGORY_FAMILY.values():  # a one-kernel estimate: its own kind
+        return f"{kind}.time_s"
+    return CATEGORY_FAMILY.get(category, WHOLE_FAMILY.get(kind, DEFAULT_WHOLE))
+
+
+def breakdown_band(by_category: Iterable[tuple[str, float]], kind: str, *, stack: str,
+                   device: str, data: Mapping | None = None) -> Band:  # fmt: skip
+    """The composed time band of a breakdown given as (category, time_s) pairs."""
+    parts = [(t, category_family(c, kind)) for c, t in by_category if t > 0]
+    return compose(parts, stack, device, data=data)
+
+
+def estimate_bands(result: Mapping[str, Any], *, stack: str, device: str) -> dict[str, Any]:
+    """``error_band`` and ``error_band_label`` of a ``gpuplan estimate`` result: time composed
+    over its categories, achieved FLOP/s its inverse, peak memory from the kind's (or a whole
+    training step's) measured peaks."""
+    kind = result["kind"]
+    by = result["by_category"]  # a frame (or its records) with category and time_s
+    rows = by.to_dict("records") if hasattr(by, "to_dict") else by
+    cats = [(c["category"], c["time_s"]) for c in rows]
+    t = breakdown_band(cats, kind, stack=stack, device=device)
+    bands = {"time_s": t.as_list()}
+    labels = t.label.split("; ") if t.label else []
+    total = result["time_s"]
+    if total and result.get("achieved_flops_per_s"):
+        f = result["flops"]
+        bands["achieved_flops_per_s"] = [f / t.high, f / t.low]
+    if result.get("peak_bytes"):
+        fam = MEMORY_FAMILY.get(kind, DEFAULT_MEMORY)
+        m = interval(result["peak_bytes"], residuals(fam, stack, device))
+        bands["peak_bytes"] = m.as_list()
+        if fam == DEFAULT_MEMORY and kind != "train_step":
+            labels.append(f"peak memory of {kind} never measured: priced with {fam}")
+        if m.label and m.label not in labels:
+            labels.append(m.label)
+    return {"error_band": bands, "error_band_label": join_labels(labels)}
