@@ -87,7 +87,7 @@ def setup_argv(kind: str, argv: list[str], command: str, drop: tuple[str, ...] =
     return out
 
 
-def settings_of(kind: str, argv: list[str]) -> dict:
+def settings_of(kind: str, argv: list[str], command: str = "diagnose") -> dict:
     """``Settings`` of a ``train``/``serve`` argv, after checking it parses as that command."""
     from gpuplan.sim.diagnose import settings_from_argv
 
@@ -98,7 +98,7 @@ def settings_of(kind: str, argv: list[str]) -> dict:
                            f"`serve {args.serve_command}`")  # fmt: skip
     for flag in REFUSED[kind]:
         if flag not in DROPPED and any(t.partition("=")[0] == flag for t in argv):
-            raise GpuplanError(f"diagnose {kind} prices one setup: drop {flag}")
+            raise GpuplanError(f"{command} {kind} prices one setup: drop {flag}")
     actions = parser._option_string_actions  # noqa: SLF001 - which flags take a value
 
     def takes_value(flag: str) -> bool:

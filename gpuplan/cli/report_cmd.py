@@ -19,7 +19,13 @@ import json
 import shlex
 
 from gpuplan.cli.argtypes import positive_float
-from gpuplan.cli.diagnose_cmd import declare, diagnose_setup, diagnosis_doc, setup_argv
+from gpuplan.cli.diagnose_cmd import (
+    declare,
+    diagnose_setup,
+    diagnosis_doc,
+    settings_of,
+    setup_argv,
+)
 from gpuplan.errors import GpuplanError
 from gpuplan.outputs import check_output, write_atomically
 
@@ -72,6 +78,8 @@ def run(args) -> int:
     out = check_output(args.out, "--out", suffixes=("html", "md"))  # before any work
     argv = setup_argv(kind, args.command_argv, "report", drop=OWN)
     command = shlex.join(["gpuplan", kind, *argv])
+    if kind != "cluster":
+        settings_of(kind, argv, "report")  # what the diagnosis refuses, refused before anything runs
     doc = _document(args)
     if kind == "cluster":
         report = cluster_report(doc, command=command, electricity_usd_per_kwh=args.electricity_price)
