@@ -35,6 +35,7 @@ from gpuplan.cli.train_cmd import (
     zero_stage,
 )
 from gpuplan.errors import GpuplanError
+from gpuplan.sim import bands
 
 COLUMNS = [
     "tp", "pp", "pp_layers", "dp", "cp", "ep", "sp", "zero", "micro_batch", "schedule",
@@ -119,6 +120,7 @@ def run(args) -> int:
         cfg, best, cluster=cluster, seq=seq, gpus=args.gpus, stack=stack, eff=eff
     ).to_dict()
     fastest["stack"] = stack_doc(stack, cluster.accelerator)  # as train prints it
+    fastest |= bands.train_bands(fastest, stack=stack.name, device=cluster.accelerator.key)
     layouts = distinct_layouts(result.frame, seq)
     top = layouts.head(args.top).assign(mfu_pct=lambda f: 100 * f["mfu"])
     pareto = result.pareto.assign(mfu_pct=lambda f: 100 * f["mfu"])
@@ -147,6 +149,7 @@ def run(args) -> int:
     }
     if args.json:
         doc = stats | {"top": top, "pareto": pareto, "fastest": fastest}
+        doc |= {k: fastest[k] for k in ("error_band", "error_band_label")}  # the fastest's
         print(dump_json(with_timing(doc, args, timing)))
         return 0
     took = (
@@ -178,6 +181,7 @@ def run(args) -> int:
             f"(Young), {i.restart_s:.0f} s per restart: {100 * i.waste:.1f}% of wall time "
             f"lost (rates: {i.source})"
         )
+    print(_row_band_line(stack.name, cluster.accelerator.key))
     print(f"\nfastest {len(top)} distinct layouts (of {len(layouts):,}):")
     print(render_table(top, cols, formats=fmt))
     print(f"\nPareto front (step time, memory per GPU, cost): {len(pareto)} strategies")
@@ -185,3 +189,11 @@ def run(args) -> int:
     print("\nthe fastest in full:\n")
     print(render_estimate(fastest))
     return 0
+
+
+def _row_band_line(stack: str, device: str) -> str:
+    """Every row's step-time band, as factors on its value (one family, stack and device)."""
+    b = bands.interval(1.0, bands.residuals("train.time", stack, device))
+    label = bands.join_labels([b.label])
+    return (f"error band p10-p90 of each row's step time: x{b.low:.2f}-x{b.high:.2f} "
+            f"(throughput, MFU: the inverse)" + (f"; {label}" if label else ""))

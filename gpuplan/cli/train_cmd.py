@@ -30,10 +30,11 @@ from gpuplan.cli.argtypes import (
 from gpuplan.cli.calibration import add_calibration_option, efficiency_from_args
 from gpuplan.cli.dask_workers import add_timing_option, with_timing
 from gpuplan.cli.stack_flags import add_stack_options, stack_doc, stack_from_args
-from gpuplan.cli.tables import dump_json, format_value, render_table
+from gpuplan.cli.tables import dump_json, format_banded, format_value, render_table
 from gpuplan.errors import GpuplanError
 from gpuplan.limits import MAX_CV, MAX_GPUS
 from gpuplan.outputs import check_output
+from gpuplan.sim import bands
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
@@ -356,6 +357,8 @@ def run(args) -> int:
         doc["budget"] = budget.to_dict() | with_interruptions(
             cfg, est, cluster, budget.time_to_train_s
         )
+    doc |= bands.train_bands({**doc, **doc.get("budget", {})}, stack=stack.name,
+                             device=cluster.accelerator.key)  # fmt: skip
     if timing:
         doc = with_timing(doc, args, timing)
     if args.json:
@@ -459,6 +462,14 @@ def _drawn(t: dict[str, Any]) -> str:
     return ", every rank" if t.get("trace_every_rank") else ", each TP x CP group once"
 
 
+def _pct(value: float) -> str:
+    return f"{100 * value:.1f}%"
+
+
+def _banded(doc: dict[str, Any], key: str, fmt=None) -> str:
+    return format_banded(key, doc[key], doc.get("error_band", {}).get(key), fmt)
+
+
 def render_estimate(doc: dict[str, Any]) -> str:
     """The estimate as people read it: headline, breakdown by class, memory terms."""
     st = doc["strategy"]
@@ -469,13 +480,15 @@ def render_estimate(doc: dict[str, Any]) -> str:
         *(["defaults in force (not given): " + (", ".join(doc["defaults"]) or "none")]
           if "defaults" in doc else []),  # fmt: skip
         "",
-        f"step time       {format_value('step_time_s', doc['step_time_s'])}",
-        f"tokens/s        {doc['tokens_per_s']:,.0f}",
-        f"MFU / HFU       {100 * doc['mfu']:.1f}% / {100 * doc['hfu']:.1f}%",
-        f"memory per GPU  {format_value('bytes', doc['peak_memory_per_gpu_bytes'])} of "
+        f"step time       {_banded(doc, 'step_time_s')}",
+        f"tokens/s        {_banded(doc, 'tokens_per_s', lambda v: f'{v:,.0f}')}",
+        f"MFU / HFU       {_banded(doc, 'mfu', _pct)} / {_banded(doc, 'hfu', _pct)}",
+        f"memory per GPU  {_banded(doc, 'peak_memory_per_gpu_bytes')} of "
         f"{format_value('bytes', doc['device_memory_bytes'])} ({fits})",
         f"overlaps        {render_overlaps(doc['overlaps'])}",
     ]
+    if doc.get("error_band_label"):
+        lines.append(f"error band      p10-p90; {doc['error_band_label']}")
     if "stack" in doc:
         s = doc["stack"]
         lines.append(f"stack           {s['name']} (attention {s['attention']['train']}, "
@@ -489,11 +502,14 @@ def render_estimate(doc: dict[str, Any]) -> str:
     lines.append(render_table(mem, ["term", "bytes"]))
     if "budget" in doc:
         b = doc["budget"]
-        cost = "-" if b["cost_usd"] is None else f"${b['cost_usd']:,.0f}"
+        band = {**b, **doc}
+        cost = "-" if b["cost_usd"] is None else _banded(band, "cost_usd", lambda v: f"${v:,.0f}")
         lines += [
             "",
-            f"{b['tokens']:.3g} tokens: {b['time_to_train_s'] / 86400:.1f} days, "
-            f"{b['gpu_hours']:,.0f} GPU-hours, {cost}, {b['energy_kwh']:,.0f} kWh "
+            f"{b['tokens']:.3g} tokens: "
+            f"{_banded(band, 'time_to_train_s', lambda v: f'{v / 86400:.1f}')} days, "
+            f"{_banded(band, 'gpu_hours', lambda v: f'{v:,.0f}')} GPU-hours, {cost}, "
+            f"{_banded(band, 'energy_kwh', lambda v: f'{v:,.0f}')} kWh "
             f"(power {b['power_fraction']:.0%} of TDP, PUE {b['pue']})",
             f"price: {b['price_source']}",
             render_interruptions(b["interruptions"], b["time_to_train_with_failures_s"]),

@@ -22,13 +22,14 @@ whole-step truth outside far more often than one time in five; summing quantiles
 that, and a single part's band is returned unchanged.
 
 Unmeasured: where the family has no group of the prediction's stack and device (at least
-``min_rows`` fit residuals), the band is the envelope of every measured group of the family
-(lowest p10, highest p90, and the pooled p10/p90), widened on both sides by D, the spread of the
-group medians across the stacks and devices measured: the family's own spread where it has two
-groups or more, else the median of that spread over the families that do. Both come from the
-data, not from a chosen constant, and the result is never narrower than any measured group's
-band. Such a band is labelled (``Band.label``), and documents carry the label as
-``error_band_label``.
+``min_rows`` fit residuals), the band is the envelope of the family's measured groups (lowest
+p10, highest p90, the pooled p10/p90 included): the spread across the stacks and devices that
+were measured. A family measured on one stack and device only (the harness kinds: h200, the
+harness stack) has no spread of its own; its envelope is widened on each side by the median,
+over the families measured on two groups or more, of how far their envelope reaches beyond
+their median group's p10 (below) and p90 (above). Both come from the data, not from a chosen
+constant, and neither is ever narrower than a measured group's band. Such a band is labelled
+(``Residuals.label``), and documents carry the label as ``error_band_label``.
 
 The core reads only the JSON; it never imports ``gpuplan.validate``.
 """
@@ -87,21 +88,31 @@ def families(path: str | Path | None = None) -> tuple[str, ...]:
     return tuple(sorted(table(path)["families"]))
 
 
-def _median_spread(groups: list[dict]) -> float:
-    meds = [g["median"] for g in groups]
-    return max(meds) - min(meds)
+def _median(values: list[float]) -> float:
+    v = sorted(values)
+    mid = len(v) // 2
+    return v[mid] if len(v) % 2 else 0.5 * (v[mid - 1] + v[mid])
 
 
-def _spread(data: dict, family: str) -> float:
-    groups = data["families"][family]["groups"]
-    if len(groups) >= 2:
-        return _median_spread(groups)
-    spreads = sorted(_median_spread(f["groups"]) for f in data["families"].values()
-                     if len(f["groups"]) >= 2)  # fmt: skip
-    if not spreads:
-        return 0.0
-    mid = len(spreads) // 2
-    return spreads[mid] if len(spreads) % 2 else 0.5 * (spreads[mid - 1] + spreads[mid])
+def _envelope(fam: dict) -> tuple[float, float]:
+    lows = [fam["pooled"]["p10"], *(g["p10"] for g in fam["groups"])]
+    highs = [fam["pooled"]["p90"], *(g["p90"] for g in fam["groups"])]
+    return min(lows), max(highs)
+
+
+def _extra(fam: dict) -> tuple[float, float]:
+    """How far a family's envelope reaches beyond its typical (median) group's band."""
+    lo, hi = _envelope(fam)
+    return (_median([g["p10"] for g in fam["groups"]]) - lo,
+            hi - _median([g["p90"] for g in fam["groups"]]))  # fmt: skip
+
+
+def _widening(data: Mapping) -> tuple[float, float]:
+    """The median reach of the envelope over the families with two groups or more."""
+    many = [_extra(f) for f in data["families"].values() if len(f["groups"]) >= 2]
+    if not many:
+        return 0.0, 0.0
+    return _median([m[0] for m in many]), _median([m[1] for m in many])
 
 
 def residuals(family: str, stack: str, device: str, *, data: Mapping | None = None) -> Residuals:
@@ -117,13 +128,15 @@ def residuals(family: str, stack: str, device: str, *, data: Mapping | None = No
             return Residuals(family, g["p10"], g["p90"], True, "")
     stacks = {g["stack"] for g in fam["groups"]}
     devices = {g["device"] for g in fam["groups"] if g["stack"] == stack}
-    d = _spread(data, family)
     what = (f"stack {stack} never measured" if stack not in stacks
             else f"{stack} measured on {', '.join(sorted(devices))}, not {device}")  # fmt: skip
-    lows = [fam["pooled"]["p10"], *(g["p10"] for g in fam["groups"])]
-    highs = [fam["pooled"]["p90"], *(g["p90"] for g in fam["groups"])]
-    return Residuals(family, min(lows) - d, max(highs) + d, False,
-                     f"{family}: {what}, widened {d:.0%}")  # fmt: skip
+    lo, hi = _envelope(fam)
+    if len(fam["groups"]) >= 2:
+        return Residuals(family, lo, hi, False, f"{family}: {what}, envelope of "
+                         f"{len(fam['groups'])} measured stack/device groups")  # fmt: skip
+    d_lo, d_hi = _widening(data)
+    return Residuals(family, lo - d_lo, hi + d_hi, False,
+                     f"{family}: {what}, widened -{d_lo:.0%}/+{d_hi:.0%}")  # fmt: skip
 
 
 def join_labels(labels: Iterable[str]) -> str:
