@@ -18,6 +18,7 @@ from gpuplan.validate.harness.records import (
     read_records,
 )
 from gpuplan.validate.harness.timing import Budget
+from gpuplan.validate.records import optional_param_rules
 
 ROOT = Path(__file__).resolve().parents[1]
 ALL_KINDS = tuple(PARAM_KEYS)
@@ -180,13 +181,18 @@ CAMPAIGN_FILES = sorted(
 )
 
 
+OPTIONAL_PARAMS = tuple(optional_param_rules())  # stack, attention_kernel, timing
+
+
 def test_committed_measurements_follow_the_contract():
     stems = {f.stem for f in CAMPAIGN_FILES}
     assert set(ALL_KINDS) <= stems <= set(ALL_KINDS)
     for path in CAMPAIGN_FILES:
         for rec in read_records(path):
             assert rec["kind"] == path.stem and rec["device"] == "h200", path
-            assert list(rec["params"]) == list(PARAM_KEYS[rec["kind"]]), path
+            contract = [k for k in rec["params"] if k not in OPTIONAL_PARAMS]
+            assert contract == list(PARAM_KEYS[rec["kind"]]), path
+            assert rec["params"]["stack"] == "harness", path  # every committed record names it
             assert set(rec["measured"]) == set(MEASURED_KEYS[rec["kind"]]), path
             assert rec["measured"]["time_s"] > 0 and rec["source"], path
 
