@@ -161,16 +161,24 @@ def _unfused_core(op: Attention) -> tuple[list[Op], list[Op]]:
 
 def layer_ops(cfg, shape: Shape, layer: int) -> tuple[list[Op], list[Op]]:
     """(forward, backward) kernels of block ``layer`` for one micro-batch on one GPU."""
-    fwd = layer_forward(
+    fwd, extra_bwd = layer_forward_ops(cfg, shape, layer)
+    return fwd, backward_of(fwd) + extra_bwd
+
+
+def layer_forward_ops(cfg, shape: Shape, layer: int,
+                      base: list[Op] | None = None) -> tuple[list[Op], list[Op]]:  # fmt: skip
+    """(forward kernels, backward kernels beyond ``backward_of`` of them) of block ``layer``;
+    ``base``: the block's ``layer_forward`` list at this micro-batch, tokens and tp, if known."""
+    fwd = base if base is not None else layer_forward(
         cfg, batch=shape.micro_batch, seq=shape.seq // shape.cp, layer=layer, tp=shape.tp
-    )
+    )  # fmt: skip
     if shape.sp and shape.tp > 1:
         fwd = _split_sp(fwd, shape.tp)
     if cfg.is_moe_layer(layer):
         fwd = _experts(fwd, shape)
     fwd, extra_bwd = _attention(fwd, shape)
     fwd = _gemm_dtype(fwd, shape.precision)
-    return fwd, backward_of(fwd) + extra_bwd
+    return fwd, extra_bwd
 
 
 def head_ops(cfg, shape: Shape) -> tuple[list[Op], list[Op]]:
@@ -269,6 +277,7 @@ class CostCache:
         self._memo: dict[Shape, MicroBatchCosts] = {}
         self._kernels: dict = {}  # (kernel, phase) -> its items, shared by the shapes
         self._shared: dict[Shape, MicroBatchCosts] = {}  # by shape at ep=1, load=1
+        self._by_op = None  # op_memo.OpMemoCosts, made on first use
 
     def __call__(self, shape: Shape) -> MicroBatchCosts:
         if shape not in self._memo:
@@ -278,6 +287,12 @@ class CostCache:
     def _price(self, shape: Shape) -> MicroBatchCosts:
         """A dense block, the head and the embedding do not depend on ep or the expert load:
         an MoE model's shapes that differ only there share them, and price the MoE block."""
+        from gpuplan.sim.parallel.op_memo import PER_OP_IMPLS, OpMemoCosts
+
+        if self.impl in PER_OP_IMPLS:  # each forward kernel's items priced once (op_memo)
+            if self._by_op is None:
+                self._by_op = OpMemoCosts(self.cfg, self.acc, self.eff, self.impl, self._kernels)
+            return self._by_op(shape)
         args = (self.acc, self.eff, self.impl, self._kernels)
         if not self.cfg.is_moe or (shape.ep == 1 and shape.load == 1.0):
             return micro_batch_costs(self.cfg, shape, *args)
