@@ -69,8 +69,11 @@ def test_train_report_embeds_its_figures_and_shows_the_headline(train_html, caps
     for shown in (format_value("step_time_s", doc["step_time_s"]), f"{100 * doc['mfu']:.1f}%",
                   f"{doc['tokens_per_s']:,.0f}", f"${b['cost_usd']:,.0f}",
                   f"{b['energy_kwh']:,.0f} kWh", fmt("cost_usd", b["energy_kwh"] * 0.12),
-                  f"{b['gpu_hours']:,.0f} GPU-hours", "2026-03-17", "no band"):  # fmt: skip
+                  f"{b['gpu_hours']:,.0f} GPU-hours", "2026-03-17"):  # fmt: skip
         assert shown in text, shown
+    for key in ("step_time_s", "cost_usd"):
+        band = doc.get("error_band", {}).get(key)  # the band the command prints, else none
+        assert (f"({fmt(key, band[0])}-{fmt(key, band[1])})" if band else "(no band)") in text
     diag = _doc(capsys, ["diagnose", "train", *TRAIN, "--json"])
     for r in diag["layers"]:
         assert r["command"] in text

@@ -45,8 +45,10 @@ def band_section(doc: dict) -> Section:
             "no band: this document carries no error_band (gpuplan prints bands from the "
             "validation residuals where they exist)",))  # fmt: skip
     rows = tuple((k, fmt(k, lo), fmt(k, hi)) for k, (lo, hi) in sorted(band.items()))
+    label = doc.get("error_band_label")
     return Section(title="Error bands", paragraphs=(
-        "p10-p90 of the signed held-out validation errors, composed over the setup's parts",),
+        "p10-p90 of the signed held-out validation errors, composed over the setup's parts",
+        *((label,) if label else ())),
         tables=(Table(columns=("metric", "low", "high"), rows=rows),))  # fmt: skip
 
 
@@ -97,12 +99,11 @@ def train_report(doc: dict, diag: dict | None, *, command: str,
     b = doc.get("budget")
     cost_lines: list[tuple[str, str]] = []
     if b:
-        cost_lines = [("time to train", fmt("time_to_train_s", b["time_to_train_s"])),
-                      ("with interruptions", fmt("time_to_train_s",
-                                                 b["time_to_train_with_failures_s"])),
-                      ("GPU-hours", fmt("gpu_hours", b["gpu_hours"])),
-                      ("GPU cost", fmt("cost_usd", b["cost_usd"])),
-                      ("energy", fmt("energy_kwh", b["energy_kwh"]))]  # fmt: skip
+        cost_lines = [(label, banded(doc, key, b[key])) for label, key in (
+            ("time to train", "time_to_train_s"),
+            ("with interruptions", "time_to_train_with_failures_s"),
+            ("GPU-hours", "gpu_hours"), ("GPU cost", "cost_usd"), ("energy", "energy_kwh"))
+            if b[key] is not None]  # fmt: skip
         if electricity_usd_per_kwh is not None:
             cost_lines.append(("electricity cost", fmt("cost_usd",
                                                        b["energy_kwh"] * electricity_usd_per_kwh)))
