@@ -39,10 +39,17 @@ from gpuplan.cli.dask_workers import (
     with_timing,
 )
 from gpuplan.cli.stack_flags import add_stack_options, stack_doc, stack_from_args, stack_line
-from gpuplan.cli.tables import dump_json, format_seconds, format_value, render_table
+from gpuplan.cli.tables import (
+    dump_json,
+    format_banded,
+    format_seconds,
+    format_value,
+    render_table,
+)
 from gpuplan.errors import GpuplanError
 from gpuplan.limits import MAX_CV, MAX_GPUS
 from gpuplan.outputs import check_output, write_csv
+from gpuplan.sim import bands
 
 POLICIES = ("static", "dynamic", "continuous", "chunked")
 WEIGHT_DTYPES = ("bf16", "fp8", "int8", "int4")
@@ -261,6 +268,8 @@ def run_serve(args) -> int:
     doc = with_timing(_serve_doc(args, dep, sched, workload, result, replicas, stack), args,
                       {"wall_s": result.wall_s})  # fmt: skip
     doc["config"]["defaults"] = defaults
+    doc |= bands.serve_bands(doc, stack=(doc["config"].get("stack") or {}).get("name", ""),
+                             device=doc["config"]["gpu"])  # fmt: skip
     print(dump_json(doc) if args.json else _render_serve(doc))
     return 0
 
@@ -394,14 +403,21 @@ def _render_serve(doc: dict) -> str:
                      f"({100 * pc['hit_rate']:.1f}% of prompt tokens; {pc['requests_hit']:,} "
                      "requests hit)")
     lines.append("")
-    rows = [{"metric": m, **doc[m]} for m in ("ttft_s", "tpot_s", "e2e_s")]
+    band = doc.get("error_band", {})
+    rows = [{"metric": m, **{k: format_banded("_s", v, band.get(f"{m}.{k}"))
+                             for k, v in doc[m].items()}} for m in ("ttft_s", "tpot_s", "e2e_s")]
     cols = ["metric", "mean", "p50", "p90", "p99"]
-    lines.append(render_table(rows, cols, formats={k: format_seconds for k in cols[1:]}))
+    lines.append(render_table(rows, cols))
+    tps = format_banded("", doc["output_tokens_per_s"], band.get("output_tokens_per_s"),
+                        lambda v: f"{v:,.1f}")  # fmt: skip
+    rps = format_banded("", doc["requests_per_s"], band.get("requests_per_s"), lambda v: f"{v:.4g}")
     lines += [
         "",
-        f"throughput: {doc['output_tokens_per_s']:,.1f} output tokens/s (first arrival to last "
-        f"finish), {doc['requests_per_s']:.4g} requests/s ({_rate_window(doc)})",
+        f"throughput: {tps} output tokens/s (first arrival to last "
+        f"finish), {rps} requests/s ({_rate_window(doc)})",
     ]
+    if doc.get("error_band_label"):
+        lines.append(f"error band p10-p90: {doc['error_band_label']}")
     if "goodput_requests_per_s" in doc:
         lines.append(
             f"goodput: {doc['goodput_requests_per_s']:.4g} requests/s within "
@@ -487,8 +503,15 @@ def run_plan(args) -> int:
     )
     with open_pool(args) as pool:
         result = _plan(args, load, space, pool)
+    acc_key, plan_stack = get_accelerator(args.gpu).key, space.stack.name
+    # each row's own bands; the document's: the first (cheapest) row's
+    configs = [c | bands.serve_bands(c, stack=plan_stack, device=acc_key)
+               for c in result.best.to_dict("records")]  # fmt: skip
+    first = configs[0] if configs else {}
     doc = {
-        "configs": result.best,
+        "configs": configs,
+        "error_band": first.get("error_band", {}),
+        "error_band_label": first.get("error_band_label", ""),
         "evaluated": len(result.evaluated),
         "candidates": result.candidates,
         "price_source": result.price_source,
@@ -515,7 +538,12 @@ def run_plan(args) -> int:
         f"TTFT {pct} <= {format_seconds(args.slo_ttft_s)} and TPOT {pct} <= "
         f"{format_seconds(args.slo_tpot_s)}\n{_defaults_line(defaults)}\n"
     )
-    print(render_table(result.best, cols, formats=money))
+    banded = {c: money.get(c, format_seconds) for c in cols[7:]}
+    shown = [{**row, **{c: format_banded(c, row[c], row["error_band"].get(c), banded[c])
+                        for c in cols[7:] if c in row}} for row in configs]  # fmt: skip
+    print(render_table(shown, cols))
+    if doc["error_band_label"]:
+        print(f"error band p10-p90: {doc['error_band_label']}")
     took = f" in {format_seconds(result.wall_s)} ({pool_label(args)})" if timed(args) else ""
     print(
         f"\n{len(result.evaluated)} of {result.candidates} candidates simulated{took}; "

@@ -187,20 +187,33 @@ TRAIN_KEYS = {
     "energy_kwh": ("train.time", 1),
 }  # fmt: skip
 SERVE_KEYS = {
-    "throughput": ("serve.throughput", 1), "ttft": ("serve.ttft", 1), "tpot": ("serve.tpot", 1),
-    "e2e": ("serve.e2e", 1), "latency": ("serve.e2e", 1), "tokens_per_s": ("serve.throughput", 1),
-    "per_mtok": ("serve.throughput", -1), "per_million": ("serve.throughput", -1),
+    "ttft": ("serve.ttft", 1), "tpot": ("serve.tpot", 1), "tokens_per_s": ("serve.throughput", 1),
+    "requests_per_s": ("serve.throughput", 1), "throughput": ("serve.throughput", 1),
+    # a plan's cost per token: if the deployment's capacity is (1 + e) times the truth, serving
+    # the load takes (1 + e) times the GPUs
+    "usd_per_m_": ("serve.throughput", -1),
 }  # fmt: skip
 
 
 def serve_key(key: str) -> tuple[str, int] | None:
     """The family and power of a serving document's key, by the words in it, or None."""
-    if key.endswith("_bytes") or "slo" in key:
+    if key.endswith("_bytes") or key.startswith("slo") or key.startswith("goodput"):
         return None
     for word, spec in SERVE_KEYS.items():
         if word in key:
             return spec
     return None
+
+
+def flat_serve_values(doc: Mapping[str, Any]) -> dict[str, float]:
+    """A serving document's numbers: ``ttft_s.p99`` for a statistic of a latency, else the key."""
+    out: dict[str, float] = {}
+    for key, value in doc.items():
+        if isinstance(value, Mapping) and key in ("ttft_s", "tpot_s", "e2e_s"):
+            out |= {f"{key}.{stat}": v for stat, v in value.items()}
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[key] = value
+    return out
 
 
 def for_document(values: Mapping[str, float], keys: Mapping[str, tuple[str, int]], *, stack: str,
@@ -229,9 +242,26 @@ def train_bands(doc: Mapping[str, Any], *, stack: str, device: str) -> dict[str,
 
 
 def serve_bands(doc: Mapping[str, Any], *, stack: str, device: str) -> dict[str, Any]:
-    """The bands of a serving document's top-level numbers (``gpuplan serve``, ``diagnose``)."""
-    keys = {k: spec for k in doc if (spec := serve_key(k)) is not None}
-    return for_document(doc, keys, stack=stack, device=device)
+    """The bands of a serving document's numbers (``gpuplan serve``, ``serve plan``'s rows,
+    ``diagnose``). A request's end-to-end latency is its TTFT and its decode, so its band is
+    composed of the two (``compose``), split by the means' shares: TTFT's share of the mean
+    end-to-end latency is priced with ``serve.ttft``, the rest with ``serve.tpot``."""
+    values = flat_serve_values(doc)
+    keys = {k: spec for k in values if (spec := serve_key(k)) is not None}
+    out = for_document(values, keys, stack=stack, device=device)
+    ttft = doc.get("ttft_s", {}).get("mean") if isinstance(doc.get("ttft_s"), Mapping) else None
+    e2e = doc.get("e2e_s") if isinstance(doc.get("e2e_s"), Mapping) else {}
+    labels = [out["error_band_label"]]
+    if ttft is not None and e2e.get("mean"):
+        share = min(max(ttft / e2e["mean"], 0.0), 1.0)
+        for stat, v in e2e.items():
+            if isinstance(v, (int, float)) and math.isfinite(v):
+                b = compose([(share * v, "serve.ttft"), ((1 - share) * v, "serve.tpot")], stack,
+                            device)  # fmt: skip
+                out["error_band"][f"e2e_s.{stat}"] = b.as_list()
+                labels.append(join_labels(b.label.split("; ")))
+    out["error_band_label"] = next((x for x in labels if x), "")
+    return out
 
 
 def banded_text(text: str, band: list[float] | Band | None, fmt=None) -> str:
