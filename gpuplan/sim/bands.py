@@ -22,14 +22,16 @@ whole-step truth outside far more often than one time in five; summing quantiles
 that, and a single part's band is returned unchanged.
 
 Unmeasured: where the family has no group of the prediction's stack and device (at least
-``min_rows`` fit residuals), the band is the envelope of the family's measured groups (lowest
-p10, highest p90, the pooled p10/p90 included): the spread across the stacks and devices that
-were measured. A family measured on one stack and device only (the harness kinds: h200, the
-harness stack) has no spread of its own; its envelope is widened on each side by the median,
-over the families measured on two groups or more, of how far their envelope reaches beyond
-their median group's p10 (below) and p90 (above). Both come from the data, not from a chosen
-constant, and neither is ever narrower than a measured group's band. Such a band is labelled
-(``Residuals.label``), and documents carry the label as ``error_band_label``.
+``min_rows`` fit residuals), the band is the family's pooled p10/p90, the quantiles of the fit
+residuals of every stack and device measured together: the spread across the stacks and
+devices that were measured. A family measured on one stack and device only (the harness kinds:
+h200, the harness stack) has no spread of its own; its pooled band is widened on each side by
+the median, over the families measured on two groups or more, of how far their pooled band
+reaches beyond their median group's p10 (below) and p90 (above). Either is then widened
+symmetrically, if need be, to the width of the family's widest measured group, so an unmeasured
+band is never narrower than a measured one. All of it comes from the data, not from a chosen
+constant. Such a band is labelled (``Residuals.label``), and documents carry the label as
+``error_band_label``.
 
 The core reads only the JSON; it never imports ``gpuplan.validate``.
 """
@@ -94,25 +96,32 @@ def _median(values: list[float]) -> float:
     return v[mid] if len(v) % 2 else 0.5 * (v[mid - 1] + v[mid])
 
 
-def _envelope(fam: dict) -> tuple[float, float]:
-    lows = [fam["pooled"]["p10"], *(g["p10"] for g in fam["groups"])]
-    highs = [fam["pooled"]["p90"], *(g["p90"] for g in fam["groups"])]
-    return min(lows), max(highs)
-
-
 def _extra(fam: dict) -> tuple[float, float]:
-    """How far a family's envelope reaches beyond its typical (median) group's band."""
-    lo, hi = _envelope(fam)
-    return (_median([g["p10"] for g in fam["groups"]]) - lo,
-            hi - _median([g["p90"] for g in fam["groups"]]))  # fmt: skip
+    """How far a family's pooled band reaches beyond its typical (median) group's band."""
+    p = fam["pooled"]
+    return (max(_median([g["p10"] for g in fam["groups"]]) - p["p10"], 0.0),
+            max(p["p90"] - _median([g["p90"] for g in fam["groups"]]), 0.0))  # fmt: skip
 
 
 def _widening(data: Mapping) -> tuple[float, float]:
-    """The median reach of the envelope over the families with two groups or more."""
+    """The median reach of the pooled band over the families with two groups or more."""
     many = [_extra(f) for f in data["families"].values() if len(f["groups"]) >= 2]
     if not many:
         return 0.0, 0.0
     return _median([m[0] for m in many]), _median([m[1] for m in many])
+
+
+def _unmeasured(data: Mapping, family: str) -> tuple[float, float]:
+    fam = data["families"][family]
+    lo, hi = fam["pooled"]["p10"], fam["pooled"]["p90"]
+    if len(fam["groups"]) < 2:
+        d_lo, d_hi = _widening(data)
+        lo, hi = lo - d_lo, hi + d_hi
+    widest = max((g["p90"] - g["p10"] for g in fam["groups"]), default=0.0)
+    if hi - lo < widest:  # never narrower than a measured group's band
+        pad = 0.5 * (widest - (hi - lo))
+        lo, hi = lo - pad, hi + pad
+    return lo, hi
 
 
 def residuals(family: str, stack: str, device: str, *, data: Mapping | None = None) -> Residuals:
@@ -130,13 +139,10 @@ def residuals(family: str, stack: str, device: str, *, data: Mapping | None = No
     devices = {g["device"] for g in fam["groups"] if g["stack"] == stack}
     what = (f"stack {stack} never measured" if stack not in stacks
             else f"{stack} measured on {', '.join(sorted(devices))}, not {device}")  # fmt: skip
-    lo, hi = _envelope(fam)
-    if len(fam["groups"]) >= 2:
-        return Residuals(family, lo, hi, False, f"{family}: {what}, envelope of "
-                         f"{len(fam['groups'])} measured stack/device groups")  # fmt: skip
-    d_lo, d_hi = _widening(data)
-    return Residuals(family, lo - d_lo, hi + d_hi, False,
-                     f"{family}: {what}, widened -{d_lo:.0%}/+{d_hi:.0%}")  # fmt: skip
+    lo, hi = _unmeasured(data, family)
+    how = ("pooled over" if len(fam["groups"]) >= 2 else "widened beyond") + \
+        f" {len(fam['groups'])} measured stack/device group(s)"
+    return Residuals(family, lo, hi, False, f"{family}: {what}, band {how}")
 
 
 def join_labels(labels: Iterable[str]) -> str:
