@@ -156,6 +156,11 @@ def _decode(part, tf, model, name, layers, stack, info, shapes, box, caches):
                     def before(cache=cache, ctx=ctx):
                         cache.crop(ctx)
 
+                    if getattr(model.config, "sliding_window", None):
+                        # Sliding-window layers keep no past to crop back to (transformers 5):
+                        # the cache grows by one token a repetition (at most 12 here).
+                        before = None
+
             def fn(cache=cache, tok=tok, pos=pos):
                 with torch.no_grad():
                     return step_fwd(input_ids=tok, past_key_values=cache, use_cache=True,
@@ -222,7 +227,8 @@ def _free(torch, device):
         torch.cuda.empty_cache()
 
 
-def run(torch, device, device_key, out_dir, box: TimeBox, tiny: bool, *, compiled: bool) -> dict:
+def run(torch, device, device_key, out_dir, box: TimeBox, tiny: bool, *, compiled: bool,
+        models: tuple[str, ...] | None = None) -> dict:
     """Every model in turn (eager), or the compiled cases of ``COMPILE_MODELS``."""
     tf = transformers_or_none()
     if tf is None:
@@ -235,6 +241,7 @@ def run(torch, device, device_key, out_dir, box: TimeBox, tiny: bool, *, compile
     torch._dynamo.config.cache_size_limit = 64
     part = _Part(torch, device, device_key, Writer(out_dir, "models"), tiny)
     names = COMPILE_MODELS if compiled else tuple(MODELS)
+    names = tuple(n for n in names if models is None or n in models)
     stack = "torch-compile" if compiled else "hf-transformers"
     failed = {}
     pre, dec, tr = (TINY_PREFILL, TINY_DECODE, TINY_TRAIN) if tiny else (PREFILL, DECODE, TRAIN)

@@ -54,7 +54,7 @@ def _probe(torch, device: str) -> float:
 
 
 def run(out_dir, *, device: str | None, budget_s: float, only: list[str],
-        ceilings: bool = True) -> dict:
+        ceilings: bool = True, models: tuple[str, ...] | None = None) -> dict:
     import torch
 
     from ..harness.records import device_key
@@ -85,7 +85,7 @@ def run(out_dir, *, device: str | None, budget_s: float, only: list[str],
         t0 = time.monotonic()
         log(f"== {part}: {box.left_s():.0f} s")
         try:
-            summaries[part] = _run_part(part, torch, device, key, out_dir, box, tiny)
+            summaries[part] = _run_part(part, torch, device, key, out_dir, box, tiny, models)
         except Exception as exc:  # a part that breaks must not stop the others
             summaries[part] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
             log(traceback.format_exc())
@@ -98,7 +98,7 @@ def run(out_dir, *, device: str | None, budget_s: float, only: list[str],
     return summaries
 
 
-def _run_part(part, torch, device, key, out_dir, box, tiny) -> dict:
+def _run_part(part, torch, device, key, out_dir, box, tiny, models) -> dict:
     if part == "sdpa":
         from . import sdpa
 
@@ -109,7 +109,8 @@ def _run_part(part, torch, device, key, out_dir, box, tiny) -> dict:
         return ops.run(torch, device, key, out_dir, box, tiny)
     from . import hf
 
-    return hf.run(torch, device, key, out_dir, box, tiny, compiled=part == "compile")
+    return hf.run(torch, device, key, out_dir, box, tiny, compiled=part == "compile",
+                  models=models)
 
 
 def _write_env(out_dir: Path, env: dict) -> None:
@@ -125,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"comma-separated parts among {', '.join(PARTS)}")
     ap.add_argument("--device", choices=("cuda", "cpu"), default=None,
                     help="cuda where available; cpu runs every part at tiny sizes")
+    ap.add_argument("--models", default=None,
+                    help="comma-separated models of the hf and compile parts (default: all)")
     ap.add_argument("--no-ceilings", action="store_true", help="skip the copy/GEMM ceilings")
     args = ap.parse_args(argv)
     only = [p.strip() for p in args.only.split(",") if p.strip()]
@@ -133,6 +136,13 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--only {args.only!r}: choose among {', '.join(PARTS)}")
     if not args.budget_s > 0:
         ap.error(f"--budget-s {args.budget_s}: must be a positive number of seconds")
+    models = None
+    if args.models:
+        from .configs import MODELS
+
+        models = tuple(m.strip() for m in args.models.split(",") if m.strip())
+        if not models or any(m not in MODELS for m in models):
+            ap.error(f"--models {args.models!r}: choose among {', '.join(MODELS)}")
     run(args.out, device=args.device, budget_s=args.budget_s, only=only,
-        ceilings=not args.no_ceilings)
+        ceilings=not args.no_ceilings, models=models)
     return 0
