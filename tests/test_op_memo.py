@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 
 from gpuplan.hwmodels.accelerators import get_accelerator
 from gpuplan.hwmodels.efficiency import efficiency_for
-from gpuplan.sim.parallel.compute import CostCache, Shape, micro_batch_costs
+from gpuplan.sim.parallel.compute import CORE, CostCache, Shape, micro_batch_costs
 from gpuplan.sim.parallel.op_memo import OpMemoCosts
-from gpuplan.sim.parallel.stage import shape_times
+from gpuplan.sim.parallel.stage import TIME_FIELDS, _sac_s, shape_times
 from gpuplan.workloads.presets import get_model
 
 MODELS = ("llama3-70b", "gpt3-175b", "deepseek-v3", "mixtral-8x7b", "qwen2.5-72b")
@@ -83,3 +83,48 @@ def test_compiled_elementwise_is_refused_by_the_op_by_op_path():
     acc = get_accelerator("h100-sxm")
     with pytest.raises(ValueError, match="impl='compiled'"):
         OpMemoCosts(cfg, acc, efficiency_for(acc.key), "compiled", {})
+
+
+def _accessor_times(mbc) -> dict:
+    """``shape_times`` as the ``Cost`` accessors give it, one sum per figure."""
+
+    def get(cost, attr, **kw):
+        if cost is None:
+            return 0.0
+        value = getattr(cost, attr)
+        return value(**kw) if callable(value) else value
+
+    layer = mbc.dense or mbc.moe
+    return {
+        "dense_fwd": get(mbc.dense, "fwd_s"),
+        "dense_bwd": get(mbc.dense, "bwd_s"),
+        "moe_fwd": get(mbc.moe, "fwd_s"),
+        "moe_bwd": get(mbc.moe, "bwd_s"),
+        "dense_core": get(mbc.dense, "fwd_time_s", prefix=CORE),
+        "moe_core": get(mbc.moe, "fwd_time_s", prefix=CORE),
+        "head_fwd": mbc.head.fwd_s,
+        "head_bwd": mbc.head.bwd_s,
+        "emb_fwd": mbc.embedding.fwd_s,
+        "emb_bwd": mbc.embedding.bwd_s,
+        "gemm_layer": layer.time_s(category="gemm"),
+        "attn_layer": layer.time_s(category="attention") + layer.time_s(prefix=CORE),
+        "host_dense": get(mbc.dense, "host_s"),
+        "host_moe": get(mbc.moe, "host_s"),
+        "host_head": mbc.head.host_s,
+        "host_emb": mbc.embedding.host_s,
+        "dense_sac": _sac_s(mbc.dense),
+        "moe_sac": _sac_s(mbc.moe),
+    }
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(model=st.sampled_from(MODELS), shape=_shapes(),
+       impl=st.sampled_from(("fused", "eager", "compiled")))  # fmt: skip
+def test_shape_times_in_one_pass_are_the_accessors_sums_bit_for_bit(model, shape, impl):
+    cfg = get_model(model)
+    acc = get_accelerator("h100-sxm")
+    mbc = micro_batch_costs(cfg, shape, acc, efficiency_for(acc.key), impl)
+    got, want = shape_times(mbc), _accessor_times(mbc)
+    assert list(got) == list(TIME_FIELDS)
+    assert got == want
+    assert all(float(got[k]).hex() == float(want[k]).hex() for k in got)

@@ -55,28 +55,67 @@ def _or_zero(cost: Cost | None, attr: str, **kw) -> float:
 
 
 def shape_times(mbc: MicroBatchCosts) -> dict[str, float]:
-    """The scalar times (seconds, one GPU, one micro-batch) of a shape's kernels."""
+    """The scalar times (seconds, one GPU, one micro-batch) of a shape's kernels: the sums of
+    ``Cost``'s accessors and ``_sac_s``, each over the same items in the same order, taken in
+    one pass per block (a search calls this once per shape; ``tests/test_op_memo.py``)."""
     layer = mbc.dense or mbc.moe
+    dense, moe, lay = _block_sums(mbc.dense), _block_sums(mbc.moe), _block_sums(layer)
     return {
-        "dense_fwd": _or_zero(mbc.dense, "fwd_s"),
-        "dense_bwd": _or_zero(mbc.dense, "bwd_s"),
-        "moe_fwd": _or_zero(mbc.moe, "fwd_s"),
-        "moe_bwd": _or_zero(mbc.moe, "bwd_s"),
-        "dense_core": _or_zero(mbc.dense, "fwd_time_s", prefix=CORE),
-        "moe_core": _or_zero(mbc.moe, "fwd_time_s", prefix=CORE),
+        "dense_fwd": dense["fwd"],
+        "dense_bwd": dense["bwd"],
+        "moe_fwd": moe["fwd"],
+        "moe_bwd": moe["bwd"],
+        "dense_core": dense["fwd_core"],
+        "moe_core": moe["fwd_core"],
         "head_fwd": mbc.head.fwd_s,
         "head_bwd": mbc.head.bwd_s,
         "emb_fwd": mbc.embedding.fwd_s,
         "emb_bwd": mbc.embedding.bwd_s,
-        "gemm_layer": layer.time_s(category="gemm"),
-        "attn_layer": layer.time_s(category="attention") + layer.time_s(prefix=CORE),
+        "gemm_layer": lay["gemm"],
+        "attn_layer": lay["attention"] + lay["core"],
         "host_dense": _or_zero(mbc.dense, "host_s"),
         "host_moe": _or_zero(mbc.moe, "host_s"),
         "host_head": mbc.head.host_s,
         "host_emb": mbc.embedding.host_s,
-        "dense_sac": _sac_s(mbc.dense),
-        "moe_sac": _sac_s(mbc.moe),
+        "dense_sac": dense["sac"],
+        "moe_sac": moe["sac"],
     }
+
+
+_NO_SUMS = {k: 0.0 for k in ("fwd", "bwd", "fwd_core", "gemm", "attention", "core", "sac")}
+
+
+def _block_sums(cost: Cost | None) -> dict[str, float]:
+    """``fwd_s``, ``bwd_s``, ``fwd_time_s(prefix=CORE)``, ``time_s(category=gemm)``,
+    ``time_s(category=attention)``, ``time_s(prefix=CORE)`` and ``_sac_s`` of ``cost``,
+    each accumulated in its accessor's order (so the same floats)."""
+    if cost is None:
+        return _NO_SUMS
+    fwd = bwd = fwd_core = gemm = attention = core = sac = 0
+    for i in cost.fwd:
+        t, cat = i.time_s, i.category
+        fwd += t
+        if i.op.startswith(CORE):
+            fwd_core += t
+            core += t
+        if cat == "gemm":
+            gemm += t
+            sac += t * SAC_GEMM_FRACTION
+        elif cat == "attention":
+            attention += t
+        elif cat != "view":
+            sac += t * 1.0
+    for i in cost.bwd:
+        t, cat = i.time_s, i.category
+        bwd += t
+        if i.op.startswith(CORE):
+            core += t
+        if cat == "gemm":
+            gemm += t
+        elif cat == "attention":
+            attention += t
+    return {"fwd": fwd, "bwd": bwd, "fwd_core": fwd_core, "gemm": gemm,
+            "attention": attention, "core": core, "sac": sac}  # fmt: skip
 
 
 def sac_items(cost: Cost):
