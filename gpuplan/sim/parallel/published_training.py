@@ -16,7 +16,8 @@ Nothing here is tuned to these rows: every accelerator's kernel efficiencies are
 ``stack`` column names the framework that ran each row (``megatron-te``, ``fsdp2``,
 ``composer-fsdp``, ``deepspeed``, ``pytorch``) and each row is priced as that stack runs it
 (``predict_row``: its kernels, host, optimizer, runtime, and its state precision and overlaps as
-defaults); the overlaps and settings a row states are its ``options``, which override them.
+defaults); the overlaps and settings a row states are its ``options``, which override them
+(``attention_kernel=KERNEL``: the stack's training and prefill attention kernel as the row ran it).
 ``reproduce_training(stacks=False)`` prices every row as ``megatron-te`` with Strategy's
 defaults, for the before/after comparison (``benchmarks/fit_training_stacks.py``).
 """
@@ -117,6 +118,7 @@ def row_strategy(row: dict, cfg: ModelConfig, stack=None) -> Strategy:
                                   "global_batch", "schedule", "virtual_stages", "recompute",
                                   "precision")}  # fmt: skip
     options = dict(row["options"])
+    options.pop("attention_kernel", None)  # the stack's, not the layout's (``row_stack``)
     if options.get("pp_layers") == "auto":
         options["pp_layers"] = auto_pp_layers(cfg.n_layers, row["pp"])
     if stack is None:
@@ -151,8 +153,14 @@ def metric_value(row: dict, est, cfg: ModelConfig) -> float:
 
 
 def row_stack(row: dict):
-    """The stack that ran the row (its ``stack`` column; the old Megatron rows: megatron-te)."""
-    return get_stack("megatron-te" if row["stack"] == "megatron" else row["stack"])
+    """The stack that ran the row (its ``stack`` column; the old Megatron rows: megatron-te),
+    with the attention kernel its ``attention_kernel`` option names for training and prefill."""
+    stack = get_stack("megatron-te" if row["stack"] == "megatron" else row["stack"])
+    kernel = row["options"].get("attention_kernel")
+    if kernel is None:
+        return stack
+    choice = dataclasses.replace(stack.attention, prefill=kernel, train=kernel)
+    return dataclasses.replace(stack, attention=choice)
 
 
 def predict_row(row: dict, caches: dict, *, stacks: bool = True, stack_for=None):

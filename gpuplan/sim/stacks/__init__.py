@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from gpuplan.errors import GpuplanError, check_choice, unknown_key
 
 ATTENTION_KERNELS = ("flash2", "flash3", "cudnn", "efficient", "math", "flashinfer")
+# Training-only kernels (no decode): llm-foundry's Triton flash attention (``attn_impl: triton``)
+TRAIN_ONLY_KERNELS = ("triton",)
 SDPA_DEFAULT = "sdpa-default"  # PyTorch's own dispatch: resolved per device (``sdpa_default``)
 TE_DEFAULT = "te-default"  # Transformer Engine's backend choice (``kernels.te_default``)
 FA_DEFAULT = "fa-default"  # a serving engine's FlashAttention build: FA3 on Hopper (``kernels``)
@@ -45,8 +47,9 @@ class AttentionChoice:
 
     def __post_init__(self) -> None:
         for phase in ("prefill", "train", "decode"):
+            extra = TRAIN_ONLY_KERNELS if phase != "decode" else ()
             check_choice(f"attention.{phase}", getattr(self, phase),
-                         (*ATTENTION_KERNELS, SDPA_DEFAULT, TE_DEFAULT, FA_DEFAULT))
+                         (*ATTENTION_KERNELS, *extra, SDPA_DEFAULT, TE_DEFAULT, FA_DEFAULT))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

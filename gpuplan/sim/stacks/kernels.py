@@ -15,6 +15,9 @@ B200/GB200 sm_100; MI300X/MI325X gfx942. Kernel support:
   (PyTorch ``sdp_utils.cpp``, ``check_mem_efficient_hardware_support``) and on ROCm (AOTriton).
 - ``math``: plain ATen ops, anywhere PyTorch runs.
 - ``flashinfer``: FlashInfer's paged kernels need sm_75 or newer (FlashInfer docs, installation).
+- ``triton``: llm-foundry's Triton flash attention (``attn_impl: triton``, ``flash_attn_triton``
+  on the ``triton-pre-mlir`` build its setup.py pinned, with an sm_90 branch for H100), a
+  training/prefill kernel only (no decode); priced at ``attn_kernel_rate`` ``triton_fwd``/``_bwd``.
 
 PyTorch's default SDPA dispatch (``sdpa-default``): PyTorch 2.5 made cuDNN attention the first
 choice on Hopper and newer ("cuDNN backend for SDPA ... enabled by default for H100 or newer",
@@ -50,6 +53,7 @@ KERNEL_ARCHS = {
     "cudnn": _NVIDIA_SM80_UP,
     "efficient": _NVIDIA_SM80_UP | {"gfx942"},
     "flashinfer": _NVIDIA_SM80_UP,
+    "triton": {"sm_80", "sm_90"},  # llm-foundry's triton-pre-mlir: A100 and (sm_90 branch) H100
     "math": None,  # anywhere
 }
 
