@@ -54,9 +54,9 @@ def test_collectives_of_one_host_only(tmp_path):
     _, found = _convert(tmp_path)
     recs = found["collective"][0]
     # the fixture's send_recv rows across two nodes (devices_per_node 1), all-reduce rows over
-    # two nodes (8 workers, 4 a node) and a size that is no power of two (10240) are dropped
+    # two nodes (8 workers, 4 a node) and a size in bytes that is no power of two (10240) are dropped
     assert [(r.params["op"], r.params["world"], r.params["bytes"]) for r in recs] == [
-        ("all_reduce", 8, 4096), ("send_recv", 2, 4096)]  # fmt: skip
+        ("all_reduce", 8, 2048), ("send_recv", 2, 2048)]  # fmt: skip
 
 
 def test_missing_profile_is_an_error(tmp_path):

@@ -11,8 +11,10 @@ Inference", MLSys 2024), commit ``VIDUR_COMMIT``, folder ``data/profiling``:
   ``vidur/profiling/mlp/main.py``). Columns ``time_stats.<op>.median`` are milliseconds.
   That is device time (kernels back to back in a busy stream): ``params.timing = "device"``.
 - ``network/{a100,h100}_dgx/{all_reduce,send_recv}.csv``: ``torch.distributed`` all-reduce and
-  send/recv of ``size`` fp16 elements (``collectives_impl.py``: ``torch.empty(size,
-  dtype=torch.float16)``), kernel time from a torch.profiler (kineto) trace, milliseconds.
+  send/recv of an fp16 buffer (``collectives_impl.py``: ``torch.empty(size,
+  dtype=torch.float16)``) captured in a CUDA graph, the median NCCL kernel time of a
+  torch.profiler (kineto) trace, milliseconds; the CSV's ``size`` column is that buffer's bytes
+  (``collectives_wrapper.py``: ``"size": self._size * 2,  # bytes``).
 
 Shapes are never invented: every GEMM and elementwise shape is derived from the CSV row's own
 columns (``n_head, n_kv_head, n_embd, n_expanded_embd, use_gated_mlp, num_tokens,
@@ -62,7 +64,6 @@ from gpuplan.errors import GpuplanError
 
 VIDUR_COMMIT = "7d47513363ec447a741ac5e47241580b47724fbf"
 MS = 1e-3  # vidur's time_stats are milliseconds
-FP16_BYTES = 2
 DEVICES = {"a100": "a100-sxm-80gb", "h100": "h100-sxm"}
 MODELS = (
     "meta-llama/Llama-2-7b-hf",
@@ -141,8 +142,8 @@ def network_records(rows: list[dict[str, str]], device: str, path: str) -> Itera
         if world != int(row["devices_per_node"]) or size & (size - 1):
             continue
         op = row["collective"]
-        params = {"op": op, "world": world, "bytes": size * FP16_BYTES, "dtype": "fp16"}
-        src = _source(path, f"{op} of {size} fp16 elements on {world} GPUs of one node")
+        params = {"op": op, "world": world, "bytes": size, "dtype": "fp16"}
+        src = _source(path, f"{op} of {size} bytes (fp16) on {world} GPUs of one node, CUDA graph")
         yield _record("collective", device, params, float(row[f"time_stats.{op}.median"]) * MS, src)
 
 
