@@ -1,0 +1,56 @@
+"""How many KV blocks a sequence holds, sliding-window layers counted apart.
+
+Without sliding windows a sequence of n cached tokens holds ceil(n / block) blocks, each the
+keys and values of ``block_tokens`` tokens in every layer (PagedAttention, Kwon et al. 2023,
+sec. 4.2). With sliding-window layers the cache is paged per layer group, as vLLM's hybrid KV
+cache manager does (vLLM v1, ``vllm/v1/core/single_type_kv_cache_manager.py``:
+``FullAttentionManager`` and ``SlidingWindowManager``; docs "Hybrid KV Cache Manager"): the unit
+is then one block of one layer, a full-attention layer holds ceil(n / block) of them and a
+windowed layer only those that still hold a token the next query can see
+(``SlidingWindowManager.remove_skipped_blocks`` frees the blocks before token
+n - window + 1), i.e. ceil(n / block) - floor(max(0, n - window + 1) / block).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class BlockRule:
+    """Blocks per sequence: ``full_layers`` and ``windowed_layers`` page units per block of
+    ``block_tokens`` tokens (a model without windows: one unit, every layer in it)."""
+
+    block_tokens: int
+    full_layers: int = 1
+    windowed_layers: int = 0
+    window: int = 0
+
+    @property
+    def units(self) -> int:
+        """Page units one block of tokens takes when no window has cut it."""
+        return self.full_layers + self.windowed_layers
+
+    def blocks(self, tokens: int) -> int:
+        """Blocks a sequence of ``tokens`` cached tokens holds."""
+        b = self.block_tokens
+        whole = -(-tokens // b)
+        if not self.windowed_layers:
+            return whole * self.full_layers
+        skipped = max(0, tokens - self.window + 1) // b
+        return self.full_layers * whole + self.windowed_layers * (whole - skipped)
+
+    def blocks_sum(self, cached: np.ndarray) -> int:
+        """Blocks the sequences with ``cached`` tokens hold together."""
+        b = self.block_tokens
+        whole = -(-cached // b)
+        if not self.windowed_layers:
+            return int(whole.sum()) * self.full_layers
+        skipped = np.maximum(0, cached - self.window + 1) // b
+        return int(self.full_layers * whole.sum() + self.windowed_layers * (whole - skipped).sum())
+
+    def growth_bound(self, iterations: int) -> int:
+        """The most blocks one sequence can gain over ``iterations`` decode iterations."""
+        return self.units * (-(-iterations // self.block_tokens) + 1)
