@@ -156,6 +156,7 @@ def make_replica(env, index, table, dep, sched, step, timeline, *, prefill_only=
         block_bytes=cap.block_bytes,
         max_seqs=sched.max_seqs,
         watermark=sched.watermark,
+        rule=cap.rule,
     )
     if sched.policy in ("static", "dynamic") and not prefill_only:
         state.use_static_batches()

@@ -16,7 +16,9 @@ blocks. The blocks fill what is left of each GPU after, in this order (assumptio
 
 Per token and GPU the cache holds K and V of the GPU's KV heads (``max(1, n_kv_heads / tp)``:
 heads are replicated when tp exceeds them) in every layer, or MLA's compressed latent plus its
-RoPE key, replicated on every rank (DeepSeek-V2 sec. 2.1.3).
+RoPE key, replicated on every rank (DeepSeek-V2 sec. 2.1.3). A model with sliding-window layers
+pages its cache per layer (``blocks.BlockRule``): a block is then one layer's ``block_tokens``
+tokens, and a windowed layer holds only the blocks its window still reaches.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import math
 from dataclasses import dataclass
 
 from gpuplan.errors import GpuplanError
+from gpuplan.sim.serving.blocks import BlockRule
 from gpuplan.sim.serving.quantization import weight_bytes_per_param
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.memory import kv_cache_bytes_per_token_layer
@@ -56,6 +59,15 @@ def kv_bytes_per_token(cfg: ModelConfig, *, tp: int, kv_dtype: str) -> float:
     return cfg.n_layers * per_layer
 
 
+def block_rule(cfg: ModelConfig, block_tokens: int) -> BlockRule:
+    """The blocks a sequence of the model holds: per layer when some layers are windowed."""
+    windowed = cfg.n_windowed_layers if cfg.sliding_window else 0
+    if not windowed:
+        return BlockRule(block_tokens)
+    return BlockRule(block_tokens, full_layers=cfg.n_layers - windowed,
+                     windowed_layers=windowed, window=cfg.sliding_window)  # fmt: skip
+
+
 def _ffn_width(cfg: ModelConfig) -> int:
     if not cfg.is_moe:
         return cfg.d_ff
@@ -83,10 +95,24 @@ class KvCapacity:
     usable_bytes: float  # hbm_bytes * memory_utilization
     weights_bytes: float
     workspace_bytes: float
+    rule: BlockRule | None = None  # None: one block holds its tokens in every layer
 
     @property
     def tokens(self) -> int:
-        return self.blocks * self.block_tokens
+        """Cached tokens the blocks hold when no window has cut them (every layer's)."""
+        units = self.rule.units if self.rule else 1
+        return self.blocks * self.block_tokens // units
+
+    def blocks_of(self, tokens: int) -> int:
+        """Blocks one sequence of ``tokens`` cached tokens holds."""
+        return self.rule.blocks(tokens) if self.rule else blocks_for(tokens, self.block_tokens)
+
+    def sequences(self, tokens: float) -> int:
+        """Sequences of ``tokens`` cached tokens the blocks hold at once (without windows:
+        the cached tokens over ``tokens``, block rounding left to the scheduler)."""
+        if self.rule is None:
+            return int(self.tokens // tokens)
+        return self.blocks // max(1, self.rule.blocks(math.ceil(tokens)))
 
     @property
     def kv_bytes(self) -> float:
@@ -97,7 +123,7 @@ def kv_capacity(dep, sched) -> KvCapacity:
     """Blocks of the replica's KV cache; a model that does not fit is an error naming the TP
     (and GPU count) it would need."""
     cap = _capacity(dep, sched, dep.tp)
-    needed = blocks_for(sched.model_len(dep.model), sched.block_tokens)
+    needed = cap.blocks_of(sched.model_len(dep.model))
     if cap.blocks < needed:
         raise GpuplanError(_does_not_fit(dep, sched, cap, needed))
     return cap
@@ -106,7 +132,9 @@ def kv_capacity(dep, sched) -> KvCapacity:
 def _capacity(dep, sched, tp: int) -> KvCapacity:
     cfg = dep.model
     tokens = sched.batched_tokens(cfg) or sched.model_len(cfg)
-    block_bytes = sched.block_tokens * kv_bytes_per_token(cfg, tp=tp, kv_dtype=dep.kv_dtype)
+    rule = block_rule(cfg, sched.block_tokens)
+    per_token = kv_bytes_per_token(cfg, tp=tp, kv_dtype=dep.kv_dtype) / rule.units
+    block_bytes = sched.block_tokens * per_token
     usable = dep.acc.hbm_bytes * sched.memory_utilization
     weights = weights_bytes_per_gpu(cfg, tp=tp, weight_dtype=dep.weight_dtype)
     work = workspace_bytes(cfg, tp=tp, tokens=tokens, seqs=sched.max_seqs, act_dtype=dep.act_dtype)
@@ -119,12 +147,13 @@ def _capacity(dep, sched, tp: int) -> KvCapacity:
         usable_bytes=usable,
         weights_bytes=weights,
         workspace_bytes=work,
+        rule=rule if rule.windowed_layers else None,
     )
 
 
 def fitting_tp(dep, sched, *, max_tp: int = 8) -> int | None:
     """The smallest tensor-parallel degree at which one max-length request fits, or None."""
-    needed = blocks_for(sched.model_len(dep.model), sched.block_tokens)
+    needed = block_rule(dep.model, sched.block_tokens).blocks(sched.model_len(dep.model))
     for tp in range(1, max_tp + 1):
         if dep.model.n_heads % tp == 0 and _capacity(dep, sched, tp).blocks >= needed:
             return tp

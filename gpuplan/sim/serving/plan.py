@@ -152,7 +152,7 @@ def unit_rate_bound(c: Candidate, dep: Deployment, step: StepModel, lengths) -> 
     """Requests per second one unit could not exceed by much (module docstring)."""
     prompt, output = float(np.mean(lengths[0])), float(np.mean(lengths[1]))
     cap = kv_capacity(dep, _sched(c))
-    seqs = max(1, min(c.max_seqs, int(cap.tokens // (prompt + output))))
+    seqs = max(1, min(c.max_seqs, cap.sequences(prompt + output)))
     p, o = max(1, round(prompt)), max(1, round(output))
     prefill_s = step.iteration_s(Batch(prefill=((p, 0, 1),)))
     context = seqs * round(prompt + output / 2)

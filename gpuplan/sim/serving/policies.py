@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuplan.sim.serving.state import ReplicaState, blocks_for
+from gpuplan.sim.serving.state import ReplicaState
 
 
 @dataclass(slots=True)
@@ -81,7 +81,7 @@ class Policy:
         t = st.table
         longest = t.prompt[rid] + t.output[rid]
         room = st.total_blocks - st.watermark_blocks
-        return longest > self.model_len or blocks_for(longest - 1, st.block_tokens) > room
+        return longest > self.model_len or st.blocks_of(longest - 1) > room
 
     def schedule(self, st: ReplicaState, now_s: float):
         raise NotImplementedError
@@ -90,7 +90,7 @@ class Policy:
         t = st.table
         while st.waiting and t.remote[st.waiting[0]] and st.seats() > 0:
             rid = st.waiting[0]
-            if not st.can_allocate(blocks_for(t.cached[rid] + 1, st.block_tokens)):
+            if not st.can_allocate(st.blocks_of(t.cached[rid] + 1)):
                 return
             st.admit_remote(rid)
 
@@ -106,7 +106,7 @@ class Policy:
         t, moved = st.table, 0.0
         while st.swapped and st.seats() > 0:
             rid = st.swapped[0]
-            if st.free_blocks() < blocks_for(t.cached[rid] + 1, st.block_tokens):
+            if st.free_blocks() < st.blocks_of(t.cached[rid] + 1):
                 break
             moved += st.swap_in(rid)
         return moved
@@ -259,7 +259,7 @@ class StaticPolicy(Policy):
         longest_prompt = longest_output = 0
         for rid in st.waiting:
             p, o = max(longest_prompt, t.prompt[rid]), max(longest_output, t.output[rid])
-            need = (len(members) + 1) * blocks_for(p + o - 1, st.block_tokens)
+            need = (len(members) + 1) * st.blocks_of(p + o - 1)
             if len(members) == self.max_seqs or (members and need > st.total_blocks):
                 break
             members.append(rid)
@@ -267,7 +267,7 @@ class StaticPolicy(Policy):
         for rid in members:
             st.begin_prefill(rid, 0)
         n = len(members)
-        st.reserved_blocks = n * blocks_for(longest_prompt + longest_output - 1, st.block_tokens)
+        st.reserved_blocks = n * st.blocks_of(longest_prompt + longest_output - 1)
         st.static_batch = members
         pieces = [(rid, t.prompt[rid]) for rid in members]
         return Iteration(pieces, ((longest_prompt, 0, n),), sampled=n, padded_to=longest_prompt)

@@ -196,9 +196,9 @@ def _sched(row, dep, stack: str) -> SchedulerConfig:
     return dataclasses.replace(sched, memory_utilization=used / whole.hbm_bytes)
 
 
-def _capacity_tokens(dep, sched) -> int:
+def _capacity(dep, sched):
     try:
-        return kv_capacity(dep, sched).tokens
+        return kv_capacity(dep, sched)
     except GpuplanError as err:
         raise CannotRun(str(err)) from None
 
@@ -221,9 +221,10 @@ def _prefill_many_s(step: StepModel, prompt: int, seqs: int, budget: int) -> flo
 
 def _static(row, dep, step, sched) -> dict[str, float]:
     b, p, o = int(row["batch"]), row["prompt_tokens"], row["output_tokens"]
-    held = _capacity_tokens(dep, sched)
-    if b * (p + o) > held:
-        raise CannotRun(f"a batch of {b} x {p + o} tokens exceeds the {held:,} KV tokens that fit")
+    cap = _capacity(dep, sched)
+    if cap.sequences(p + o) < b:
+        raise CannotRun(f"a batch of {b} x {p + o} tokens exceeds the {cap.tokens:,} KV tokens "
+                        "that fit")
     ttft = step.iteration_s(Batch(prefill=((p, 0, b),)))
     decode = step.decode_run_s(b, b * (p + 1), o - 1)
     e2e = ttft + decode
@@ -233,10 +234,11 @@ def _static(row, dep, step, sched) -> dict[str, float]:
 
 def _fitting_seqs(row, dep, sched) -> int:
     p, o = row["prompt_tokens"], row["output_tokens"]
-    held = _capacity_tokens(dep, sched)
-    seqs = min(sched.max_seqs, held // (p + o))
+    cap = _capacity(dep, sched)
+    seqs = min(sched.max_seqs, cap.sequences(p + o))
     if seqs < 1:
-        raise CannotRun(f"one request of {p + o} tokens exceeds the {held:,} KV tokens that fit")
+        raise CannotRun(f"one request of {p + o} tokens exceeds the {cap.tokens:,} KV tokens "
+                        "that fit")
     return seqs
 
 

@@ -30,6 +30,8 @@ from collections import deque
 
 import numpy as np
 
+from gpuplan.sim.serving.blocks import BlockRule
+
 FINISHED, REJECTED = 1, 2
 
 
@@ -69,8 +71,17 @@ def blocks_for(tokens: int, block_tokens: int) -> int:
 class DecodeSet:
     """Requests in the decode phase, advanced lazily (module docstring)."""
 
-    def __init__(self, table: RequestTable, block_tokens: int, *, count_blocks: bool = True):
+    def __init__(
+        self,
+        table: RequestTable,
+        block_tokens: int,
+        *,
+        count_blocks: bool = True,
+        rule: BlockRule | None = None,
+    ):
         self.table, self.block_tokens = table, block_tokens
+        self.rule = rule or BlockRule(block_tokens)
+        self._blocks_of = self.rule.blocks
         self.count_blocks = count_blocks  # False: a static batch reserved its blocks whole
         self.iters = 0  # decode iterations this replica has run
         self.members: list[int] = []  # in order of joining (the last is preempted first)
@@ -92,7 +103,7 @@ class DecodeSet:
         heapq.heappush(self._heap, (done, rid))
         self.offset_sum += off
         if self.count_blocks:
-            self.blocks += blocks_for(cached, self.block_tokens)
+            self.blocks += self._blocks_of(cached)
         self._offsets_array = None
 
     def cached_tokens(self) -> int:
@@ -123,8 +134,7 @@ class DecodeSet:
         """Exact blocks the members will hold after ``n`` more iterations."""
         if not self.members or not self.count_blocks:
             return 0
-        cached = self._offsets() + (self.iters + n)
-        return int((-(-cached // self.block_tokens)).sum())
+        return self.rule.blocks_sum(self._offsets() + (self.iters + n))
 
     def advance(self, n: int, *, keep_done: bool = False) -> list[tuple[int, int]]:
         """Run ``n`` iterations; return (rid, iterations it took) of each member done, removing
@@ -152,7 +162,7 @@ class DecodeSet:
         self.offset_sum -= off
         t.cached[rid] = off + self.iters
         t.generated[rid] = t.output[rid] - (done - self.iters)
-        t.blocks[rid] = blocks_for(t.cached[rid], self.block_tokens) if self.count_blocks else 0
+        t.blocks[rid] = self._blocks_of(t.cached[rid]) if self.count_blocks else 0
         self.blocks -= t.blocks[rid]
         self._offsets_array = None
 
@@ -175,6 +185,7 @@ class ReplicaState:
         block_bytes: float,
         max_seqs: int,
         watermark: float = 0.0,
+        rule: BlockRule | None = None,
     ):
         self.index, self.table = index, table
         self.total_blocks, self.block_tokens, self.block_bytes = (
@@ -186,7 +197,9 @@ class ReplicaState:
         self.watermark_blocks = int(watermark * total_blocks)
         self.waiting: deque[int] = deque()
         self.prefilling: list[int] = []
-        self.decoding = DecodeSet(table, block_tokens)
+        self.rule = rule or BlockRule(block_tokens)
+        self.blocks_of = self.rule.blocks  # blocks a sequence of n cached tokens holds
+        self.decoding = DecodeSet(table, block_tokens, rule=self.rule)
         self.static_batch: list[int] = []  # members of a running static batch
         self.swapped: deque[int] = deque()
         self.prefill_blocks = 0  # held by prefilling requests
@@ -210,13 +223,13 @@ class ReplicaState:
         return self.free_blocks() - blocks >= self.watermark_blocks
 
     def blocks_needed(self, rid: int) -> int:
-        return blocks_for(self.table.prefill_target(rid), self.block_tokens)
+        return self.blocks_of(self.table.prefill_target(rid))
 
     def decode_room(self, iterations: int) -> int:
         """The most of ``iterations`` decode iterations whose new tokens fit in the free blocks."""
         d = self.decoding
         free = self.free_blocks() + d.blocks
-        per_seq = -(-iterations // self.block_tokens) + 1
+        per_seq = self.rule.growth_bound(iterations)
         if d.blocks + len(d) * per_seq <= free:
             return iterations
         lo, hi = 0, iterations  # largest n with blocks_after(n) <= free
@@ -347,7 +360,7 @@ class ReplicaState:
 
     def use_static_batches(self) -> None:
         """Static and dynamic batching: blocks are reserved whole per batch, not per token."""
-        self.decoding = DecodeSet(self.table, self.block_tokens, count_blocks=False)
+        self.decoding = DecodeSet(self.table, self.block_tokens, count_blocks=False, rule=self.rule)
 
     def end_static_batch(self) -> None:
         self.decoding.clear()
