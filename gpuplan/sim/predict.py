@@ -43,7 +43,15 @@ KINDS = (
     "collective",
     "tp_mlp",
     "tp_layer",
+    # whole-model kinds (gpuplan.validate.stack_campaign): a named model, ``layers`` kept
+    "prefill_step",
+    "model_decode_step",
+    "model_train_step",
 )
+# whole-model record kind -> the kind of ``model_estimate.model_breakdown`` (what ``gpuplan
+# estimate prefill-step / decode-step / train-step --model`` prices)
+_MODEL_KINDS = {"prefill_step": "prefill_step", "model_decode_step": "decode_step",
+                "model_train_step": "train_step"}
 
 
 def contract_model(p: Mapping[str, Any], *, layers: int = 1, vocab: int = 32000) -> ModelConfig:
@@ -159,7 +167,8 @@ _PREDICTORS: dict[str, Callable[[Any, Efficiency, Mapping[str, Any]], Breakdown]
 
 # the phase whose attention kernel a kind's prefill-shaped calls take (decode shapes take the
 # stack's decode kernel whatever the kind)
-_PHASE = {"train_step": "train", "decode_step": "decode"}
+_PHASE = {"train_step": "train", "decode_step": "decode", "model_train_step": "train",
+          "model_decode_step": "decode", "prefill_step": "prefill"}
 
 
 def record_stack(params: Mapping[str, Any]) -> Stack:
@@ -201,7 +210,9 @@ def predict_breakdown(
     raw = eff or efficiency_for(acc.key)
     eff = stack_efficiency(stack, raw, acc, phase=_phase(kind, params))
     try:
-        if kind == "train_step":  # the training estimate applies the stack itself
+        if kind in _MODEL_KINDS:  # the same path as ``estimate ... --model``
+            bd = _whole_model(kind, acc, raw, params, stack)
+        elif kind == "train_step":  # the training estimate applies the stack itself
             bd = _train_step(acc, raw, params, stack)
         elif kind == "elementwise":
             bd = _elementwise(acc, eff, params, impl=stack.elementwise)
@@ -210,6 +221,31 @@ def predict_breakdown(
     except KeyError as exc:
         raise GpuplanError(f"{kind}: missing parameter {exc.args[0]!r}") from None
     return device_time(bd) if timing == "device" else bd
+
+
+def record_model(name: str) -> ModelConfig:
+    """A whole-model record's model: a preset, else the stack campaign's published config."""
+    from gpuplan.validate.stack_campaign.configs import MODELS
+    from gpuplan.workloads.hf_config import from_hf_config
+    from gpuplan.workloads.presets import PRESETS, get_model
+
+    if name in PRESETS or name not in MODELS:
+        return get_model(name)
+    return from_hf_config(MODELS[name]["hf_config"], name=name)
+
+
+def _whole_model(kind: str, acc, raw: Efficiency, params: Mapping[str, Any], stack: Stack):
+    """``model_breakdown`` of the record's model; training peak as allocated bytes."""
+    from gpuplan.sim.model_estimate import model_breakdown
+
+    est_params = {k: v for k, v in params.items()
+                  if k not in ("model", "stack", "attention_kernel", "timing")}
+    bd = model_breakdown(_MODEL_KINDS[kind], acc, raw, record_model(params["model"]), est_params,
+                         stack=stack)
+    if kind == "model_train_step":
+        bd = replace(bd, memory_bytes={k: v for k, v in bd.memory_bytes.items()
+                                       if k not in NOT_ALLOCATED})
+    return bd
 
 
 def device_time(bd: Breakdown) -> Breakdown:
@@ -221,6 +257,6 @@ def predict_record(record, *, eff: Efficiency | None = None) -> dict[str, float]
     """The metrics a record measures, predicted: ``time_s`` and, where measured, ``peak_bytes``."""
     bd = predict_breakdown(record.kind, record.device, record.params, eff=eff)
     out = {"time_s": bd.total_s}
-    if bd.peak_bytes is not None and record.kind in ("layer", "train_step"):
+    if bd.peak_bytes is not None and record.kind in ("layer", "train_step", *_MODEL_KINDS):
         out["peak_bytes"] = bd.peak_bytes
     return out

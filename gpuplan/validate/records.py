@@ -136,11 +136,39 @@ PARAM_RULES: dict[str, dict[str, Rule]] = {
         "dtype": FLOAT_DTYPES,
     },
 }
+
+
+def _model_names() -> tuple[str, ...]:
+    """Models a whole-model record may name: the presets and the stack campaign's configs."""
+    from gpuplan.validate.stack_campaign.configs import MODELS
+    from gpuplan.workloads.presets import PRESETS
+
+    return tuple(sorted(set(PRESETS) | set(MODELS)))
+
+
+# Whole-model kinds (additive; gpuplan.validate.stack_campaign measures them): one forward of the
+# named model (``prefill_step``), one decode step against its cache (``model_decode_step``), one
+# training step (``model_train_step``), ``layers`` the layer count kept; priced by the same path
+# as ``gpuplan estimate prefill-step / decode-step / train-step --model``.
+_MODEL = _model_names()
+PARAM_RULES |= {
+    "prefill_step": {"model": _MODEL, "layers": POSITIVE_INT, "batch": POSITIVE_INT,
+                     "seq": POSITIVE_INT, "dtype": FLOAT_DTYPES},
+    "model_decode_step": {"model": _MODEL, "layers": POSITIVE_INT, "batch": POSITIVE_INT,
+                          "context": POSITIVE_INT, "kv_cache": ("dynamic", "static", "paged"),
+                          "dtype": FLOAT_DTYPES},
+    "model_train_step": {"model": _MODEL, "layers": POSITIVE_INT, "micro_batch": POSITIVE_INT,
+                         "seq": POSITIVE_INT, "optimizer": ("adamw",),
+                         "precision": ("bf16-mixed",)},
+}
+MODEL_KINDS = ("prefill_step", "model_decode_step", "model_train_step")
+# Optional params of one kind, checked and kept when present.
+KIND_OPTIONAL: dict[str, dict[str, Rule]] = {"model_decode_step": {"max_cache_len": POSITIVE_INT}}
 KINDS: tuple[str, ...] = tuple(PARAM_RULES)
 
 # Measured metrics of each kind: (required, optional).
 MEASURED: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    kind: (("time_s",), ("peak_bytes",) if kind in ("layer", "train_step") else ())
+    kind: (("time_s",), ("peak_bytes",) if kind in ("layer", "train_step", *MODEL_KINDS) else ())
     for kind in KINDS
 }
 
@@ -230,6 +258,9 @@ def _check_optional(params: Mapping[str, Any]) -> list[str]:
 def _check_params(kind: str, params: Mapping[str, Any]) -> list[str]:
     rules = PARAM_RULES[kind]
     reasons = _check_optional(params)
+    for name, rule in KIND_OPTIONAL.get(kind, {}).items():
+        if name in params and (reason := _check_value(f"params.{name}", params[name], rule)):
+            reasons.append(reason)
     for name, rule in rules.items():
         if name not in params:
             reasons.append(f"params.{name} is missing ({kind} needs {', '.join(rules)})")
@@ -321,7 +352,7 @@ def parse_record(obj: Any, *, line_no: int = 0, devices: Collection[str] | None 
         device=obj["device"],
         params={
             name: obj["params"][name]
-            for name in (*PARAM_RULES[kind], *optional_param_rules())
+            for name in (*PARAM_RULES[kind], *optional_param_rules(), *KIND_OPTIONAL.get(kind, {}))
             if name in obj["params"]
         },
         measured={m: obj["measured"][m] for m in required + optional if m in obj["measured"]},
