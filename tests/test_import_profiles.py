@@ -75,3 +75,22 @@ def test_imported_runs_are_never_fitted():
     for device in ("a100-sxm-80gb", "h100-sxm"):  # no fitted run of those devices at all
         with pytest.raises(GpuplanError, match="no .* measurement record"):
             calibrate.load_runs(DATA, device)
+
+
+def test_p2p_setup_is_host_time():
+    """A send/recv call timed alone pays NCCL's point-to-point setup; its kernel does not."""
+    from gpuplan.hwmodels.accelerators import get_accelerator
+    from gpuplan.hwmodels.collectives import collective_time
+    from gpuplan.hwmodels.efficiency import efficiency_for
+    from gpuplan.sim.predict import predict_breakdown
+
+    acc = get_accelerator("h100-sxm")
+    eff = efficiency_for("h100-sxm")
+    for op in ("send_recv", "all_reduce"):
+        params = {"op": op, "world": 2, "bytes": 2048, "dtype": "fp16", "stack": "eager-2023"}
+        alone = predict_breakdown("collective", "h100-sxm", {**params, "timing": "isolated"})
+        kernel = predict_breakdown("collective", "h100-sxm", {**params, "timing": "device"})
+        whole = collective_time(acc, op, 2, 2048, eff).total_s
+        assert alone.total_s == pytest.approx(whole)  # the isolated price is unchanged
+        setup = eff.p2p_launch_s if op == "send_recv" else 0.0
+        assert alone.total_s - kernel.total_s == pytest.approx(setup)
