@@ -35,3 +35,22 @@ def clock_factor(busy_s: float, eff: Efficiency, dtype: str) -> float:
 def throttled(compute_s: float, eff: Efficiency, dtype: str) -> float:
     """Compute time at boost clock -> time at the clock the power limit allows."""
     return compute_s / clock_factor(compute_s, eff, dtype)
+
+
+def power_capped(eff: Efficiency, tdp_w: float | None, limit_w: float | None) -> Efficiency:
+    """``eff`` on a board held to ``limit_w`` below its rated ``tdp_w`` (``nvidia-smi -pl``, or
+    a part sold at a lower limit). Tensor-core power is dynamic power, P = a C V^2 f (Weste and
+    Harris, "CMOS VLSI Design", 4th ed., sec. 5.1), and along the DVFS curve the voltage falls
+    with the clock, so P grows about as f^3: the sustained clock scales by (limit/tdp)^(1/3).
+    Static power, which a lower clock does not save, is left out, so the slowdown is a lower
+    bound."""
+    import dataclasses
+
+    from gpuplan.errors import GpuplanError
+
+    if limit_w is None or tdp_w is None or limit_w >= tdp_w:
+        return eff
+    if limit_w <= 0:
+        raise GpuplanError(f"power_limit_w={limit_w!r} is invalid: a positive number of watts")
+    factor = (limit_w / tdp_w) ** (1.0 / 3.0)
+    return dataclasses.replace(eff, sustained_clock_fraction=eff.sustained_clock_fraction * factor)

@@ -17,7 +17,8 @@ Nothing here is tuned to these rows: every accelerator's kernel efficiencies are
 ``composer-fsdp``, ``deepspeed``, ``pytorch``) and each row is priced as that stack runs it
 (``predict_row``: its kernels, host, optimizer, runtime, and its state precision and overlaps as
 defaults); the overlaps and settings a row states are its ``options``, which override them
-(``attention_kernel=KERNEL``: the stack's training and prefill attention kernel as the row ran it).
+(``attention_kernel=KERNEL``: the stack's training and prefill attention kernel as the row ran it;
+``power_limit_w=W``: boards held below their rated power, ``hwmodels.power.power_capped``).
 ``reproduce_training(stacks=False)`` prices every row as ``megatron-te`` with Strategy's
 defaults, for the before/after comparison (``benchmarks/fit_training_stacks.py``).
 """
@@ -35,6 +36,7 @@ import pandas as pd
 
 from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.efficiency import efficiency_for
+from gpuplan.hwmodels.power import power_capped
 from gpuplan.sim.parallel.compute import CostCache
 from gpuplan.sim.parallel.estimate import estimate_training, stack_strategy, training_efficiency
 from gpuplan.sim.parallel.published import paper_flops
@@ -119,6 +121,7 @@ def row_strategy(row: dict, cfg: ModelConfig, stack=None) -> Strategy:
                                   "precision")}  # fmt: skip
     options = dict(row["options"])
     options.pop("attention_kernel", None)  # the stack's, not the layout's (``row_stack``)
+    options.pop("power_limit_w", None)  # the board's (``predict_row``)
     if options.get("pp_layers") == "auto":
         options["pp_layers"] = auto_pp_layers(cfg.n_layers, row["pp"])
     if stack is None:
@@ -172,8 +175,9 @@ def predict_row(row: dict, caches: dict, *, stacks: bool = True, stack_for=None)
         cluster = row_cluster(row)
         stack = (stack_for or row_stack)(row) if stacks else get_stack("megatron-te")
         strategy = row_strategy(row, cfg, stack if stacks else None)
-        eff = efficiency_for(cluster.gpu)
-        key = (cfg, cluster.gpu, stack, stacks)
+        limit_w = row["options"].get("power_limit_w")
+        eff = power_capped(efficiency_for(cluster.gpu), cluster.accelerator.tdp_w, limit_w)
+        key = (cfg, cluster.gpu, stack, stacks, limit_w)
         if key not in caches:  # the costs of the efficiency the estimate prices with
             run_eff = training_efficiency(stack, eff, cluster.accelerator) if stacks else eff
             impl = stack.elementwise if stacks else "fused"
