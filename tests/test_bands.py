@@ -182,6 +182,9 @@ def test_train_and_search_json_carry_bands(capsys):
                          "--json"))  # fmt: skip
     _has_bands(doc, ("step_time_s", "tokens_per_s"))
     assert doc["error_band"] == doc["fastest"]["error_band"]
+    lo, hi = doc["error_band_row_factors"]["step_time_s"]
+    t = doc["fastest"]["step_time_s"]
+    assert doc["error_band"]["step_time_s"] == pytest.approx([lo * t, hi * t])
 
 
 def test_serve_json_carries_bands_and_the_table_prints_them(capsys):

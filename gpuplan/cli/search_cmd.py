@@ -150,6 +150,11 @@ def run(args) -> int:
     if args.json:
         doc = stats | {"top": top, "pareto": pareto, "fastest": fastest}
         doc |= {k: fastest[k] for k in ("error_band", "error_band_label")}  # the fastest's
+        # every row's band: its value times these factors (one family, stack and device)
+        doc["error_band_row_factors"] = {k: _factors(k, stack.name, cluster.accelerator.key)
+                                         for k in ("step_time_s", "tokens_per_s", "mfu",
+                                                   "peak_memory_per_gpu_bytes",
+                                                   "cost_per_step_usd")}  # fmt: skip
         print(dump_json(with_timing(doc, args, timing)))
         return 0
     took = (
@@ -197,3 +202,8 @@ def _row_band_line(stack: str, device: str) -> str:
     label = bands.join_labels([b.label])
     return (f"error band p10-p90 of each row's step time: x{b.low:.2f}-x{b.high:.2f} "
             f"(throughput, MFU: the inverse)" + (f"; {label}" if label else ""))
+
+
+def _factors(key: str, stack: str, device: str) -> list[float]:
+    family, power = bands.TRAIN_KEYS.get(key, ("train.time", 1))
+    return bands.interval(1.0, bands.residuals(family, stack, device), power=power).as_list()
