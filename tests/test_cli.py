@@ -331,7 +331,7 @@ def traces(monkeypatch, tmp_path):
         {"count": [4, 2], "total_s": [3e-3, 1e-3], "share": [0.75, 0.25]},
         index=pd.Index(["gemm", "norm"], name="class"),
     )
-    fake_module(monkeypatch, "gpuplan.validate.trace", kernel_table=lambda path: table)
+    fake_module(monkeypatch, "gpuplan.validate.trace", kernel_table=lambda path, **kw: table)
     path = tmp_path / "trace.json"
     path.write_text("{}")
     return str(path)
@@ -548,7 +548,7 @@ def test_a_trace_whose_iterations_cannot_be_inferred_asks_for_them(capsys, monke
     table = pd.DataFrame(
         {"count": [2], "total_s": [1e-3], "share": [1.0]}, index=pd.Index(["norm"], name="class")
     )
-    fake_module(monkeypatch, "gpuplan.validate.trace", kernel_table=lambda path: table)
+    fake_module(monkeypatch, "gpuplan.validate.trace", kernel_table=lambda path, **kw: table)
     path = tmp_path / "trace.json"
     path.write_text("{}")
     params = '{"m": 64, "n": 64, "k": 64, "dtype": "bf16"}'

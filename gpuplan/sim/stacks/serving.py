@@ -66,7 +66,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from importlib import resources
+from pathlib import Path
 
 from gpuplan.errors import GpuplanError, check_choice, check_positive
 from gpuplan.sim.stacks import FA_DEFAULT, AttentionChoice, HostModel, Stack, register
@@ -117,7 +117,8 @@ SGLANG_BUCKETS = (1, 2, 4, 8, *range(16, 161, 8))
 
 
 def _fitted() -> dict:
-    path = resources.files("gpuplan.sim.serving") / "data" / "stack_fit.json"
+    # beside the serving package, read without importing it (the registry stays light)
+    path = Path(__file__).resolve().parents[1] / "serving" / "data" / "stack_fit.json"
     try:
         return json.loads(path.read_text())["stacks"]
     except FileNotFoundError:
