@@ -191,7 +191,7 @@ def test_serve_json_carries_bands_and_the_table_prints_them(capsys):
     base = ["serve", "--model", "llama2-7b", "--gpu", "a100-sxm-80gb", "--rate", "4",
             "--prompt-tokens", "256", "--output-tokens", "32", "--requests", "100"]  # fmt: skip
     doc = json.loads(run(capsys, *base, "--json"))
-    _has_bands(doc, ("ttft_s.p99", "tpot_s.mean", "e2e_s.p50", "output_tokens_per_s"))
+    _has_bands(doc, ("ttft_p99_s", "tpot_mean_s", "e2e_p50_s", "output_tokens_per_s"))
     out = run(capsys, *base)
     ttft = next(x for x in out.splitlines() if x.startswith("ttft_s"))
     assert ttft.count("–") == 4

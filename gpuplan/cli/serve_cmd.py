@@ -404,7 +404,7 @@ def _render_serve(doc: dict) -> str:
                      "requests hit)")
     lines.append("")
     band = doc.get("error_band", {})
-    rows = [{"metric": m, **{k: format_banded("_s", v, band.get(f"{m}.{k}"))
+    rows = [{"metric": m, **{k: format_banded("_s", v, band.get(bands.latency_key(m, k)))
                              for k, v in doc[m].items()}} for m in ("ttft_s", "tpot_s", "e2e_s")]
     cols = ["metric", "mean", "p50", "p90", "p99"]
     lines.append(render_table(rows, cols))

@@ -211,12 +211,18 @@ def serve_key(key: str) -> tuple[str, int] | None:
     return None
 
 
+def latency_key(metric: str, stat: str) -> str:
+    """``ttft_s``, ``p99`` -> ``ttft_p99_s``."""
+    return f"{metric.removesuffix('_s')}_{stat}_s"
+
+
 def flat_serve_values(doc: Mapping[str, Any]) -> dict[str, float]:
-    """A serving document's numbers: ``ttft_s.p99`` for a statistic of a latency, else the key."""
+    """A serving document's numbers: ``ttft_p99_s`` for a statistic of a latency (``serve plan``'s
+    names), else the key."""
     out: dict[str, float] = {}
     for key, value in doc.items():
         if isinstance(value, Mapping) and key in ("ttft_s", "tpot_s", "e2e_s"):
-            out |= {f"{key}.{stat}": v for stat, v in value.items()}
+            out |= {latency_key(key, stat): v for stat, v in value.items()}
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
             out[key] = value
     return out
@@ -264,7 +270,7 @@ def serve_bands(doc: Mapping[str, Any], *, stack: str, device: str) -> dict[str,
             if isinstance(v, (int, float)) and math.isfinite(v):
                 b = compose([(share * v, "serve.ttft"), ((1 - share) * v, "serve.tpot")], stack,
                             device)  # fmt: skip
-                out["error_band"][f"e2e_s.{stat}"] = b.as_list()
+                out["error_band"][latency_key("e2e_s", stat)] = b.as_list()
                 labels.append(join_labels(b.label.split("; ")))
     out["error_band_label"] = next((x for x in labels if x), "")
     return out
