@@ -103,3 +103,10 @@ def test_a_trace_without_arrivals_needs_a_rate_and_bad_cells_are_named(tmp_path)
     path.write_text("arrival_s,prompt_tokens\n0,5\n")
     with pytest.raises(GpuplanError, match="no output_tokens"):
         read_trace(path)
+
+
+def test_a_binary_trace_is_one_line_naming_the_file(tmp_path):
+    path = tmp_path / "trace.csv"
+    path.write_bytes(b"\x89PNG\x00\xff\xfe")
+    with pytest.raises(GpuplanError, match="not UTF-8 text"):
+        read_trace(path, rate_per_s=1.0)

@@ -257,7 +257,13 @@ def read_trace(
 
 
 def _read_rows(path: Path) -> list[dict]:
-    text = path.read_text()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise GpuplanError(
+            f"trace {str(path)!r} is not UTF-8 text (byte {err.start} is "
+            f"{err.object[err.start]:#04x}): give a CSV or JSON Lines file"
+        ) from None
     if path.suffix in (".jsonl", ".json") or text.lstrip().startswith("{"):
         rows = []
         for line_no, line in enumerate(text.splitlines(), start=1):
