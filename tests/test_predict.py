@@ -24,8 +24,9 @@ LLAMA_LAYER = {"hidden": 4096, "heads_q": 32, "heads_kv": 8, "ffn": 14336}
 
 def _sample_records():
     records, errors = read_records(SAMPLE)
-    assert not errors
-    return records
+    models, model_errors = read_records(SAMPLE.with_name("sample_models.jsonl"))
+    assert not errors and not model_errors
+    return records + models
 
 
 def test_the_sample_file_covers_every_kind():

@@ -19,6 +19,7 @@ from gpuplan.validate.records import (
 
 DATA = Path(__file__).parent / "data"
 SAMPLE = Path(__file__).parents[1] / "data" / "sample.jsonl"
+SAMPLE_MODELS = SAMPLE.with_name("sample_models.jsonl")  # the whole-model kinds
 DEVICES = ("h200", "h100-sxm", "a100-sxm-80gb")
 
 
@@ -29,7 +30,7 @@ def known() -> tuple[str, ...]:
 def sample_objects() -> dict[str, dict]:
     """The first sample record of each kind, as decoded JSON."""
     out = {}
-    for line in SAMPLE.read_text().splitlines():
+    for line in (SAMPLE.read_text() + SAMPLE_MODELS.read_text()).splitlines():
         obj = json.loads(line)
         out.setdefault(obj["kind"], obj)
     return out
@@ -43,8 +44,9 @@ def reason_of(obj) -> str:
 
 def test_the_sample_file_reads_without_errors_and_holds_every_kind():
     records, errors = read_records(SAMPLE, known_devices=known)
-    assert errors == []
-    assert {r.kind for r in records} == set(KINDS)
+    models, model_errors = read_records(SAMPLE_MODELS, known_devices=known)
+    assert errors == [] and model_errors == []
+    assert {r.kind for r in records + models} == set(KINDS)
     assert all("not a measurement" in r.source for r in records)
     assert [r.line_no for r in records] == list(range(1, len(records) + 1))
 

@@ -150,7 +150,7 @@ def _model_names() -> tuple[str, ...]:
 # named model (``prefill_step``), one decode step against its cache (``model_decode_step``), one
 # training step (``model_train_step``), ``layers`` the layer count kept; priced by the same path
 # as ``gpuplan estimate prefill-step / decode-step / train-step --model``.
-_MODEL = _model_names()
+_MODEL = MODEL_NAME = "model name"  # a rule: one of _model_names(), resolved when checked
 PARAM_RULES |= {
     "prefill_step": {"model": _MODEL, "layers": POSITIVE_INT, "batch": POSITIVE_INT,
                      "seq": POSITIVE_INT, "dtype": FLOAT_DTYPES},
@@ -219,6 +219,11 @@ def _type_name(value: Any) -> str:
 
 def _check_value(field: str, value: Any, rule: Rule) -> str | None:
     """The reason ``value`` breaks ``rule``, or None when it is valid."""
+    if rule == MODEL_NAME:
+        names = _model_names()
+        if isinstance(value, str) and value in names:
+            return None
+        return f"{field}={value!r} is invalid: choose a model name among {', '.join(names)}"
     if rule == POSITIVE_INT:
         if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_INT:
             return None
