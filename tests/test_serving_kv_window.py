@@ -93,3 +93,31 @@ def test_a_replica_with_a_window_runs_more_long_requests_at_once_and_never_overf
     assert running["plain"] <= 40 and running["window"] == load.n
     assert runs["window"].end_s < runs["plain"].end_s
     assert runs["window"].summary["preemptions"] <= runs["plain"].summary["preemptions"]
+
+
+@pytest.mark.parametrize("rule", [BlockRule(16), BlockRule(16, full_layers=3, windowed_layers=2,
+                                                            window=40)])
+def test_the_decode_set_counts_the_blocks_of_its_members_exactly(rule):
+    from gpuplan.sim.serving.state import DecodeSet, RequestTable
+
+    rng = np.random.default_rng(3)
+    n = 60
+    table = RequestTable(Workload(arrival_s=np.zeros(n), prompt_tokens=rng.integers(1, 300, n),
+                                  output_tokens=rng.integers(400, 600, n)))  # fmt: skip
+    d = DecodeSet(table, 16, rule=rule)
+    cached: dict[int, int] = {}
+    for rid in range(n):
+        c = int(rng.integers(0, 500))
+        d.add(rid, c, 0)
+        cached[rid] = c
+        if rid % 3 == 2:
+            gone = d.members[int(rng.integers(0, len(d)))]
+            d.remove(gone)
+            del cached[gone]
+        step = int(rng.integers(0, 5))
+        d.advance(step)
+        cached = {r: c + step for r, c in cached.items()}
+        for ahead in (0, 1, 7, 16, 33):
+            brute = sum(rule.blocks(c + ahead) for c in cached.values())
+            assert d.blocks_after(ahead) == brute
+        assert d.blocks == sum(rule.blocks(c) for c in cached.values())

@@ -91,6 +91,10 @@ class DecodeSet:
         self.offset_sum = 0
         self.blocks = 0  # exact blocks held by members
         self._offsets_array: np.ndarray | None = None
+        # no window: members counted by (offset + block - 1) mod block, for the closed form of
+        # ``blocks_after`` (sum of ceil(c / b) = (sum c + m (b - 1) - sum (c + b - 1) mod b) / b)
+        plain = count_blocks and not self.rule.windowed_layers
+        self._residues: list[int] | None = [0] * block_tokens if plain else None
 
     def __len__(self) -> int:
         return len(self.members)
@@ -104,6 +108,8 @@ class DecodeSet:
         self.offset_sum += off
         if self.count_blocks:
             self.blocks += self._blocks_of(cached)
+        if self._residues is not None:
+            self._residues[(off + self.block_tokens - 1) % self.block_tokens] += 1
         self._offsets_array = None
 
     def cached_tokens(self) -> int:
@@ -134,6 +140,12 @@ class DecodeSet:
         """Exact blocks the members will hold after ``n`` more iterations."""
         if not self.members or not self.count_blocks:
             return 0
+        if self._residues is not None:
+            b, t = self.block_tokens, self.iters + n
+            shift = t % b
+            rem = sum(c * ((q + shift) % b) for q, c in enumerate(self._residues) if c)
+            whole = (self.offset_sum + len(self.members) * (t + b - 1) - rem) // b
+            return whole * self.rule.full_layers
         return self.rule.blocks_sum(self._offsets() + (self.iters + n))
 
     def advance(self, n: int, *, keep_done: bool = False) -> list[tuple[int, int]]:
@@ -160,6 +172,8 @@ class DecodeSet:
         done = self._done_at.pop(rid)
         self.members.remove(rid)
         self.offset_sum -= off
+        if self._residues is not None:
+            self._residues[(off + self.block_tokens - 1) % self.block_tokens] -= 1
         t.cached[rid] = off + self.iters
         t.generated[rid] = t.output[rid] - (done - self.iters)
         t.blocks[rid] = self._blocks_of(t.cached[rid]) if self.count_blocks else 0
