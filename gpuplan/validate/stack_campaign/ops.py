@@ -57,7 +57,7 @@ def _context(torch, device: str, device_key: str):
 
 def run(torch, device: str, device_key: str, out_dir, box: TimeBox, tiny: bool) -> dict:
     writer = Writer(out_dir, "ops")
-    timer = Timer(torch, device)
+    timer = Timer(torch, device, max_reps=3 if tiny else 20)
     ctx = _context(torch, device, device_key)
     failed = 0
     for i, case in enumerate(cases(tiny)):

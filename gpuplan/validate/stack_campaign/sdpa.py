@@ -94,7 +94,7 @@ def _math_fits(p: dict) -> bool:
 
 def run(torch, device: str, device_key: str, out_dir, box: TimeBox, tiny: bool) -> dict:
     writer = Writer(out_dir, "attention")
-    timer = Timer(torch, device)
+    timer = Timer(torch, device, max_reps=3 if tiny else 20)
     refused: dict[str, int] = {}
     shapes = 0
     for p in cases(tiny):

@@ -1,0 +1,241 @@
+"""Fit the stack parameters that are unmeasured priors on the stack campaign's records, and report
+the held-out error per (stack, kind).
+
+``python3 -m gpuplan.validate.fit_stacks --data DIR --out FILE [--seed N] [--device KEY]``
+
+Parameters (their priors: ``hwmodels/data/efficiency_prior.json`` and ``sim/stacks/pytorch.py``):
+
+- ``attn_kernel_rate`` entries the records exercise: ``cudnn_fwd``, ``cudnn_bwd``,
+  ``efficient_fwd``, ``efficient_bwd``, ``efficient_decode`` (attention records whose kernel,
+  named or resolved from SDPA's default dispatch, is cuDNN's or the memory-efficient one);
+- ``hf-transformers``' ``HostModel.module_call_s`` (its whole-model records);
+- ``torch-compile``'s ``HostModel.call_factor`` (its whole-model records).
+
+Split: the records are grouped by case (params without ``timing``, so a case's two timings and a
+repeat stay on one side), the cases of each (stack, kind) shuffled with ``--seed`` and 70% taken
+for the fit (at least one a stratum), the rest held out. Each parameter in turn (the order above,
+``bwd`` after ``fwd``) minimizes the median absolute log error of the fit records it changes: a
+log grid of factors 1/8 to 8 around the prior, then a finer grid around the best point (steps of
+2^(1/64), about 1.1%). The report gives, per (stack, kind), the held-out median and p90 absolute
+percent error with the priors and with the fit. Nothing installed reads FILE: adopting the
+fitted values is a separate change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import statistics
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+
+from gpuplan.errors import GpuplanError
+
+FIT_SHARE = 0.7
+RATE_KEYS = ("cudnn_fwd", "cudnn_bwd", "efficient_fwd", "efficient_bwd", "efficient_decode")
+HOST_PARAMS = {"module_call_s": "hf-transformers", "call_factor": "torch-compile"}
+_COARSE = [2 ** (k / 8) for k in range(-24, 25)]
+_FINE = [2 ** (k / 64) for k in range(-8, 9)]
+
+
+def load(data_dir: str | Path, device: str | None = None) -> list:
+    """Every record of ``DIR/*.jsonl`` and ``DIR/*/*.jsonl`` (bad lines are reported, skipped)."""
+    from gpuplan.validate.records import read_records
+
+    root = Path(data_dir)
+    if not root.is_dir():
+        raise GpuplanError(f"--data {str(root)!r}: not a folder of records")
+    out = []
+    for path in sorted([*root.glob("*.jsonl"), *root.glob("*/*.jsonl")]):
+        records, errors = read_records(path)
+        for err in errors:
+            print(f"{path}: {err}")
+        out += [r for r in records if device is None or r.device == device]
+    if not out:
+        raise GpuplanError(f"--data {str(root)!r}: no records")
+    return out
+
+
+def stratum(rec) -> tuple[str, str]:
+    return rec.params.get("stack", "pytorch"), rec.kind
+
+
+def _case_key(rec) -> str:
+    params = {k: v for k, v in rec.params.items() if k != "timing"}
+    return json.dumps([rec.kind, rec.device, params], sort_keys=True)
+
+
+def split(records: list, seed: int) -> tuple[list, list]:
+    """(fit, held out): 70% of each (stack, kind)'s cases to the fit, seeded."""
+    cases: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    for rec in records:
+        cases[stratum(rec)][_case_key(rec)].append(rec)
+    rng = random.Random(seed)
+    fit, held = [], []
+    for key in sorted(cases):
+        names = sorted(cases[key])
+        rng.shuffle(names)
+        n_fit = max(1, round(FIT_SHARE * len(names))) if len(names) > 1 else 1
+        for i, name in enumerate(names):
+            (fit if i < n_fit else held).extend(cases[key][name])
+    return fit, held
+
+
+def attention_rate_key(rec, acc) -> str | None:
+    """The ``attn_kernel_rate`` entry an attention record's time depends on, or None."""
+    from gpuplan.sim.stacks.kernels import sdpa_default
+
+    if rec.kind != "attention":
+        return None
+    decode = rec.params["seq_q"] == 1
+    phase = "decode" if decode else ("train" if rec.params["pass"] == "fwd_bwd" else "prefill")
+    kernel = rec.params.get("attention_kernel")
+    if kernel is None and rec.params.get("stack", "pytorch") == "pytorch":
+        kernel = sdpa_default(acc, phase)
+    suffix = "decode" if decode else ("bwd" if rec.params["pass"] == "fwd_bwd" else "fwd")
+    key = f"{kernel}_{suffix}"
+    return key if key in RATE_KEYS else None
+
+
+class Model:
+    """Predictions of records under candidate parameter values."""
+
+    def __init__(self, device: str) -> None:
+        from gpuplan.hwmodels.accelerators import get_accelerator
+        from gpuplan.hwmodels.efficiency import efficiency_for
+
+        self.acc = get_accelerator(device)
+        self.eff = efficiency_for(self.acc.key)
+        self.values = {k: self.eff.attn_kernel_rate[k] for k in RATE_KEYS}
+        self.values |= {name: _host_value(stack, name) for name, stack in HOST_PARAMS.items()}
+
+    def predict(self, rec, values: dict | None = None) -> dict[str, float]:
+        from gpuplan.sim.predict import predict_breakdown, record_stack
+
+        v = self.values | (values or {})
+        eff = replace(self.eff, attn_kernel_rate=self.eff.attn_kernel_rate
+                      | {k: v[k] for k in RATE_KEYS})
+        stack = record_stack(rec.params)
+        for name, owner in HOST_PARAMS.items():
+            if stack.name == owner:
+                stack = replace(stack, host=replace(stack.host, **{name: v[name]}))
+        bd = predict_breakdown(rec.kind, rec.device, rec.params, eff=eff, stack=stack)
+        out = {"time_s": bd.total_s}
+        if bd.peak_bytes is not None and "peak_bytes" in rec.measured:
+            out["peak_bytes"] = bd.peak_bytes
+        return out
+
+    def touches(self, rec, name: str) -> bool:
+        if name in RATE_KEYS:
+            return attention_rate_key(rec, self.acc) == name
+        return rec.params.get("stack", "pytorch") == HOST_PARAMS[name] and rec.kind in (
+            "prefill_step", "model_decode_step", "model_train_step")
+
+
+def _host_value(stack_name: str, name: str) -> float:
+    from gpuplan.sim.stacks import get_stack
+
+    return float(getattr(get_stack(stack_name).host, name))
+
+
+def _log_error(model: Model, recs: list, values: dict) -> float:
+    errs = [abs(math.log(model.predict(r, values)["time_s"] / r.measured["time_s"])) for r in recs]
+    return statistics.median(errs)
+
+
+def fit(model: Model, records: list) -> dict[str, dict]:
+    """Each parameter in turn over the records it changes; {name: {prior, fitted, records}}."""
+    values = dict(model.values)
+    out = {}
+    for name in (*RATE_KEYS, *HOST_PARAMS):
+        recs = [r for r in records if model.touches(r, name)]
+        prior = values[name]
+        if not recs:
+            out[name] = {"prior": prior, "fitted": None, "records": 0}
+            continue
+        best = prior
+        for grid in (_COARSE, _FINE):
+            centre = best
+            scored = [(_log_error(model, recs, values | {name: centre * f}), centre * f)
+                      for f in grid]
+            best = min(scored)[1]
+        values[name] = best
+        out[name] = {"prior": prior, "fitted": best, "records": len(recs)}
+    return out
+
+
+def held_out_table(model: Model, held: list, fitted: dict) -> list[dict]:
+    """Per (stack, kind): held-out median and p90 absolute percent error, prior and fitted."""
+    values = {k: v["fitted"] for k, v in fitted.items() if v["fitted"] is not None}
+    groups: dict[tuple, list] = defaultdict(list)
+    for rec in held:
+        groups[stratum(rec)].append(rec)
+    rows = []
+    for (stack, kind), recs in sorted(groups.items()):
+        row = {"stack": stack, "kind": kind, "records": len(recs)}
+        for label, vals in (("prior", {}), ("fit", values)):
+            errs = [100 * abs(model.predict(r, vals)["time_s"] / r.measured["time_s"] - 1)
+                    for r in recs]
+            row[f"{label}_median_pct"] = statistics.median(errs)
+            row[f"{label}_p90_pct"] = _p90(errs)
+        mem = [r for r in recs if "peak_bytes" in r.measured]
+        if mem:
+            errs = [100 * abs(model.predict(r, values).get("peak_bytes", 0)
+                              / r.measured["peak_bytes"] - 1) for r in mem]
+            row["fit_peak_median_pct"] = statistics.median(errs)
+        rows.append(row)
+    return rows
+
+
+def _p90(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+
+
+def run(data_dir, out_file, *, seed: int = 0, device: str = "h200") -> dict:
+    records = load(data_dir, device)
+    model = Model(device)
+    fit_recs, held = split(records, seed)
+    fitted = fit(model, fit_recs)
+    doc = {"data": str(data_dir), "device": device, "seed": seed, "fit_share": FIT_SHARE,
+           "records": len(records), "fit_records": len(fit_recs), "held_out_records": len(held),
+           "parameters": fitted, "held_out": held_out_table(model, held, fitted)}
+    Path(out_file).write_text(json.dumps(doc, indent=1) + "\n")
+    return doc
+
+
+def format_table(doc: dict) -> str:
+    lines = [f"{'stack':<16} {'kind':<18} {'n':>4}  prior med/p90 %   fit med/p90 %   peak med %"]
+    for r in doc["held_out"]:
+        peak = f"{r['fit_peak_median_pct']:>9.1f}" if "fit_peak_median_pct" in r else f"{'-':>9}"
+        lines.append(f"{r['stack']:<16} {r['kind']:<18} {r['records']:>4}  "
+                     f"{r['prior_median_pct']:>6.1f} {r['prior_p90_pct']:>7.1f}   "
+                     f"{r['fit_median_pct']:>6.1f} {r['fit_p90_pct']:>7.1f}   {peak}")
+    for name, p in doc["parameters"].items():
+        fitted = "not measured" if p["fitted"] is None else f"{p['fitted']:.4g}"
+        lines.append(f"{name}: prior {p['prior']:.4g} -> {fitted} ({p['records']} fit records)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m gpuplan.validate.fit_stacks",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("--data", required=True, help="folder of stack-campaign records")
+    ap.add_argument("--out", required=True, help="JSON file for the fit and the held-out table")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="h200", help="catalogue key of the records' device")
+    args = ap.parse_args(argv)
+    try:
+        doc = run(args.data, args.out, seed=args.seed, device=args.device)
+    except GpuplanError as exc:
+        print(f"fit_stacks: error: {exc}")
+        return 2
+    print(format_table(doc))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
