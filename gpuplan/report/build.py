@@ -196,7 +196,8 @@ def serve_report(doc: dict, diag: dict | None, *, command: str, usd_per_gpu_hour
     kwh_m = gpus * tdp_w * POWER_FRACTION * PUE / out_s * 1e6 / KWH
     head = [("output tokens/s", banded(doc, "output_tokens_per_s", out_s)),
             ("requests/s", f"{doc['requests_per_s']:.3g}"),
-            *((f"{k} mean", banded(doc, k, doc[k]["mean"])) for k in SERVE_KEYS),
+            *((f"{k} mean", banded(doc, f"{k.removesuffix('_s')}_mean_s", doc[k]["mean"]))
+              for k in SERVE_KEYS),  # the band of the mean: sim.bands.latency_key
             ("GPU cost per million output tokens", fmt("usd", usd_m)),
             ("energy per million output tokens", f"{kwh_m:,.3g} kWh"),
             ("GPU-hours per hour", f"{gpus}")]  # fmt: skip
