@@ -184,6 +184,26 @@ def test_unmeasured_devices_say_whose_efficiency_they_borrow():
     assert "not measured" not in efficiency_for("h200").source
 
 
+def test_a_borrowed_fit_prices_flashattention2_at_its_architectures_published_share():
+    from gpuplan.hwmodels.attention import attention_time
+    from gpuplan.hwmodels.efficiency import FA2_PEAK_SHARE, calibrated_efficiency
+    from gpuplan.workloads.ops import Attention
+
+    ref = calibrated_efficiency("h200")
+    for same in ("h200", "h100-sxm", "h100-pcie", "b200"):  # Hopper, or no published share
+        eff = efficiency_for(same)
+        assert (eff.attn_fwd_fraction, eff.attn_bwd_fraction) == (
+            ref.attn_fwd_fraction, ref.attn_bwd_fraction)
+    a100 = get_accelerator("a100-sxm-80gb")
+    eff = queued(efficiency_for("a100-sxm-80gb"))
+    for pass_ in ("fwd", "bwd"):  # FA2's benchmark plateau: head dim 128, 16k tokens, BF16
+        op = Attention(name="attn", batch=1, heads_q=16, heads_kv=16, seq_q=16384,
+                       seq_kv=16384, head_dim=128, v_head_dim=128, causal=False, pass_=pass_,
+                       dtype="bf16")  # fmt: skip
+        share = op.flops / attention_time(a100, op, eff).compute_s / a100.peak("bf16")
+        assert share == pytest.approx(FA2_PEAK_SHARE["ampere"][pass_], rel=0.12)
+
+
 def test_a_tree_all_reduce_wins_small_messages_and_the_ring_wins_large_ones():
     ring_small = collective_time(H200, "all_reduce", 8, 1e3, EFF, algorithm="ring").total_s
     tree_small = collective_time(H200, "all_reduce", 8, 1e3, EFF, algorithm="tree").total_s

@@ -170,6 +170,7 @@ def efficiency_for(device_key: str) -> Efficiency:
         return own
     borrowed = calibrated_efficiency(REFERENCE_DEVICE)
     if borrowed is not None:
+        borrowed = architecture_kernel_rates(borrowed, device_key)
         if same_power_envelope(device_key, REFERENCE_DEVICE):
             return dataclasses.replace(
                 borrowed,
@@ -186,6 +187,45 @@ def efficiency_for(device_key: str) -> Efficiency:
             f"{device_key} datasheet at its boost clock; not measured on {device_key})",
         )
     return prior_efficiency()
+
+
+# The share of the dense 16-bit peak that FlashAttention-2 reaches on each GPU architecture, at
+# head dimension 128 and 16k tokens (the kernel's plateau), forward and backward. FA2 was written
+# for Ampere and uses none of Hopper's TMA or warpgroup MMA, so the same kernel reaches a far
+# smaller share of the GH100's peak: a fit on the H200 prices it at Hopper's share. Sources:
+# - hopper: Shah et al. 2024, "FlashAttention-3" (arXiv 2407.08608), Fig. 5 (forward, head dim
+#   128, non-causal, H100 SXM5 BF16): FA2 370 TFLOP/s at 16k = 0.374 of 989.4e12; Fig. 6
+#   (backward, head dim 128): FA2 322 TFLOP/s at 16k = 0.325.
+# - ampere: Dao 2023, "FlashAttention-2" (arXiv 2307.08691), abstract and sec. 4.1 (Fig. 4-6,
+#   A100 80GB SXM4): "50-73% of the theoretical maximum FLOPs/s", up to 230 TFLOP/s forward =
+#   0.73 of 312e12. The backward runs below the forward (its Fig. 6); the range's low end, 0.50,
+#   stands for it (a lower bound: the figure's values are not transcribed here).
+# Other architectures (Ada, Blackwell, other vendors) have no published FA2 share paired with
+# these: a borrowed fit keeps the reference's rates there.
+FA2_PEAK_SHARE = {
+    "hopper": {"fwd": 370e12 / 989.4e12, "bwd": 322e12 / 989.4e12},
+    "ampere": {"fwd": 0.73, "bwd": 0.50},
+}
+ARCHITECTURE = {  # NVIDIA H100/H200/A100 datasheets: GH100 is Hopper, GA100 is Ampere
+    "h200": "hopper", "h100-sxm": "hopper", "h100-pcie": "hopper",
+    "a100-sxm-80gb": "ampere", "a100-pcie-80gb": "ampere", "a100-sxm-40gb": "ampere",
+}  # fmt: skip
+
+
+def architecture_kernel_rates(borrowed: Efficiency, device_key: str) -> Efficiency:
+    """A fit borrowed from the reference device, its FlashAttention-2 rates moved to the
+    device's architecture: times the ratio of the kernel's published shares of peak on the two
+    (``FA2_PEAK_SHARE``). The other attention kernels are rated against FlashAttention-2's
+    (``attn_kernel_rate``), so they move with it. Unchanged where either share is unknown."""
+    mine = FA2_PEAK_SHARE.get(ARCHITECTURE.get(device_key, ""))
+    ref = FA2_PEAK_SHARE.get(ARCHITECTURE.get(REFERENCE_DEVICE, ""))
+    if mine is None or ref is None or mine is ref:
+        return borrowed
+    return dataclasses.replace(
+        borrowed,
+        attn_fwd_fraction=min(1.0, borrowed.attn_fwd_fraction * mine["fwd"] / ref["fwd"]),
+        attn_bwd_fraction=min(1.0, borrowed.attn_bwd_fraction * mine["bwd"] / ref["bwd"]),
+    )
 
 
 def same_power_envelope(a: str, b: str) -> bool:
