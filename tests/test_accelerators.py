@@ -21,6 +21,7 @@ KEYS = (
     "h100-sxm",
     "h100-pcie",
     "a100-sxm-80gb",
+    "a100-sxm-40gb",
     "a100-pcie-80gb",
     "b200",
     "gb200",

@@ -60,6 +60,7 @@ DEVICE_NAME_ALIASES = {
     "nvidia h100 80gb hbm3": "h100-sxm",
     "nvidia h100 pcie": "h100-pcie",
     "nvidia a100-sxm4-80gb": "a100-sxm-80gb",
+    "nvidia a100-sxm4-40gb": "a100-sxm-40gb",
     "nvidia b200": "b200",
     "nvidia gb200": "gb200",
     "nvidia l40s": "l40s",
