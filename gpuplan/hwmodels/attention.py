@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 
+from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.efficiency import Efficiency
 from gpuplan.hwmodels.kernel_time import KernelTime
 from gpuplan.hwmodels.power import throttled
@@ -53,6 +54,11 @@ def attention_time(acc, op: Attention, eff: Efficiency) -> KernelTime:
         decode_s = op.bytes / (acc.hbm_bytes_per_s * decode_hbm_fraction(acc, op, eff, kernel))
         return KernelTime(0.0, max(memory_s, decode_s), fixed_s)
     fraction = eff.attn_bwd_fraction if op.pass_ == "bwd" else eff.attn_fwd_fraction
+    if op.pass_ == "bwd" and kernel in INFERENCE_ONLY:
+        raise GpuplanError(f"attention kernel {kernel!r} has no backward (an inference "
+                           "library): train with flash2, flash3, cudnn, efficient or math")
+    if kernel == "flashinfer":  # its prefill follows FlashAttention-2's tiling (Ye et al. 2025,
+        kernel = "flash2"  # sec. 3.2): priced at FlashAttention-2's fitted rate
     if kernel != "flash2":
         fraction *= eff.attn_kernel_rate[f"{kernel}_{'bwd' if op.pass_ == 'bwd' else 'fwd'}"]
     compute_s = _flash_work(acc, op, eff) / (acc.peak(_dtype(acc, op)) * fraction)
@@ -108,6 +114,7 @@ def math_attention_time(acc, op: Attention, eff: Efficiency) -> KernelTime:
 # once blocks >= 0.8 x its SM argument. Checked on an H200 (132 SMs) with the kernel names in
 # data/decode_probe_h200/kernels.json: 128 blocks split, 256 do not.
 ATTENTION_KERNELS = ("flash2", "flash3", "cudnn", "efficient", "math", "flashinfer")
+INFERENCE_ONLY = ("flashinfer",)  # kernels with no backward pass
 SPLIT_FILL = 0.8
 BLOCKS_PER_SM = 2
 
