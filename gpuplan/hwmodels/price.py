@@ -28,6 +28,8 @@ def kernel_count(op: Op) -> int:
     """Kernels the op launches (an add's backward launches none)."""
     if isinstance(op, Elementwise):
         return op.kernels
+    if getattr(op, "launches", None) is not None:
+        return op.launches
     return 0 if op.bytes == 0 and op.flops == 0 else op.count
 
 

@@ -45,10 +45,18 @@ from gpuplan.workloads.params import count_params
 # embedding, the rotary embedding, the final norm and the LM head (6).
 MODULES_PER_BLOCK = 13
 MODULES_PER_STEP = 6
+# An MoE block replaces the MLP's five (the MLP, three projections, the activation) with the
+# sparse block, its router, its experts module and the experts' activation (4: modeling_mixtral
+# ``MixtralSparseMoeBlock``), plus a dense MLP of five for shared experts (modeling_deepseek_v2
+# ``DeepseekV2Moe.shared_experts``).
+MODULES_PER_MOE_BLOCK = MODULES_PER_BLOCK - 5 + 4
+MODULES_PER_SHARED_EXPERTS = 5
 
 
 def module_calls(cfg: ModelConfig) -> int:
-    return MODULES_PER_BLOCK * cfg.n_layers + MODULES_PER_STEP
+    moe = cfg.n_moe_layers
+    per_moe = MODULES_PER_MOE_BLOCK + (MODULES_PER_SHARED_EXPERTS if cfg.n_shared_experts else 0)
+    return MODULES_PER_BLOCK * (cfg.n_layers - moe) + per_moe * moe + MODULES_PER_STEP
 
 
 def kv_bytes_per_token_layer(cfg: ModelConfig, stack: Stack, dtype: str) -> float:
@@ -80,6 +88,7 @@ def decode_deployment(
         model=cfg, acc=acc, eff=queued(eff), tp=tp, cuda_graph=graph, impl=stack.elementwise,
         kv_cache=kv_cache, host_extra_s=_host_extra_s(cfg, stack), stack=stack.name,
         decode_context_tokens=max_cache_len if kv_cache == "static" else None,
+        grouped_experts=stack.moe == "grouped_gemm",
     )
 
 
@@ -136,7 +145,8 @@ def prefill_breakdown(
     items: list[Item] = priced_items(embedding_forward(cfg, tokens=t, dtype=dtype), acc, eff,
                                      phase="fwd")
     for layer, count in layer_groups(cfg):
-        ops = layer_forward(cfg, batch=batch, seq=seq, dtype=dtype, layer=layer, tp=tp)
+        ops = layer_forward(cfg, batch=batch, seq=seq, dtype=dtype, layer=layer, tp=tp,
+                            grouped_experts=stack.moe == "grouped_gemm")
         ops = [*ops, Memory(name="kv_cache_write", op="copy",
                             bytes_moved=2 * t * kv_bytes_per_token_layer(cfg, stack, dtype) / tp,
                             calls=2)]

@@ -148,10 +148,28 @@ def mlp_block(
     ]
 
 
-def moe_block(cfg: ModelConfig, *, tokens: int, dtype: str, tp: int = 1) -> list[Op]:
-    """Router, token permutation, balanced routed experts and shared experts (forward)."""
+def experts_hit(cfg: ModelConfig, tokens: int) -> int:
+    """Routed experts that receive a token when ``tokens`` tokens each pick ``top_k`` of
+    ``n_experts`` uniformly: the expected count n (1 - (1 - k/n)^tokens), rounded."""
+    n, k = cfg.n_experts, cfg.top_k
+    return max(1, min(n, round(n * (1.0 - (1.0 - k / n) ** tokens))))
+
+
+def moe_block(cfg: ModelConfig, *, tokens: int, dtype: str, tp: int = 1,
+              grouped: bool = False) -> list[Op]:
+    """Router, token permutation, balanced routed experts and shared experts (forward).
+
+    ``grouped``: the routed experts run as one grouped GEMM per projection over the experts
+    that received tokens (``torch.nn.functional.grouped_mm``, Hugging Face transformers'
+    ``experts_implementation="grouped_mm"``, docs/source/en/experts_interface.md), so their
+    weights are read only for those experts and each projection and the activation launch one
+    kernel; otherwise every expert runs its own GEMMs over an equal share of the tokens."""
     h, e = cfg.d_model, dtype
     routed_tokens = max(1, round(tokens * cfg.top_k / cfg.n_experts))
+    n_run = cfg.n_experts
+    if grouped:
+        n_run = experts_hit(cfg, tokens)
+        routed_tokens = max(1, round(tokens * cfg.top_k / n_run))
     ops: list[Op] = [
         Gemm(name="router", m=tokens, n=cfg.n_experts, k=h, dtype=dtype),
         Elementwise(
@@ -166,15 +184,30 @@ def moe_block(cfg: ModelConfig, *, tokens: int, dtype: str, tp: int = 1) -> list
             name="permute", op="copy", tokens=tokens * cfg.top_k, hidden=h, pass_="fwd", dtype=e
         ),
     ]
-    ops += mlp_block(
+    experts = mlp_block(
         cfg,
         tokens=routed_tokens,
         dtype=dtype,
         tp=tp,
         width=cfg.d_ff_expert,
         prefix="expert_",
-        count=cfg.n_experts,
+        count=n_run,
     )
+    if grouped:  # one kernel per projection; the activation over every routed row at once
+        experts = [replace(op, launches=1) if isinstance(op, Gemm)
+                   else replace(op, tokens=op.tokens * n_run, count=1) for op in experts]
+        rows = tokens * cfg.top_k
+        ops += [  # transformers' grouped_mm_experts_forward (integrations/moe.py) beyond these:
+            # zeros_like, arange, the expanded index's copy, two argsorts (two kernels each),
+            # the routing weights' gather, three gathers by the permutation, float, histc,
+            # cumsum, the weights' multiply and the inverse permutation's gather: 16 kernels,
+            # whose bytes are the four gathers of the routed rows (each read and written)
+            Memory(name="expert_grouping", op="copy",
+                   bytes_moved=8 * rows * h * dtype_bytes(e) / 16, count=16),
+            # and views that launch nothing: reshape, unsqueeze, two transposes, chunk
+            Memory(name="expert_grouping_views", op="copy", bytes_moved=0.0, calls=5),
+        ]
+    ops += experts
     ops.append(
         Elementwise(
             name="unpermute", op="copy", tokens=tokens * cfg.top_k, hidden=h, pass_="fwd", dtype=e
@@ -201,9 +234,11 @@ def layer_forward(
     layer: int = 0,
     tp: int = 1,
     context: int = 0,
+    grouped_experts: bool = False,
 ) -> list[Op]:
     """Kernels of block ``layer`` for ``batch`` sequences of ``seq`` new tokens each, after
-    ``context`` tokens already in a KV cache (decode: seq=1, context>0)."""
+    ``context`` tokens already in a KV cache (decode: seq=1, context>0); ``grouped_experts``:
+    MoE experts as grouped GEMMs (``moe_block``)."""
     t, h = batch * seq, cfg.d_model
     norm = cfg.norm
     add = "dropout_add" if cfg.bias and not cfg.is_vision else "add"  # GPT keeps dropout
@@ -220,7 +255,7 @@ def layer_forward(
         Elementwise(name="mlp_norm", op=norm, tokens=t, hidden=h, pass_="fwd", dtype=dtype),
     ]
     if cfg.is_moe_layer(layer):
-        ops += moe_block(cfg, tokens=t, dtype=dtype, tp=tp)
+        ops += moe_block(cfg, tokens=t, dtype=dtype, tp=tp, grouped=grouped_experts)
     else:
         ops += mlp_block(cfg, tokens=t, dtype=dtype, tp=tp)
     ops.append(

@@ -84,6 +84,8 @@ class Gemm:
     k: int
     dtype: str
     count: int = 1
+    # kernels it launches when not one per ``count`` (a grouped GEMM runs ``count`` problems in 1)
+    launches: int | None = None
 
     @property
     def flops(self) -> float:

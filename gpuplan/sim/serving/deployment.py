@@ -59,6 +59,7 @@ class Deployment:
     kv_cache: str = "paged"
     host_extra_s: float = 0.0  # CPU time per iteration beyond the torch calls (Python modules)
     stack: str = ""  # the stack this deployment prices (sim.stacks), for printouts
+    grouped_experts: bool = False  # MoE experts as grouped GEMMs (workloads.operators.moe_block)
 
     def __post_init__(self) -> None:
         check_positive("tp", self.tp)

@@ -71,7 +71,8 @@ def token_ops(dep, *, tokens: int, layer: int = 0) -> list[Op]:
     """One block's kernels over ``tokens`` tokens, attention excepted: GEMMs, norms, RoPE, adds,
     the KV-cache append and, under tensor parallelism, its two all-reduces (Megatron)."""
     cfg = dep.model
-    ops = layer_forward(cfg, batch=1, seq=tokens, dtype=dep.act_dtype, layer=layer, tp=dep.tp)
+    ops = layer_forward(cfg, batch=1, seq=tokens, dtype=dep.act_dtype, layer=layer, tp=dep.tp,
+                        grouped_experts=dep.grouped_experts)
     ops = [op for op in ops if not isinstance(op, Attention)]
     ops.append(kv_cache_append(cfg, tokens=tokens, dtype=dep.kv_dtype, tp=dep.tp))
     if dep.tp > 1:
