@@ -60,6 +60,7 @@ class Deployment:
     host_extra_s: float = 0.0  # CPU time per iteration beyond the torch calls (Python modules)
     stack: str = ""  # the stack this deployment prices (sim.stacks), for printouts
     grouped_experts: bool = False  # MoE experts as grouped GEMMs (workloads.operators.moe_block)
+    repeat_kv_masked: bool = False  # a masked decode (static span) repeats K/V to every head
 
     def __post_init__(self) -> None:
         check_positive("tp", self.tp)

@@ -154,6 +154,21 @@ def decode_attention(dep, att: Attention, *, seqs: int, kv_tokens: float) -> Att
     )
 
 
+def masked_decode_attention(dep, dec: Attention) -> list[Op]:
+    """A decode's attention as the deployment runs it: under ``repeat_kv_masked`` with a fixed
+    masked span (a static cache), GQA keys and values are first copied to every query head
+    (transformers' ``repeat_kv``: an expand and a reshape each, one copy kernel each, reading
+    the cache once and writing it ``heads_q / heads_kv`` times), and the kernel reads the copies."""
+    if not dep.repeat_kv_masked or dep.decode_context_tokens is None or dec.heads_kv >= dec.heads_q:
+        return [dec]
+    kv_tokens = dec.batch * dec.seq_kv
+    per_token = cache_bytes_per_token_layer(dep.model, dep.stack, dep.kv_dtype) / dep.tp
+    rep = dec.heads_q / dec.heads_kv
+    copy = Memory(name="repeat_kv", op="copy", bytes_moved=kv_tokens * per_token * (1 + rep) / 2,
+                  count=2, calls=3)  # keys and values: index with None, expand, reshape
+    return [copy, replace(dec, heads_kv=dec.heads_q)]
+
+
 def prefill_attention(att: Attention, *, tokens: int, cached: int, seqs: int) -> Attention:
     """Causal attention of ``tokens`` new tokens after ``cached`` ones, for ``seqs`` sequences."""
     return replace(att, name="prefill_attention", batch=seqs, seq_q=tokens, seq_kv=cached + tokens)
@@ -200,7 +215,7 @@ def iteration_breakdown(dep, batch: Batch) -> Breakdown:
             dec = decode_attention(
                 dep, att, seqs=batch.decode_seqs, kv_tokens=batch.decode_kv_tokens
             )
-            items += _items([dec], dep, repeat=count)
+            items += _items(masked_decode_attention(dep, dec), dep, repeat=count)
         for c, cached, seqs in batch.prefill:
             pre = prefill_attention(att, tokens=c, cached=cached, seqs=seqs)
             items += _items([pre], dep, repeat=count)

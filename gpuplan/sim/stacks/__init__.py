@@ -99,6 +99,11 @@ class Stack:
     # training: gradients kept in a buffer between steps (Megatron's and DDP's buckets) rather
     # than freed by zero_grad(set_to_none=True), PyTorch's default for a plain training loop
     grads_persist: bool = False
+    # attention under an explicit mask copies K/V to every query head first (GQA through
+    # ``repeat_kv``): transformers' ``sdpa_attention_forward`` passes ``enable_gqa`` only when
+    # ``attention_mask is None`` (integrations/sdpa_attention.py ``use_gqa_in_sdpa``), and a
+    # StaticCache decode always has a mask (the positions past the context are masked)
+    repeat_kv_masked: bool = False
     # a serving engine's runtime: CUDA-graph buckets, scheduler defaults, CPU cost per iteration
     # (``stacks.serving.ServingRuntime``); None for the stacks that are not serving engines
     serving: object | None = None

@@ -63,9 +63,11 @@ HF_TRANSFORMERS = Stack(
     kv_cache="dynamic",
     optimizer="foreach",
     logits="all",
+    repeat_kv_masked=True,
     sources=(
         "observed with transformers 5.17 on an H200 (docs/stacks.md)",
         "transformers DynamicCache.update: torch.cat of each layer's keys and values",
+        "transformers integrations/sdpa_attention.py use_gqa_in_sdpa, repeat_kv",
     ),
     notes=("module_call_s=8 us is an unmeasured prior",),
 )
