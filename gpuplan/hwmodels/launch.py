@@ -37,6 +37,7 @@ def launch_cost(
     host_calls: int | None = None,
     backward_calls: int = 0,
     extra_host_s: float = 0.0,
+    overlap: float = 1.0,
 ) -> LaunchCost:
     """Launch cost of ``n_kernels`` kernels whose device time adds up to ``kernels_s``; each
     backward pass also costs the CPU the start of the autograd engine, and each collective call
@@ -46,7 +47,9 @@ def launch_cost(
     torch calls the CPU dispatches, when they outnumber the kernels (views, no-op casts).
     ``backward_calls``: those of them that the autograd engine runs in a backward pass, each
     costing the engine's own per-node work on top of the dispatch. ``extra_host_s``: CPU time
-    a framework adds beyond its torch calls (its Python modules), hidden like the rest."""
+    a framework adds beyond its torch calls (its Python modules), hidden like the rest.
+    ``overlap``: the share of the device's time that the CPU's issue time hides behind (1: the
+    CPU runs ahead of the GPU; 0: the two take turns, as under a synchronizing framework)."""
     gaps_s = n_kernels * eff.graph_launch_s  # the device's own gap between kernels
     if cuda_graph:  # one launch from the CPU, before any of the graph's kernels can start
         host_s = eff.host_launch_s
@@ -60,5 +63,5 @@ def launch_cost(
             + collectives * eff.collective_host_s
             + extra_host_s
         )
-        hidden_s = kernels_s + gaps_s + (eff.timer_headstart_s if headstart else 0.0)
+        hidden_s = overlap * (kernels_s + gaps_s) + (eff.timer_headstart_s if headstart else 0.0)
     return LaunchCost(gaps_s, max(0.0, host_s - hidden_s))

@@ -89,6 +89,7 @@ def decode_deployment(
         kv_cache=kv_cache, host_extra_s=_host_extra_s(cfg, stack), stack=stack.name,
         decode_context_tokens=max_cache_len if kv_cache == "static" else None,
         grouped_experts=stack.moe == "grouped_gemm", repeat_kv_masked=stack.repeat_kv_masked,
+        host_overlap=stack.host.device_overlap,
     )
 
 

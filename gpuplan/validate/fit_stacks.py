@@ -8,17 +8,20 @@ Parameters (their priors: ``hwmodels/data/efficiency_prior.json`` and ``sim/stac
 - ``attn_kernel_rate`` entries the records exercise: ``cudnn_fwd``, ``cudnn_bwd``,
   ``efficient_fwd``, ``efficient_bwd``, ``efficient_decode`` (attention records whose kernel,
   named or resolved from SDPA's default dispatch, is cuDNN's or the memory-efficient one);
-- ``hf-transformers``' ``HostModel.module_call_s`` (its whole-model records);
+- ``hf-transformers``' ``HostModel.module_call_s`` (its whole-model records) and
+  ``HostModel.device_overlap`` (its decode records; a linear grid over [0, 1] in steps of 1/32);
 - ``torch-compile``'s ``HostModel.call_factor`` (its whole-model records).
 
 Split: the records are grouped by case (params without ``timing``, so a case's two timings and a
 repeat stay on one side), the cases of each (stack, kind) shuffled with ``--seed`` and 70% taken
 for the fit (at least one a stratum), the rest held out. Each parameter in turn (the order above,
-``bwd`` after ``fwd``) minimizes the median absolute log error of the fit records it changes: a
+``bwd`` after ``fwd``; hf-transformers' two, which share records, in three rounds) minimizes the median absolute log error of the fit records it changes: a
 log grid of factors 1/8 to 8 around the prior, then a finer grid around the best point (steps of
 2^(1/64), about 1.1%). The report gives, per (stack, kind), the held-out median and p90 absolute
-percent error with the priors and with the fit. Nothing installed reads FILE: adopting the
-fitted values is a separate change.
+percent error with the priors and with the fit. Nothing installed reads FILE;
+``--package PATH`` also writes the fitted host factors as the presets read them
+(``gpuplan/sim/stacks/data/stack_fit.json``, read by ``sim/stacks/pytorch.py``). The priors are
+always ``pytorch.PRIORS`` (not the installed values), so a rerun fits from the same start.
 """
 
 from __future__ import annotations
@@ -36,7 +39,11 @@ from gpuplan.errors import GpuplanError
 
 FIT_SHARE = 0.7
 RATE_KEYS = ("cudnn_fwd", "cudnn_bwd", "efficient_fwd", "efficient_bwd", "efficient_decode")
-HOST_PARAMS = {"module_call_s": "hf-transformers", "call_factor": "torch-compile"}
+HOST_PARAMS = {"module_call_s": "hf-transformers", "device_overlap": "hf-transformers",
+               "call_factor": "torch-compile"}
+HOST_KINDS = {"device_overlap": ("model_decode_step",)}
+HOST_PASSES = 3  # hf-transformers' two host factors share records: fitted in turn, 3 rounds
+_LINEAR = {"device_overlap": [k / 32 for k in range(33)]}  # a share: absolute grid on [0, 1]
 _COARSE = [2 ** (k / 8) for k in range(-24, 25)]
 _FINE = [2 ** (k / 64) for k in range(-8, 9)]
 
@@ -132,13 +139,13 @@ class Model:
         if name in RATE_KEYS:
             return attention_rate_key(rec, self.acc) == name
         return rec.params.get("stack", "pytorch") == HOST_PARAMS[name] and rec.kind in (
-            "prefill_step", "model_decode_step", "model_train_step")
+            HOST_KINDS.get(name, ("prefill_step", "model_decode_step", "model_train_step")))
 
 
 def _host_value(stack_name: str, name: str) -> float:
-    from gpuplan.sim.stacks import get_stack
+    from gpuplan.sim.stacks.pytorch import PRIORS
 
-    return float(getattr(get_stack(stack_name).host, name))
+    return float(PRIORS[stack_name][name])
 
 
 def _log_error(model: Model, recs: list, values: dict) -> float:
@@ -150,14 +157,17 @@ def fit(model: Model, records: list) -> dict[str, dict]:
     """Each parameter in turn over the records it changes; {name: {prior, fitted, records}}."""
     values = dict(model.values)
     out = {}
-    for name in (*RATE_KEYS, *HOST_PARAMS):
+    shared = [n for n, owner in HOST_PARAMS.items() if owner == "hf-transformers"]
+    for name in (*RATE_KEYS, *shared * HOST_PASSES, "call_factor"):
         recs = [r for r in records if model.touches(r, name)]
-        prior = values[name]
+        prior = model.values[name]
         if not recs:
             out[name] = {"prior": prior, "fitted": None, "records": 0}
             continue
-        best = prior
-        for grid in (_COARSE, _FINE):
+        best = values[name]
+        if name in _LINEAR:
+            best = min((_log_error(model, recs, values | {name: v}), v) for v in _LINEAR[name])[1]
+        for grid in () if name in _LINEAR else (_COARSE, _FINE):
             centre = best
             scored = [(_log_error(model, recs, values | {name: centre * f}), centre * f)
                       for f in grid]
@@ -207,6 +217,21 @@ def run(data_dir, out_file, *, seed: int = 0, device: str = "h200") -> dict:
     return doc
 
 
+def write_package(doc: dict, path: str | Path) -> None:
+    """The fitted host factors per stack, as ``sim/stacks/pytorch.py`` reads them."""
+    stacks: dict[str, dict] = {}
+    for name, owner in HOST_PARAMS.items():
+        fitted = doc["parameters"][name]["fitted"]
+        if fitted is not None:
+            stacks.setdefault(owner, {})[name] = fitted
+    out = {"source": f"python3 -m gpuplan.validate.fit_stacks --data {doc['data']} (seed "
+                     f"{doc['seed']}, fit share {doc['fit_share']}, {doc['fit_records']} fit "
+                     f"records of {doc['records']}, device {doc['device']})",
+           "stacks": stacks}
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+
+
 def format_table(doc: dict) -> str:
     lines = [f"{'stack':<16} {'kind':<18} {'n':>4}  prior med/p90 %   fit med/p90 %   peak med %"]
     for r in doc["held_out"]:
@@ -227,12 +252,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="JSON file for the fit and the held-out table")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="h200", help="catalogue key of the records' device")
+    ap.add_argument("--package", help="also write the fitted host factors as the presets read "
+                    "them (gpuplan/sim/stacks/data/stack_fit.json)")
     args = ap.parse_args(argv)
     try:
         doc = run(args.data, args.out, seed=args.seed, device=args.device)
     except GpuplanError as exc:
         print(f"fit_stacks: error: {exc}")
         return 2
+    if args.package:
+        write_package(doc, args.package)
     print(format_table(doc))
     return 0
 

@@ -61,6 +61,7 @@ class Deployment:
     stack: str = ""  # the stack this deployment prices (sim.stacks), for printouts
     grouped_experts: bool = False  # MoE experts as grouped GEMMs (workloads.operators.moe_block)
     repeat_kv_masked: bool = False  # a masked decode (static span) repeats K/V to every head
+    host_overlap: float = 1.0  # share of device time hidden behind the host (launch_cost)
 
     def __post_init__(self) -> None:
         check_positive("tp", self.tp)

@@ -227,7 +227,8 @@ def iteration_breakdown(dep, batch: Batch) -> Breakdown:
     kernels_s = sum(i.time_s for i in items)
     cost = launch_cost(sum(i.kernels for i in items), kernels_s, dep.eff, cuda_graph=graph,
                        host_calls=sum(i.host_calls for i in items),
-                       extra_host_s=0.0 if graph else dep.host_extra_s)
+                       extra_host_s=0.0 if graph else dep.host_extra_s,
+                       overlap=dep.host_overlap)
     what = "graph replay gaps" if graph else "host issue time not hidden"
     items.append(Item(layer="runtime", category="launch", op=what, phase="iteration",
                       time_s=cost.total_s, bound="launch"))  # fmt: skip

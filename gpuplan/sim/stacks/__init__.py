@@ -63,9 +63,14 @@ class HostModel:
     call_factor: float = 1.0
     module_call_s: float = 0.0  # CPU time of one nn.Module.__call__ beyond its ops
     speed_factor: float = 1.0
+    # share of the device's time the CPU's issue time hides behind (``launch.launch_cost``)
+    device_overlap: float = 1.0
 
     def __post_init__(self) -> None:
         check_choice("host.mode", self.mode, HOST_MODES)
+        if not (0 <= self.device_overlap <= 1):
+            raise GpuplanError(f"host.device_overlap={self.device_overlap!r} is invalid: it "
+                               "must be in [0, 1]")
         for name in ("call_factor", "speed_factor"):
             value = getattr(self, name)
             if not (value > 0 and value < float("inf")):
