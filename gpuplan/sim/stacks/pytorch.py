@@ -17,14 +17,16 @@ around one call after a synchronize; no L2 flush).
 which concatenates each layer's K/V every step, logits over every position unless
 ``logits_to_keep`` is passed (observed with transformers 5.17 on an H200, docs/stacks.md); the
 Trainer's ``bf16=True`` is autocast over fp32 weights. Its Python modules cost the CPU on top of their ops:
-``module_call_s`` per ``nn.Module`` call is an unmeasured prior (PyTorch's ``Module.__call__``
-with hooks, kwargs and HF's output dataclasses; a few microseconds on a fast host), to be fitted
-on the whole-model campaign.
+``module_call_s`` per ``nn.Module`` call (PyTorch's ``Module.__call__`` with hooks, kwargs and
+HF's output dataclasses; prior 8 us) and ``device_overlap``, the share of the GPU's time its
+decode hides behind the CPU (prior 1), are fitted on the H200 campaign's fit part
+(``stack_fit.json``). MoE experts run as grouped GEMMs, and under a StaticCache's mask GQA
+keys and values are repeated to every head (``repeat_kv_masked``).
 
 ``torch-compile`` - ``torch.compile(model)``: Inductor fuses elementwise ops into Triton kernels
 (``sim.compilation``), keeps SDPA calls (same dispatch), and its generated wrapper still launches
-each kernel from Python, cheaper per kernel than eager dispatch (``call_factor``, an unmeasured
-prior); ``mode="reduce-overhead"`` replays decode from CUDA graphs (docs/stacks.md).
+each kernel from Python (``call_factor`` against eager dispatch: prior 0.3, fitted on 5
+records); ``mode="reduce-overhead"`` replays decode from CUDA graphs (docs/stacks.md).
 
 ``harness`` - exactly what ``validate/harness`` forces: FlashAttention-2 for every SDPA call
 (``sdpa_kernel(SDPBackend.FLASH_ATTENTION)``), its own Llama-style layer code in eager ATen ops,
