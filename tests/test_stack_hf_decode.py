@@ -69,3 +69,18 @@ def test_hf_decode_now_grows_with_batch_and_context():
     assert hf.host.device_overlap < 1 and big > small * 1.1
 
 
+
+
+def test_math_sdpa_runs_in_fp32_and_repeats_gqa_kv():
+    from gpuplan.hwmodels.attention import math_attention_time
+    from gpuplan.workloads.ops import Attention
+
+    def op(heads_kv, dtype="bf16"):
+        return Attention(name="a", batch=2, heads_q=32, heads_kv=heads_kv, seq_q=2048,
+                         seq_kv=2048, head_dim=128, v_head_dim=128, causal=False, pass_="fwd",
+                         dtype=dtype)
+    t = math_attention_time(H200, op(32), EFF)
+    flops = 2 * 2 * 32 * 2048 * 2048 * 256
+    fp32_rate = H200.peak("fp32") * EFF.gemm_fraction("fp32")
+    assert t.compute_s >= flops / fp32_rate * 0.99  # not the bf16 tensor-core rate
+    assert math_attention_time(H200, op(8), EFF).memory_s > t.memory_s  # the repeated K/V

@@ -96,17 +96,34 @@ def decode_hbm_fraction(acc, op: Attention, eff: Efficiency, kernel: str) -> flo
 
 def math_attention_time(acc, op: Attention, eff: Efficiency) -> KernelTime:
     """SDPA's math backend: QK^T and PV as batched GEMMs and a softmax over the materialized
-    scores (every score written and read back, in the op's dtype), no causal skipping; the
-    backward runs twice the GEMMs and twice the score traffic (dS from dP and P)."""
+    scores (every score written and read back), no causal skipping; the backward runs twice the
+    GEMMs and twice the score traffic (dS from dP and P). PyTorch's
+    ``_scaled_dot_product_attention_math`` (aten/src/ATen/native/transformers/attention.cpp)
+    converts fp16/bf16 queries, keys and values to fp32 first unless
+    ``torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)`` (off by default), so its
+    GEMMs run at the fp32 (non-tensor-core, TF32 off by default) rate over fp32 scores, and it
+    repeats GQA keys and values to every query head (``repeat_interleave``) before them."""
+    e_in = dtype_bytes(op.dtype)
+    upcast = e_in == 2 and acc.supports("fp32")
+    work = "fp32" if upcast else _dtype(acc, op)
+    e = 4 if upcast else e_in
     rows = op.batch * op.heads_q * op.seq_q
+    rep = op.heads_q / op.heads_kv
+    q_el = rows * op.head_dim
+    o_el = rows * op.v_head_dim
+    kv_el = op.batch * op.heads_kv * op.seq_kv * (op.head_dim + op.v_head_dim)
     gemm_flops = 2 * rows * op.seq_kv * (op.head_dim + op.v_head_dim)
-    score_bytes = rows * op.seq_kv * dtype_bytes(op.dtype) * 4  # write S, read S, write P, read P
+    score_bytes = rows * op.seq_kv * e * 4  # write S, read S, write P, read P
+    operand_bytes = (q_el + kv_el * rep + o_el) * e
+    convert_bytes = (q_el + kv_el + o_el) * (e_in + e) if upcast else 0.0
+    repeat_bytes = kv_el * e * (1 + rep) if rep > 1 else 0.0
+    kernels = 4 + (4 if upcast else 0) + (2 if rep > 1 else 0)
     times = 2 if op.pass_ == "bwd" else 1
-    rate = acc.peak(_dtype(acc, op)) * eff.gemm_fraction(_dtype(acc, op))
-    compute_s = throttled(times * gemm_flops * op.count / rate, eff, _dtype(acc, op))
-    traffic = op.bytes + times * score_bytes * op.count
+    rate = acc.peak(work) * eff.gemm_fraction(work)
+    compute_s = throttled(times * gemm_flops * op.count / rate, eff, work)
+    traffic = (times * (operand_bytes + score_bytes) + convert_bytes + repeat_bytes) * op.count
     memory_s = traffic / (acc.hbm_bytes_per_s * eff.hbm_fraction)
-    fixed_s = (4 * eff.kernel_overhead_s + eff.attn_fixed_s) * op.count * times
+    fixed_s = (kernels * eff.kernel_overhead_s + eff.attn_fixed_s) * op.count * times
     return KernelTime(compute_s, memory_s, fixed_s)
 
 
