@@ -158,3 +158,23 @@ def test_cluster_report_shows_each_run_and_its_energy(tmp_path, capsys):
 def test_a_document_other_than_one_setup_is_refused(tmp_path, capsys):
     assert main(["report", "cluster", "tiny", "--list", "--out", str(tmp_path / "r.html")]) == 2
     assert "drop --list" in capsys.readouterr().err and list(tmp_path.iterdir()) == []
+
+
+def test_the_report_has_a_table_per_measured_stack(tmp_path):
+    import json
+
+    from gpuplan.cli.tables import render_table
+    from gpuplan.validate.report import stack_section
+
+    (tmp_path / "camp").mkdir()
+    (tmp_path / "h200").mkdir()
+    runs = [{"folder": "h200", "device": "h200", "host": "reference"}]
+    (tmp_path / "runs.json").write_text(json.dumps({"runs": runs, "stack_runs": [
+        {"folder": "camp", "device": "h200"}]}))
+    (tmp_path / "camp" / "fit.json").write_text(json.dumps({"fit_share": 0.7, "held_out": [
+        {"stack": "pytorch", "kind": "gemm", "records": 3, "fit_median_pct": 5.0},
+        {"stack": "hf-transformers", "kind": "prefill_step", "records": 2,
+         "fit_median_pct": 9.0}]}))
+    text = stack_section(tmp_path, render_table)
+    assert "### stack `pytorch`" in text and "### stack `hf-transformers`" in text
+    assert "held-out 30%" in text

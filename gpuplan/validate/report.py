@@ -165,9 +165,46 @@ def write_report(
         images.append((kind, name))
     noise = repeatability(data_dir)
     text = _markdown(scores, render_table(table), images, render_table(noise) if len(noise) else "")
+    text += stack_section(data_dir, render_table)
     path = out_dir / "validation.md"
     write_text(path, text)
     return path
+
+
+STACK_FIT = "fit.json"  # what ``python3 -m gpuplan.validate.fit_stacks --out`` writes
+
+
+def stack_section(data_dir, render_table) -> str:
+    """A table per stack: the held-out error per (stack, kind) of each stack campaign that
+    ``data/runs.json`` lists under ``stack_runs`` (its ``fit.json``, written by
+    ``gpuplan.validate.fit_stacks``); empty when there is none."""
+    root = runs.resolve_data_dir(data_dir)
+    manifest = runs.read_manifest(root) or {}
+    lines = []
+    for run in manifest.get("stack_runs", []):
+        fit = root / run["folder"] / STACK_FIT
+        if not fit.is_file():
+            continue
+        doc = json.loads(fit.read_text())
+        for stack in sorted({r["stack"] for r in doc["held_out"]}):
+            rows = [r for r in doc["held_out"] if r["stack"] == stack]
+            lines += [f"### stack `{stack}` ({run['folder']}/: the held-out {1 - doc['fit_share']:.0%}, "
+                      f"{sum(r['records'] for r in rows)} records)", "", "```",
+                      render_table(rows), "```", ""]
+    if not lines:
+        return ""
+    head = [
+        "## Per stack",
+        "",
+        "The table above is the `harness` stack (every committed record of the runs above "
+        "names it). The stack campaigns below measured what users run (PyTorch's default "
+        "dispatch, Hugging Face transformers, torch.compile); each fitted only the stack "
+        "parameters that are priors (`python3 -m gpuplan.validate.fit_stacks`), seeded and "
+        "stratified by (stack, kind), and these are the held-out records' errors in percent, "
+        "before (`prior_*`) and after (`fit_*`) that fit.",
+        "",
+    ]
+    return "\n".join(["", *head, *lines])
 
 
 def _markdown(
