@@ -192,3 +192,14 @@ def lib_source(torch, device: str, what: str, stats: dict) -> str:
     else:
         how = f"{stats['timing']}: median of {stats['reps']} synchronized calls, no L2 flush"
     return f"{lib}, {what}, {how}, {gpu}"
+
+
+def timed(timer, fn, timing: str) -> dict | None:
+    """One timing of ``fn``; None (logged) where the profiler fails, so the case goes on."""
+    if timing == "isolated":
+        return timer.isolated(fn)
+    try:
+        return timer.device_time(fn)
+    except Exception as exc:  # a profiler failure must not cost the isolated records
+        log(f"  device timing failed: {type(exc).__name__}: {str(exc)[:160]}")
+        return None

@@ -14,6 +14,7 @@ import random
 from ..harness import elementwise as h_elementwise
 from ..harness import gemm as h_gemm
 from .common import TimeBox, Timer, Writer, lib_source, log, make_record
+from .common import timed as _timed
 
 _GEMM_DTYPES = ("bf16", "fp16", "fp8")
 _GEMM_SHAPES = (
@@ -89,13 +90,3 @@ def run(torch, device: str, device_key: str, out_dir, box: TimeBox, tiny: bool) 
     log(f"  ops: {writer.count} records, {failed} failed")
     return {"records": writer.count, "failed": failed}
 
-
-def _timed(timer, fn, timing: str) -> dict | None:
-    """One timing of ``fn``; None (logged) where the profiler fails, so the case goes on."""
-    if timing == "isolated":
-        return timer.isolated(fn)
-    try:
-        return timer.device_time(fn)
-    except Exception as exc:  # a profiler failure must not cost the isolated records
-        log(f"  device timing failed: {type(exc).__name__}: {str(exc)[:160]}")
-        return None

@@ -16,6 +16,7 @@ from __future__ import annotations
 import random
 
 from .common import TimeBox, Timer, Writer, lib_source, log, make_record
+from .common import timed as _timed
 
 # (heads_q, heads_kv, head_dim): Llama-3-8B GQA, Llama-2-7B MHA, an MQA model, a head_dim-64
 # MHA model, a head_dim-256 GQA model (Gemma-7B's head_dim, Gemma report Table 1).
@@ -136,13 +137,3 @@ def _free(torch, device: str) -> None:
     if device == "cuda":
         torch.cuda.empty_cache()
 
-
-def _timed(timer, fn, timing: str) -> dict | None:
-    """One timing of ``fn``; None (logged) where the profiler fails, so the case goes on."""
-    if timing == "isolated":
-        return timer.isolated(fn)
-    try:
-        return timer.device_time(fn)
-    except Exception as exc:  # a profiler failure must not cost the isolated records
-        log(f"  device timing failed: {type(exc).__name__}: {str(exc)[:160]}")
-        return None
