@@ -203,3 +203,11 @@ def test_a_record_file_keeps_the_optional_params_and_names_a_bad_one_by_line(tmp
 def test_a_record_forcing_a_kernel_the_device_lacks_names_the_param():
     with pytest.raises(GpuplanError, match="params.attention_kernel='flash3'"):
         predict_breakdown("attention", "a100-sxm-80gb", ATT | {"attention_kernel": "flash3"})
+
+
+def test_a_printout_says_where_a_stack_was_measured():
+    from gpuplan.cli.stack_flags import stack_line
+
+    assert "not measured" not in stack_line(get_stack("pytorch"), H200)
+    assert "measured on h200, not on a100-sxm-80gb" in stack_line(get_stack("pytorch"), A100)
+    assert "not measured as a whole" in stack_line(get_stack("vllm"), H200)

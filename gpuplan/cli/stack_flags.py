@@ -76,6 +76,10 @@ def stack_doc(stack, acc) -> dict:
 def stack_line(stack, acc) -> str:
     """The printout's line naming the stack, and saying when no measurement backs it."""
     line = stack.describe(acc)
+    from gpuplan.sim.stacks import MEASURED_ON
+
     if not stack.measured:
         line += " - not measured as a whole: priced from its kernels' fits and priors"
+    elif acc.key != MEASURED_ON:
+        line += f" - measured on {MEASURED_ON}, not on {acc.key}"
     return line

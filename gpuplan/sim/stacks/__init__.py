@@ -130,8 +130,9 @@ class Stack:
 
     @property
     def measured(self) -> bool:
-        """Whether committed measurements of this stack's own runs back its choices."""
-        return self.name == "harness"
+        """Whether committed measurements of this stack's own runs back its choices: the
+        harness's records, and the H200 stack campaign's (``data/runs.json``, ``stack_runs``)."""
+        return self.name in MEASURED_STACKS
 
     def describe(self, acc=None) -> str:
         """One line for a printout: the stack and, on a device, the kernels it resolves to."""
@@ -142,6 +143,10 @@ class Stack:
                      f"elementwise {self.elementwise}; host {self.host.mode})")
         return what
 
+
+# stacks whose own runs are committed measurements (docs/validation.md, a table per stack)
+MEASURED_STACKS = ("harness", "pytorch", "hf-transformers", "torch-compile")
+MEASURED_ON = "h200"  # the device those runs were measured on
 
 _REGISTRY: dict[str, Stack] = {}
 
