@@ -491,8 +491,9 @@ def render_estimate(doc: dict[str, Any]) -> str:
         lines.append(f"error band      p10-p90; {doc['error_band_label']}")
     if "stack" in doc:
         s = doc["stack"]
+        measured = "" if s.get("measured") else "; not measured as a whole"
         lines.append(f"stack           {s['name']} (attention {s['attention']['train']}, "
-                     f"elementwise {s['elementwise']}, host {s['host']['mode']})")
+                     f"elementwise {s['elementwise']}, host {s['host']['mode']}{measured})")
     lines.append("")
     rows = [dict(r, share_pct=100 * r["share"]) for r in doc["by_category"]]
     rows.sort(key=lambda r: -r["time_s"])
