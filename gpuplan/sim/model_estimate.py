@@ -61,7 +61,7 @@ def model_breakdown(
             kv_cache=params.get("kv_cache"), max_cache_len=params.get("max_cache_len"),
             tp=params.get("tp", 1),
         )
-    return config_breakdown(kind, acc, eff, cfg, params, impl=stack.elementwise, with_head=True)
+    return config_breakdown(kind, acc, eff, cfg, params, impl=stack.elementwise)
 
 
 def one_gpu_training(acc, eff, cfg: ModelConfig, stack: Stack, params: Mapping[str, Any]):
@@ -91,12 +91,12 @@ def config_breakdown(
     params: Mapping[str, Any],
     *,
     impl: str,
-    with_head: bool = False,
     isolated: bool = False,
 ) -> Breakdown:
-    """``kind`` (layer, train_step, decode_step) of ``cfg``, as ``impl`` runs its kernels.
-    ``with_head``: a decode step includes embedding and LM head; ``isolated``: it is timed
-    alone after an L2 flush (the record contract's harness)."""
+    """The record contract's ``layer`` or ``decode_step`` (its blocks alone) of ``cfg``, as
+    ``impl`` runs its kernels; ``isolated``: timed alone (after an L2 flush when the stack's
+    timing has one). Whole models go through ``model_breakdown``: a training step through the
+    multi-GPU estimate, a decode through the serving iteration."""
     if kind == "layer":
         return step.layer_breakdown(
             acc,
@@ -109,9 +109,6 @@ def config_breakdown(
             dtype=params["dtype"],
             tp=params.get("tp", 1),
         )
-    if kind == "train_step":
-        stack = replace(get_stack("pytorch"), elementwise=impl)
-        return one_gpu_training(acc, eff, cfg, stack, params).breakdown
     return step.decode_step_breakdown(
         acc,
         eff,
@@ -121,7 +118,6 @@ def config_breakdown(
         cuda_graph=params["cuda_graph"],
         dtype=params["dtype"],
         impl=impl,
-        with_head=with_head,
         isolated=isolated,
         tp=params.get("tp", 1),
     )

@@ -252,8 +252,10 @@ def memory_terms(
     }
     if state_precision == "bf16-mixed":  # autocast's cache of 16-bit weight copies
         terms["weight_cast_cache"] = 2.0 * local_w
-    if optimizer == "foreach":  # torch._foreach_sqrt(exp_avg_sqs): one state-sized tensor
-        terms["optimizer_temp"] = optim / 2.0
+    if optimizer == "foreach":  # one moment-sized temporary (FOREACH_TEMP_BYTES)
+        terms["optimizer_temp"] = optim * FOREACH_TEMP_BYTES[state_precision] / (
+            PRECISION_BYTES[state_precision][2]
+        )
     if not grads_persist:
         terms = _larger_moment(terms)
     total = sum(terms.values())
@@ -265,6 +267,9 @@ def memory_terms(
     return picked
 
 
+# torch.optim.AdamW(foreach=True) allocates one moment-sized tensor per parameter at its step
+# (``torch._foreach_sqrt(exp_avg_sqs)``, torch/optim/adamw.py): bytes of one moment element.
+FOREACH_TEMP_BYTES = {"bf16-mixed": 4, "bf16-mixed-megatron": 4, "bf16": 2}
 _STEP_TERMS = ("weights", "gradients", "optimizer", "optimizer_temp", "comm_buffers")
 _FORWARD_TERMS = ("weights", "optimizer", "activations", "logits", "comm_buffers",
                   "weight_cast_cache")  # fmt: skip
