@@ -117,6 +117,7 @@ def math_attention_time(acc, op: Attention, eff: Efficiency) -> KernelTime:
     operand_bytes = (q_el + kv_el * rep + o_el) * e
     convert_bytes = (q_el + kv_el + o_el) * (e_in + e) if upcast else 0.0
     repeat_bytes = kv_el * e * (1 + rep) if rep > 1 else 0.0
+    # QK^T, softmax, PV and the scale; the fp32 casts of q, k, v and back; the two K/V repeats
     kernels = 4 + (4 if upcast else 0) + (2 if rep > 1 else 0)
     times = 2 if op.pass_ == "bwd" else 1
     rate = acc.peak(work) * eff.gemm_fraction(work)

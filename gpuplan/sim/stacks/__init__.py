@@ -20,8 +20,8 @@ import dataclasses
 from dataclasses import dataclass
 
 from gpuplan.errors import GpuplanError, check_choice, unknown_key
+from gpuplan.hwmodels.attention import ATTENTION_KERNELS  # the kernels priced
 
-ATTENTION_KERNELS = ("flash2", "flash3", "cudnn", "efficient", "math", "flashinfer")
 # Training-only kernels (no decode): llm-foundry's Triton flash attention (``attn_impl: triton``)
 TRAIN_ONLY_KERNELS = ("triton",)
 SDPA_DEFAULT = "sdpa-default"  # PyTorch's own dispatch: resolved per device (``sdpa_default``)
