@@ -206,10 +206,9 @@ FA2_PEAK_SHARE = {
     "hopper": {"fwd": 370e12 / 989.4e12, "bwd": 322e12 / 989.4e12},
     "ampere": {"fwd": 0.73, "bwd": 0.50},
 }
-ARCHITECTURE = {  # NVIDIA H100/H200/A100 datasheets: GH100 is Hopper, GA100 is Ampere
-    "h200": "hopper", "h100-sxm": "hopper", "h100-pcie": "hopper",
-    "a100-sxm-80gb": "ampere", "a100-pcie-80gb": "ampere", "a100-sxm-40gb": "ampere",
-}  # fmt: skip
+# the measured chips of those sources, by compute capability (hwmodels.architecture): GH100 and
+# GA100; Orin (sm_87) and the rest have no published share
+FA2_FAMILY = {"sm_90": "hopper", "sm_80": "ampere"}
 
 
 def architecture_kernel_rates(borrowed: Efficiency, device_key: str) -> Efficiency:
@@ -217,8 +216,10 @@ def architecture_kernel_rates(borrowed: Efficiency, device_key: str) -> Efficien
     device's architecture: times the ratio of the kernel's published shares of peak on the two
     (``FA2_PEAK_SHARE``). The other attention kernels are rated against FlashAttention-2's
     (``attn_kernel_rate``), so they move with it. Unchanged where either share is unknown."""
-    mine = FA2_PEAK_SHARE.get(ARCHITECTURE.get(device_key, ""))
-    ref = FA2_PEAK_SHARE.get(ARCHITECTURE.get(REFERENCE_DEVICE, ""))
+    from gpuplan.hwmodels.architecture import ARCH
+
+    mine = FA2_PEAK_SHARE.get(FA2_FAMILY.get(ARCH.get(device_key, ""), ""))
+    ref = FA2_PEAK_SHARE.get(FA2_FAMILY.get(ARCH.get(REFERENCE_DEVICE, ""), ""))
     if mine is None or ref is None or mine is ref:
         return borrowed
     return dataclasses.replace(

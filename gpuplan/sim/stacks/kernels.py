@@ -31,22 +31,8 @@ from __future__ import annotations
 import dataclasses
 
 from gpuplan.errors import GpuplanError
+from gpuplan.hwmodels.architecture import ARCH
 
-ARCH = {
-    "h200": "sm_90",
-    "h100-sxm": "sm_90",
-    "h100-pcie": "sm_90",
-    "a100-sxm-80gb": "sm_80",
-    "a100-sxm-40gb": "sm_80",
-    "a100-pcie-80gb": "sm_80",
-    "b200": "sm_100",
-    "gb200": "sm_100",
-    "l40s": "sm_89",
-    "l4": "sm_89",
-    "jetson-agx-orin-64gb": "sm_87",
-    "mi300x": "gfx942",
-    "mi325x": "gfx942",
-}
 _NVIDIA_SM80_UP = {"sm_80", "sm_87", "sm_89", "sm_90", "sm_100"}
 KERNEL_ARCHS = {
     "flash2": {"sm_80", "sm_87", "sm_89", "sm_90", "gfx942"},
