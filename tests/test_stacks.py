@@ -211,3 +211,10 @@ def test_a_printout_says_where_a_stack_was_measured():
     assert "not measured" not in stack_line(get_stack("pytorch"), H200)
     assert "measured on h200, not on a100-sxm-80gb" in stack_line(get_stack("pytorch"), A100)
     assert "not measured as a whole" in stack_line(get_stack("vllm"), H200)
+
+
+def test_a_static_cache_shorter_than_the_context_is_a_one_line_error(capsys):
+    code = main(["estimate", "decode-step", "--model", "llama3-8b", "--context", "4096",
+                 "--kv-cache", "static", "--max-cache-len", "100"])
+    err = capsys.readouterr().err
+    assert code == 2 and "max_cache_len=100" in err and "4097 or more" in err
