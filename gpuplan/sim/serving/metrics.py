@@ -218,17 +218,20 @@ class Timeline:
     def __init__(self, enabled: bool = True):
         self.enabled = enabled
         self._cols = {c: array("d") for c in self.COLUMNS}
+        # the columns' appends, bound once (``record`` runs at every event of a simulation)
+        self._appends = tuple(self._cols[c].append for c in self.COLUMNS)
 
     def record(self, now_s: float, st) -> None:
         if not self.enabled:
             return
-        c = self._cols
-        c["time_s"].append(now_s)
-        c["replica"].append(st.index)
-        c["in_system"].append(st.in_system)
-        c["waiting"].append(len(st.waiting) + len(st.swapped))
-        c["running"].append(len(st.prefilling) + len(st.decoding))
-        c["kv_blocks_used"].append(st.total_blocks - st.free_blocks())
+        at, replica, in_system, waiting, running, used = self._appends
+        at(now_s)
+        replica(st.index)
+        in_system(st.in_system)
+        waiting(len(st.waiting) + len(st.swapped))
+        decoding = st.decoding
+        running(len(st.prefilling) + len(decoding.members))
+        used(st.prefill_blocks + decoding.blocks + st.reserved_blocks)  # total less free
 
     def frame(self) -> pd.DataFrame:
         import pandas as pd
@@ -250,20 +253,16 @@ def time_average(timeline, column: str, *, end_s: float) -> float:
     times = np.asarray(timeline["time_s"], dtype=float)
     if not len(times) or end_s <= 0:
         return math.nan
-    replicas = np.asarray(timeline["replica"])
-    values = np.asarray(timeline[column], dtype=float)
-    ids = sorted(set(replicas.tolist()))
-    index = {r: k for k, r in enumerate(ids)}
     order = np.argsort(times, kind="stable")  # records in time order; the last at a time wins
-    current = [0.0] * len(ids)
-    instants, totals = [], []
-    for k in order.tolist():
-        t = times[k]
-        current[index[replicas[k]]] = values[k]
-        if instants and instants[-1] == t:
-            totals[-1] = sum(current)
-        else:
-            instants.append(t)
-            totals.append(sum(current))
-    edges = np.append(np.asarray(instants), end_s)
-    return float((np.asarray(totals) * np.diff(edges)).sum() / end_s)
+    times = times[order]
+    replicas = np.asarray(timeline["replica"])[order]
+    values = np.asarray(timeline[column], dtype=float)[order]
+    last = np.append(times[1:] != times[:-1], True)  # the last record of each instant
+    total = np.zeros(int(last.sum()))
+    positions = np.arange(len(times))
+    for r in sorted(set(replicas.tolist())):  # summed replica by replica, in id order
+        # the replica's latest record at or before each record (-1: none yet, it counts 0)
+        latest = np.maximum.accumulate(np.where(replicas == r, positions, -1))[last]
+        total = total + np.where(latest >= 0, values[np.maximum(latest, 0)], 0.0)
+    edges = np.append(times[last], end_s)
+    return float((total * np.diff(edges)).sum() / end_s)

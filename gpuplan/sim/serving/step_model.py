@@ -24,6 +24,13 @@ import math
 from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.launch import launch_cost
 from gpuplan.hwmodels.price import host_calls, kernel_count
+from gpuplan.sim.serving.pipeline import (
+    Stage,
+    micro_batches,
+    p2p_s,
+    pipeline_period_s,
+    stage_groups,
+)
 from gpuplan.sim.serving.iteration import (
     Batch,
     attention_template,
@@ -39,6 +46,14 @@ from gpuplan.sim.step import layer_groups
 from gpuplan.workloads.ops import Op
 
 __all__ = ["Batch", "StepModel", "iteration_breakdown"]
+
+
+def _check_cache(dep) -> None:
+    if dep.kv_cache == "dynamic":
+        raise GpuplanError(
+            "kv_cache='dynamic' (a torch.cat per step) is not simulated: a serving engine "
+            "keeps a paged or static cache"
+        )
 
 
 def _total_s(ops: list[Op], dep) -> float:
@@ -59,14 +74,20 @@ class StepModel:
 
     MEMO_LIMIT = 200_000  # prefill-attention pieces kept before the memo starts afresh
 
-    def __init__(self, dep, *, max_tokens: int = 4096):
-        if dep.kv_cache == "dynamic":
-            raise GpuplanError(
-                "kv_cache='dynamic' (a torch.cat per step) is not simulated: a serving engine "
-                "keeps a paged or static cache"
-            )
+    def __new__(cls, dep, *, max_tokens: int = 4096, stage: Stage | None = None):
+        # a replica of several pipeline stages is a ``PipelineStepModel`` of one per stage
+        if cls is StepModel and stage is None and dep.pp > 1:
+            cls = PipelineStepModel
+        return super().__new__(cls)
+
+    def __init__(self, dep, *, max_tokens: int = 4096, stage: Stage | None = None):
+        """``stage``: price only that pipeline stage's blocks and ends (None: the whole model)."""
+        _check_cache(dep)
         self.dep = dep
-        self._groups = layer_groups(dep.model)
+        self._groups = layer_groups(dep.model) if stage is None else stage_groups(dep.model, stage)
+        self._first, self._last = (True, True) if stage is None else (stage.first, stage.last)
+        # the CPU's fixed cost is once per iteration of the replica, not once per stage
+        self._overhead_s = dep.iteration_overhead_s if stage is None else 0.0
         self._n_layers = sum(count for _, count in self._groups)
         self._templates = [attention_template(dep, layer=layer) for layer, _ in self._groups]
         # sliding-window groups read at most their window a sequence: priced apart (``_windowed``)
@@ -76,6 +97,7 @@ class StepModel:
         self._sample_memo: dict[int, float] = {}
         self._decode_memo: dict[int, tuple[float, float]] = {}
         self._prefill_memo: dict[tuple[int, int, int], float] = {}
+        self._last_run: tuple = (None, None)  # (seqs, kv_tokens), ``_run_terms`` of them
         self._kernel_counts()
         self.max_tokens = max_tokens  # a size hint; any token count is priced on demand
 
@@ -86,7 +108,8 @@ class StepModel:
         hit = self._token_memo.get(tokens)
         if hit is None:
             dep = self.dep
-            hit = _total_s(outer_ops(dep, tokens=tokens), dep) + sum(
+            ends = outer_ops(dep, tokens=tokens, first=self._first, last=self._last)
+            hit = _total_s(ends, dep) + sum(
                 count * _total_s(token_ops(dep, tokens=tokens, layer=layer), dep)
                 for layer, count in self._groups
             )
@@ -97,7 +120,7 @@ class StepModel:
         """Sampling part: LM head and logits of ``seqs`` sequences."""
         hit = self._sample_memo.get(seqs)
         if hit is None:
-            hit = _total_s(sample_ops(self.dep, seqs=seqs), self.dep) if seqs else 0.0
+            hit = _total_s(sample_ops(self.dep, seqs=seqs), self.dep) if seqs and self._last else 0.0
             self._sample_memo[seqs] = hit
         return hit
 
@@ -165,14 +188,15 @@ class StepModel:
 
     def _kernel_counts(self) -> None:
         dep = self.dep
-        token = [outer_ops(dep, tokens=1)] + [
+        token = [outer_ops(dep, tokens=1, first=self._first, last=self._last)] + [
             token_ops(dep, tokens=1, layer=layer) for layer, _ in self._groups
         ]
         weights = [1] + [count for _, count in self._groups]
         self._token_kernels = sum(w * _kernels(ops) for w, ops in zip(weights, token, strict=True))
         self._token_calls = sum(w * _calls(ops) for w, ops in zip(weights, token, strict=True))
-        self._sample_kernels = _kernels(sample_ops(dep, seqs=1))
-        self._sample_calls = _calls(sample_ops(dep, seqs=1))
+        sampling = sample_ops(dep, seqs=1) if self._last else []
+        self._sample_kernels = _kernels(sampling)
+        self._sample_calls = _calls(sampling)
         # the host calls of one attention kernel per block
         self._attn_calls = _calls([attention_template(dep)])
         n_dec = self._token_kernels + self._sample_kernels + self._n_layers
@@ -219,7 +243,7 @@ class StepModel:
         launch = launch_cost(
             n, kernels_s, self.dep.eff, cuda_graph=graph, host_calls=calls, extra_host_s=extra
         ).total_s
-        return kernels_s + launch + self.dep.iteration_overhead_s
+        return kernels_s + launch + self._overhead_s
 
     def _decode_kernels_s(self, seqs: int, kv_tokens: float) -> float:
         return self.token_s(seqs) + self.sample_s(seqs) + self.decode_attention_s(seqs, kv_tokens)
@@ -227,11 +251,19 @@ class StepModel:
     def decode_s(self, seqs: int, kv_tokens: int) -> float:
         """One decode-only iteration of ``seqs`` sequences reading ``kv_tokens`` in all."""
         k = self._decode_kernels_s(*self.dep.padded_decode(seqs, kv_tokens))
-        return max(k + self._dec_gap_s, self._dec_host_s) + self.dep.iteration_overhead_s
+        return max(k + self._dec_gap_s, self._dec_host_s) + self._overhead_s
 
     def _run_terms(self, seqs: int, kv_tokens: int) -> tuple[float, float, float, int]:
         """(A, b, H, j*): iteration j of a run costs max(A + b j, H) + overhead; the first j*
-        iterations are host-bound (cost H)."""
+        iterations are host-bound (cost H). The last run's terms are kept: a run asks for its
+        own again at each request it finishes and at an interrupt."""
+        if self._last_run[0] == (seqs, kv_tokens):
+            return self._last_run[1]
+        terms = self._new_run_terms(seqs, kv_tokens)
+        self._last_run = ((seqs, kv_tokens), terms)
+        return terms
+
+    def _new_run_terms(self, seqs: int, kv_tokens: int) -> tuple[float, float, float, int]:
         rows, padded_kv = self.dep.padded_decode(seqs, kv_tokens)
         a = self._decode_kernels_s(rows, padded_kv) + self._dec_gap_s
         # the real sequences read one more token each iteration, unless the span is fixed
@@ -255,7 +287,7 @@ class StepModel:
         j = min(flat, iterations)
         k = iterations
         rising = (k - j) * a + b * (k * (k - 1) - j * (j - 1)) / 2
-        return h * j + rising + k * self.dep.iteration_overhead_s
+        return h * j + rising + k * self._overhead_s
 
     def decode_iterations_until(self, seqs: int, kv_tokens: int, elapsed_s: float) -> int:
         """The fewest iterations (at least one) of such a run that take ``elapsed_s`` or more."""
@@ -269,7 +301,7 @@ class StepModel:
                 n += 1
             return max(n, 1)
         a, b, h, flat = self._run_terms(seqs, kv_tokens)
-        o = self.dep.iteration_overhead_s
+        o = self._overhead_s
         if flat * (h + o) >= elapsed_s:
             n = math.ceil(elapsed_s / (h + o))
         else:
@@ -286,3 +318,113 @@ class StepModel:
         while self.decode_run_s(seqs, kv_tokens, n) < elapsed_s:
             n += 1
         return n
+
+
+class PipelineStepModel(StepModel):
+    """Iteration times of a replica of ``dep.pp`` pipeline stages: a ``StepModel`` of each
+    stage, the iteration's work split into the micro-batches in flight
+    (``pipeline.micro_batches``), their stage times and sends combined by
+    ``pipeline.pipeline_period_s``; equals ``iteration.pipeline_breakdown``'s total.
+
+    A decode run's iterations are summed as an array (each stage's cost per iteration is its
+    own closed form ``max(A + b j, H)``; a windowed model's, iteration by iteration), kept for
+    the run last asked about: the engine asks about the same run at every request it finishes.
+    """
+
+    def __init__(self, dep, *, max_tokens: int = 4096):
+        _check_cache(dep)
+        self.dep = dep
+        self.max_tokens = max_tokens
+        self.stages = [StepModel(dep, max_tokens=max_tokens, stage=st) for st in dep.stages]
+        self.windowed = any(st.windowed for st in self.stages)
+        self._n_layers = dep.model.n_layers
+        self._p2p_memo: dict[int, float] = {}
+        self._run: tuple = (None, None)  # (seqs, kv_tokens), cumulative times of that run
+
+    # parts summed over the stages (``speculative`` prices draft steps from them)
+
+    def token_s(self, tokens: int) -> float:
+        return sum(st.token_s(tokens) for st in self.stages)
+
+    def sample_s(self, seqs: int) -> float:
+        return self.stages[-1].sample_s(seqs)
+
+    def decode_attention_s(self, seqs: int, kv_tokens: float) -> float:
+        return sum(st.decode_attention_s(seqs, kv_tokens) for st in self.stages)
+
+    def prefill_attention_s(self, tokens: int, cached: int, seqs: int = 1) -> float:
+        return sum(st.prefill_attention_s(tokens, cached, seqs) for st in self.stages)
+
+    def sends_s(self, tokens: int) -> float:
+        """The ``pp - 1`` stage-to-stage sends of one micro-batch of ``tokens`` tokens."""
+        hit = self._p2p_memo.get(tokens)
+        if hit is None:
+            hit = sum(p2p_s(self.dep, tokens, b) for b in range(self.dep.pp - 1))
+            self._p2p_memo[tokens] = hit
+        return hit
+
+    def _rows(self, prefill, decode_seqs: int) -> int:
+        """Tokens a micro-batch sends on: decode rows padded as its graph runs them."""
+        if not prefill and decode_seqs and self.dep.pads_decode:
+            decode_seqs = self.dep.decode_bucket(decode_seqs)
+        return decode_seqs + sum(c * b for c, _, b in prefill)
+
+    # iteration times
+
+    def mixed_s(self, prefill, decode_seqs: int, decode_kv_tokens: int, sampled: int,
+                replay: bool | None = None) -> float:  # fmt: skip
+        parts = micro_batches(prefill, decode_seqs, decode_kv_tokens, sampled, self.dep.pp)
+        stage_s = [[st.mixed_s(*mb, replay=replay) for st in self.stages] for mb in parts]
+        sends = [self.sends_s(self._rows(mb[0], mb[1])) for mb in parts]
+        return pipeline_period_s(stage_s, sends, self.dep.iteration_overhead_s)
+
+    def decode_s(self, seqs: int, kv_tokens: int) -> float:
+        return self.mixed_s((), seqs, kv_tokens, seqs)
+
+    def _run_times(self, seqs: int, kv_tokens: int, iterations: int):
+        """Cumulative times of the first 0 .. ``iterations`` iterations of a decode run."""
+        key = (seqs, kv_tokens)
+        if self._run[0] == key and len(self._run[1]) > iterations:
+            return self._run[1]
+        n = max(iterations, 2 * len(self._run[1]) - 2 if self._run[0] == key else 0, 64)
+        steps = self._decode_times(seqs, kv_tokens, n)
+        times = np.concatenate(([0.0], np.cumsum(steps)))
+        self._run = (key, times)
+        return times
+
+    def _decode_times(self, seqs: int, kv_tokens: int, n: int):
+        """Each of the first ``n`` iterations of the run, as an array."""
+        grow = seqs if self.dep.decode_context_tokens is None else 0
+        if self.windowed:
+            return np.array([self.decode_s(seqs, kv_tokens + j * grow) for j in range(n)])
+        j = np.arange(n, dtype=float)
+        stage_s = []  # [micro-batch][stage] -> array over iterations
+        for _, d, kv, _ in micro_batches((), seqs, kv_tokens, seqs, self.dep.pp):
+            row = []
+            for st in self.stages:
+                a, b, h, _ = st._run_terms(d, kv)
+                row.append(np.maximum(a + b * j, h))
+            stage_s.append(row)
+        latency = np.max([sum(row) + self.sends_s(self._rows((), len_d))
+                          for row, len_d in zip(stage_s, self._part_sizes(seqs), strict=True)],
+                         axis=0)  # fmt: skip
+        busy = np.max([sum(col) for col in zip(*stage_s, strict=True)], axis=0)
+        return np.maximum(latency, busy) + self.dep.iteration_overhead_s
+
+    def _part_sizes(self, seqs: int) -> list[int]:
+        return [d for _, d, _, _ in micro_batches((), seqs, 0, seqs, self.dep.pp)]
+
+    def decode_run_s(self, seqs: int, kv_tokens: int, iterations: int) -> float:
+        if iterations <= 0:
+            return 0.0
+        return float(self._run_times(seqs, kv_tokens, iterations)[iterations])
+
+    def decode_iterations_until(self, seqs: int, kv_tokens: int, elapsed_s: float) -> int:
+        if elapsed_s <= 0:
+            return 1
+        n = 64
+        times = self._run_times(seqs, kv_tokens, n)
+        while times[-1] < elapsed_s:
+            n = 2 * (len(times) - 1)
+            times = self._run_times(seqs, kv_tokens, n)
+        return max(1, int(np.searchsorted(times, elapsed_s, side="left")))
