@@ -29,6 +29,8 @@ KEYS = {
     "deepseek-v3",
     "qwen2.5-72b",
     "vit-l-14",
+    "qwen2-vl-7b",  # vision-language models (workloads.vision)
+    "llama3.2-11b-vision",
 }
 
 

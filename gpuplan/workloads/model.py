@@ -20,7 +20,9 @@ It covers the architectures of the catalogue (``presets.py``) and of the Hugging
   full-attention block (Gemma 2: 1, every other block, Gemma Team 2024 sec. 2; Gemma 3: 5,
   Gemma Team 2025 sec. 2.1); 0 windows every block (Mistral);
 - vision: a CLIP-style ViT encoder (Radford et al. 2021; Dosovitskiy et al. 2021) cutting an
-  ``image_size`` square into ``patch_size`` patches plus one class token.
+  ``image_size`` square into ``patch_size`` patches plus one class token;
+- vision-language: a language model carrying a ``vision_tower`` (``workloads.vision``: a ViT,
+  a projector, and image tokens inline in the prompt or behind cross-attention layers).
 
 Variants are made with ``dataclasses.replace``; every invalid combination is a ``GpuplanError``
 that prints the numbers.
@@ -29,12 +31,16 @@ that prints the numbers.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gpuplan.errors import GpuplanError, check_choice, check_positive
 
 NORMS = ("rmsnorm", "layernorm")
 ACTIVATIONS = ("swiglu", "gelu")
 POSITIONS = ("rope", "learned", "none")
+
+if TYPE_CHECKING:
+    from gpuplan.workloads.vision import VisionTower
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,6 +84,8 @@ class ModelConfig:
     patch_size: int = 0
     image_size: int = 0
     n_channels: int = 3
+    # vision-language model: this config is its language model; the tower adds the images
+    vision_tower: VisionTower | None = None
     source: str = ""  # where the numbers come from
 
     def __post_init__(self) -> None:
@@ -236,6 +244,11 @@ class ModelConfig:
     @property
     def is_vision(self) -> bool:
         return self.patch_size > 0
+
+    @property
+    def is_vlm(self) -> bool:
+        """A language model with a vision tower (image tokens join its prefill)."""
+        return self.vision_tower is not None
 
     @property
     def attention_kind(self) -> str:

@@ -45,11 +45,12 @@ class ParamCount:
     embedding: int  # token (+ position / patch) embedding
     lm_head: int  # 0 when tied or vision
     per_layer: tuple[int, ...]  # each block's parameters, norms included
+    vision: int = 0  # a VLM's vision tower (``workloads.vision.tower_params``)
 
     @property
     def final_norms(self) -> int:
-        """What lies outside blocks, embedding and head: the final norm(s)."""
-        return self.total - self.embedding - self.lm_head - sum(self.per_layer)
+        """What lies outside blocks, embedding, head and vision tower: the final norm(s)."""
+        return self.total - self.embedding - self.lm_head - sum(self.per_layer) - self.vision
 
 
 def count_params(cfg: ModelConfig) -> ParamCount:
@@ -57,10 +58,16 @@ def count_params(cfg: ModelConfig) -> ParamCount:
     per_layer = tuple(layer_params(cfg, layer) for layer in range(cfg.n_layers))
     embedding = embedding_params(cfg)
     head = lm_head_params(cfg)
-    total = embedding + head + sum(per_layer) + final_norm_params(cfg)
+    vision = 0
+    if cfg.vision_tower is not None:
+        from gpuplan.workloads.vision import tower_params  # it counts with this module's parts
+
+        vision = tower_params(cfg)
+    total = embedding + head + sum(per_layer) + final_norm_params(cfg) + vision
     inactive = cfg.n_moe_layers * (cfg.n_experts - cfg.top_k) * ffn_params(cfg, cfg.d_ff_expert)
     return ParamCount(
-        total=total, active=total - inactive, embedding=embedding, lm_head=head, per_layer=per_layer
+        total=total, active=total - inactive, embedding=embedding, lm_head=head,
+        per_layer=per_layer, vision=vision,
     )
 
 

@@ -23,6 +23,7 @@ from gpuplan.errors import check_key, unknown_key
 from gpuplan.workloads.hf_config import from_hf_config
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.params import count_params
+from gpuplan.workloads.vision import VisionTower
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -174,7 +175,48 @@ _OTHERS = {
     ),
 }
 
-PRESETS: dict[str, ModelConfig] = {**_OTHERS, **_megatron(), **_LLAMA, **_MOE}
+
+def _vlm() -> dict[str, ModelConfig]:
+    """Vision-language models (``workloads.vision``), each from its config.json."""
+    qwen_vit = ModelConfig(
+        name="qwen2-vl-7b-vision", n_layers=32, d_model=1280, n_heads=16, n_kv_heads=16,
+        d_ff=5120, vocab_size=0, norm="layernorm", activation="gelu", bias=True,
+        position="rope", max_seq_len=32768, causal=False, patch_size=14, image_size=448,
+        source=_hf("Qwen/Qwen2-VL-7B-Instruct") + " vision_config (depth 32, embed_dim 1280, "
+        "mlp_ratio 4, num_heads 16, patch_size 14; image_size: a default, resolution is dynamic)",
+    )
+    mllama_vit = ModelConfig(
+        name="llama3.2-11b-vision-encoder", n_layers=32, d_model=1280, n_heads=16, n_kv_heads=16,
+        d_ff=5120, vocab_size=0, norm="layernorm", activation="gelu", bias=False,
+        position="learned", max_seq_len=1601, causal=False, patch_size=14, image_size=560,
+        source=_hf("meta-llama/Llama-3.2-11B-Vision") + " vision_config (MllamaVisionModel)",
+    )
+    return {
+        "qwen2-vl-7b": _llama(
+            "qwen2-vl-7b", 28, 3584, 28, 4, 18944, vocab_size=152064, max_seq_len=32768,
+            qkv_bias=True,
+            vision_tower=VisionTower(encoder=qwen_vit, style="inline", merge=2,
+                                     temporal_patch=2, projector_hidden=5120),
+            source=_hf("Qwen/Qwen2-VL-7B-Instruct") + " (text and vision_config: spatial_merge_size"
+            " 2, temporal_patch_size 2, merger 5120 -> 3584)",
+        ),
+        "llama3.2-11b-vision": _llama(
+            "llama3.2-11b-vision", 32, 4096, 32, 8, 14336, vocab_size=128256,
+            max_seq_len=131072,
+            vision_tower=VisionTower(
+                encoder=mllama_vit, style="cross-attention", class_token=True, max_tiles=4,
+                global_layers=8, intermediate_layers=5, aspect_ratios=9,
+                cross_attention_layers=(3, 8, 13, 18, 23, 28, 33, 38), extra_embedding_rows=8,
+            ),
+            source=_hf("meta-llama/Llama-3.2-11B-Vision") + " (text_config: 40 blocks, of them "
+            "cross_attention_layers [3, 8, ..., 38]: n_layers here counts the 32 self-attention "
+            "blocks; vision_config: num_global_layers 8, max_num_tiles 4, 8 aspect ratios, "
+            "vision_output_dim 7680; embed_tokens has vocab_size + 8 rows)",
+        ),
+    }  # fmt: skip
+
+
+PRESETS: dict[str, ModelConfig] = {**_OTHERS, **_megatron(), **_LLAMA, **_MOE, **_vlm()}
 
 
 def get_model(key_or_path: str) -> ModelConfig:

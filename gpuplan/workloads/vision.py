@@ -1,0 +1,322 @@
+"""The vision side of a vision-language model (VLM): a ViT encoder, a projector, and the way its
+image tokens reach the language model.
+
+Two styles, as the published models build them:
+
+- ``inline`` (Qwen2-VL, Wang et al. 2024, arXiv:2409.12191, sec. 2.1; HF
+  ``Qwen2VLForConditionalGeneration``): an image of H x W pixels is cut into (H/14)(W/14)
+  patches (``Conv3d`` over two copies of the frame, ``temporal_patch_size`` 2), the ViT runs
+  over each image's patches with full (non-causal) attention, and the merger (``ln_q``, then
+  an MLP over every 2 x 2 block of patches: 4 x 1280 -> 5120 -> 3584) leaves
+  (H/14)(W/14)/4 tokens that replace the image placeholders in the prompt: the prefill grows by
+  them and the KV cache holds them like any prompt token. The image side must be a multiple of
+  28 (patch x merge; the processor's ``smart_resize`` rounds to it: give the resized size).
+- ``cross-attention`` (Llama 3.2 Vision, HF ``MllamaForConditionalGeneration``; Meta's model
+  card): an image is resized onto up to ``max_tiles`` = 4 tiles of 560 x 560; each tile gives
+  (560/14)^2 = 1600 patches and a class token, 1601 tokens; a 32-layer local encoder and an
+  8-layer gated global encoder run over all the tiles of an image at once, and the projector
+  maps the concatenation of the final and five intermediate layers' states (6 x 1280 = 7680)
+  to the LM width. The prompt does not grow: cross-attention layers inserted among the
+  language model's blocks (``cross_attention_layers``) attend from the text tokens to the
+  image tokens, whose keys and values each such layer computes once per request and keeps in
+  the cache. With no image a request skips them (vLLM's ``MllamaForConditionalGeneration``,
+  ``skip_cross_attention``), so the model is then its 32 self-attention blocks.
+
+Here the ``ModelConfig`` of a VLM is its language model (for Llama 3.2 Vision: the self-attention
+blocks) with a ``VisionTower``: everything that prices text alone prices the VLM with no image.
+
+Not modelled: video (Qwen2-VL's temporal frames), Mllama's padding of 1601 tokens to 1608 and of
+absent tiles (HF pads to ``max_num_tiles``; vLLM runs the tiles present), the scalar gates.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from gpuplan.errors import GpuplanError, check_choice, check_positive
+from gpuplan.workloads.dtypes import dtype_bytes
+from gpuplan.workloads.model import ModelConfig
+from gpuplan.workloads.operators import attention_block, layer_forward, mlp_block
+from gpuplan.workloads.ops import Attention, Elementwise, Gemm, Memory, Op
+
+STYLES = ("inline", "cross-attention")
+OpGroup = tuple[list[Op], int]  # operators and how many identical blocks run them
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Images:
+    """The images of one sequence (a request, a training sample): ``count`` of W x H pixels."""
+
+    count: int
+    width: int
+    height: int
+
+    def __post_init__(self) -> None:
+        check_positive("images", self.count, allow_zero=True)
+        for field in ("width", "height"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise GpuplanError(f"image {field}={value!r} is invalid: give a whole number of "
+                                   "pixels, 1 or more (--image-size WxH)")
+
+
+def parse_image_size(text: str) -> tuple[int, int]:
+    """``"448x448"`` -> (width, height); a one-line error for anything else."""
+    w, sep, h = str(text).strip().lower().partition("x")
+    if not sep or not w.isdigit() or not h.isdigit() or int(w) < 1 or int(h) < 1:
+        raise GpuplanError(f"image size {text!r} is invalid: give WIDTHxHEIGHT in pixels, each 1 "
+                           "or more, e.g. 448x448")
+    return int(w), int(h)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VisionTower:
+    """A VLM's encoder, projector and fusion style (module docstring)."""
+
+    encoder: ModelConfig  # the ViT: patch size, default image (tile) size, layers, width, heads
+    style: str  # "inline" | "cross-attention"
+    merge: int = 1  # spatial merge: merge x merge patches become one token (Qwen2-VL: 2)
+    temporal_patch: int = 1  # frames one patch spans (Qwen2-VL: 2, an image repeated)
+    class_token: bool = False  # one class token per tile (Mllama)
+    max_tiles: int = 1  # tiles an image is cut into, at most (Mllama: 4)
+    global_layers: int = 0  # Mllama's gated global encoder layers after the local ones
+    intermediate_layers: int = 0  # encoder states concatenated into the projector (Mllama: 5)
+    aspect_ratios: int = 0  # Mllama's supported aspect ratios (embedding tables of 9 rows)
+    projector_hidden: int = 0  # 0: one linear to the LM width; else an MLP of this width
+    cross_attention_layers: tuple[int, ...] = ()  # positions in the full stack (HF indices)
+    extra_embedding_rows: int = 0  # token-table rows beyond vocab_size (Mllama: 8)
+
+    def __post_init__(self) -> None:
+        name = self.encoder.name
+        check_choice(f"{name}: style", self.style, STYLES)
+        if not self.encoder.is_vision:
+            raise GpuplanError(f"{name}: a vision tower's encoder needs patch_size > 0")
+        for field in ("merge", "temporal_patch", "max_tiles"):
+            check_positive(f"{name}: {field}", getattr(self, field))
+        if (self.style == "cross-attention") != bool(self.cross_attention_layers):
+            raise GpuplanError(f"{name}: style={self.style!r} and cross_attention_layers="
+                               f"{self.cross_attention_layers} disagree: cross-attention needs "
+                               "them, inline has none")
+
+    @property
+    def patch_multiple(self) -> int:
+        """What each image side must be a multiple of (inline: patch x merge)."""
+        return self.encoder.patch_size * self.merge
+
+    @property
+    def tokens_per_tile(self) -> int:
+        return self.encoder.n_patches + int(self.class_token)
+
+    @property
+    def projector_in(self) -> int:
+        """Features per token entering the projector."""
+        if self.style == "inline":
+            return self.encoder.d_model * self.merge**2
+        return self.encoder.d_model * (1 + self.intermediate_layers)
+
+    def check(self, images: Images) -> None:
+        """Raise when the images cannot be cut as this tower cuts them."""
+        if self.style != "inline":
+            return
+        m = self.patch_multiple
+        for field in ("width", "height"):
+            value = getattr(images, field)
+            if value % m:
+                raise GpuplanError(
+                    f"image {field}={value} is not a multiple of {m} (patch {self.encoder.patch_size}"
+                    f" x merge {self.merge}): give the size the processor resizes it to, e.g. "
+                    f"{max(m, value // m * m)}")
+
+    def tiles(self, images: Images) -> int:
+        """Tiles per image (cross-attention style): the tiles covering it, at most max_tiles."""
+        t = self.encoder.image_size
+        return min(self.max_tiles, math.ceil(images.width / t) * math.ceil(images.height / t))
+
+    def patches_per_image(self, images: Images) -> int:
+        p = self.encoder.patch_size
+        if self.style == "inline":
+            return (images.width // p) * (images.height // p)
+        return self.tiles(images) * self.encoder.n_patches
+
+    def encoder_tokens_per_image(self, images: Images) -> int:
+        """Tokens one image's encoder attention runs over (patches, class tokens)."""
+        if self.style == "inline":
+            return self.patches_per_image(images)
+        return self.tiles(images) * self.tokens_per_tile
+
+    def image_tokens(self, images: Images) -> int:
+        """Tokens the language model receives for these images: prompt tokens (inline) or
+        cross-attention keys and values (cross-attention)."""
+        self.check(images)
+        if not images.count:
+            return 0
+        if self.style == "inline":
+            return images.count * self.patches_per_image(images) // self.merge**2
+        return images.count * self.encoder_tokens_per_image(images)
+
+
+def check_images(cfg: ModelConfig, images: Images | None) -> None:
+    """Images for a text-only model, or of a size the tower cannot cut, are an error."""
+    if images is None or not images.count:
+        return
+    if cfg.vision_tower is None:
+        raise GpuplanError(f"{cfg.name} is a text-only model: it takes no images (images="
+                           f"{images.count}); choose a vision-language model, e.g. qwen2-vl-7b "
+                           "or llama3.2-11b-vision")
+    cfg.vision_tower.check(images)
+
+
+def image_tokens(cfg: ModelConfig, images: Images | None) -> int:
+    """Image tokens of one sequence (0 without images)."""
+    check_images(cfg, images)
+    if images is None or not images.count:
+        return 0
+    return cfg.vision_tower.image_tokens(images)
+
+
+# --- operators ------------------------------------------------------------------------------
+
+
+def encoder_forward(cfg: ModelConfig, images: Images, *, seqs: int = 1,
+                    dtype: str = "bf16") -> list[OpGroup]:
+    """The encoder and projector over the images of ``seqs`` sequences: patch embedding (a
+    GEMM over unfolded pixels), the ViT blocks (attention within each image), the merge or
+    concatenation, and the projector to the LM width."""
+    tower = cfg.vision_tower
+    enc, n_img = tower.encoder, seqs * images.count
+    per_image = tower.encoder_tokens_per_image(images)
+    t, patches = n_img * per_image, n_img * tower.patches_per_image(images)
+    pixels = enc.n_channels * tower.temporal_patch * enc.patch_size**2
+    groups: list[OpGroup] = [([Gemm(name="vision.patch_embed", m=patches, n=enc.d_model,
+                                    k=pixels, dtype=dtype)], 1)]
+    if tower.style == "cross-attention":  # class token, tile and position embeddings, pre-norm
+        groups.append(([_ew("vision.embed_adds", "add", t, enc.d_model, dtype, count=3),
+                        _ew("vision.layernorm_pre", enc.norm, t, enc.d_model, dtype)], 1))
+    block = layer_forward(enc, batch=n_img, seq=per_image, dtype=dtype)
+    groups.append(([_named(op, "vision.") for op in block], enc.n_layers + tower.global_layers))
+    return groups + [(_projector(cfg, t, dtype), 1)]
+
+
+def _projector(cfg: ModelConfig, tokens: int, dtype: str) -> list[Op]:
+    tower = cfg.vision_tower
+    enc, d_in = tower.encoder, tower.projector_in
+    if tower.style == "inline":  # Qwen2VL PatchMerger: ln_q, then MLP over 2x2 patches
+        merged = tokens // tower.merge**2
+        return [_ew("vision.merger_norm", enc.norm, tokens, enc.d_model, dtype),
+                Gemm(name="vision.merger_fc1", m=merged, n=tower.projector_hidden, k=d_in,
+                     dtype=dtype),
+                _ew("vision.merger_gelu", "gelu", merged, tower.projector_hidden, dtype),
+                Gemm(name="vision.merger_fc2", m=merged, n=cfg.d_model,
+                     k=tower.projector_hidden, dtype=dtype)]
+    return [_ew("vision.layernorm_post", enc.norm, tokens, enc.d_model, dtype),
+            _ew("vision.concat_states", "copy", tokens, d_in, dtype),
+            Gemm(name="vision.projector", m=tokens, n=cfg.d_model, k=d_in, dtype=dtype)]
+
+
+def cross_kv_forward(cfg: ModelConfig, *, image_tokens: int, dtype: str = "bf16",
+                     kv_dtype: str = "bf16", tp: int = 1) -> list[OpGroup]:
+    """Each cross-attention layer's keys and values of the image tokens (k/v projections and
+    Mllama's k_norm), written into the cache once per request."""
+    if not image_tokens:
+        return []
+    width = max(1, cfg.n_kv_heads // tp) * cfg.head_dim
+    e = dtype_bytes(kv_dtype)
+    ops: list[Op] = [
+        Gemm(name="cross_attn.kv_proj", m=image_tokens, n=2 * width, k=cfg.d_model, dtype=dtype),
+        _ew("cross_attn.k_norm", "rmsnorm", image_tokens, width, dtype),
+        Memory(name="cross_attn.kv_cache_write", op="copy", bytes_moved=2 * image_tokens * 2 *
+               width * e, calls=2),
+    ]
+    return [(ops, len(cfg.vision_tower.cross_attention_layers))]
+
+
+def cross_layer_forward(cfg: ModelConfig, *, seqs: int, tokens_per_seq: float, image_tokens: int,
+                        dtype: str = "bf16", tp: int = 1) -> list[OpGroup]:
+    """The cross-attention blocks over ``seqs`` sequences' text tokens attending to their
+    ``image_tokens`` each (Mllama ``MllamaCrossAttentionDecoderLayer``: norm, q_proj, q_norm,
+    attention to the cached image keys and values, o_proj, gated residual, norm, MLP, gated
+    residual)."""
+    if not image_tokens or not seqs:
+        return []
+    t = max(1, round(seqs * tokens_per_seq))
+    att = [op for op in attention_block(cfg, batch=seqs, seq_q=max(1, round(tokens_per_seq)),
+                                        seq_kv=image_tokens, dtype=dtype, tp=tp, causal=False)
+           if not (isinstance(op, Elementwise) and op.op == "rope")]
+    q_width = (cfg.n_heads // tp) * cfg.head_dim
+    q_only = [replace(op, name="q_proj", n=q_width) if op.name == "qkv_proj" else op for op in att]
+    q_only = [replace(op, seq_q=tokens_per_seq) if isinstance(op, Attention) else op
+              for op in q_only]
+    ops: list[Op] = [_ew("input_layernorm", cfg.norm, t, cfg.d_model, dtype), *q_only[:1],
+                     _ew("q_norm", "rmsnorm", t, q_width, dtype), *q_only[1:],
+                     _ew("attn_gate_residual", "add", t, cfg.d_model, dtype),
+                     _ew("post_attention_layernorm", cfg.norm, t, cfg.d_model, dtype),
+                     *mlp_block(cfg, tokens=t, dtype=dtype, tp=tp),
+                     _ew("mlp_gate_residual", "add", t, cfg.d_model, dtype)]
+    named = [_named(op, "cross_attn.") for op in ops]
+    return [(named, len(cfg.vision_tower.cross_attention_layers))]
+
+
+def _ew(name: str, op: str, tokens: int, hidden: int, dtype: str, *, count: int = 1) -> Elementwise:
+    return Elementwise(name=name, op=op, tokens=tokens, hidden=hidden, pass_="fwd", dtype=dtype,
+                       count=count)
+
+
+def _named(op: Op, prefix: str) -> Op:
+    return op if op.name.startswith(prefix) else replace(op, name=prefix + op.name)
+
+
+# --- parameters -----------------------------------------------------------------------------
+
+
+def tower_params(cfg: ModelConfig) -> int:
+    """Parameters of the vision side, exactly as HF stores them: encoder, projector and, for
+    cross-attention, the cross-attention blocks and the extra token-table rows."""
+    tower = cfg.vision_tower
+    if tower is None:
+        return 0
+    cross = len(tower.cross_attention_layers) * cross_layer_params(cfg)
+    rows = tower.extra_embedding_rows * cfg.d_model
+    return encoder_params(tower) + projector_params(cfg) + cross + rows
+
+
+def encoder_params(tower: VisionTower) -> int:
+    """Patch embedding (no bias), the blocks, and the style's embeddings and norms."""
+    from gpuplan.workloads.params import layer_params, norm_params
+
+    enc = tower.encoder
+    d = enc.d_model
+    patch = enc.n_channels * tower.temporal_patch * enc.patch_size**2 * d
+    blocks = (enc.n_layers + tower.global_layers) * layer_params(enc, 0)
+    if tower.style == "inline":  # Qwen2-VL: 2D RoPE, no position table, no pre/post norm
+        return patch + blocks
+    # Mllama: class embedding; gated position embedding (table, per-aspect-ratio tile table,
+    # gate); pre- and post-tile aspect-ratio embeddings (table and gate each); two norms; a
+    # gate_attn and a gate_ffn per global layer; its blocks' q, k, v, o have no bias (the
+    # encoder's bias=False) but fc1 and fc2 do
+    tiles, n = tower.max_tiles, tower.tokens_per_tile
+    mlp_bias = (enc.n_layers + tower.global_layers) * (enc.d_ff + d)  # fc1, fc2 have biases
+    position = n * d + tower.aspect_ratios * tiles * n * d + 1
+    tile = 2 * (tower.aspect_ratios * tiles * d + 1)
+    gates = 2 * tower.global_layers
+    return patch + d + position + tile + 2 * norm_params(enc, d) + blocks + mlp_bias + gates
+
+
+def projector_params(cfg: ModelConfig) -> int:
+    """Qwen2-VL's merger (ln_q and a two-layer MLP, biases) or Mllama's one linear (bias)."""
+    from gpuplan.workloads.params import linear_params, norm_params
+
+    tower = cfg.vision_tower
+    if tower.projector_hidden:
+        return (norm_params(tower.encoder, tower.encoder.d_model)
+                + linear_params(tower.projector_in, tower.projector_hidden, bias=True)
+                + linear_params(tower.projector_hidden, cfg.d_model, bias=True))
+    return linear_params(tower.projector_in, cfg.d_model, bias=True)
+
+
+def cross_layer_params(cfg: ModelConfig) -> int:
+    """One Mllama cross-attention block: a decoder block's norms, projections and MLP, plus
+    q_norm and k_norm over a head and the attention and MLP gates."""
+    from gpuplan.workloads.params import layer_params, norm_params
+
+    return layer_params(cfg, 0) + 2 * norm_params(cfg, cfg.head_dim) + 2
