@@ -314,6 +314,11 @@ def _check_stages(s: Strategy, cfg: ModelConfig) -> None:
         )
 
 
+def check_stages(s: Strategy, cfg: ModelConfig) -> None:
+    """``s``'s pipeline split checked against ``cfg``: one rule for training and serving."""
+    _check_stages(s, cfg)
+
+
 def _auto_or_none(cfg: ModelConfig, pp: int) -> tuple[int, ...]:
     try:
         return auto_pp_layers(cfg.n_layers, pp)

@@ -13,7 +13,10 @@ graph per batch size of a list and pads a decode batch up to the next one): with
 Iterations with prefill work run eagerly and are never padded.
 
 Tensor parallelism stays inside one node (Megatron column/row split, Shoeybi et al. 2019): ``tp``
-must divide the query heads and be at most ``MAX_TP`` (an 8-GPU node: DGX/HGX).
+must divide the query heads and be at most ``MAX_TP`` (an 8-GPU node: DGX/HGX). Pipeline
+parallelism (``pp`` stages of ``tp`` GPUs, ``pp_layers`` for an uneven split) and expert
+parallelism (``ep`` GPUs of a stage sharing the experts) are ``pipeline``'s: a replica is
+``tp * pp`` GPUs.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from gpuplan.errors import GpuplanError, check_choice, check_positive
 from gpuplan.hwmodels.accelerators import Accelerator, get_accelerator
 from gpuplan.hwmodels.attention import ATTENTION_KERNELS
 from gpuplan.hwmodels.efficiency import Efficiency, efficiency_for, queued
+from gpuplan.sim.serving.pipeline import Stage, check_ep, stage_split, stages
 from gpuplan.sim.serving.quantization import check_formats
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.presets import get_model
@@ -62,6 +66,9 @@ class Deployment:
     grouped_experts: bool = False  # MoE experts as grouped GEMMs (workloads.operators.moe_block)
     repeat_kv_masked: bool = False  # a masked decode (static span) repeats K/V to every head
     host_overlap: float = 1.0  # share of device time hidden behind the host (launch_cost)
+    pp: int = 1  # pipeline stages of tp GPUs each (pipeline.py)
+    pp_layers: tuple[int, ...] | None = None  # blocks per stage, first to last; None: even
+    ep: int = 1  # GPUs of a stage the MoE experts are sharded over (pipeline.check_ep)
 
     def __post_init__(self) -> None:
         check_positive("tp", self.tp)
@@ -82,6 +89,22 @@ class Deployment:
         self._check_padding()
         if self.model.is_vision:
             raise GpuplanError(f"{self.model.name} is a vision encoder: it generates no tokens")
+        self._check_parallel()
+
+    def _check_parallel(self) -> None:
+        check_positive("pp", self.pp)
+        check_positive("ep", self.ep)
+        if self.pp == 1 and self.pp_layers is not None and tuple(self.pp_layers) != (
+            self.model.n_layers,
+        ):
+            raise GpuplanError(
+                f"pp_layers={self.pp_layers!r} is given but pp=1: give --pp with one block "
+                "count per stage"
+            )
+        if self.pp > 1 or self.pp_layers is not None:
+            counts = stage_split(self.model, self.pp, self.pp_layers)
+            object.__setattr__(self, "pp_layers", counts)
+        check_ep(self.model, self.tp, self.ep)
 
     def _check_padding(self) -> None:
         buckets = self.decode_buckets
@@ -100,7 +123,12 @@ class Deployment:
 
     @property
     def gpus(self) -> int:
-        return self.tp
+        return self.tp * self.pp
+
+    @property
+    def stages(self) -> tuple[Stage, ...]:
+        """The pipeline stages, first to last (one stage of every block when pp=1)."""
+        return stages(self.model, self.pp_layers or (self.model.n_layers,))
 
     @property
     def pads_decode(self) -> bool:

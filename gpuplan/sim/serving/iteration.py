@@ -20,6 +20,13 @@ An iteration of a replica (Orca, Yu et al. OSDI 2022; vLLM; Sarathi-Serve, Agraw
 ``iteration_breakdown`` prices those operators through ``hwmodels`` (quantized GEMMs through
 ``quantization``) and returns a ``Breakdown`` whose items sum to the iteration's time.
 ``step_model.StepModel`` gives the same number fast.
+
+Under pipeline parallelism (``pipeline``) each stage runs the token part and the attention of
+its own blocks, the first the embedding, the last the final norm and the sampling part, and
+every stage issues its own kernels (one worker process per GPU); the stages of one iteration
+are joined by point-to-point sends (``pipeline_breakdown``, whose time is ``StepModel``'s).
+Under expert parallelism a MoE block's routed experts are cut whole and their tokens move in
+two all-to-alls (``pipeline.expert_parallel_ops``).
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from gpuplan.hwmodels.launch import launch_cost
 from gpuplan.hwmodels.price import price
 from gpuplan.sim.breakdown import Breakdown, Item, priced_items
 from gpuplan.sim.compilation import eager, fuse_elementwise
+from gpuplan.sim.serving.pipeline import expert_parallel_ops, micro_batches, p2p_s, stage_groups
 from gpuplan.sim.serving.quantization import compute_dtype, quantized_gemm_time
 from gpuplan.sim.step import layer_groups
 from gpuplan.workloads.dtypes import dtype_bytes
@@ -74,6 +82,9 @@ def token_ops(dep, *, tokens: int, layer: int = 0) -> list[Op]:
     ops = layer_forward(cfg, batch=1, seq=tokens, dtype=dep.act_dtype, layer=layer, tp=dep.tp,
                         grouped_experts=dep.grouped_experts)
     ops = [op for op in ops if not isinstance(op, Attention)]
+    if dep.ep > 1 and cfg.is_moe_layer(layer):
+        ops = expert_parallel_ops(ops, cfg, tokens=tokens, tp=dep.tp, ep=dep.ep,
+                                  act_dtype=dep.act_dtype)  # fmt: skip
     ops.append(kv_cache_append(cfg, tokens=tokens, dtype=dep.kv_dtype, tp=dep.tp))
     if dep.tp > 1:
         reduce_bytes = tokens * cfg.d_model * dtype_bytes(dep.act_dtype)
@@ -81,22 +92,20 @@ def token_ops(dep, *, tokens: int, layer: int = 0) -> list[Op]:
     return _as_run(ops, dep.impl)
 
 
-def outer_ops(dep, *, tokens: int) -> list[Op]:
-    """Embedding lookup (vocab-parallel: an all-reduce under TP) and the final norm."""
+def outer_ops(dep, *, tokens: int, first: bool = True, last: bool = True) -> list[Op]:
+    """Embedding lookup (vocab-parallel: an all-reduce under TP) on the ``first`` stage and the
+    final norm on the ``last`` (one stage: both)."""
     cfg = dep.model
-    ops = list(embedding_forward(cfg, tokens=tokens, dtype=dep.act_dtype))
-    if dep.tp > 1:
+    ops: list[Op] = []
+    if first:
+        ops += embedding_forward(cfg, tokens=tokens, dtype=dep.act_dtype)
+    if first and dep.tp > 1:
         nbytes = tokens * cfg.d_model * dtype_bytes(dep.act_dtype)
         ops.append(_collective("embedding all_reduce", "all_reduce", dep.tp, nbytes))
-    norm = Elementwise(
-        name="final_norm",
-        op=cfg.norm,
-        tokens=tokens,
-        hidden=cfg.d_model,
-        pass_="fwd",
-        dtype=dep.act_dtype,
-    )
-    return _as_run(ops + [norm], dep.impl)
+    if last:
+        ops.append(Elementwise(name="final_norm", op=cfg.norm, tokens=tokens, hidden=cfg.d_model,
+                               pass_="fwd", dtype=dep.act_dtype))  # fmt: skip
+    return _as_run(ops, dep.impl)
 
 
 def sample_ops(dep, *, seqs: int) -> list[Op]:
@@ -201,13 +210,25 @@ def padded_batch(dep, batch: Batch) -> Batch:
 
 
 def iteration_breakdown(dep, batch: Batch) -> Breakdown:
-    """Every kernel of one iteration priced one by one, plus launch and the CPU's fixed cost."""
+    """Every kernel of one iteration priced one by one, plus launch and the CPU's fixed cost
+    (under pipeline parallelism: ``pipeline_breakdown``)."""
+    if dep.pp > 1:
+        return pipeline_breakdown(dep, batch)
+    return stage_breakdown(dep, batch, None, overhead=True)
+
+
+def stage_breakdown(dep, batch: Batch, stage, *, overhead: bool) -> Breakdown:
+    """One iteration's kernels on one pipeline ``stage`` (None: the whole model), with their
+    launch, and the CPU's fixed cost when ``overhead``."""
     items: list[Item] = []
     batch = padded_batch(dep, batch)
     tokens = batch.tokens
+    first, last = (True, True) if stage is None else (stage.first, stage.last)
+    groups = layer_groups(dep.model) if stage is None else stage_groups(dep.model, stage)
+    n_layers = sum(count for _, count in groups)
     if tokens:
-        items += _items(outer_ops(dep, tokens=tokens), dep)
-    for layer, count in layer_groups(dep.model):
+        items += _items(outer_ops(dep, tokens=tokens, first=first, last=last), dep)
+    for layer, count in groups:
         att = attention_template(dep, layer=layer)
         if tokens:
             items += _items(token_ops(dep, tokens=tokens, layer=layer), dep, repeat=count)
@@ -220,8 +241,8 @@ def iteration_breakdown(dep, batch: Batch) -> Breakdown:
             pre = prefill_attention(att, tokens=c, cached=cached, seqs=seqs)
             items += _items([pre], dep, repeat=count)
     if dep.kv_cache == "dynamic" and batch.decode_seqs:
-        items += _items([cache_concat(dep, batch.decode_kv_tokens)], dep, repeat=dep.model.n_layers)
-    if batch.samples:
+        items += _items([cache_concat(dep, batch.decode_kv_tokens)], dep, repeat=n_layers)
+    if batch.samples and last:
         items += _items(sample_ops(dep, seqs=batch.samples), dep)
     graph = dep.cuda_graph and not batch.prefill
     kernels_s = sum(i.time_s for i in items)
@@ -232,7 +253,34 @@ def iteration_breakdown(dep, batch: Batch) -> Breakdown:
     what = "graph replay gaps" if graph else "host issue time not hidden"
     items.append(Item(layer="runtime", category="launch", op=what, phase="iteration",
                       time_s=cost.total_s, bound="launch"))  # fmt: skip
+    if dep.iteration_overhead_s and overhead:
+        items.append(Item(layer="runtime", category="scheduler", op="per-iteration CPU work",
+                          phase="iteration", time_s=dep.iteration_overhead_s, bound="launch"))  # fmt: skip
+    return Breakdown(items=tuple(items))
+
+
+def pipeline_breakdown(dep, batch: Batch) -> Breakdown:
+    """One iteration of a replica of ``dep.pp`` stages (``pipeline.pipeline_period_s``): the
+    items of the path that sets its time, either one micro-batch through every stage and its
+    sends (latency-bound) or one stage running every micro-batch (throughput-bound), plus the
+    CPU's fixed cost."""
+    batch = padded_batch(dep, batch)
+    parts = micro_batches(batch.prefill, batch.decode_seqs, batch.decode_kv_tokens, batch.samples,
+                          dep.pp)  # fmt: skip
+    cells = [[stage_breakdown(dep, Batch(prefill=p, decode_seqs=d, decode_kv_tokens=kv,
+                                         sampled=s), st, overhead=False)
+              for st in dep.stages] for p, d, kv, s in parts]  # fmt: skip
+    sends = [_send_items(dep, Batch(prefill=p, decode_seqs=d).tokens) for p, d, _, _ in parts]
+    paths = [[i for cell in row for i in cell.items] + items for row, items in zip(cells, sends, strict=True)]
+    paths += [[i for row in cells for i in row[s].items] for s in range(dep.pp)]
+    items = max(paths, key=lambda path: sum(i.time_s for i in path))
     if dep.iteration_overhead_s:
         items.append(Item(layer="runtime", category="scheduler", op="per-iteration CPU work",
                           phase="iteration", time_s=dep.iteration_overhead_s, bound="launch"))  # fmt: skip
     return Breakdown(items=tuple(items))
+
+
+def _send_items(dep, tokens: int) -> list[Item]:
+    return [Item(layer="parallel", category="communication", op=f"pp send stage {b} -> {b + 1}",
+                 phase="iteration", time_s=p2p_s(dep, tokens, b), bound="bandwidth")
+            for b in range(dep.pp - 1)]  # fmt: skip

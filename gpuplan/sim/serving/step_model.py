@@ -21,16 +21,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.launch import launch_cost
 from gpuplan.hwmodels.price import host_calls, kernel_count
-from gpuplan.sim.serving.pipeline import (
-    Stage,
-    micro_batches,
-    p2p_s,
-    pipeline_period_s,
-    stage_groups,
-)
 from gpuplan.sim.serving.iteration import (
     Batch,
     attention_template,
@@ -41,6 +36,13 @@ from gpuplan.sim.serving.iteration import (
     price_op,
     sample_ops,
     token_ops,
+)
+from gpuplan.sim.serving.pipeline import (
+    Stage,
+    micro_batches,
+    p2p_s,
+    pipeline_period_s,
+    stage_groups,
 )
 from gpuplan.sim.step import layer_groups
 from gpuplan.workloads.ops import Op
@@ -398,21 +400,14 @@ class PipelineStepModel(StepModel):
         if self.windowed:
             return np.array([self.decode_s(seqs, kv_tokens + j * grow) for j in range(n)])
         j = np.arange(n, dtype=float)
-        stage_s = []  # [micro-batch][stage] -> array over iterations
+        stage_s, sends = [], []  # [micro-batch][stage] -> an array over iterations; [micro-batch]
         for _, d, kv, _ in micro_batches((), seqs, kv_tokens, seqs, self.dep.pp):
-            row = []
-            for st in self.stages:
-                a, b, h, _ = st._run_terms(d, kv)
-                row.append(np.maximum(a + b * j, h))
-            stage_s.append(row)
-        latency = np.max([sum(row) + self.sends_s(self._rows((), len_d))
-                          for row, len_d in zip(stage_s, self._part_sizes(seqs), strict=True)],
-                         axis=0)  # fmt: skip
+            stage_s.append([np.maximum(a + b * j, h)
+                            for a, b, h, _ in (st._run_terms(d, kv) for st in self.stages)])  # fmt: skip
+            sends.append(self.sends_s(self._rows((), d)))
+        latency = np.max([sum(row) + p for row, p in zip(stage_s, sends, strict=True)], axis=0)
         busy = np.max([sum(col) for col in zip(*stage_s, strict=True)], axis=0)
         return np.maximum(latency, busy) + self.dep.iteration_overhead_s
-
-    def _part_sizes(self, seqs: int) -> list[int]:
-        return [d for _, d, _, _ in micro_batches((), seqs, 0, seqs, self.dep.pp)]
 
     def decode_run_s(self, seqs: int, kv_tokens: int, iterations: int) -> float:
         if iterations <= 0:
