@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from gpuplan.errors import GpuplanError
 from gpuplan.sim.serving.blocks import BlockRule
+from gpuplan.sim.serving.pipeline import binding_stage, fitting_pp
 from gpuplan.sim.serving.quantization import weight_bytes_per_param
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.memory import kv_cache_bytes_per_token_layer
@@ -139,6 +140,9 @@ def _capacity(dep, sched, tp: int) -> KvCapacity:
     weights = weights_bytes_per_gpu(cfg, tp=tp, weight_dtype=dep.weight_dtype)
     work = workspace_bytes(cfg, tp=tp, tokens=tokens, seqs=sched.max_seqs, act_dtype=dep.act_dtype)
     blocks = max(0, math.floor((usable - weights - work) / block_bytes))
+    if dep.pp > 1:  # each stage its own weights and its blocks' share: the tightest one binds
+        weights, block_bytes, blocks = binding_stage(dep, tp=tp, free_bytes=usable - work,
+                                                     block_bytes=block_bytes)  # fmt: skip
     return KvCapacity(
         blocks=blocks,
         block_tokens=sched.block_tokens,
@@ -163,7 +167,8 @@ def fitting_tp(dep, sched, *, max_tp: int = 8) -> int | None:
 def _does_not_fit(dep, sched, cap: KvCapacity, needed: int) -> str:
     cfg, gb = dep.model, 1e9
     head = (
-        f"{cfg.name} does not fit on {dep.acc.key} at tp={dep.tp} with {dep.weight_dtype} "
+        f"{cfg.name} does not fit on {dep.acc.key} at tp={dep.tp}"
+        f"{f' x pp={dep.pp}' if dep.pp > 1 else ''} with {dep.weight_dtype} "
         f"weights: {cap.weights_bytes / gb:.1f} GB of weights and {cap.workspace_bytes / gb:.1f} "
         f"GB of workspace per GPU leave room for {cap.tokens} cached tokens of the "
         f"{sched.model_len(cfg)} one request may need ({cap.usable_bytes / gb:.1f} GB usable)"
@@ -173,10 +178,12 @@ def _does_not_fit(dep, sched, cap: KvCapacity, needed: int) -> str:
         return f"{head}; it needs tp={tp} ({tp} GPUs per replica)"
     if tp is not None:
         return f"{head}; lower --max-model-len or the batch limits"
+    pipeline = fitting_pp(dep, sched, lambda d: _capacity(d, sched, d.tp).blocks >= needed)
+    if pipeline is not None:
+        return f"{head}; {pipeline}"
     total = weights_bytes_per_gpu(cfg, tp=1, weight_dtype=dep.weight_dtype)
     gpus = math.ceil(total / cap.usable_bytes) + 1
     return (
         f"{head}; even tp=8 is not enough: it needs about {gpus} GPUs of "
-        f"{dep.acc.key} for weights and cache (pipeline parallelism is not modelled in serving); "
-        "try --weight-dtype int4 or a GPU with more memory"
+        f"{dep.acc.key} for weights and cache; try --weight-dtype int4 or a GPU with more memory"
     )

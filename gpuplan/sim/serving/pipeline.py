@@ -25,14 +25,22 @@ the last (vLLM's ``PPMissingLayer`` placement, ``vllm/model_executor/models/util
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.collectives import collective_time
-from gpuplan.sim.parallel.strategy import Strategy, check_stages, stage_layer_counts
+from gpuplan.sim.parallel.strategy import (
+    Strategy,
+    auto_pp_layers,
+    check_stages,
+    stage_layer_counts,
+)
+from gpuplan.sim.serving.quantization import weight_bytes_per_param
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.ops import Collective, Gemm, Op
+from gpuplan.workloads.params import count_params
 
 NODE_GPUS = 8  # GPUs of one node joined by the scale-up link (DGX/HGX), as deployment.MAX_TP
 PP_TENSORS = 2  # hidden states and residual cross each stage boundary (vLLM IntermediateTensors)
@@ -197,3 +205,56 @@ def pipeline_period_s(stage_s: list[list[float]], p2p_s: list[float], overhead_s
     latency = max(sum(row) + p for row, p in zip(stage_s, p2p_s, strict=True))
     busy = max(sum(col) for col in zip(*stage_s, strict=True))
     return max(latency, busy) + overhead_s
+
+
+def stage_weights_bytes(dep, stage: Stage, *, tp: int, pc=None) -> float:
+    """Weight bytes on each GPU of ``stage``: its blocks in the weight format split over ``tp``
+    (experts whole over ``ep``, sliced over ``tp / ep``: the same bytes), its embedding or LM
+    head in 16 bits split over the vocabulary, its final norm replicated (as
+    ``kv_cache.weights_bytes_per_gpu`` counts a whole replica)."""
+    pc = pc or count_params(dep.model)
+    blocks, vocab, norms = stage_param_counts(pc, stage, dep.pp)
+    return (blocks * weight_bytes_per_param(dep.weight_dtype) / tp
+            + (vocab / tp + norms) * dtype_bytes("bf16"))  # fmt: skip
+
+
+def binding_stage(
+    dep, *, tp: int, free_bytes: float, block_bytes: float
+) -> tuple[float, float, int]:
+    """(weight bytes per GPU, bytes of one block per GPU, blocks) of the stage that holds the
+    fewest blocks: every stage keeps its own blocks' share of each block of tokens (``free_bytes``:
+    what each GPU has left after the workspace; ``block_bytes``: a block of every layer)."""
+    n, pc = dep.model.n_layers, count_params(dep.model)
+    options = []
+    for st in dep.stages:
+        weights = stage_weights_bytes(dep, st, tp=tp, pc=pc)
+        share = block_bytes * st.n_layers / n
+        options.append((max(0, math.floor((free_bytes - weights) / share)), weights, share))
+    blocks, weights, share = min(options)
+    return weights, share, blocks
+
+
+MAX_PP_ADVICE = 16  # the deepest pipeline an error message suggests (16 nodes of 8 GPUs)
+
+
+def fitting_pp(dep, sched, fits) -> str | None:
+    """Advice for a model that fits no single node: the shallowest pipeline of stages of the
+    widest TP that divides the heads on which ``fits(deployment)`` holds, or None."""
+    cfg = dep.model
+    tp = max(t for t in range(1, NODE_GPUS + 1) if cfg.n_heads % t == 0)
+    for pp in range(2, min(cfg.n_layers, MAX_PP_ADVICE) + 1):
+        if tp * pp <= dep.gpus:
+            continue
+        try:
+            layers = None if cfg.n_layers % pp == 0 else auto_pp_layers(cfg.n_layers, pp)
+            ep = dep.ep if tp % dep.ep == 0 else 1
+            trial = replace(dep, tp=tp, pp=pp, pp_layers=layers, ep=ep)
+        except GpuplanError:
+            continue
+        if fits(trial):
+            split = "" if layers is None else " --pp-layers " + ",".join(map(str, layers))
+            return (
+                f"it needs tp={tp} x pp={pp} ({tp * pp} GPUs per replica: --tp {tp} --pp {pp}"
+                f"{split})"
+            )
+    return None
