@@ -59,8 +59,17 @@ def test_a_model_that_does_not_fit_names_the_tp_it_needs():
     assert fitting_tp(dep, SchedulerConfig()) == 2
 
 
-def test_a_model_too_big_for_a_node_says_how_many_gpus_it_would_need():
+def test_a_model_too_big_for_a_node_says_which_pipeline_would_hold_it():
     dep = deployment("llama3.1-405b", "h100-sxm", tp=8)
+    with pytest.raises(GpuplanError, match=r"it needs tp=8 x pp=2 \(16 GPUs per replica: --tp 8 "):
+        kv_capacity(dep, SchedulerConfig(max_model_len=8192))
+
+
+def test_a_model_too_big_for_any_pipeline_says_how_many_gpus_it_would_need(monkeypatch):
+    from gpuplan.sim.serving import pipeline
+
+    monkeypatch.setattr(pipeline, "MAX_PP_ADVICE", 2)  # 810 GB of bf16 weights over 16 L4s
+    dep = deployment("llama3.1-405b", "l4", tp=8)
     with pytest.raises(GpuplanError, match=r"even tp=8 is not enough: it needs about \d+ GPUs"):
         kv_capacity(dep, SchedulerConfig(max_model_len=8192))
 
