@@ -34,6 +34,22 @@ TRAIN = ((1, 2048), (2, 4096))  # (micro_batch, seq)
 COMPILE_MODELS = ("llama3-8b", "deepseek-v2-lite")
 STATIC_EXTRA = 16  # StaticCache positions beyond the context: a generate() of 16 new tokens
 TINY_PREFILL, TINY_DECODE, TINY_TRAIN = ((1, 16),), ((2, 16),), ((1, 16),)
+# ``--grid extended`` (the second H200 run, data/h200_stacks/run2): more sizes, every case timed
+# in ``ROUNDS`` rounds (a model built once, the cases cycled), each case's host probe and its
+# kernels' own time (``device_kernel_s``: torch.profiler's summed kernel durations of one call,
+# ``common.Timer.device_time``) kept beside the isolated time, so that host and device cost
+# can be told apart. Training adds the MoE models' sizes (grouped_mm backward) and torch-compile
+# gets prefill, decode and training sizes of two dense models.
+EXT_PREFILL = ((1, 128), (1, 512), (1, 1024), (4, 1024), (1, 4096))
+EXT_DECODE = ((1, 256), (1, 1024), (1, 4096), (8, 2048), (16, 4096), (64, 1024))
+EXT_TRAIN = {"mixtral-8x7b": ((1, 512), (1, 1024), (1, 2048), (2, 2048), (2, 4096)),
+             "deepseek-v2-lite": ((1, 512), (1, 1024), (1, 2048), (2, 4096)),
+             "default": ((1, 1024), (4, 2048))}
+EXT_COMPILE_MODELS = ("qwen2.5-7b", "llama3-8b")
+EXT_COMPILE_PREFILL = ((1, 512), (1, 2048), (4, 2048))
+EXT_COMPILE_DECODE = ((1, 512), (4, 2048), (32, 1024))
+EXT_COMPILE_TRAIN = ((1, 1024), (1, 4096), (2, 2048))
+ROUNDS = 2
 
 
 def transformers_or_none():
@@ -91,15 +107,40 @@ class _Part:
                                                                      writer, tiny)
         self.timer = Timer(torch, device, target_s=0.3, max_reps=10)
         self.probe_s = None
+        self.extended = False
 
     def emit(self, kind, params, stats, peak, before, what, info, **extra):
         rec = make_record(kind, self.key, params,
                           {"time_s": stats["median_s"], "peak_bytes": int(peak)},
                           lib_source(self.torch, self.device, what, stats), stats=stats,
-                          allocated_before_bytes=int(before), host_probe_s=self.probe_s,
-                          hf=info, **extra)
+                          allocated_before_bytes=int(before),
+                          host_probe_s=extra.pop("host_probe_s", self.probe_s), hf=info, **extra)
         self.writer.write(rec)
         log(f"  {kind} {params} {stats['median_s'] * 1e3:.3f} ms peak {peak / 1e9:.2f} GB")
+
+    def probe(self) -> float | None:
+        """The host probe now (s per launch), in the extended grid; else the model's."""
+        if not self.extended:
+            return self.probe_s
+        from ..harness.timing import Clock
+
+        return Clock(self.torch, self.device).host_probe_s() / 64
+
+    def kernels(self, fn, before=None) -> dict:
+        """The kernels' own time of one call (extended grid only): ``device_kernel_s``."""
+        if not self.extended:
+            return {}
+        if before is not None:
+            before()
+        try:
+            stats = self.timer.device_time(fn, reps=2)
+        except Exception as exc:  # a profiler failure must not cost the isolated record
+            log(f"  device kernel time failed: {type(exc).__name__}: {str(exc)[:160]}")
+            return {}
+        if stats is None:
+            return {}
+        return {"device_kernel_s": stats["median_s"],
+                "kernels_per_call": stats.get("kernels_per_call")}
 
     def ids(self, batch, seq, vocab):
         return self.torch.randint(0, vocab, (batch, seq), device=self.device)
@@ -118,11 +159,13 @@ def _prefill(part, model, name, layers, stack, info, shapes, box):
             with torch.no_grad():
                 return fwd(input_ids=x, use_cache=False, logits_to_keep=1)
 
+        probe = part.probe()
         stats = part.timer.isolated(fn, warmup=3 if stack == "torch-compile" else 1)
         peak, before = _peak(torch, part.device, fn)
         params = {"model": name, "layers": layers, "batch": b, "seq": s, "dtype": "bf16",
                   "stack": stack, "timing": "isolated"}
-        part.emit("prefill_step", params, stats, peak, before, f"{name} forward ({stack})", info)
+        part.emit("prefill_step", params, stats, peak, before, f"{name} forward ({stack})", info,
+                  host_probe_s=probe, **part.kernels(fn))
 
 
 def _decode(part, tf, model, name, layers, stack, info, shapes, box, caches):
@@ -166,6 +209,7 @@ def _decode(part, tf, model, name, layers, stack, info, shapes, box, caches):
                     return step_fwd(input_ids=tok, past_key_values=cache, use_cache=True,
                                     cache_position=pos, position_ids=pos.expand(tok.shape[0], 1))
 
+            probe = part.probe()
             stats = part.timer.isolated(fn, warmup=4 if compiled else 2, before=before)
             def once(fn=fn, before=before):
                 if before is not None:
@@ -177,9 +221,10 @@ def _decode(part, tf, model, name, layers, stack, info, shapes, box, caches):
                       "kv_cache": kv, "dtype": "bf16", "stack": stack, "timing": "isolated"}
             if max_len:
                 params["max_cache_len"] = max_len
+            kern = part.kernels(fn, before)
             part.emit("model_decode_step", params, stats, peak, before_bytes,
                       f"{name} decode step ({kv} cache, {stack})", info,
-                      cache_class=type(cache).__name__)
+                      cache_class=type(cache).__name__, host_probe_s=probe, **kern)
             cache = fn = once = None
             _free(torch, part.device)
 
@@ -202,6 +247,7 @@ def _train(part, model, name, layers, stack, info, shapes, box):
             loss.backward()
             opt.step()
 
+        probe = part.probe()
         stats = part.timer.isolated(step, warmup=3 if stack == "torch-compile" else 2,
                                     reps=3 if not part.tiny else 2)
         peak, before = _peak(torch, part.device, step)
@@ -210,7 +256,8 @@ def _train(part, model, name, layers, stack, info, shapes, box):
                   "timing": "isolated"}
         part.emit("model_train_step", params, stats, peak, before,
                   f"{name} train step, AdamW foreach, bf16 autocast over fp32 ({stack})", info,
-                  optimizer_impl="torch.optim.AdamW (foreach)")
+                  optimizer_impl="torch.optim.AdamW (foreach)", host_probe_s=probe,
+                  **part.kernels(step))
     _free(torch, part.device)
 
 
@@ -228,8 +275,9 @@ def _free(torch, device):
 
 
 def run(torch, device, device_key, out_dir, box: TimeBox, tiny: bool, *, compiled: bool,
-        models: tuple[str, ...] | None = None) -> dict:
-    """Every model in turn (eager), or the compiled cases of ``COMPILE_MODELS``."""
+        models: tuple[str, ...] | None = None, extended: bool = False) -> dict:
+    """Every model in turn (eager), or the compiled cases of ``COMPILE_MODELS``; ``extended``:
+    the extended grid (module docstring's ``EXT_*``)."""
     tf = transformers_or_none()
     if tf is None:
         log("  hf: transformers is not installed here: whole-model parts skipped")
@@ -240,13 +288,20 @@ def run(torch, device, device_key, out_dir, box: TimeBox, tiny: bool, *, compile
 
     torch._dynamo.config.cache_size_limit = 64
     part = _Part(torch, device, device_key, Writer(out_dir, "models"), tiny)
+    part.extended = extended
     names = COMPILE_MODELS if compiled else tuple(MODELS)
+    if extended and compiled:
+        names = EXT_COMPILE_MODELS
     names = tuple(n for n in names if models is None or n in models)
     stack = "torch-compile" if compiled else "hf-transformers"
     failed = {}
     pre, dec, tr = (TINY_PREFILL, TINY_DECODE, TINY_TRAIN) if tiny else (PREFILL, DECODE, TRAIN)
     if compiled and not tiny:
         pre, dec, tr = pre[1:2], dec[:2], tr[:1]
+    if extended and not tiny:
+        pre, dec = EXT_PREFILL * ROUNDS, EXT_DECODE * ROUNDS
+        if compiled:
+            pre, dec, tr = EXT_COMPILE_PREFILL, EXT_COMPILE_DECODE, EXT_COMPILE_TRAIN
     for i, name in enumerate(names):
         if box.over():
             log(f"  hf: time box reached before {name}")
@@ -269,6 +324,8 @@ def run(torch, device, device_key, out_dir, box: TimeBox, tiny: bool, *, compile
                             ("static",) if compiled else ("dynamic", "static"))
                 else:
                     layers = lay["compile"] if compiled else lay["train"]
+                    if extended and not tiny and not compiled:
+                        tr = EXT_TRAIN.get(name, EXT_TRAIN["default"])
                     model, info = _build(torch, tf, device, name, layers, torch.float32, tiny)
                     model.train()
                     _train(part, model, name, layers, stack, info, tr, share)

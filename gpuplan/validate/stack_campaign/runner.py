@@ -54,7 +54,8 @@ def _probe(torch, device: str) -> float:
 
 
 def run(out_dir, *, device: str | None, budget_s: float, only: list[str],
-        ceilings: bool = True, models: tuple[str, ...] | None = None) -> dict:
+        ceilings: bool = True, models: tuple[str, ...] | None = None,
+        grid: str = "base", weights: dict | None = None) -> dict:
     import torch
 
     from ..harness.records import device_key
@@ -71,7 +72,8 @@ def run(out_dir, *, device: str | None, budget_s: float, only: list[str],
 
         env["ceilings"] = _ceilings(torch)
     env |= {"campaign": "gpuplan.validate.stack_campaign", "parts": only, "tiny": tiny,
-            "budget_s": budget_s, "host_probe_start_s_per_launch": _probe(torch, device)}
+            "budget_s": budget_s, "grid": grid,
+            "host_probe_start_s_per_launch": _probe(torch, device)}
     _write_env(out_dir, env)
     log(f"stack campaign: {env.get('gpu_name', 'cpu')}, torch {torch.__version__}, "
         f"transformers {env['transformers']}, budget {budget_s:.0f} s -> {out_dir}")
@@ -80,12 +82,13 @@ def run(out_dir, *, device: str | None, budget_s: float, only: list[str],
     todo = [p for p in PARTS if p in only]
     for i, part in enumerate(todo):
         left = max(0.0, end - time.monotonic())
-        weights = sum(WEIGHTS[p] for p in todo[i:])
-        box = TimeBox(left * WEIGHTS[part] / weights)
+        share = weights or WEIGHTS
+        box = TimeBox(left * share[part] / sum(share[p] for p in todo[i:]))
         t0 = time.monotonic()
         log(f"== {part}: {box.left_s():.0f} s")
         try:
-            summaries[part] = _run_part(part, torch, device, key, out_dir, box, tiny, models)
+            summaries[part] = _run_part(part, torch, device, key, out_dir, box, tiny, models,
+                                        grid)
         except Exception as exc:  # a part that breaks must not stop the others
             summaries[part] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
             log(traceback.format_exc())
@@ -98,7 +101,7 @@ def run(out_dir, *, device: str | None, budget_s: float, only: list[str],
     return summaries
 
 
-def _run_part(part, torch, device, key, out_dir, box, tiny, models) -> dict:
+def _run_part(part, torch, device, key, out_dir, box, tiny, models, grid="base") -> dict:
     if part == "sdpa":
         from . import sdpa
 
@@ -110,7 +113,7 @@ def _run_part(part, torch, device, key, out_dir, box, tiny, models) -> dict:
     from . import hf
 
     return hf.run(torch, device, key, out_dir, box, tiny, compiled=part == "compile",
-                  models=models)
+                  models=models, extended=grid == "extended")
 
 
 def _write_env(out_dir: Path, env: dict) -> None:
@@ -129,6 +132,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default=None,
                     help="comma-separated models of the hf and compile parts (default: all)")
     ap.add_argument("--no-ceilings", action="store_true", help="skip the copy/GEMM ceilings")
+    ap.add_argument("--grid", choices=("base", "extended"), default="base",
+                    help="the hf and compile parts' sizes: base (the first run) or extended "
+                         "(more sizes, two rounds, host probe and kernel time per case)")
+    ap.add_argument("--weights", default=None,
+                    help="the parts' shares of the budget, as part=w,... (default: "
+                         + ",".join(f"{k}={v}" for k, v in WEIGHTS.items()) + ")")
     args = ap.parse_args(argv)
     only = [p.strip() for p in args.only.split(",") if p.strip()]
     bad = [p for p in only if p not in PARTS]
@@ -143,6 +152,15 @@ def main(argv: list[str] | None = None) -> int:
         models = tuple(m.strip() for m in args.models.split(",") if m.strip())
         if not models or any(m not in MODELS for m in models):
             ap.error(f"--models {args.models!r}: choose among {', '.join(MODELS)}")
+    weights = None
+    if args.weights:
+        try:
+            weights = {k.strip(): float(v) for k, v in
+                       (item.split("=") for item in args.weights.split(",") if item.strip())}
+        except ValueError:
+            ap.error(f"--weights {args.weights!r}: write part=share,... with numbers")
+        if any(p not in weights or not weights[p] > 0 for p in only):
+            ap.error(f"--weights {args.weights!r}: give each part of --only a share > 0")
     run(args.out, device=args.device, budget_s=args.budget_s, only=only,
-        ceilings=not args.no_ceilings, models=models)
+        ceilings=not args.no_ceilings, models=models, grid=args.grid, weights=weights)
     return 0
