@@ -11,7 +11,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from gpuplan.cli.argtypes import byte_count, gpu_count, layer_count, positive_int, word
+from gpuplan.cli.argtypes import (
+    byte_count,
+    gpu_count,
+    layer_count,
+    non_negative,
+    positive_int,
+    word,
+)
 from gpuplan.cli.calibration import add_calibration_option, efficiency_from_args
 from gpuplan.cli.stack_flags import add_stack_options, stack_doc, stack_from_args, stack_line
 from gpuplan.cli.tables import dump_json, render_table
@@ -132,6 +139,11 @@ def register(subparsers) -> None:
         flag_type = INT_TYPES.get(name, positive_int)
         p.add_argument("--" + name.replace("_", "-"), dest=name, type=flag_type)
     p.add_argument("--bytes", dest="bytes", type=byte_count, help="collective buffer bytes per rank")
+    p.add_argument("--images", dest="images", type=non_negative(int, MAX_IMAGES),
+                   help="prefill-step / train-step of a vision-language model: images per "
+                   "sequence (their encoder and image tokens are priced)")
+    p.add_argument("--image-size", dest="image_size", type=word, metavar="WxH",
+                   help="pixels of each image (default: the encoder's own square)")
     for name, choices in _str_choices().items():
         p.add_argument("--" + name.replace("_", "-"), dest=name, type=word, choices=choices,
                        help=STR_HELP.get(name))  # fmt: skip
@@ -206,6 +218,8 @@ MODEL_EXTRA = {
     "train_step": ("layers",),
 }
 MODEL_ONLY = ("kv_cache", "max_cache_len")  # whole-model decode only
+IMAGE_FLAGS = ("images", "image_size")  # a vision-language model's prefill and training step
+MAX_IMAGES = 1024
 CONTRACT_ONLY = ("timing",)  # the record contract's timing convention
 
 
@@ -216,6 +230,8 @@ def accepted(kind: str, with_model: bool) -> set[str]:
         names.add("seq_kv")
     if with_model:
         names = (names - set(MODEL_SHAPE)) | set(MODEL_EXTRA.get(kind, ()))
+        if kind in ("prefill_step", "train_step"):
+            names |= set(IMAGE_FLAGS)
     else:
         names |= set(CONTRACT_ONLY)
     return names
@@ -224,7 +240,8 @@ def accepted(kind: str, with_model: bool) -> set[str]:
 def _params(
     kind: str, args, overrides: dict[str, Any], *, with_model: bool = False
 ) -> dict[str, Any]:
-    given = {k: getattr(args, k) for k in (*INT_FLAGS, *BOOL_FLAGS, *STR_FLAGS, "bytes")}
+    given = {k: getattr(args, k, None)
+             for k in (*INT_FLAGS, *BOOL_FLAGS, *STR_FLAGS, "bytes", *IMAGE_FLAGS)}
     given = {k: v for k, v in given.items() if v is not None}
     unused = sorted(set(given) - accepted(kind, with_model))
     if unused:
@@ -275,7 +292,8 @@ def _estimate(kind: str, args, overrides: dict[str, Any]) -> dict[str, Any]:
         bd = predict_breakdown(kind, acc.key, params, eff=eff, stack=stack)
     out = _result(kind, acc, eff, model, params, bd, stack)
     out |= bands.estimate_bands(out, stack=stack.name, device=acc.key)
-    given = {k for k in (*INT_FLAGS, *BOOL_FLAGS, *STR_FLAGS, "bytes") if getattr(args, k) is not None}
+    given = {k for k in (*INT_FLAGS, *BOOL_FLAGS, *STR_FLAGS, "bytes", *IMAGE_FLAGS)
+             if getattr(args, k, None) is not None}
     out["defaults"] = [*args.defaulted, *([] if args.model else [f"--model {model}"] * bool(model)),
                        *(_flag(k, v) for k, v in params.items() if k not in given | {"stack"})]  # fmt: skip
     if with_model and kind == "decode_step" and "cuda_graph" not in params:

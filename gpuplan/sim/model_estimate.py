@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from gpuplan.errors import check_choice
+from gpuplan.errors import GpuplanError, check_choice
 from gpuplan.sim import step
 from gpuplan.sim.breakdown import Breakdown
 from gpuplan.sim.inference_step import decode_breakdown, prefill_breakdown
@@ -52,6 +52,13 @@ def model_breakdown(
     phase = _PHASE.get(kind, "train" if params.get("pass") == "fwd_bwd" else "prefill")
     eff = stack_efficiency(stack, eff, acc, phase=phase)
     if kind == "prefill_step":
+        images = images_of(cfg, params)
+        if images is not None:  # a VLM's prompts with images: encoder, then the prefill
+            from gpuplan.sim.vision_step import vision_prefill_breakdown
+
+            return vision_prefill_breakdown(acc, eff, cfg, stack, batch=params["batch"],
+                                            seq=params["seq"], images=images,
+                                            tp=params.get("tp", 1))
         return prefill_breakdown(acc, eff, cfg, stack, batch=params["batch"], seq=params["seq"],
                                  tp=params.get("tp", 1))
     if kind == "decode_step":
@@ -62,6 +69,22 @@ def model_breakdown(
             tp=params.get("tp", 1),
         )
     return config_breakdown(kind, acc, eff, cfg, params, impl=stack.elementwise)
+
+
+def images_of(cfg: ModelConfig, params: Mapping[str, Any]):
+    """The ``images`` (per sequence) and ``image_size`` ("WxH") of a case, or None without
+    images; images for a text-only model, or a size the tower cannot cut, are an error."""
+    from gpuplan.workloads.vision import Images, check_images, default_image_size, parse_image_size
+
+    count, size = params.get("images"), params.get("image_size")
+    if size is not None and count is None:
+        raise GpuplanError(f"image_size={size!r} needs images=N (--images: images per sequence)")
+    if not count:
+        return None
+    width, height = parse_image_size(size) if size is not None else default_image_size(cfg)
+    images = Images(count=count, width=width, height=height)
+    check_images(cfg, images)
+    return images
 
 
 def one_gpu_training(acc, eff, cfg: ModelConfig, stack: Stack, params: Mapping[str, Any]):

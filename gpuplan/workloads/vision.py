@@ -167,6 +167,15 @@ def check_images(cfg: ModelConfig, images: Images | None) -> None:
     cfg.vision_tower.check(images)
 
 
+def default_image_size(cfg: ModelConfig) -> tuple[int, int]:
+    """(width, height) when none is given: the encoder's square (one tile for Mllama); for a
+    text-only model, the error that it takes no images."""
+    if cfg.vision_tower is None:
+        check_images(cfg, Images(count=1, width=1, height=1))  # raises: a text-only model
+    side = cfg.vision_tower.encoder.image_size
+    return side, side
+
+
 def image_tokens(cfg: ModelConfig, images: Images | None) -> int:
     """Image tokens of one sequence (0 without images)."""
     check_images(cfg, images)
@@ -178,15 +187,42 @@ def image_tokens(cfg: ModelConfig, images: Images | None) -> int:
 # --- operators ------------------------------------------------------------------------------
 
 
-def encoder_forward(cfg: ModelConfig, images: Images, *, seqs: int = 1,
+@dataclass(frozen=True, slots=True)
+class EncoderWork:
+    """What the encoder runs over for one sequence: images, patches and tokens of each."""
+
+    images: int
+    patches_per_image: int
+    tokens_per_image: int  # its attention's sequence (patches, plus class tokens)
+
+    @classmethod
+    def of(cls, tower: VisionTower, images: Images) -> EncoderWork:
+        tower.check(images)
+        return cls(images.count, tower.patches_per_image(images),
+                   tower.encoder_tokens_per_image(images))
+
+    @classmethod
+    def from_image_tokens(cls, tower: VisionTower, images: int, image_tokens: int) -> EncoderWork:
+        """The work behind ``image_tokens`` LM tokens of ``images`` equal images (a trace's
+        column): inline, merge^2 patches a token; cross-attention, whole tiles of tokens."""
+        per = image_tokens // images
+        if tower.style == "inline":
+            return cls(images, per * tower.merge**2, per * tower.merge**2)
+        tiles = max(1, round(per / tower.tokens_per_tile))
+        return cls(images, tiles * tower.encoder.n_patches, per)
+
+
+def encoder_forward(cfg: ModelConfig, work: EncoderWork, *, seqs: int = 1,
                     dtype: str = "bf16") -> list[OpGroup]:
     """The encoder and projector over the images of ``seqs`` sequences: patch embedding (a
     GEMM over unfolded pixels), the ViT blocks (attention within each image), the merge or
     concatenation, and the projector to the LM width."""
     tower = cfg.vision_tower
-    enc, n_img = tower.encoder, seqs * images.count
-    per_image = tower.encoder_tokens_per_image(images)
-    t, patches = n_img * per_image, n_img * tower.patches_per_image(images)
+    enc, n_img = tower.encoder, seqs * work.images
+    if not n_img:
+        return []
+    per_image = work.tokens_per_image
+    t, patches = n_img * per_image, n_img * work.patches_per_image
     pixels = enc.n_channels * tower.temporal_patch * enc.patch_size**2
     groups: list[OpGroup] = [([Gemm(name="vision.patch_embed", m=patches, n=enc.d_model,
                                     k=pixels, dtype=dtype)], 1)]

@@ -1,0 +1,111 @@
+"""A vision-language model's image work priced on one GPU: the encoder's own forward, and what
+the image tokens add to the language model's prefill (``workloads.vision`` has the styles).
+
+vLLM runs a multimodal request's encoder as a separate forward before the language model's
+forward over the chunk that holds the image's placeholder tokens (``gpu_model_runner``'s
+``_execute_mm_encoder``, then the model over the scheduled tokens), so the encoder is priced as
+its own pass with its own launch cost, and added to the prefill:
+
+- inline (Qwen2-VL): the prefill runs over text + image tokens, and caches them all;
+- cross-attention (Llama 3.2 Vision): the prefill runs over the text tokens through the
+  self-attention blocks; each cross-attention block projects the image tokens' keys and values
+  once (and caches them) and runs over the text tokens attending to them.
+
+With no image the prefill is exactly the language model's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gpuplan.hwmodels.efficiency import queued
+from gpuplan.sim.breakdown import Breakdown, Item, priced_items
+from gpuplan.sim.compilation import eager, fuse_elementwise
+from gpuplan.sim.step import _launch_item, _with_launch
+from gpuplan.workloads.dtypes import dtype_bytes
+from gpuplan.workloads.memory import kv_cache_bytes_per_token_layer
+from gpuplan.workloads.model import ModelConfig
+from gpuplan.workloads.vision import (
+    EncoderWork,
+    Images,
+    OpGroup,
+    check_images,
+    cross_kv_forward,
+    cross_layer_forward,
+    encoder_forward,
+    image_tokens,
+)
+
+
+def _as_run(ops, impl: str):
+    return {"fused": list, "eager": eager, "compiled": fuse_elementwise}[impl](ops)
+
+
+def group_items(groups: list[OpGroup], acc, eff, *, impl: str, phase: str = "fwd",
+                price_fn=None) -> list[Item]:
+    """Each group's operators priced, as ``impl`` runs elementwise kernels, times its blocks."""
+    items: list[Item] = []
+    for ops, repeat in groups:
+        items += priced_items(_as_run(ops, impl), acc, eff, phase=phase, repeat=repeat,
+                              price_fn=price_fn)
+    return items
+
+
+def encoder_groups(cfg: ModelConfig, work: EncoderWork, *, seqs: int, dtype: str = "bf16",
+                   tp: int = 1, kv_dtype: str = "bf16") -> list[OpGroup]:
+    """The encoder forward over ``seqs`` sequences' images, and for cross-attention the image
+    keys and values of every cross-attention block (computed once per request)."""
+    groups = encoder_forward(cfg, work, seqs=seqs, dtype=dtype)
+    if cfg.vision_tower.style == "cross-attention":
+        tokens = seqs * work.images * work.tokens_per_image
+        groups += cross_kv_forward(cfg, image_tokens=tokens, dtype=dtype, kv_dtype=kv_dtype,
+                                   tp=tp)
+    return groups
+
+
+def encoder_breakdown(acc, eff, cfg: ModelConfig, stack, work: EncoderWork, *, seqs: int = 1,
+                      tp: int = 1) -> Breakdown:
+    """The encoder's own forward (and image keys and values) with its launch cost."""
+    eff = queued(eff)
+    items = group_items(encoder_groups(cfg, work, seqs=seqs, tp=tp), acc, eff,
+                        impl=stack.elementwise)
+    return _with_launch(items, eff)
+
+
+def vision_prefill_breakdown(acc, eff, cfg: ModelConfig, stack, *, batch: int, seq: int,
+                             images: Images | None, tp: int = 1) -> Breakdown:
+    """``batch`` prompts of ``seq`` text tokens, each with ``images``: encoder, then the
+    language model's prefill (module docstring); peak memory adds the image tokens' cache."""
+    from gpuplan.sim.inference_step import prefill_breakdown
+
+    check_images(cfg, images)
+    per_seq = image_tokens(cfg, images)
+    if not per_seq:
+        return prefill_breakdown(acc, eff, cfg, stack, batch=batch, seq=seq, tp=tp)
+    tower = cfg.vision_tower
+    enc = encoder_breakdown(acc, eff, cfg, stack, EncoderWork.of(tower, images), seqs=batch,
+                            tp=tp)
+    enc = Breakdown(items=tuple(dataclasses.replace(i, phase="encoder") for i in enc.items))
+    if tower.style == "inline":
+        lm = prefill_breakdown(acc, eff, cfg, stack, batch=batch, seq=seq + per_seq, tp=tp)
+        return enc + lm
+    lm = prefill_breakdown(acc, eff, cfg, stack, batch=batch, seq=seq, tp=tp)
+    cross = cross_layer_forward(cfg, seqs=batch, tokens_per_seq=seq, image_tokens=per_seq, tp=tp)
+    items = group_items(cross, acc, queued(eff), impl=stack.elementwise)
+    # inside the language model's forward: its kernels' issue cost, no second launch latency
+    items.append(_launch_item(items, queued(eff), cuda_graph=False))
+    cross_bd = Breakdown(items=tuple(items))
+    memory = {"cross_kv_cache": batch * cross_kv_bytes(cfg, per_seq) / tp}
+    return enc + lm + dataclasses.replace(cross_bd, memory_bytes=memory)
+
+
+def cross_kv_bytes(cfg: ModelConfig, image_tokens: int, dtype: str = "bf16") -> float:
+    """Cache bytes of one request's image keys and values over every cross-attention block."""
+    per = kv_cache_bytes_per_token_layer(cfg, dtype)
+    return image_tokens * per * len(cfg.vision_tower.cross_attention_layers)
+
+
+def encoder_weight_bytes(cfg: ModelConfig, dtype: str = "bf16") -> float:
+    from gpuplan.workloads.vision import tower_params
+
+    return tower_params(cfg) * dtype_bytes(dtype)
