@@ -108,29 +108,110 @@ def test_an_unknown_family_is_one_line():
         bands.residuals("nope", "harness", "h200")
 
 
-def _residuals(n_fit, n_held, seed=0):
+def _residuals(n_fit, n_held, seed=0, **row):
     rng = np.random.default_rng(seed)
-    rows = [{"family": "k.time_s", "stack": "harness", "device": "h200", "part": part, "e": e}
+    base = {"set": "s", "family": "k.time_s", "stack": "harness", "device": "h200",
+            "source": "src"} | row  # fmt: skip
+    rows = [base | {"part": part, "e": e}
             for part, n in (("fit", n_fit), ("held_out", n_held))
             for e in rng.normal(0, 0.1, n)]  # fmt: skip
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=band_data.COLUMNS)
 
 
 def test_band_data_is_fitted_on_the_fit_part_only():
-    frame = _residuals(40, 20)
+    frame = pd.concat([_residuals(40, 20), _residuals(30, 9, 1, stack="pytorch", source="b")])
     table = band_data.band_table(frame)
     moved = frame.copy()
     moved.loc[moved["part"] == "held_out", "e"] += 5.0
     assert band_data.band_table(moved) == table
     g = table["k.time_s"]["groups"][0]
-    fit = frame.loc[frame["part"] == "fit", "e"]
+    fit = frame.loc[(frame["part"] == "fit") & (frame["stack"] == "harness"), "e"]
     assert (g["p10"], g["p90"]) == pytest.approx(tuple(np.quantile(fit, [0.1, 0.9])), abs=1e-6)
     assert g["n_fit"] == 40
+    dev = table["k.time_s"]["devices"][0]  # the two stacks pooled on h200: 70 fit rows
+    assert (dev["device"], dev["n_fit"], dev["n_sources"]) == ("h200", 70, 2)
+
+
+def test_band_data_is_deterministic_whatever_the_row_order():
+    frame = pd.concat([_residuals(40, 20), _residuals(30, 9, 1, stack="pytorch", source="b"),
+                       _residuals(12, 3, 2, family="m.peak_bytes", device="a100-sxm-80gb")])
+    doc = json.dumps(band_data.document(frame, {}), sort_keys=True)
+    shuffled = frame.sample(frac=1.0, random_state=3)
+    assert json.dumps(band_data.document(shuffled, {}), sort_keys=True) == doc
 
 
 def test_a_group_with_too_few_fit_rows_has_no_band_of_its_own():
     table = band_data.band_table(_residuals(band_data.MIN_ROWS - 1, 3))
     assert table["k.time_s"]["groups"] == []
+
+
+def test_a_pooled_level_needs_two_sources():
+    one = pd.concat([_residuals(40, 0), _residuals(30, 0, 1, stack="pytorch")])  # one source
+    table = band_data.band_table(one)["k.time_s"]
+    assert len(table["groups"]) == 2 and table["devices"] == [] and table["architectures"] == []
+    two = pd.concat([_residuals(40, 0), _residuals(30, 0, 1, stack="pytorch", source="b")])
+    table = band_data.band_table(two)["k.time_s"]
+    assert [d["device"] for d in table["devices"]] == ["h200"]
+    assert [a["arch"] for a in table["architectures"]] == ["sm_90"]
+
+
+def _levels():
+    """Four stacks: a and b on h100-sxm (sm_90), c on a100-sxm-80gb, d on b200; every level."""
+    rows = [_residuals(30, 0, 0, stack="a", device="h100-sxm", source="s1"),
+            _residuals(30, 0, 1, stack="b", device="h100-sxm", source="s2") .assign(
+                e=lambda f: 3 * f["e"] - 0.2),  # a wide, biased group
+            _residuals(30, 0, 2, stack="c", device="a100-sxm-80gb", source="s3"),
+            _residuals(30, 0, 3, stack="d", device="b200", source="s4").assign(e=lambda f: f["e"] + 0.3)]
+    return {"families": band_data.band_table(pd.concat(rows))}  # fmt: skip
+
+
+def test_lookup_goes_group_then_device_then_architecture_then_pooled_and_labels_each():
+    data = _levels()
+    fam = data["families"]["k.time_s"]
+    group = bands.residuals("k.time_s", "a", "h100-sxm", data=data)
+    assert group.measured and group.label == ""
+    dev = bands.residuals("k.time_s", "new", "h100-sxm", data=data)
+    assert not dev.measured and "stack new never measured" in dev.label
+    assert "stacks measured on h100-sxm (a, b; 2 sources)" in dev.label
+    arch = bands.residuals("k.time_s", "a", "h200", data=data)  # h200 is sm_90, like h100-sxm
+    assert not arch.measured and "a measured on h100-sxm, not h200" in arch.label
+    assert "architecture sm_90" in arch.label
+    pooled = bands.residuals("k.time_s", "c", "l40s", data=data)  # sm_89: never measured
+    assert not pooled.measured and "pooled over 4 measured" in pooled.label
+    assert (pooled.p10, pooled.p90) == (fam["pooled"]["p10"], fam["pooled"]["p90"])
+    # the device's band is the h100 pool, never narrower than its widest group (b)
+    b = next(g for g in fam["groups"] if g["stack"] == "b")
+    assert dev.p90 - dev.p10 >= b["p90"] - b["p10"] - 1e-12
+    d = next(x for x in fam["devices"] if x["device"] == "h100-sxm")
+    assert dev.p10 <= d["p10"] and dev.p90 >= d["p90"]
+
+
+def test_a_device_level_band_holds_its_pool_and_ignores_other_devices():
+    data = _levels()
+    one = bands.residuals("k.time_s", "new", "h100-sxm", data=data)
+    moved = json.loads(json.dumps(data))
+    for g in moved["families"]["k.time_s"]["groups"]:
+        if g["device"] == "b200":
+            g["p10"], g["p90"] = -0.9, 3.0  # another device's group
+    assert bands.residuals("k.time_s", "new", "h100-sxm", data=moved) == one
+
+
+def test_a_measured_whole_model_gets_its_own_band_else_none():
+    data = _levels()
+    data["families"]["model_decode_step.time_s"] = data["families"]["k.time_s"]
+    band = bands._whole_band(1.0, "model_decode_step", "time_s", "a", "h100-sxm", data=data)
+    res = bands.residuals("model_decode_step.time_s", "a", "h100-sxm", data=data)
+    assert band == bands.interval(1.0, res) and band.label == ""
+    assert bands._whole_band(1.0, "model_decode_step", "time_s", "new", "h100-sxm", data=data) is None
+    assert bands._whole_band(1.0, "model_decode_step", "peak_bytes", "a", "h100-sxm", data=data) is None
+
+
+def test_the_stack_campaign_is_in_the_committed_bands():
+    for family in ("gemm.time_s", "attention.time_s", "elementwise.time_s"):
+        assert bands.residuals(family, "pytorch", "h200").measured
+    assert bands.residuals("model_decode_step.time_s", "hf-transformers", "h200").measured
+    sets = bands.table()["residuals"]["per_set"]
+    assert sets["stack campaign fit"] > 0 and sets["stack campaign held_out"] > 0
 
 
 def test_the_core_module_does_not_import_validate():
@@ -166,10 +247,18 @@ def test_estimate_json_and_table_carry_bands(capsys):
                          "--json"))  # fmt: skip
     _has_bands(doc, ("time_s", "achieved_flops_per_s", "peak_bytes"))
     assert "stack pytorch never measured" in doc["error_band_label"]
-    out = run(capsys, "estimate", "gemm", "--m", "4096", "--n", "4096", "--k", "4096",
-              "--stack", "harness")  # fmt: skip
-    line = next(x for x in out.splitlines() if x.startswith("predicted time"))
-    assert "(" in line and "–" in line and "error band" not in out  # measured: no label
+    for stack in ("harness", "pytorch"):  # the harness and the stack campaign measured both
+        out = run(capsys, "estimate", "gemm", "--m", "4096", "--n", "4096", "--k", "4096",
+                  "--stack", stack, "--gpu", "h200")  # fmt: skip
+        line = next(x for x in out.splitlines() if x.startswith("predicted time"))
+        assert "(" in line and "–" in line and "error band" not in out  # measured: no label
+
+
+def test_a_whole_model_measured_as_a_whole_is_not_labelled(capsys):
+    doc = json.loads(run(capsys, "estimate", "decode-step", "--model", "llama3-8b", "--layers", "2",
+                         "--stack", "hf-transformers", "--gpu", "h200", "--json"))  # fmt: skip
+    assert doc["error_band_label"] == ""  # measured as a whole model
+    _has_bands(doc, ("time_s",))
 
 
 def test_train_and_search_json_carry_bands(capsys):

@@ -21,17 +21,30 @@ independent would shrink the band by about the square root of the number of part
 whole-step truth outside far more often than one time in five; summing quantiles never does
 that, and a single part's band is returned unchanged.
 
-Unmeasured: where the family has no group of the prediction's stack and device (at least
-``min_rows`` fit residuals), the band is the family's pooled p10/p90, the quantiles of the fit
-residuals of every stack and device measured together: the spread across the stacks and
-devices that were measured. A family measured on one stack and device only (the harness kinds:
-h200, the harness stack) has no spread of its own; its pooled band is widened on each side by
-the median, over the families measured on two groups or more, of how far their pooled band
-reaches beyond their median group's p10 (below) and p90 (above). Either is then widened
-symmetrically, if need be, to the width of the family's widest measured group, so an unmeasured
-band is never narrower than a measured one. All of it comes from the data, not from a chosen
-constant. Such a band is labelled (``Residuals.label``), and documents carry the label as
-``error_band_label``.
+Lookup (``residuals``), most specific first; every level is built from fit residuals only
+(``gpuplan.validate.bands`` says why these levels):
+
+1. the (stack, device) group, if it has at least ``min_rows`` fit residuals: measured, no label;
+2. else the device's band, pooled over every stack measured on it (at least two sources): a
+   stack never measured on a measured device;
+3. else the band of the device's architecture (``hwmodels.architecture.ARCH``), pooled over its
+   measured devices (at least two sources): a device never measured;
+4. else the family's pooled p10/p90, the quantiles of every fit residual of the family: the
+   spread across the stacks and devices that were measured. A family measured on one stack and
+   device only has no spread of its own; its pooled band is widened on each side by the median,
+   over the families measured on two groups or more, of how far their pooled band reaches
+   beyond their median group's p10 (below) and p90 (above).
+
+A band of levels 2-4 is then widened symmetrically, if need be, to the width of the widest
+measured group it pools (level 4: of the family), so an unmeasured band is never narrower than
+a measured one it stands for. All of it comes from the data, not from a chosen constant. Such a
+band is labelled (``Residuals.label``: what was never measured and which level priced it), and
+documents carry the label as ``error_band_label``.
+
+A whole-model estimate (``gpuplan estimate prefill-step|decode-step|train-step --model``) whose
+stack was measured as a whole on the device (the stack campaign's ``prefill_step``,
+``model_decode_step``, ``model_train_step`` records) gets that whole kind's band; otherwise its
+time band is composed over its breakdown's categories as above.
 
 The core reads only the JSON; it never imports ``gpuplan.validate``.
 """
@@ -47,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuplan.errors import GpuplanError
+from gpuplan.hwmodels.architecture import ARCH
 
 DATA = Path(__file__).resolve().parents[1] / "hwmodels" / "data" / "error_bands.json"
 MIN_ONE_PLUS_E = 0.05  # 1 + e floored: a band's low end stays positive whatever the residuals
@@ -124,8 +138,35 @@ def _unmeasured(data: Mapping, family: str) -> tuple[float, float]:
     return lo, hi
 
 
+def _level(fam: Mapping, stack: str, device: str) -> tuple[float, float, str] | None:
+    """The band of a pooled level (a device's stacks, then its architecture's devices), widened
+    to the widest measured group it pools, with the label's words; None if neither exists."""
+    arch = ARCH.get(device)
+    for key, name, match in (("devices", "device", device), ("architectures", "arch", arch)):
+        entry = next((e for e in fam.get(key, ()) if match and e[name] == match), None)
+        if entry is None:
+            continue
+        pooled = [g for g in fam["groups"]
+                  if (g["device"] == device if key == "devices" else ARCH.get(g["device"]) == arch)]
+        lo, hi = entry["p10"], entry["p90"]
+        widest = max((g["p90"] - g["p10"] for g in pooled), default=0.0)
+        if hi - lo < widest:  # never narrower than a measured group it pools
+            pad = 0.5 * (widest - (hi - lo))
+            lo, hi = lo - pad, hi + pad
+        if key == "devices":
+            how = (f"band of the stacks measured on {device} "
+                   f"({', '.join(entry['stacks'])}; {entry['n_sources']} sources)")
+        else:
+            how = (f"band of architecture {arch} measured on {', '.join(entry['devices'])} "
+                   f"({entry['n_sources']} sources)")
+        return lo, hi, how
+    return None
+
+
 def residuals(family: str, stack: str, device: str, *, data: Mapping | None = None) -> Residuals:
-    """The residual band of ``family`` for ``stack`` on ``device`` (module docstring)."""
+    """The residual band of ``family`` for ``stack`` on ``device``: the measured group's, else the
+    device's stacks', else its architecture's devices', else the family's pooled band (module
+    docstring); every band but the first is labelled."""
     data = table() if data is None else data
     fams = data["families"]
     if family not in fams:
@@ -139,6 +180,10 @@ def residuals(family: str, stack: str, device: str, *, data: Mapping | None = No
     devices = {g["device"] for g in fam["groups"] if g["stack"] == stack}
     what = (f"stack {stack} never measured" if stack not in stacks
             else f"{stack} measured on {', '.join(sorted(devices))}, not {device}")  # fmt: skip
+    level = _level(fam, stack, device)
+    if level is not None:
+        lo, hi, how = level
+        return Residuals(family, lo, hi, False, f"{family}: {what}, {how}")
     lo, hi = _unmeasured(data, family)
     how = ("pooled over" if len(fam["groups"]) >= 2 else "widened beyond") + \
         f" {len(fam['groups'])} measured stack/device group(s)"
@@ -320,10 +365,13 @@ def estimate_bands(result: Mapping[str, Any], *, stack: str, device: str) -> dic
     over its categories, achieved FLOP/s its inverse, peak memory from the kind's (or a whole
     training step's) measured peaks."""
     kind = result["kind"]
-    by = result["by_category"]  # a frame (or its records) with category and time_s
-    rows = by.to_dict("records") if hasattr(by, "to_dict") else by
-    cats = [(c["category"], c["time_s"]) for c in rows]
-    t = breakdown_band(cats, kind, stack=stack, device=device)
+    whole = WHOLE_MODEL_KIND.get(kind) if result.get("model") else None
+    t = _whole_band(result["time_s"], whole, "time_s", stack, device)
+    if t is None:
+        by = result["by_category"]  # a frame (or its records) with category and time_s
+        rows = by.to_dict("records") if hasattr(by, "to_dict") else by
+        cats = [(c["category"], c["time_s"]) for c in rows]
+        t = breakdown_band(cats, kind, stack=stack, device=device)
     bands = {"time_s": t.as_list()}
     labels = t.label.split("; ") if t.label else []
     total = result["time_s"]
@@ -331,11 +379,31 @@ def estimate_bands(result: Mapping[str, Any], *, stack: str, device: str) -> dic
         f = result["flops"]
         bands["achieved_flops_per_s"] = [f / t.high, f / t.low]
     if result.get("peak_bytes"):
+        m = _whole_band(result["peak_bytes"], whole, "peak_bytes", stack, device)
         fam = MEMORY_FAMILY.get(kind, DEFAULT_MEMORY)
-        m = interval(result["peak_bytes"], residuals(fam, stack, device))
+        if m is None:
+            m = interval(result["peak_bytes"], residuals(fam, stack, device))
+            if fam == DEFAULT_MEMORY and kind != "train_step":
+                labels.append(f"peak memory of {kind} never measured: priced with {fam}")
         bands["peak_bytes"] = m.as_list()
-        if fam == DEFAULT_MEMORY and kind != "train_step":
-            labels.append(f"peak memory of {kind} never measured: priced with {fam}")
         if m.label and m.label not in labels:
             labels.append(m.label)
     return {"error_band": bands, "error_band_label": join_labels(labels)}
+
+
+# A whole-model estimate's record kind (the stack campaign's records of whole models): where the
+# stack was measured as a whole on the device, its band is the whole's, not composed of parts.
+WHOLE_MODEL_KIND = {"prefill_step": "prefill_step", "decode_step": "model_decode_step",
+                    "train_step": "model_train_step"}  # fmt: skip
+
+
+def _whole_band(value: float, whole: str | None, metric: str, stack: str, device: str,
+                data: Mapping | None = None) -> Band | None:  # fmt: skip
+    """The band of a whole model's ``metric`` from its own record kind, if measured for the stack
+    on the device; else None (the caller composes it from its parts)."""
+    data = table() if data is None else data
+    family = f"{whole}.{metric}"
+    if whole is None or family not in data["families"]:
+        return None
+    res = residuals(family, stack, device, data=data)
+    return interval(value, res) if res.measured else None
