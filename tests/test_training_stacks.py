@@ -197,3 +197,43 @@ def test_op_level_sac_keeps_only_its_saved_ops_between_the_attention_core_and_fu
     per_token = (2 * h + h + kv + ffn + h) * 2 + 4 * 32
     blocks = acts["sac"] - acts["full"]  # the same working block on top of both
     assert blocks == pytest.approx(32 * 4096 * (per_token - h * 2), rel=1e-9)
+
+
+def _bloom_like(**kw):
+    """A small GPT with pipeline, TP and DP on the DeepSpeed stack (BLOOM's stack and layout)."""
+    cfg = get_model("llama2-7b")
+    st = Strategy(tp=2, pp=2, dp=2, zero=1, global_batch=16, micro_batch=1, recompute="full")
+    st = replace(stack_strategy(st, "deepspeed"), **kw)
+    return cfg, st
+
+
+def test_deepspeed_bf16_optimizer_keeps_a_whole_fp32_gradient_and_all_reduces_it():
+    cfg, mega = _bloom_like()
+    _, bf16 = _bloom_like(state_precision="bf16-deepspeed")
+    a = estimate_training(cfg, mega, cluster=H100, seq=2048, eff=EFF, stack="deepspeed")
+    b = estimate_training(cfg, bf16, cluster=H100, seq=2048, eff=EFF, stack="deepspeed")
+    ga, gb = a.breakdown.memory_bytes["gradients"], b.breakdown.memory_bytes["gradients"]
+    assert gb == pytest.approx(ga * 6 / 4)  # bf16 .grad + fp32 buffer vs Megatron's fp32 main grad
+    ia, ib = items(a), items(b)
+    # a reduce-scatter of bf16 gradients vs an all-reduce of fp32 ones: more than twice the time
+    assert ib["dp gradient reduction"] > 2 * ia["dp gradient reduction"]
+    # update_hp_grads after every micro-batch, though Strategy's default fuses accumulation
+    assert mega.fused_grad_accumulation and ib.get("gradient accumulation", 0.0) > 0.0
+    assert ia.get("gradient accumulation", 0.0) == 0.0
+    assert b.step_time_s > a.step_time_s
+
+
+def test_deepspeed_pipeline_sends_block_one_by_one_and_launch_blocking_exposes_the_host():
+    cfg, st = _bloom_like()
+    ds = get_stack("deepspeed")
+    paired = replace(ds, training=replace(runtime_of(ds), pp_transfers=2))
+    blocking = replace(ds, training=replace(runtime_of(ds), launch_blocking=True))
+    run = {name: estimate_training(cfg, st, cluster=H100, seq=2048, eff=EFF, stack=s)
+           for name, s in (("ds", ds), ("paired", paired), ("blocking", blocking))}  # fmt: skip
+    pp = {k: items(v)["pp send/recv"] for k, v in run.items()}
+    assert pp["ds"] == pytest.approx(2 * pp["paired"])
+    host = {k: items(v).get("host issue time not hidden", 0.0) for k, v in run.items()}
+    assert run["blocking"].step_time_s > run["ds"].step_time_s
+    assert host["blocking"] > host["ds"]  # the issue time no longer hides behind the kernels
+    with pytest.raises(GpuplanError, match="pp_transfers=3 is invalid"):
+        replace(runtime_of(ds), pp_transfers=3)

@@ -7,6 +7,12 @@ Training state per parameter (Rajbhandari et al. 2020, ZeRO, sec. 3.1, for Adam)
   gradient accumulation): bf16 weights (2), fp32 main gradients (4), fp32 master weights and
   moments (12): 18 B.
 - ``bf16``: everything in bf16: 2 + 2 + 4 = 8 B.
+- ``bf16-deepspeed`` (DeepSpeed's BF16_Optimizer, Megatron-DeepSpeed's bf16 with ZeRO stage 0, as
+  BLOOM trained): bf16 weights (2), their bf16 ``.grad`` and a whole fp32 gradient buffer
+  (2 + 4: ``fp32_groups_gradients_flat`` is ``zeros_like`` the bf16 group, unsharded), fp32
+  master weights and moments (12) on each rank's partition only (its own ZeRO-1):
+  deepspeed/runtime/bf16_optimizer.py; the 4 unsharded bytes are BigScience's ("4bytes x params
+  and it's not sharded", bigscience train/tr11-176B-ml/chronicles-prequel.md).
 
 Activations kept for the backward of one block, per token, derived by listing the tensors that
 autograd saves in the Hugging Face Llama/GPT-2 modules with a flash attention kernel (no s x s
@@ -43,6 +49,7 @@ PRECISION_BYTES: dict[str, tuple[float, float, float]] = {
     "bf16-mixed": (4, 4, 8),
     "bf16-mixed-megatron": (2, 4, 12),
     "bf16": (2, 2, 4),
+    "bf16-deepspeed": (2, 6, 12),
 }
 
 

@@ -115,6 +115,9 @@ def evaluate(
         params["bucket_fraction"] = runtime.bucket_fraction(max_p, group)
         params["overlap_zero3"] = runtime.overlap_zero3
         params["interference"] = runtime.comm_interference
+        params["pp_transfers"] = runtime.pp_transfers
+        params["launch_blocking"] = runtime.launch_blocking
+    params["state_precision"] = state_precision
     s_full = dict(s, tied=facts.tied, comm_rows=comm_rows(s))
     terms = step_time.step_terms(
         lk=links(cluster, eff), sp_=sp_, s=s_full, c=c, k=kinds, bytes_=nbytes, params=params

@@ -43,6 +43,7 @@ from gpuplan.sim.parallel.published import paper_flops
 from gpuplan.sim.parallel.strategy import Strategy, auto_pp_layers
 from gpuplan.sim.parallel.topology import cluster_for, get_cluster
 from gpuplan.sim.stacks import get_stack
+from gpuplan.sim.stacks.training import runtime_of
 from gpuplan.units import TFLOPS, GiB
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.presets import get_model
@@ -122,6 +123,7 @@ def row_strategy(row: dict, cfg: ModelConfig, stack=None) -> Strategy:
     options = dict(row["options"])
     options.pop("attention_kernel", None)  # the stack's, not the layout's (``row_stack``)
     options.pop("power_limit_w", None)  # the board's (``predict_row``)
+    options.pop("launch_blocking", None)  # the job's environment (``row_stack``)
     if options.get("pp_layers") == "auto":
         options["pp_layers"] = auto_pp_layers(cfg.n_layers, row["pp"])
     if stack is None:
@@ -157,8 +159,12 @@ def metric_value(row: dict, est, cfg: ModelConfig) -> float:
 
 def row_stack(row: dict):
     """The stack that ran the row (its ``stack`` column; the old Megatron rows: megatron-te),
-    with the attention kernel its ``attention_kernel`` option names for training and prefill."""
+    with the attention kernel its ``attention_kernel`` option names for training and prefill,
+    and ``launch_blocking=true`` where the job ran under CUDA_LAUNCH_BLOCKING=1."""
     stack = get_stack("megatron-te" if row["stack"] == "megatron" else row["stack"])
+    if row["options"].get("launch_blocking"):
+        runtime = dataclasses.replace(runtime_of(stack), launch_blocking=True)
+        stack = dataclasses.replace(stack, training=runtime)
     kernel = row["options"].get("attention_kernel")
     if kernel is None:
         return stack

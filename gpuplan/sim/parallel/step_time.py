@@ -41,6 +41,11 @@ splits and the ends price each kind once. Communication per block and micro-batc
 - unfused gradient accumulation: every micro-batch reads the new 16-bit gradients and reads and
   writes the main-gradient buffer (``ACCUMULATE_BYTES`` per local parameter).
 - optimizer: AdamW streams ``OPTIMIZER_BYTES`` per local parameter through HBM.
+- DeepSpeed's BF16_Optimizer (state precision ``bf16-deepspeed``, Megatron-DeepSpeed's bf16 with
+  ZeRO stage 0): an unfused fp32 accumulation after every micro-batch, the fp32 gradients
+  all-reduced whole (and the tied embedding's in fp32), the bf16 partitions all-gathered.
+- ``launch_blocking`` (CUDA_LAUNCH_BLOCKING=1): each launch waits for the kernel before it, so the
+  CPU's issue time adds to the GPU's instead of hiding behind it.
 """
 
 from __future__ import annotations
@@ -53,18 +58,29 @@ GRAD_BYTES = 2  # gradients reduced in 16 bits (Megatron's default without fp32 
 PARAM_BYTES = 2  # parameters gathered in 16 bits (ZeRO-1/2 after the step, ZeRO-3 per use)
 # fused AdamW per parameter: read gradient, master weight and both moments, write master weight
 # and moments, and the 16-bit copy (Megatron mixed precision: 4 + 4 + 4 + 4 + 12 + 2)
-OPTIMIZER_BYTES = {"bf16-mixed-megatron": 30, "bf16-mixed": 28, "bf16": 14}
+OPTIMIZER_BYTES = {"bf16-mixed-megatron": 30, "bf16-mixed": 28, "bf16": 14, "bf16-deepspeed": 30}
 # torch.optim.AdamW(foreach=True), ``_multi_tensor_adamw`` in torch/optim/adamw.py: eight passes
 # over fp32 parameter-sized lists instead of one fused kernel: param *= 1 - lr wd (r/w p: 8),
 # m.lerp_(g) (r m, r g, w m: 12), v *= b2 (8), v.addcmul_(g, g) (r v, r g, w v: 12),
 # denom = v.sqrt() (r v, w tmp: 8, a new tensor), denom /= c2 (8), denom += eps (8),
 # p.addcdiv_(m, denom) (r p, r m, r tmp, w p: 16) = 80 bytes per fp32 parameter (half for bf16
 # state), plus the 16-bit copy where there is one.
-FOREACH_OPTIMIZER_BYTES = {"bf16-mixed-megatron": 82, "bf16-mixed": 80, "bf16": 40}
+FOREACH_OPTIMIZER_BYTES = {"bf16-mixed-megatron": 82, "bf16-mixed": 80, "bf16": 40,
+                           "bf16-deepspeed": 82}
 # autocast over fp32 weights: each forward (and each full recompute) casts every weight to bf16
 # (read 4, write 2 bytes), and each weight gradient is cast back to fp32 (read 2, write 4)
 CAST_BYTES = 6
 ACCUMULATE_BYTES = {"bf16-mixed-megatron": 10, "bf16-mixed": 10, "bf16": 6}  # dW + r/w main grad
+# DeepSpeed's BF16_Optimizer (``bf16-deepspeed``, deepspeed/runtime/bf16_optimizer.py) adds each
+# micro-batch's bf16 gradient into its fp32 buffer after every backward (``update_hp_grads``:
+# ``hp_grad.add_(lp.grad.to(float32))``): the cast reads 2 and writes 4 bytes, the add reads 4 + 4
+# and writes 4, so 18 bytes per parameter; it is a separate pass, never fused into the GEMMs.
+ACCUMULATE_BYTES["bf16-deepspeed"] = 18
+# it reduces that fp32 buffer whole (the pipeline engine's ``_bf16_reduce_grads``:
+# ``buffered_allreduce_fallback(grads=optimizer.get_grads_for_reduction())``, an all-reduce) and
+# the tied embedding's fp32 gradient (``_exec_reduce_tied_grads``: ``weight._hp_grad``), then
+# all-gathers the updated bf16 partitions (``update_lp_params``, ``all_gather_dp_groups``)
+FP32_GRAD_BYTES = 4
 
 
 def optimizer_s(params_local, state_precision: str, acc, eff, impl: str = "fused"):
@@ -192,6 +208,9 @@ def step_terms(*, lk, sp_, s, c, k, bytes_, params) -> dict:
     )  # fmt: skip
     pp_one = pp_comm_s(lk, sp_["pp_cross"], sp_["tp"], bytes_["act"], tp, s["sp"], pp, chunks,
                        rows)  # fmt: skip
+    # a runtime whose pipeline sends and receives block one by one (DeepSpeed) has more
+    # transfers on each stage's path than Megatron's paired exchanges (stacks.training)
+    pp_one = pp_one * params.get("pp_transfers", 2) / 2
     x_pp = np.where(s["overlap_pp"], 0.0, pp_one)
     dl, dn = sp_["dpcp"]
     group = dp * cp
@@ -220,6 +239,8 @@ def step_terms(*, lk, sp_, s, c, k, bytes_, params) -> dict:
     cast_mb = params.get("cast_s", 0.0)
     host = c.get("host", 0.0) + params.get("autograd_s", 0.0)
     host_k = np.maximum(host - (gpu_k + cast_mb), 0.0)
+    if params.get("launch_blocking", False):  # CUDA_LAUNCH_BLOCKING=1: nothing runs ahead
+        host_k = np.broadcast_to(host, np.shape(gpu_k)).astype(float)
     t_k = gpu_k + host_k
     kinds = len(k.count)
     slow = np.argmax(np.where(k.count > 0, t_k, -np.inf), axis=0)
@@ -239,6 +260,11 @@ def step_terms(*, lk, sp_, s, c, k, bytes_, params) -> dict:
         on_rows(rows, co.all_reduce_s, lk, dl, dn, stage_p * grad_bytes),
         np.where(zero == 1, rs_stage, 0.0),
     )
+    # DeepSpeed's BF16_Optimizer all-reduces its whole fp32 gradient buffer (FP32_GRAD_BYTES)
+    bf16_opt = params.get("state_precision") == "bf16-deepspeed"
+    if bf16_opt:
+        whole = on_rows(rows, co.all_reduce_s, lk, dl, dn, stage_p * FP32_GRAD_BYTES)
+        dp_reduce = np.where(zero <= 1, whole, dp_reduce)  # it runs with ZeRO 0 (its own 1)
     # the last gradient bucket is reduced after the backward ends: it never hides
     tail = dp_reduce * params.get("bucket_fraction", 0.0)
     x_dp = np.where(
@@ -249,7 +275,8 @@ def step_terms(*, lk, sp_, s, c, k, bytes_, params) -> dict:
     )
     param_ag = np.where((zero == 1) | (zero == 2), ag_stage, 0.0)
     x_ag = np.where(group > 1, exposed(param_ag, stage_fwd, s["overlap_dp"], shared), 0.0)
-    emb = co.all_reduce_s(lk, 1, 2, params["embedding"] * GRAD_BYTES)
+    emb = co.all_reduce_s(lk, 1, 2, params["embedding"] * (FP32_GRAD_BYTES if bf16_opt
+                                                             else GRAD_BYTES))
     x_emb = np.where((pp > 1) & s["tied"], emb, 0.0)
     return {
         "compute_fwd": m * stage_fwd,
@@ -264,7 +291,8 @@ def step_terms(*, lk, sp_, s, c, k, bytes_, params) -> dict:
         "dp_comm": x_dp,
         "param_allgather": x_ag,
         "embedding_sync": x_emb,
-        "grad_accumulation": np.where(s["fused_accum"], 0.0, m * params["accumulate_s"]),
+        "grad_accumulation": np.where(np.asarray(s["fused_accum"]) & (not bf16_opt), 0.0,
+                                      m * params["accumulate_s"]),
         "host_overhead": m * at_slowest(host_k),
         "weight_casts": m * cast_mb,
         "optimizer": params["optimizer_s"],

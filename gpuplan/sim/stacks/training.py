@@ -95,11 +95,22 @@ class TrainingRuntime:
     # share of overlapped communication the compute still loses (SMs and HBM held by the
     # collectives' kernels): no cited value; fitted on the fit part of the published runs
     comm_interference: float = 0.0
+    # point-to-point transfers on a stage's path per micro-batch and chunk boundary: Megatron
+    # pairs each send with a receive (``send_forward_recv_backward``, one batch_isend_irecv),
+    # so 2; DeepSpeed's pipeline engine runs RecvActivation, SendActivation, RecvGrad and
+    # SendGrad as separate blocking instructions (deepspeed/runtime/pipe/schedule.py
+    # ``TrainSchedule``, pipe/p2p.py ``send``/``recv``), so 4
+    pp_transfers: int = 2
+    # CUDA_LAUNCH_BLOCKING=1 (a job's environment, e.g. BLOOM's tr11-176B-ml.slurm): every launch
+    # waits for its kernel, so the host's issue time adds to the device's (``step_time``)
+    launch_blocking: bool = False
 
     def __post_init__(self) -> None:
         check_choice("selective", self.selective, SELECTIVE)
         if self.grad_reduce_bytes not in (2, 4):
             raise GpuplanError(f"grad_reduce_bytes={self.grad_reduce_bytes!r} is invalid: 2 or 4")
+        if self.pp_transfers not in (2, 4):
+            raise GpuplanError(f"pp_transfers={self.pp_transfers!r} is invalid: 2 or 4")
         if self.gathers_per_block < 1:
             raise GpuplanError(f"gathers_per_block={self.gathers_per_block!r} is invalid: >= 1")
 
@@ -147,6 +158,7 @@ DEEPSPEED_RUNTIME = TrainingRuntime(
     bucket_bytes=500_000_000 * 2,  # reduce_bucket_size 5e8 elements
     gathers_per_block=7,  # one per weight matrix of a Llama/GPT block: q, k, v, o, gate, up, down
     overlap_zero3=True,
+    pp_transfers=4,  # blocking sends and receives, one instruction each (TrainingRuntime)
 )
 
 
