@@ -104,6 +104,12 @@ def main() -> int:
         g = held[held["set"] == name]
         print(f"  {name}: held-out rows per source: "
               + ", ".join(f"{s} {n}" for s, n in g.groupby("source").size().items()))  # fmt: skip
+    g = scored[scored["set"] == "published training"]
+    print("  published training, held out per (source, stack, device, family): rows, coverage, "
+          "band p10..p90 of e")  # fmt: skip
+    for (src, st, dev, fam), gg in g.groupby(["source", "stack", "device", "family"]):
+        print(f"    {src} {st} {dev} {fam}: {len(gg)} rows, {100 * gg['inside'].mean():.0f}%, "
+              f"{gg['p10'].iloc[0]:+.3f}..{gg['p90'].iloc[0]:+.3f}")  # fmt: skip
     print("\nleave one source out (fit side; each fit source priced by the bands of the others):")
     for name in ("published training", "published serving"):
         loso = leave_one_source_out(residuals, name)

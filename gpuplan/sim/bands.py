@@ -195,7 +195,8 @@ def join_labels(labels: Iterable[str]) -> str:
     kept = list(dict.fromkeys(x for x in labels if x))
     if not kept:
         return ""
-    return ("UNMEASURED, band widened by the spread across the stacks and devices measured: "
+    return ("UNMEASURED, band from the nearest measured level (the device's other stacks, its "
+            "architecture, or every stack and device), never narrower than a measured one: "
             + "; ".join(kept))  # fmt: skip
 
 
