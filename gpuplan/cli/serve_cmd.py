@@ -108,6 +108,21 @@ def _common(p, *, rate_required: bool) -> None:
     add_stack_options(p, default=DEFAULT_STACK)
 
 
+def _pipeline_options(p) -> None:
+    """--pp, --pp-layers, --pp-first-last (training's parsing and rule) and --ep."""
+    from gpuplan.cli.train_cmd import first_last_arg, pp_layers_arg
+
+    p.add_argument("--pp", type=gpu_count, default=1,
+                   help="pipeline stages per replica, of --tp GPUs each")  # fmt: skip
+    p.add_argument("--pp-layers", type=pp_layers_arg, metavar="N,N,...|auto",
+                   help="blocks on each pipeline stage, first to last, or auto (as train's)")  # fmt: skip
+    p.add_argument("--pp-first-last", type=first_last_arg, metavar="N,M",
+                   help="N blocks on the first stage, M on the last, the rest split evenly")  # fmt: skip
+    p.add_argument("--ep", type=gpu_count, default=1,
+                   help="MoE: GPUs of a stage the experts are sharded over (divides --tp; "
+                   "--ep = --tp is vLLM's --enable-expert-parallel)")  # fmt: skip
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "serve",
@@ -117,6 +132,7 @@ def register(subparsers) -> None:
     )
     _common(p, rate_required=False)
     p.add_argument("--tp", type=gpu_count, default=1, help="tensor-parallel GPUs per replica")
+    _pipeline_options(p)
     p.add_argument("--replicas", type=gpu_count, default=1)
     p.add_argument("--router", choices=ROUTERS, default="round_robin")
     p.add_argument("--policy", choices=POLICIES, default=None, help="default: the stack's")
@@ -281,11 +297,24 @@ def _stack_deployment(args):
 
     stack = stack_from_args(args, get_accelerator(args.gpu))
     kw = {"tp": args.tp, "weight_dtype": args.weight_dtype, "kv_dtype": args.kv_dtype}
+    kw |= _pipeline_fields(args)
     if args.no_cuda_graph:
         kw |= {"cuda_graph": False, "decode_buckets": ()}
     if args.impl is not None:
         kw["impl"] = args.impl
     return stack_deployment(args.model, args.gpu, stack, fit=_fit(args), **kw), stack
+
+
+def _pipeline_fields(args) -> dict:
+    """Deployment's pp, pp_layers and ep from the flags (the split resolved as train's)."""
+    from gpuplan.cli.train_cmd import resolve_pp_layers
+    from gpuplan.workloads.presets import get_model
+
+    pp = getattr(args, "pp", 1)
+    if pp == 1 and getattr(args, "pp_layers", None) is None and not getattr(args, "pp_first_last", None):
+        return {"pp": 1, "ep": getattr(args, "ep", 1)}
+    layers = resolve_pp_layers(args, get_model(args.model), pp)
+    return {"pp": pp, "pp_layers": layers, "ep": getattr(args, "ep", 1)}
 
 
 def _stack_scheduler(args, stack, dep):
@@ -346,8 +375,11 @@ def _serve_doc(args, dep, sched, workload, result, replicas: int, stack=None) ->
         "model": dep.model.name,
         "gpu": dep.acc.key,
         "tp": dep.tp,
+        "pp": dep.pp,
+        "pp_layers": list(dep.pp_layers or (dep.model.n_layers,)),
+        "ep": dep.ep,
         "replicas": replicas,
-        "gpus": replicas * dep.tp,
+        "gpus": replicas * dep.gpus,
         "disaggregate": None if not args.disaggregate else "{}:{}".format(*args.disaggregate),
         "policy": sched.policy,
         "max_seqs": sched.max_seqs,
@@ -383,7 +415,9 @@ def _render_serve(doc: dict) -> str:
     )
     lines = [
         f"{c['model']} on {c['gpus']} x {c['gpu']}: {layout}, tp={c['tp']}, "
-        f"{c['weight_dtype']} weights, {c['kv_dtype']} KV cache, {c['policy']} batching "
+        + (f"pp={c['pp']} (blocks {','.join(map(str, c['pp_layers']))}), " if c.get("pp", 1) > 1 else "")
+        + (f"ep={c['ep']}, " if c.get("ep", 1) > 1 else "")
+        + f"{c['weight_dtype']} weights, {c['kv_dtype']} KV cache, {c['policy']} batching "
         f"(max {c['max_seqs']} sequences)",
         _defaults_line(c.get("defaults", [])),
         f"KV cache per replica: {kv['blocks']:,} blocks of {kv['block_tokens']} tokens "
