@@ -23,6 +23,7 @@ from gpuplan.cli.argtypes import (
     fraction,
     gpu_count,
     int_list,
+    non_negative,
     percentile,
     positive,
     random_seed,
@@ -152,6 +153,12 @@ def register(subparsers) -> None:
     p.add_argument("--shared-prefix", type=_prefix, default=None, metavar="TOKENS:GROUPS",
                    help="prefix caching: each request shares its first TOKENS prompt tokens "
                    "with one of GROUPS prefixes (a trace gives prefix_id, prefix_tokens columns)")
+    p.add_argument("--images-per-request", type=non_negative(int, 1024), default=None,
+                   metavar="N", help="vision-language models: images on every request (their "
+                   "tokens join the prompt, their encoder the prefill; a trace gives "
+                   "image_tokens and images columns)")
+    p.add_argument("--image-size", type=word, default=None, metavar="WxH",
+                   help="pixels of each image (default: the encoder's own square)")
     p.add_argument("--disaggregate", type=_ratio, help="P:D prefill and decode replicas")
     p.add_argument("--kv-link", choices=("scaleout", "scaleup"), default="scaleout")
     p.add_argument("--no-cuda-graph", action="store_true", help="decode iterations run eagerly")
@@ -216,7 +223,8 @@ def _workload(args, *, default_requests: int):
     from gpuplan.sim.serving.requests import make_workload, read_trace
 
     if args.trace:
-        return read_trace(args.trace, rate_per_s=args.rate, seed=args.seed, limit=args.requests)
+        load = read_trace(args.trace, rate_per_s=args.rate, seed=args.seed, limit=args.requests)
+        return _with_images(args, load)
     missing = [
         flag
         for flag, value in (
@@ -228,7 +236,7 @@ def _workload(args, *, default_requests: int):
     ]
     if missing:
         raise GpuplanError(f"give {', '.join(missing)} (or --trace FILE)")
-    return make_workload(
+    load = make_workload(
         rate_per_s=args.rate,
         n=args.requests or default_requests,
         prompt_tokens=args.prompt_tokens,
@@ -238,6 +246,24 @@ def _workload(args, *, default_requests: int):
         cv=getattr(args, "cv", 1.0),
         shared_prefix=getattr(args, "shared_prefix", None),
     )
+    return _with_images(args, load)
+
+
+def _with_images(args, load):
+    """--images-per-request N of --image-size on every request (a VLM's), else ``load``."""
+    from gpuplan.sim.serving.requests import with_images
+    from gpuplan.workloads.presets import get_model
+    from gpuplan.workloads.vision import Images, default_image_size, image_tokens, parse_image_size
+
+    count, size = getattr(args, "images_per_request", None), getattr(args, "image_size", None)
+    if count is None:
+        if size is not None:
+            raise GpuplanError("--image-size needs --images-per-request N")
+        return load
+    cfg = get_model(args.model)
+    width, height = parse_image_size(size) if size is not None else default_image_size(cfg)
+    tokens = image_tokens(cfg, Images(count=count, width=width, height=height))
+    return with_images(load, images=count, image_tokens=tokens)
 
 
 def run_serve(args) -> int:
@@ -436,6 +462,11 @@ def _render_serve(doc: dict) -> str:
         lines.append(f"prefix cache: {pc['saved_prefill_tokens']:,} prompt tokens found cached "
                      f"({100 * pc['hit_rate']:.1f}% of prompt tokens; {pc['requests_hit']:,} "
                      "requests hit)")
+    if doc.get("vision"):
+        v = doc["vision"]
+        lines.append(f"images: {v['images']:,} on {v['requests_with_images']:,} requests, "
+                     f"{v['image_tokens_mean']:,.0f} image tokens a request (in its prompt); "
+                     f"encoder {format_seconds(v['encoder_s_mean'])} a request")
     lines.append("")
     band = doc.get("error_band", {})
     rows = [{"metric": m, **{k: format_banded("_s", v, band.get(bands.latency_key(m, k)))

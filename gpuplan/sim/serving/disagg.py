@@ -34,6 +34,7 @@ from gpuplan.sim.serving.metrics import Timeline, conservation, request_columns,
 from gpuplan.sim.serving.router import Router
 from gpuplan.sim.serving.state import RequestTable
 from gpuplan.sim.serving.step_model import StepModel
+from gpuplan.sim.serving.vision import encoder_summary, prepare_images
 
 LINKS = ("scaleout", "scaleup")
 
@@ -114,6 +115,7 @@ def simulate_disaggregated(
             "mid-batch; choose continuous or chunked"
         )
     started = time.perf_counter()
+    workload = prepare_images(dep, workload)  # a VLM's image tokens and encoder, if any
     env, table = simpy.Environment(), RequestTable(workload)
     pre_sched = prefill_sched or sched
     budget = max(pre_sched.batched_tokens(dep.model) or 0, sched.batched_tokens(dep.model) or 0)
@@ -154,6 +156,8 @@ def simulate_disaggregated(
     frame = request_columns(table, end_s=env.now)
     summary = summarize(frame, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s)
     summary["conservation"] = conservation(frame, table, [r.state for r in pre + dec])
+    if workload.encoder_s is not None:
+        summary["vision"] = encoder_summary(workload)
     return ServingResult(
         request_columns=frame,
         timeline_columns=line.columns(),

@@ -35,6 +35,7 @@ from gpuplan.sim.serving.policies import IDLE, DecodeRun, Iteration, WaitUntil, 
 from gpuplan.sim.serving.router import Router
 from gpuplan.sim.serving.state import ReplicaState, RequestTable
 from gpuplan.sim.serving.step_model import StepModel
+from gpuplan.sim.serving.vision import encoder_summary, prepare_images
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -115,6 +116,8 @@ class Replica:
     def iteration_s(self, plan: Iteration) -> float:
         step_s = self.step.mixed_s(plan.prefill, plan.decode_seqs, plan.decode_kv_tokens,
                                    plan.sampled)  # fmt: skip
+        if plan.pieces:  # a VLM's encoder runs before the chunk that holds the images
+            step_s += self.state.table.take_encoder_s(plan.pieces)
         if plan.swap_bytes:
             step_s += plan.swap_bytes / self.swap_bytes_per_s
         return step_s
@@ -222,6 +225,7 @@ def simulate(
     if horizon_s is not None:
         check_positive("horizon_s", horizon_s)
     started = time.perf_counter()
+    workload = prepare_images(dep, workload)  # a VLM's image tokens and encoder, if any
     env, table = simpy.Environment(), RequestTable(workload)
     step = step or StepModel(dep, max_tokens=_table_tokens(sched, dep.model))
     line, bar = Timeline(timeline), Progress(workload.n, progress)
@@ -241,6 +245,8 @@ def simulate(
     summary["conservation"] = conservation(frame, table, [r.state for r in reps])
     if table.prefix_id is not None:
         summary["prefix_cache"] = prefix_cache_summary(table)
+    if workload.encoder_s is not None:
+        summary["vision"] = encoder_summary(workload)
     cap = kv_capacity(dep, sched)
     if timeline:
         summary["waiting_mean"] = time_average(over_time, "waiting", end_s=end_s)
