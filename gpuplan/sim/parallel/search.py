@@ -30,12 +30,13 @@ from gpuplan.errors import GpuplanError, check_whole
 from gpuplan.hwmodels.efficiency import efficiency_for
 from gpuplan.limits import MAX_DIM
 from gpuplan.sim.inputs import check_gpus, check_seq
-from gpuplan.sim.parallel.compute import CostCache, Shape
+from gpuplan.sim.parallel.compute import Shape
 from gpuplan.sim.parallel.cost import usd_per_hour
 from gpuplan.sim.parallel.estimate import flops_per_sequence, training_efficiency
 from gpuplan.sim.parallel.evaluate import evaluate
 from gpuplan.sim.parallel.interruptions import Interruptions, expected_interruptions
 from gpuplan.sim.parallel.memory import model_facts
+from gpuplan.sim.parallel.op_memo import KernelTable, ShapeKernels, shape_time_table
 from gpuplan.sim.parallel.space import (
     RECOMPUTE_NAMES,
     SCHEDULE_NAMES,
@@ -45,7 +46,7 @@ from gpuplan.sim.parallel.space import (
     search_layouts,
     split_label,
 )
-from gpuplan.sim.parallel.stage import TIME_FIELDS, shape_times
+from gpuplan.sim.parallel.stage import TIME_FIELDS
 from gpuplan.sim.parallel.step_time import step_total
 from gpuplan.sim.parallel.strategy import Strategy, validate
 from gpuplan.sim.parallel.topology import Cluster
@@ -85,10 +86,10 @@ def _price_shapes(cfg, s: dict, seq: int, acc, eff, space: SearchSpace, pool, pr
     ``SHAPE_CHUNK`` shapes, merged in order: the same wherever the pieces run)."""
     keys = np.stack([s["mb"], s["tp"], s["cp"], s["sp"], s["ep"], s["fp8"]], axis=1)
     uniq, index = unique_rows(keys)
-    # one cache for every piece: run here, the pieces share the kernels they price (a worker
-    # elsewhere gets a copy; the numbers are the same either way)
-    costs = CostCache(cfg, acc, eff, get_stack(space.stack).elementwise)
-    price = partial(_price_piece, costs, seq, space)
+    # one table of kernels for every piece: run here, the pieces share the kernels they price
+    # (a worker elsewhere gets a copy; the numbers are the same either way)
+    kernels = ShapeKernels(cfg, get_stack(space.stack).elementwise, KernelTable(acc, eff))
+    price = partial(_price_piece, kernels, seq, space)
     pieces = [uniq[sl] for sl in chunks(len(uniq), SHAPE_CHUNK)]
     parts = pool.map(price, progress(pieces, "pricing kernel shapes", pool))
     table = {f: np.concatenate([part[f] for part in parts]) for f in TIME_FIELDS}
@@ -110,11 +111,13 @@ def unique_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return keys[first], index.ravel()
 
 
-def _price_piece(costs: CostCache, seq: int, space: SearchSpace, shapes: np.ndarray) -> dict:
-    """Times of ``shapes`` (rows of micro-batch, tp, cp, sp, ep, fp8): one piece of a sweep."""
-    cfg = costs.cfg
-    table = {f: np.empty(len(shapes)) for f in TIME_FIELDS}
-    for i, (mb, tp, cp, sp, ep, fp8) in enumerate(shapes):
+def _price_piece(kernels: ShapeKernels, seq: int, space: SearchSpace, shapes: np.ndarray) -> dict:
+    """Times of ``shapes`` (rows of micro-batch, tp, cp, sp, ep, fp8): one piece of a sweep.
+    Each shape's kernels are listed as numbers, the new ones priced in a few array calls
+    (``hwmodels.bulk``), and the per-shape sums taken at once (``op_memo.shape_time_table``)."""
+    cfg = kernels.cfg
+    parts = []
+    for mb, tp, cp, sp, ep, fp8 in shapes.tolist():
         shape = Shape(
             micro_batch=int(mb),
             seq=seq,
@@ -126,9 +129,8 @@ def _price_piece(costs: CostCache, seq: int, space: SearchSpace, shapes: np.ndar
             precision="fp8" if fp8 else "bf16",
             attention=space.attention,
         )
-        for f, v in shape_times(costs(shape)).items():
-            table[f][i] = v
-    return table
+        parts.append(kernels.parts(shape))
+    return shape_time_table(parts, kernels.table, kernels.table.eff)
 
 
 def _progress(total: int):
