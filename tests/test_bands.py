@@ -293,3 +293,10 @@ def test_serve_plan_json_carries_bands_per_row(capsys):
                          "--requests", "100", "--top", "1", "--json"))  # fmt: skip
     _has_bands(doc, ("ttft_p99_s", "tpot_p99_s", "usd_per_m_output_tokens"))
     assert doc["configs"][0]["error_band"] == doc["error_band"]
+
+
+def test_the_band_build_refuses_an_out_in_a_missing_folder(tmp_path, capsys):
+    out = tmp_path / "nope" / "bands.json"
+    assert band_data.main(["--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "does not exist" in err and not out.exists()
