@@ -1,5 +1,5 @@
 """``python3 -m gpuplan.validate.bands --out gpuplan/hwmodels/data/error_bands.json``: the data of
-the error bands (``gpuplan.sim.bands``) from the validation residuals. About 30 s on two cores;
+the error bands (``gpuplan.sim.bands``) from the validation residuals. 12-30 s on two cores;
 same inputs, same bytes (``tests/test_bands.py`` checks it).
 
 A residual is the signed relative error ``e = predicted / true - 1`` of one prediction, in the
