@@ -106,9 +106,11 @@ def simulate_disaggregated(
     slo_ttft_s: float | None = None,
     slo_tpot_s: float | None = None,
     step: StepModel | None = None,
+    watch=None,
 ) -> ServingResult:
     """Serve ``workload`` with a prefill pool and a decode pool (``sched`` rules the decode
-    replicas; ``prefill_sched``, default ``sched``, the prefill replicas' limits)."""
+    replicas; ``prefill_sched``, default ``sched``, the prefill replicas' limits; ``watch``: as
+    ``engine.simulate``'s)."""
     if sched.policy in ("static", "dynamic"):
         raise GpuplanError(
             f"policy={sched.policy!r} cannot run disaggregated: decode replicas admit requests "
@@ -120,7 +122,8 @@ def simulate_disaggregated(
     pre_sched = prefill_sched or sched
     budget = max(pre_sched.batched_tokens(dep.model) or 0, sched.batched_tokens(dep.model) or 0)
     step = step or StepModel(dep, max_tokens=max(budget, sched.max_seqs))
-    line, bar = Timeline(timeline), Progress(workload.n, progress)
+    line = Timeline(timeline)
+    bar = Progress(workload.n, progress, watch and (lambda rid, at_s: watch(table, rid, at_s)))
     pre = [
         make_replica(env, i, table, dep, pre_sched, step, line, prefill_only=True)
         for i in range(dis.prefill_replicas)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 import simpy
@@ -183,17 +184,26 @@ def arrivals(env, table: RequestTable, dispatch):
     yield env.timeout(0)
 
 
-class Progress:
-    """A tqdm bar of finished requests, updated in steps (``enabled`` False: nothing)."""
+class Settled(Exception):  # noqa: N818 (a signal, not an error)
+    """Raised by a ``watch`` to end a simulation whose verdict can no longer change."""
 
-    def __init__(self, total: int, enabled: bool):
+
+class Progress:
+    """A tqdm bar of finished requests, updated in steps (``enabled`` False: nothing);
+    ``watch(rid, at_s)``, if given, sees every request finished or rejected, and may raise
+    ``Settled`` to end the simulation there."""
+
+    def __init__(self, total: int, enabled: bool, watch=None):
         self.bar, self.count, self.step = None, 0, max(1, total // 200)
+        self.watch = watch
         if enabled:
             from tqdm import tqdm
 
             self.bar = tqdm(total=total, unit="req", smoothing=0.1)
 
     def done(self, rid: int, at_s: float) -> None:
+        if self.watch is not None:
+            self.watch(rid, at_s)
         self.count += 1
         if self.bar is not None and self.count % self.step == 0:
             self.bar.update(self.step)
@@ -218,9 +228,12 @@ def simulate(
     slo_ttft_s: float | None = None,
     slo_tpot_s: float | None = None,
     step: StepModel | None = None,
+    watch=None,
 ) -> ServingResult:
     """Serve ``workload`` with ``replicas`` identical replicas behind ``router`` (``step``: a
-    step model of ``dep`` to reuse, with its memo, across simulations)."""
+    step model of ``dep`` to reuse, with its memo, across simulations; ``watch(table, rid,
+    at_s)``: called at each request finished or rejected, it may raise ``Settled``, which
+    propagates)."""
     check_gpus(replicas, "replicas")
     if horizon_s is not None:
         check_positive("horizon_s", horizon_s)
@@ -228,7 +241,8 @@ def simulate(
     workload = prepare_images(dep, workload)  # a VLM's image tokens and encoder, if any
     env, table = simpy.Environment(), RequestTable(workload)
     step = step or StepModel(dep, max_tokens=_table_tokens(sched, dep.model))
-    line, bar = Timeline(timeline), Progress(workload.n, progress)
+    line = Timeline(timeline)
+    bar = Progress(workload.n, progress, watch and partial(watch, table))
     reps = [
         make_replica(env, i, table, dep, sched, step, line, max_run_iterations=max_run_iterations)
         for i in range(replicas)

@@ -42,10 +42,11 @@ from gpuplan.sim.serving.deployment import (
     serving_efficiency,
 )
 from gpuplan.sim.serving.disagg import Disaggregation, simulate_disaggregated
-from gpuplan.sim.serving.engine import simulate
+from gpuplan.sim.serving.engine import Settled, simulate
 from gpuplan.sim.serving.kv_cache import kv_capacity
 from gpuplan.sim.serving.on_stack import deployment_fields, stack_serving_efficiency
 from gpuplan.sim.serving.requests import Workload
+from gpuplan.sim.serving.state import FINISHED
 from gpuplan.sim.serving.step_model import Batch, StepModel
 from gpuplan.sim.sweep import InProcess, Pool
 from gpuplan.units import HOUR
@@ -94,6 +95,7 @@ class Candidate:
     policy: str
     prefill: int = 0  # replicas of a disaggregated unit (0: one colocated replica)
     decode: int = 0
+    pp: int = 1  # pipeline stages of tp GPUs (``_pipeline_candidates``)
 
     @property
     def unit_replicas(self) -> int:
@@ -101,7 +103,7 @@ class Candidate:
 
     @property
     def unit_gpus(self) -> int:
-        return self.tp * self.unit_replicas
+        return self.tp * self.pp * self.unit_replicas
 
     @property
     def layout(self) -> str:
@@ -133,7 +135,7 @@ def candidates(cfg, acc, eff, space: SearchSpace) -> list[tuple[Candidate, Deplo
                     continue
                 out.append((base, dep))
                 out += [(replace(base, prefill=p, decode=d), dep) for p, d in space.ratios]
-    return out
+    return out or _pipeline_candidates(cfg, acc, eff, space)
 
 
 def _sched(c: Candidate) -> SchedulerConfig:
@@ -162,8 +164,46 @@ def unit_rate_bound(c: Candidate, dep: Deployment, step: StepModel, lengths) -> 
     return min(c.prefill / prefill_s, c.decode / max(decode_s, 1e-12))
 
 
+class _Failing:
+    """A simulation's watch (``engine.Settled``): it ends the run once the SLO verdict is sure
+    to be a miss, so a failing probe need not simulate its remaining requests. Sure, because
+    ``_verdict`` fails on any rejection, and numpy's linear percentile of N values at p lies
+    between the sorted values of ranks floor(r) and ceil(r), r = p/100 (N - 1): once N -
+    floor(r) of the values it will take exceed the target, both do, and so does the
+    percentile. The values are those of the requests after the warm-up (every one of them must
+    finish to pass, so N is known before the run: all of them for TTFT, those of more than one
+    output token for TPOT)."""
+
+    def __init__(self, output_tokens: np.ndarray, slo: Slo):
+        n = len(output_tokens)
+        self.first, self.slo = int(n * WARMUP_SHARE), slo
+        kept = output_tokens[self.first :]
+        self.ttft_left = self._needed(len(kept), slo.percentile)
+        self.tpot_left = self._needed(int((kept > 1).sum()), slo.percentile)
+
+    @staticmethod
+    def _needed(n: int, percentile: float) -> float:
+        """Values above the target that make the percentile of ``n`` values exceed it."""
+        return n - math.floor(percentile / 100 * (n - 1)) if n else math.inf
+
+    def __call__(self, table, rid: int, at_s: float) -> None:
+        if table.status[rid] != FINISHED:  # rejected: a sure miss
+            raise Settled
+        if rid < self.first:
+            return
+        first, out = table.first_token_s[rid], table.output[rid]
+        if first - table.arrival_s[rid] > self.slo.ttft_s:
+            self.ttft_left -= 1
+        if out > 1 and (at_s - first) / (out - 1) > self.slo.tpot_s:
+            self.tpot_left -= 1
+        if self.ttft_left <= 0 or self.tpot_left <= 0:
+            raise Settled
+
+
 class _Probe:
-    """Simulations of one candidate at a given number of units (memoized)."""
+    """Simulations of one candidate at a given number of units (memoized). A run whose miss is
+    settled early (``_Failing``) is kept as a miss with no percentiles (NaN); ``exact`` runs it
+    to the end when its percentiles are wanted."""
 
     def __init__(self, c, dep, step, *, rate_per_s, lengths, slo, n_requests, seed):
         self.c, self.dep, self.step, self.rate, self.slo = c, dep, step, rate_per_s, slo
@@ -174,23 +214,34 @@ class _Probe:
     def __call__(self, units: int) -> tuple[bool, float, float]:
         """(meets, TTFT and TPOT at the percentile) with traffic split over ``units``."""
         if units not in self.seen:
-            self.seen[units] = self._run(self.rate / units)
+            self.seen[units] = self._run(self.rate / units, settle=True)
         return self.seen[units]
 
-    def _run(self, rate: float) -> tuple[bool, float, float]:
+    def exact(self, units: int) -> tuple[bool, float, float]:
+        """``self(units)`` with its percentiles, even of a miss."""
+        if math.isnan(self(units)[1]):
+            self.seen[units] = self._run(self.rate / units, settle=False)
+        return self.seen[units]
+
+    def _run(self, rate: float, *, settle: bool) -> tuple[bool, float, float]:
         rng = np.random.default_rng(self.seed)
         gaps = rng.exponential(1.0 / rate, self.n) if math.isfinite(rate) else np.zeros(self.n)
         times = np.cumsum(gaps) - gaps[0]
         load = Workload(arrival_s=times, prompt_tokens=self.lengths[0][: self.n],
                         output_tokens=self.lengths[1][: self.n])  # fmt: skip
         c = self.c
-        if c.prefill:
-            dis = Disaggregation(prefill_replicas=c.prefill, decode_replicas=c.decode)
-            pre = replace(self.sched, policy="continuous")
-            res = simulate_disaggregated(self.dep, self.sched, load, dis, prefill_sched=pre,
-                                         timeline=False, step=self.step)  # fmt: skip
-        else:
-            res = simulate(self.dep, self.sched, load, timeline=False, step=self.step)
+        watch = _Failing(load.output_tokens, self.slo) if settle else None
+        try:
+            if c.prefill:
+                dis = Disaggregation(prefill_replicas=c.prefill, decode_replicas=c.decode)
+                pre = replace(self.sched, policy="continuous")
+                res = simulate_disaggregated(self.dep, self.sched, load, dis, prefill_sched=pre,
+                                             timeline=False, step=self.step, watch=watch)  # fmt: skip
+            else:
+                res = simulate(self.dep, self.sched, load, timeline=False, step=self.step,
+                               watch=watch)  # fmt: skip
+        except Settled:
+            return False, math.nan, math.nan
         return _verdict(res.requests, self.slo)
 
 
@@ -204,8 +255,18 @@ def _verdict(frame: pd.DataFrame, slo: Slo) -> tuple[bool, float, float]:
     return ttft <= slo.ttft_s and tpot <= slo.tpot_s, ttft, tpot
 
 
-def fewest_units(probe: _Probe, start: int, most: int) -> int | None:
-    """The fewest units in [1, most] that meet the SLO, searching from ``start``."""
+ABOVE_CAP = -1  # fewest_units: the answer is sure to exceed the cap
+
+
+def fewest_units(probe: _Probe, start: int, most: int, cap: int | None = None) -> int | None:
+    """The fewest units in [1, most] that meet the SLO, searching from ``start`` (doubling,
+    then bisection); None if none does. With ``cap`` below ``most``, only an answer of at most
+    ``cap`` units is wanted: the same search, with the lightest load (``most``) probed last, is
+    given up as ``ABOVE_CAP`` once the failures already seen put the answer above ``cap``. The
+    units it probes are among those the uncapped search probes, so an answer within the cap is
+    the uncapped answer."""
+    if cap is not None and cap < most:
+        return _fewest_capped(probe, start, most, cap)
     if not probe(most)[0]:  # not even at the lightest load
         return None
     lo, hi = 0, max(1, min(start, most))
@@ -217,6 +278,22 @@ def fewest_units(probe: _Probe, start: int, most: int) -> int | None:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if probe(mid)[0] else (mid, hi)
     return hi
+
+
+def _fewest_capped(probe: _Probe, start: int, most: int, cap: int) -> int:
+    lo, hi = 0, max(1, min(start, most))
+    while True:  # doubling; every answer of this search is above lo
+        if lo >= cap:
+            return ABOVE_CAP
+        if probe(hi)[0]:
+            break
+        lo, hi = hi, min(2 * hi, most)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if probe(mid)[0] else (mid, hi)
+        if lo >= cap:
+            return ABOVE_CAP
+    return hi if probe(most)[0] else None  # the uncapped search asks this first
 
 
 def plan(
@@ -251,7 +328,8 @@ def plan(
            else stack_serving_efficiency(space.stack, acc, fit))  # fmt: skip
     found = candidates(cfg, acc, eff, space)
     if not found:
-        raise GpuplanError(f"{cfg.name} fits on no configuration of {acc.key} up to tp=8")
+        raise GpuplanError(f"{cfg.name} fits on no configuration of {acc.key} up to tp=8, nor "
+                           f"on a pipeline of tp x pp within {space.max_gpus} GPUs")
     mean_output = float(np.mean(lengths[1][:requests]))
     per_m = 1e6 / (rate_per_s * mean_output * HOUR)  # dollars per million tokens per $/hour
     steps = {}
@@ -277,7 +355,8 @@ def plan(
         batch = ordered[lo : lo + pool.width]
         # the deployment's step model goes with each piece: shared here, a copy of its memo (pure
         # prices, the same numbers either way) on a worker
-        pieces = [(c, dep, start, steps[id(dep)]) for _, start, c, dep in batch]
+        cap = _top_cost(met, top)
+        pieces = [(c, dep, start, steps[id(dep)], cap) for _, start, c, dep in batch]
         for (gpus_floor, *_), row in zip(batch, pool.map(evaluate, pieces), strict=True):
             if _enough(met, top, gpus_floor * hourly * per_m):
                 break
@@ -288,6 +367,7 @@ def plan(
     bar.close()
     evaluated = pd.DataFrame(rows)
     best = evaluated[evaluated["meets"]].sort_values(["usd_per_m_output_tokens", "gpus"]).head(top)
+    best = best.drop(columns="above_top_cost")
     if best.empty:
         raise GpuplanError(_unmet(cfg, acc, rate_per_s, slo, space, evaluated))
     return PlanResult(
@@ -299,6 +379,24 @@ def plan(
     )
 
 
+def _top_cost(met: list[float], top: int) -> float:
+    """The ``top``-th lowest cost met so far (inf before ``top`` have met): a candidate that
+    costs more at its fewest units cannot be among the ``top``, so its search stops there."""
+    return sorted(met)[top - 1] if len(met) >= top else math.inf
+
+
+def _cap_units(c: Candidate, cap_usd: float, hourly: float, per_m: float) -> int | None:
+    """The most units of ``c`` whose cost (as ``_row`` prices it) is within ``cap_usd``."""
+    if math.isinf(cap_usd):
+        return None
+    units = math.floor(cap_usd / (c.unit_gpus * hourly * per_m))
+    while (units + 1) * c.unit_gpus * hourly * per_m <= cap_usd:
+        units += 1
+    while units > 0 and units * c.unit_gpus * hourly * per_m > cap_usd:
+        units -= 1
+    return units
+
+
 def _enough(met: list[float], top: int, floor_usd: float) -> bool:
     """Whether ``top`` configurations already cost no more than a candidate's floor."""
     return len(met) >= top and floor_usd > sorted(met)[top - 1]
@@ -307,21 +405,27 @@ def _enough(met: list[float], top: int, floor_usd: float) -> bool:
 def _evaluate_candidate(piece, *, rate_per_s, lengths, slo, requests, seed, max_gpus, hourly,
                         per_m) -> dict:  # fmt: skip
     """The fewest units of one candidate that meet the SLO, as a row: one piece of the plan."""
-    c, dep, start, step = piece
+    c, dep, start, step, cap_usd = piece
     probe = _Probe(c, dep, step, rate_per_s=rate_per_s, lengths=lengths,
                    slo=slo, n_requests=requests, seed=seed)  # fmt: skip
-    units = fewest_units(probe, start, max(1, max_gpus // c.unit_gpus))
+    cap = _cap_units(c, cap_usd, hourly, per_m)
+    units = fewest_units(probe, start, max(1, max_gpus // c.unit_gpus), cap)
     return _row(c, units, probe, hourly, per_m, slo)
 
 
 def _row(c: Candidate, units, probe: _Probe, hourly: float, per_m: float, slo: Slo) -> dict:
+    """The candidate's row; one given up above the top cost (``ABOVE_CAP``) is a miss at the
+    most units it tried, its percentiles NaN where that run was settled early."""
+    above = units == ABOVE_CAP
+    units = None if above else units
     tried = units if units is not None else max(probe.seen)
-    _, ttft, tpot = probe(tried)
+    _, ttft, tpot = probe(tried) if above else probe.exact(tried)
     gpus = tried * c.unit_gpus
     pct = f"p{slo.percentile:g}"
     return {
         "layout": c.layout,
         "tp": c.tp,
+        "pp": c.pp,
         "weight_dtype": c.weight_dtype,
         "kv_dtype": c.kv_dtype,
         "max_seqs": c.max_seqs,
@@ -333,6 +437,7 @@ def _row(c: Candidate, units, probe: _Probe, hourly: float, per_m: float, slo: S
         "usd_per_hour": gpus * hourly,
         "usd_per_m_output_tokens": gpus * hourly * per_m,
         "meets": units is not None,
+        "above_top_cost": above,  # not searched past the top-th cost met (``_top_cost``)
     }
 
 
@@ -367,3 +472,31 @@ def _unmet(cfg, acc, rate, slo: Slo, space: SearchSpace, evaluated: pd.DataFrame
         f"{closest[f'ttft_{pct}_s']:.3g} s and TPOT {closest[f'tpot_{pct}_s']:.3g} s: relax the "
         "SLO, raise --max-gpus or choose a faster GPU"
     )
+
+
+def _pipeline_candidates(cfg, acc, eff, space: SearchSpace) -> list[tuple[Candidate, Deployment]]:
+    """For a model that no node's TP holds: colocated replicas of ``pp`` stages of the widest TP
+    of the space, for the shallowest pipeline that holds it and the next deeper one (more KV
+    blocks per stage), split evenly or by ``strategy.auto_pp_layers``."""
+    from gpuplan.sim.parallel.strategy import auto_pp_layers
+    from gpuplan.sim.serving.pipeline import MAX_PP_ADVICE
+
+    tp = max(t for t in (space.tps or range(1, MAX_TP + 1)) if cfg.n_heads % t == 0)
+    out: list[tuple[Candidate, Deployment]] = []
+    depths = 0
+    for pp in range(2, min(cfg.n_layers, MAX_PP_ADVICE) + 1):
+        if depths == 2 or tp * pp > space.max_gpus:
+            break
+        layers = None if cfg.n_layers % pp == 0 else auto_pp_layers(cfg.n_layers, pp)
+        found = len(out)
+        for weight, kv in space.formats:
+            fields = {} if space.stack is None else deployment_fields(space.stack, tp=tp)
+            dep = Deployment(model=cfg, acc=acc, eff=eff, tp=tp, pp=pp, pp_layers=layers,
+                             weight_dtype=weight, kv_dtype=kv, **fields)  # fmt: skip
+            for seqs in space.max_seqs:
+                c = Candidate(tp=tp, pp=pp, weight_dtype=weight, kv_dtype=kv, max_seqs=seqs,
+                              policy=space.policy)  # fmt: skip
+                if _fits(dep, _sched(c)):
+                    out.append((c, dep))
+        depths += len(out) > found or depths > 0
+    return out
