@@ -48,7 +48,8 @@ def weights_bytes_per_gpu(cfg: ModelConfig, *, tp: int, weight_dtype: str) -> fl
     pc = count_params(cfg)
     blocks = sum(pc.per_layer) * weight_bytes_per_param(weight_dtype) / tp
     vocab = (pc.embedding + pc.lm_head) * dtype_bytes("bf16") / tp
-    return blocks + vocab + pc.final_norms * dtype_bytes("bf16")
+    vision = pc.vision * dtype_bytes("bf16") / tp  # a VLM's tower: 16-bit, split like the blocks
+    return blocks + vocab + vision + pc.final_norms * dtype_bytes("bf16")
 
 
 def kv_bytes_per_token(cfg: ModelConfig, *, tp: int, kv_dtype: str) -> float:

@@ -19,6 +19,11 @@ Traces: CSV or JSON Lines, one request per row, with ``arrival_s`` (or Vidur's `
 ``prompt_tokens`` (or ``num_prefill_tokens``) and ``output_tokens`` (or ``num_decode_tokens``).
 A trace without arrival times takes them from the rate.
 
+Images (vision-language models): a request may carry ``images`` and the ``image_tokens`` the
+model makes of them (trace columns; synthetic workloads get the same images for every request
+from ``with_images``); ``serving.vision.prepare_images`` turns them into the deployment's terms
+(longer prompts for Qwen2-VL-style models, the encoder's seconds per request in ``encoder_s``).
+
 Shared prefixes (prefix caching): a request may name a ``prefix_id`` and the ``prefix_tokens``
 its prompt shares with every other request of that id (a system prompt, a few-shot template, a
 conversation's history); traces carry them as columns, synthetic workloads draw them with
@@ -52,6 +57,8 @@ _ALIASES = {
     "output_tokens": ("output_tokens", "num_decode_tokens", "generated_tokens"),
     "prefix_id": ("prefix_id",),
     "prefix_tokens": ("prefix_tokens", "shared_prefix_tokens"),
+    "image_tokens": ("image_tokens", "num_image_tokens"),
+    "images": ("images", "num_images"),
 }
 
 
@@ -64,10 +71,45 @@ class Workload:
     output_tokens: np.ndarray
     prefix_id: np.ndarray | None = None  # shared-prefix group of each request (module docstring)
     prefix_tokens: np.ndarray | None = None  # tokens of its prompt that group shares
+    image_tokens: np.ndarray | None = None  # tokens its images give the model (module docstring)
+    images: np.ndarray | None = None  # images each request carries
+    encoder_s: np.ndarray | None = None  # the deployment's encoder seconds (prepare_images)
 
     def __post_init__(self) -> None:
         self._check_lengths()
         self._check_prefixes()
+        self._check_images()
+
+    def _check_images(self) -> None:
+        if self.image_tokens is None:
+            if self.images is not None:
+                raise GpuplanError("images need image_tokens (the tokens the model makes of them)")
+            return
+        for name in ("image_tokens", "images"):
+            values = getattr(self, name)
+            if values is None:
+                continue
+            if len(values) != self.n:
+                raise GpuplanError(f"{name} must have one entry per request ({self.n})")
+            bad = np.flatnonzero((values < 0) | (values != np.floor(values)))
+            if len(bad):
+                i = int(bad[0])
+                raise GpuplanError(f"request {i + 1}: {name}={values[i]!r} is invalid: it must "
+                                   "be a whole number, zero or more")
+        if self.images is not None:
+            bad = np.flatnonzero((self.images == 0) != (self.image_tokens == 0))
+            if len(bad):
+                i = int(bad[0])
+                raise GpuplanError(f"request {i + 1}: images={int(self.images[i])} and "
+                                   f"image_tokens={int(self.image_tokens[i])} disagree: both are "
+                                   "zero or neither")
+
+    @property
+    def images_per_request(self) -> np.ndarray:
+        """Images of each request: the ``images`` column, else one where it has image tokens."""
+        if self.images is not None:
+            return self.images
+        return (self.image_tokens > 0).astype(np.int64)
 
     def _check_prefixes(self) -> None:
         if (self.prefix_id is None) != (self.prefix_tokens is None):
@@ -222,6 +264,17 @@ def make_workload(
     return Workload(arrival_s=times, prompt_tokens=prompt, output_tokens=output, **prefixes)
 
 
+def with_images(workload: Workload, *, images: int, image_tokens: int) -> Workload:
+    """``workload`` with ``images`` images, of ``image_tokens`` tokens in all, on every request."""
+    from dataclasses import replace
+
+    check_whole("images per request", images, low=0, high=MAX_DIM)
+    check_whole("image tokens per request", image_tokens, low=0, high=MAX_DIM)
+    n = workload.n
+    return replace(workload, images=np.full(n, images, dtype=np.int64),
+                   image_tokens=np.full(n, image_tokens, dtype=np.int64))
+
+
 def read_trace(
     path: str | Path, *, rate_per_s: float | None = None, seed: int = 0, limit: int | None = None
 ) -> Workload:
@@ -248,6 +301,12 @@ def read_trace(
                                "together")  # fmt: skip
         prefixes = {k: np.asarray(cols[k], dtype=np.int64)[order]
                     for k in ("prefix_id", "prefix_tokens")}  # fmt: skip
+    for key in ("image_tokens", "images"):  # a VLM's requests with images
+        if cols[key] is not None:
+            values = np.asarray(cols[key], dtype=float)[order]
+            if np.any(values != np.floor(values)):
+                raise GpuplanError(f"trace {str(path)!r}: {key} must be whole numbers")
+            prefixes[key] = values.astype(np.int64)
     return Workload(
         arrival_s=times[order] - times[order][0],
         prompt_tokens=np.asarray(cols["prompt_tokens"], dtype=np.int64)[order],

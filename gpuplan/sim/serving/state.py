@@ -58,6 +58,21 @@ class RequestTable:
         self.prefix_id = workload.prefix_id.tolist() if has_prefix else None
         self.prefix_tokens = workload.prefix_tokens.tolist() if has_prefix else None
         self.prefix_hit = [0] * n  # prompt tokens found cached, summed over its prefills
+        # a VLM's encoder seconds still to pay, per request (serving.vision.prepare_images)
+        due = getattr(workload, "encoder_s", None)
+        self.encoder_due = None if due is None else due.tolist()
+
+    def take_encoder_s(self, pieces) -> float:
+        """Encoder seconds of the requests these prefill pieces run, for those that have not
+        paid theirs yet (vLLM keeps an image's encoder output for the request's later chunks)."""
+        due = self.encoder_due
+        if due is None:
+            return 0.0
+        total = 0.0
+        for rid, _ in pieces:
+            total += due[rid]
+            due[rid] = 0.0
+        return total
 
     def prefill_target(self, rid: int) -> int:
         """Tokens a prefill of this request caches: the prompt and what it already generated."""
