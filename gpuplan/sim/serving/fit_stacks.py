@@ -4,10 +4,11 @@
 
 Fitted (``stacks.serving``): TensorRT-LLM's host cost per kernel call against eager PyTorch
 (``call_factor``) and its CPU time per iteration; the Splitwise profiles' engine's host cost per call
-and its CPU time per iteration and per tensor-parallel rank. Each stack is fitted on the rows of the sources it
-prices, only those ``split_by_source`` puts in the fit part (seed 0), by a grid search that
-minimises the mean over metric kinds of the median absolute % error. Held-out rows are never
-read. The output file records the grid, the seed, the rows used and the fitted values.
+and its CPU time per iteration and per tensor-parallel rank, and the size above which its
+all-reduces run slower and by how much (``stacks.serving``; 0 bytes, none, is on the grid).
+Each stack is fitted on the rows of the sources it prices, only those ``split_by_source`` puts
+in the fit part (seed 0), by a grid search that minimises the mean over metric kinds of the
+median absolute % error. Held-out rows are never read. The output file records the grid, the seed, the rows used and the fitted values.
 """
 
 from __future__ import annotations
@@ -29,9 +30,11 @@ GRIDS = {
         "iteration_overhead_s": (0.0, 5e-4, 1e-3, 2e-3, 3e-3),
     },
     "eager-2023": {
-        "call_factor": (0.1, 0.2, 0.3, 0.4, 0.6, 1.0),
-        "iteration_overhead_s": (0.0, 6e-3, 9e-3, 12e-3, 15e-3),
-        "overhead_per_rank_s": (0.0, 5e-4, 1e-3, 2e-3),
+        "call_factor": (0.2, 0.4, 0.6),
+        "iteration_overhead_s": (9e-3, 12e-3, 15e-3),
+        "overhead_per_rank_s": (0.0, 5e-4, 1e-3),
+        "large_allreduce_bytes": (0.0, 16e6, 24e6, 32e6, 48e6),  # 0: no slower large all-reduce
+        "large_allreduce_factor": (3.0, 4.0, 5.0),
     },
 }
 OUT = Path(__file__).parent / "data" / "stack_fit.json"

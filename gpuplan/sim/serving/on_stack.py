@@ -37,6 +37,8 @@ def deployment_fields(stack: str | Stack, *, tp: int = 1) -> dict:
         "cuda_graph": run.cuda_graph if run else True,
         "decode_buckets": run.decode_buckets if run and run.cuda_graph else (),
         "iteration_overhead_s": run.overhead_s(tp) if run else 0.0,
+        "large_allreduce_bytes": run.large_allreduce_bytes if run else 0.0,
+        "large_allreduce_factor": run.large_allreduce_factor if run else 1.0,
         "kv_cache": "paged",
         "stack": stack.name,
     }
