@@ -595,7 +595,7 @@ def run_plan(args) -> int:
                                                 "ran_on": pool_label(args)})))  # fmt: skip
         return 0
     pct = f"p{args.percentile:g}"
-    cols = ["layout", "tp", "weight_dtype", "kv_dtype", "max_seqs", "replicas", "gpus",
+    cols = ["layout", "tp", "pp", "weight_dtype", "kv_dtype", "max_seqs", "replicas", "gpus",
             f"ttft_{pct}_s", f"tpot_{pct}_s", "usd_per_hour", "usd_per_m_output_tokens"]  # fmt: skip
     money = {c: (lambda v: f"${v:,.2f}") for c in ("usd_per_hour", "usd_per_m_output_tokens")}
     print(
@@ -603,9 +603,9 @@ def run_plan(args) -> int:
         f"TTFT {pct} <= {format_seconds(args.slo_ttft_s)} and TPOT {pct} <= "
         f"{format_seconds(args.slo_tpot_s)}\n{_defaults_line(defaults)}\n"
     )
-    banded = {c: money.get(c, format_seconds) for c in cols[7:]}
+    banded = {c: money.get(c, format_seconds) for c in cols[8:]}
     shown = [{**row, **{c: format_banded(c, row[c], row["error_band"].get(c), banded[c])
-                        for c in cols[7:] if c in row}} for row in configs]  # fmt: skip
+                        for c in cols[8:] if c in row}} for row in configs]  # fmt: skip
     print(render_table(shown, cols))
     if doc["error_band_label"]:
         print(f"error band p10-p90: {doc['error_band_label']}")

@@ -30,12 +30,6 @@ from dataclasses import dataclass, replace
 
 from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.collectives import collective_time
-from gpuplan.sim.parallel.strategy import (
-    Strategy,
-    auto_pp_layers,
-    check_stages,
-    stage_layer_counts,
-)
 from gpuplan.sim.serving.quantization import weight_bytes_per_param
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.model import ModelConfig
@@ -65,6 +59,9 @@ class Stage:
 def stage_split(cfg: ModelConfig, pp: int, pp_layers: tuple[int, ...] | None) -> tuple[int, ...]:
     """Blocks per stage, first to last, checked by training's rule (one rule for both): a ``pp``
     that does not divide the blocks needs ``pp_layers``, which must sum to them."""
+    # imported here: ``sim.parallel``'s package pulls in pandas, which a serve run never loads
+    from gpuplan.sim.parallel.strategy import Strategy, check_stages, stage_layer_counts
+
     strategy = Strategy(pp=pp, pp_layers=pp_layers)
     check_stages(strategy, cfg)
     return stage_layer_counts(strategy, cfg.n_layers)
@@ -240,6 +237,8 @@ MAX_PP_ADVICE = 16  # the deepest pipeline an error message suggests (16 nodes o
 def fitting_pp(dep, sched, fits) -> str | None:
     """Advice for a model that fits no single node: the shallowest pipeline of stages of the
     widest TP that divides the heads on which ``fits(deployment)`` holds, or None."""
+    from gpuplan.sim.parallel.strategy import auto_pp_layers
+
     cfg = dep.model
     tp = max(t for t in range(1, NODE_GPUS + 1) if cfg.n_heads % t == 0)
     for pp in range(2, min(cfg.n_layers, MAX_PP_ADVICE) + 1):

@@ -135,7 +135,10 @@ def candidates(cfg, acc, eff, space: SearchSpace) -> list[tuple[Candidate, Deplo
                     continue
                 out.append((base, dep))
                 out += [(replace(base, prefill=p, decode=d), dep) for p, d in space.ratios]
-    return out or _pipeline_candidates(cfg, acc, eff, space)
+    # a format no node's TP holds gets pipelines of nodes (``_pipeline_candidates``)
+    held = {(c.weight_dtype, c.kv_dtype) for c, _ in out}
+    rest = tuple(f for f in space.formats if f not in held)
+    return out + (_pipeline_candidates(cfg, acc, eff, replace(space, formats=rest)) if rest else [])
 
 
 def _sched(c: Candidate) -> SchedulerConfig:
@@ -475,9 +478,9 @@ def _unmet(cfg, acc, rate, slo: Slo, space: SearchSpace, evaluated: pd.DataFrame
 
 
 def _pipeline_candidates(cfg, acc, eff, space: SearchSpace) -> list[tuple[Candidate, Deployment]]:
-    """For a model that no node's TP holds: colocated replicas of ``pp`` stages of the widest TP
-    of the space, for the shallowest pipeline that holds it and the next deeper one (more KV
-    blocks per stage), split evenly or by ``strategy.auto_pp_layers``."""
+    """For formats in which no node's TP holds the model: colocated replicas of ``pp`` stages of
+    the widest TP of the space, for the shallowest pipeline that holds it and the next deeper
+    one (more KV blocks per stage), split evenly or by ``strategy.auto_pp_layers``."""
     from gpuplan.sim.parallel.strategy import auto_pp_layers
     from gpuplan.sim.serving.pipeline import MAX_PP_ADVICE
 
