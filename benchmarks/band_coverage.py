@@ -77,6 +77,32 @@ def composed_coverage(data_dir=None, device: str = "h200") -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+CROSS_DEVICE = ("vidur_a100", "vidur_h100")  # Vidur's published A100/H100 kernel profiles
+
+
+def cross_device_coverage(data_dir=None) -> pd.DataFrame:
+    """Vidur's profiles (``data/vidur_*``; never fitted, and not in the bands): every record is
+    held out whole, on devices and a stack no band group measured, so it checks the labelled
+    device, architecture and pooled bands."""
+    from gpuplan.sim.predict import predict_breakdown, record_stack
+    from gpuplan.validate import fit_stacks
+    from gpuplan.validate.runs import resolve_data_dir
+
+    root = resolve_data_dir(data_dir)
+    rows = []
+    for name in CROSS_DEVICE:
+        if not (root / name).is_dir():
+            continue
+        for r in fit_stacks.load(root / name):
+            bd = predict_breakdown(r.kind, r.device, r.params, stack=record_stack(r.params))
+            rows.append({"set": f"cross-device ({name})", "family": f"{r.kind}.time_s",
+                         "stack": bands.stack_key(r.params.get("stack", "pytorch"),
+                                                  r.params.get("timing")), "device": r.device,
+                         "source": name, "part": "held_out",
+                         "e": bd.total_s / r.measured["time_s"] - 1.0})  # fmt: skip
+    return covered(pd.DataFrame(rows)) if rows else pd.DataFrame()
+
+
 def table(frame: pd.DataFrame) -> pd.DataFrame:
     g = frame.groupby("family", sort=True)
     return pd.DataFrame({
@@ -117,6 +143,13 @@ def main() -> int:
         print(f"  {name:<20} {len(loso):>5} rows  {100 * loso['inside'].mean():5.1f}%  (mean over "
               f"{len(per)} sources {100 * per.mean():.1f}%; "
               + ", ".join(f"{s} {100 * v:.0f}%" for s, v in per.items()) + ")")  # fmt: skip
+    cross = cross_device_coverage()
+    if len(cross):
+        print("\ncross-device check, held out whole (Vidur's A100/H100 profiles, stack eager-2023;"
+              " never fitted, every band unmeasured):")  # fmt: skip
+        print(table(cross.assign(family=cross["set"] + ": " + cross["family"])).to_string(
+            index=False, float_format=lambda v: f"{v:.1f}"))  # fmt: skip
+        print(f"  all cross-device: {len(cross)} rows  {100 * cross['inside'].mean():.1f}%")
     comp = composed_coverage()
     if len(comp):
         print("\nharness records of kinds made of parts, with the band composed over their "

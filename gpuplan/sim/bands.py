@@ -163,6 +163,22 @@ def _level(fam: Mapping, stack: str, device: str) -> tuple[float, float, str] | 
     return None
 
 
+def stack_key(stack: str, timing: str | None = None) -> str:
+    """The band group's stack of a prediction: the stack, or ``stack@timing`` when it is priced
+    in a timing convention (the record contract's ``timing``: isolated or device) other than the
+    stack's own. The stack campaign measured every kernel in both, and they err apart (its GEMMs:
+    median -32% isolated, +6% device), so each has its own band."""
+    if not timing:
+        return stack
+    from gpuplan.sim.stacks import get_stack
+
+    try:
+        own = get_stack(stack).timing
+    except GpuplanError:
+        own = None
+    return stack if timing == own else f"{stack}@{timing}"
+
+
 def residuals(family: str, stack: str, device: str, *, data: Mapping | None = None) -> Residuals:
     """The residual band of ``family`` for ``stack`` on ``device``: the measured group's, else the
     device's stacks', else its architecture's devices', else the family's pooled band (module
@@ -366,6 +382,7 @@ def estimate_bands(result: Mapping[str, Any], *, stack: str, device: str) -> dic
     over its categories, achieved FLOP/s its inverse, peak memory from the kind's (or a whole
     training step's) measured peaks."""
     kind = result["kind"]
+    stack = stack_key(stack, (result.get("params") or {}).get("timing"))
     whole = WHOLE_MODEL_KIND.get(kind) if result.get("model") else None
     t = _whole_band(result["time_s"], whole, "time_s", stack, device)
     if t is None:

@@ -14,7 +14,9 @@ part is left for ``benchmarks/band_coverage.py``:
   ``torch-compile``; ``validate.fit_stacks.split``, seed 0, 70% of each (stack, kind)'s cases),
   predicted as ``gpuplan estimate`` prices them (``sim.predict.predict_breakdown`` with the
   record's stack and the installed fits): the same ``<kind>.<metric>`` families, with the whole
-  model kinds ``prefill_step``, ``model_decode_step`` and ``model_train_step``;
+  model kinds ``prefill_step``, ``model_decode_step`` and ``model_train_step``; a record timed in
+  a convention other than its stack's own is the group ``stack@timing`` (``sim.bands.stack_key``:
+  ``pytorch@device``), as ``gpuplan estimate --timing`` looks it up;
 - the published training runs (``sim.parallel.published_training``, held out by source):
   ``train.time`` (step time: a throughput's error ``e`` is the step time's ``1 / (1 + e) - 1``)
   and ``train.memory``;
@@ -111,6 +113,7 @@ def stack_dir(data_dir=None) -> Path:
 def stack_residuals(data_dir=None, device: str = "h200", seed: int = STACK_SEED) -> pd.DataFrame:
     """The stack campaign's residuals (``data/h200_stacks``), split as its fit was
     (``validate.fit_stacks.split``), each record predicted as ``gpuplan estimate`` prices it."""
+    from gpuplan.sim.bands import stack_key
     from gpuplan.sim.predict import predict_breakdown, record_stack
     from gpuplan.validate import fit_stacks
 
@@ -120,7 +123,7 @@ def stack_residuals(data_dir=None, device: str = "h200", seed: int = STACK_SEED)
     for part, recs in (("fit", fit), ("held_out", held)):
         for r in recs:
             bd = predict_breakdown(r.kind, r.device, r.params, stack=record_stack(r.params))
-            stack = fit_stacks.stratum(r)[0]
+            stack = stack_key(fit_stacks.stratum(r)[0], r.params.get("timing"))
             got = {"time_s": bd.total_s, "peak_bytes": bd.peak_bytes}
             for metric, true in r.measured.items():
                 pred = got.get(metric)
