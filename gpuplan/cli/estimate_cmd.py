@@ -144,6 +144,9 @@ def register(subparsers) -> None:
                    "sequence (their encoder and image tokens are priced)")
     p.add_argument("--image-size", dest="image_size", type=word, metavar="WxH",
                    help="pixels of each image (default: the encoder's own square)")
+    p.add_argument("--freeze-vision", dest="freeze_vision", default=None,
+                   action=argparse.BooleanOptionalAction,
+                   help="train-step with images: the encoder and projector frozen (forward only)")
     for name, choices in _str_choices().items():
         p.add_argument("--" + name.replace("_", "-"), dest=name, type=word, choices=choices,
                        help=STR_HELP.get(name))  # fmt: skip
@@ -218,7 +221,7 @@ MODEL_EXTRA = {
     "train_step": ("layers",),
 }
 MODEL_ONLY = ("kv_cache", "max_cache_len")  # whole-model decode only
-IMAGE_FLAGS = ("images", "image_size")  # a vision-language model's prefill and training step
+IMAGE_FLAGS = ("images", "image_size", "freeze_vision")  # a VLM's prefill and training step
 MAX_IMAGES = 1024
 CONTRACT_ONLY = ("timing",)  # the record contract's timing convention
 
@@ -231,7 +234,7 @@ def accepted(kind: str, with_model: bool) -> set[str]:
     if with_model:
         names = (names - set(MODEL_SHAPE)) | set(MODEL_EXTRA.get(kind, ()))
         if kind in ("prefill_step", "train_step"):
-            names |= set(IMAGE_FLAGS)
+            names |= set(IMAGE_FLAGS) - ({"freeze_vision"} if kind == "prefill_step" else set())
     else:
         names |= set(CONTRACT_ONLY)
     return names

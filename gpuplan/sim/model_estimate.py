@@ -48,6 +48,11 @@ def model_breakdown(
     if impl is not None:
         stack = replace(stack, elementwise=impl)
     if kind == "train_step":  # priced with the stack by the multi-GPU estimate itself
+        images = images_of(cfg, params)
+        if images is not None:  # a VLM's samples with images
+            return vlm_training(acc, eff, cfg, stack, params, images)
+        if params.get("freeze_vision") is not None:
+            raise GpuplanError("freeze_vision is for a training step with images (--images N)")
         return one_gpu_training(acc, eff, cfg, stack, params).breakdown
     phase = _PHASE.get(kind, "train" if params.get("pass") == "fwd_bwd" else "prefill")
     eff = stack_efficiency(stack, eff, acc, phase=phase)
@@ -85,6 +90,24 @@ def images_of(cfg: ModelConfig, params: Mapping[str, Any]):
     images = Images(count=count, width=width, height=height)
     check_images(cfg, images)
     return images
+
+
+def vlm_training(acc, eff, cfg: ModelConfig, stack: Stack, params: Mapping[str, Any], images):
+    """A VLM's one-GPU training step: the language model's (over text + image tokens when they
+    are inline) plus the encoder's and cross-attention's (``sim.vision_step``)."""
+    from gpuplan.sim.parallel.estimate import training_efficiency
+    from gpuplan.sim.vision_step import vision_training_breakdown
+    from gpuplan.workloads.vision import image_tokens
+
+    seq = params["seq"]
+    inline = cfg.vision_tower.style == "inline"
+    lm_seq = seq + image_tokens(cfg, images) if inline else seq
+    est = one_gpu_training(acc, eff, cfg, stack, {**params, "seq": lm_seq})
+    vision = vision_training_breakdown(
+        acc, training_efficiency(stack, eff, acc), cfg, stack, micro_batch=params["micro_batch"],
+        seq=seq, images=images, state_precision=est.strategy.state_precision,
+        freeze_vision=bool(params.get("freeze_vision")))
+    return est.breakdown + vision
 
 
 def one_gpu_training(acc, eff, cfg: ModelConfig, stack: Stack, params: Mapping[str, Any]):

@@ -25,6 +25,7 @@ from gpuplan.sim.step import _launch_item, _with_launch
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.memory import kv_cache_bytes_per_token_layer
 from gpuplan.workloads.model import ModelConfig
+from gpuplan.workloads.operators import backward_of
 from gpuplan.workloads.vision import (
     EncoderWork,
     Images,
@@ -55,7 +56,7 @@ def encoder_groups(cfg: ModelConfig, work: EncoderWork, *, seqs: int, dtype: str
                    tp: int = 1, kv_dtype: str = "bf16") -> list[OpGroup]:
     """The encoder forward over ``seqs`` sequences' images, and for cross-attention the image
     keys and values of every cross-attention block (computed once per request)."""
-    groups = encoder_forward(cfg, work, seqs=seqs, dtype=dtype)
+    groups = encoder_forward(cfg, work, seqs=seqs, dtype=dtype, tp=tp)
     if cfg.vision_tower.style == "cross-attention":
         tokens = seqs * work.images * work.tokens_per_image
         groups += cross_kv_forward(cfg, image_tokens=tokens, dtype=dtype, kv_dtype=kv_dtype,
@@ -109,3 +110,59 @@ def encoder_weight_bytes(cfg: ModelConfig, dtype: str = "bf16") -> float:
     from gpuplan.workloads.vision import tower_params
 
     return tower_params(cfg) * dtype_bytes(dtype)
+
+
+# --- training -------------------------------------------------------------------------------
+
+
+def _backward(groups: list[OpGroup]) -> list[OpGroup]:
+    return [(backward_of(ops), repeat) for ops, repeat in groups]
+
+
+def vision_training_breakdown(acc, eff, cfg: ModelConfig, stack, *, micro_batch: int, seq: int,
+                              images: Images, state_precision: str,
+                              freeze_vision: bool = False) -> Breakdown:
+    """What a VLM's images add to a one-GPU training step of ``micro_batch`` sequences of
+    ``seq`` text tokens: the encoder and projector forward, and unless ``freeze_vision`` their
+    backward, AdamW step, gradients and optimizer state; for cross-attention the cross-attention
+    blocks (the adapter, always trained) forward and backward over the text tokens, with their
+    image keys and values. Activations kept for the backward: each trained encoder block's and
+    cross-attention block's (``workloads.memory.layer_activation_bytes``)."""
+    from gpuplan.sim.parallel.step_time import optimizer_s
+    from gpuplan.workloads.memory import layer_activation_bytes, training_state_bytes
+    from gpuplan.workloads.vision import cross_layer_params, encoder_params, projector_params
+
+    tower = cfg.vision_tower
+    work = EncoderWork.of(tower, images)
+    encoder = encoder_forward(cfg, work, seqs=micro_batch)
+    cross: list[OpGroup] = []
+    if tower.style == "cross-attention":
+        tokens = micro_batch * work.images * work.tokens_per_image
+        cross = cross_kv_forward(cfg, image_tokens=tokens) + cross_layer_forward(
+            cfg, seqs=micro_batch, tokens_per_seq=seq, image_tokens=tokens // micro_batch)
+    trained = cross + ([] if freeze_vision else encoder)
+    impl = stack.elementwise
+    items = group_items(encoder + cross, acc, eff, impl=impl, phase="fwd")
+    items += group_items(_backward(trained), acc, eff, impl=impl, phase="bwd")
+    n_cross = len(tower.cross_attention_layers) * cross_layer_params(cfg)
+    n_tower = encoder_params(tower) + projector_params(cfg)
+    n_trained = n_cross + (0 if freeze_vision else n_tower)
+    opt_s = float(optimizer_s(n_trained, state_precision, acc, eff, impl=stack.optimizer))
+    items.append(Item(layer="model", category="optimizer", op="vision.adamw", phase="optimizer",
+                      time_s=opt_s, bound="memory"))
+    items.append(_launch_item(items, eff, cuda_graph=False))
+    precision = "bf16-mixed" if state_precision == "bf16-mixed" else "bf16-mixed-megatron"
+    state = training_state_bytes(n_trained, precision)
+    frozen_w = training_state_bytes(n_tower if freeze_vision else 0, precision).weights_bytes
+    enc = tower.encoder
+    enc_tokens = micro_batch * work.images * work.tokens_per_image
+    acts = 0.0 if freeze_vision else (enc.n_layers + tower.global_layers) * layer_activation_bytes(
+        enc, tokens=enc_tokens, impl=impl).total_bytes
+    if cross:
+        per = layer_activation_bytes(cfg, tokens=micro_batch * seq, impl=impl).total_bytes
+        acts += len(tower.cross_attention_layers) * per + micro_batch * cross_kv_bytes(
+            cfg, enc_tokens // micro_batch)
+    memory = {"vision_weights": state.weights_bytes + frozen_w,
+              "vision_gradients": state.grads_bytes, "vision_optimizer": state.optimizer_bytes,
+              "vision_activations": acts}
+    return Breakdown(items=tuple(items), memory_bytes=memory)
