@@ -300,3 +300,15 @@ def test_the_band_build_refuses_an_out_in_a_missing_folder(tmp_path, capsys):
     assert band_data.main(["--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "does not exist" in err and not out.exists()
+
+
+def test_a_timing_other_than_the_stacks_own_is_its_own_group(capsys):
+    assert bands.stack_key("pytorch") == bands.stack_key("pytorch", "isolated") == "pytorch"
+    assert bands.stack_key("pytorch", "device") == "pytorch@device"
+    assert bands.residuals("gemm.time_s", "pytorch@device", "h200").measured
+    flags = ["estimate", "gemm", "--m", "4096", "--n", "4096", "--k", "4096", "--stack", "pytorch",
+             "--gpu", "h200", "--json"]  # fmt: skip
+    iso = json.loads(run(capsys, *flags))
+    dev = json.loads(run(capsys, *flags, "--timing", "device"))
+    assert iso["error_band"]["time_s"] != dev["error_band"]["time_s"]
+    assert iso["error_band_label"] == dev["error_band_label"] == ""
