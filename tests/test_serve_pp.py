@@ -163,3 +163,30 @@ def test_bad_pipeline_or_expert_input_is_one_line(capsys, model, argv, message):
                          "--prompt-tokens", "8", "--output-tokens", "8", *argv)  # fmt: skip
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("model", ["llama3-70b", "qwen2-vl-7b"])
+def test_the_stages_weights_add_up_to_the_whole_replicas(model):
+    from gpuplan.sim.serving.kv_cache import weights_bytes_per_gpu
+    from gpuplan.sim.serving.pipeline import stage_weights_bytes
+
+    dep = deployment(model, "h100-sxm", tp=2, pp=4, pp_layers=None if model != "qwen2-vl-7b"
+                     else (7, 7, 7, 7))  # fmt: skip
+    parts = sum(stage_weights_bytes(dep, st, tp=2) for st in dep.stages)
+    whole = weights_bytes_per_gpu(dep.model, tp=2, weight_dtype="bf16")
+    # the final norm is counted once in both; a tied head (qwen2-vl-7b: untied) would add one copy
+    assert parts == pytest.approx(whole, rel=1e-12)
+
+
+def test_plan_offers_pipelines_for_formats_no_node_holds():
+    from gpuplan.hwmodels.accelerators import get_accelerator
+    from gpuplan.sim.serving.plan import SearchSpace, candidates
+
+    dep = deployment("deepseek-v3", "h100-sxm", tp=8, weight_dtype="fp8")
+    space = SearchSpace(formats=(("fp8", "fp8"),), max_seqs=(64,), ratios=())
+    found = candidates(dep.model, get_accelerator("h100-sxm"), dep.eff, space)
+    assert {(c.tp, c.pp) for c, _ in found} == {(8, 2), (8, 3)}
+    assert all(d.pp == c.pp and c.unit_gpus == 8 * c.pp for c, d in found)
+    small = candidates(deployment("llama3-8b", "h100-sxm").model, get_accelerator("h100-sxm"),
+                       dep.eff, space)  # fmt: skip
+    assert {c.pp for c, _ in small} == {1}

@@ -165,9 +165,10 @@ def p2p_s(dep, tokens: int, boundary: int) -> float:
 
 
 def stage_param_counts(pc, stage: Stage, pp: int) -> tuple[int, int, int]:
-    """(block, vocabulary and final-norm parameters) a stage holds, of ``count_params``'s."""
+    """(block, 16-bit split and final-norm parameters) a stage holds, of ``count_params``'s."""
     blocks = sum(pc.per_layer[stage.start : stage.stop])
-    vocab = pc.embedding if stage.first else 0
+    # a VLM's vision tower runs before the first block: 16 bits, split over tp like the vocabulary
+    vocab = pc.embedding + pc.vision if stage.first else 0
     if not stage.last:
         return blocks, vocab, 0
     # a tied head is the embedding again, on the last stage, once the stages are apart
@@ -206,8 +207,8 @@ def pipeline_period_s(stage_s: list[list[float]], p2p_s: list[float], overhead_s
 
 def stage_weights_bytes(dep, stage: Stage, *, tp: int, pc=None) -> float:
     """Weight bytes on each GPU of ``stage``: its blocks in the weight format split over ``tp``
-    (experts whole over ``ep``, sliced over ``tp / ep``: the same bytes), its embedding or LM
-    head in 16 bits split over the vocabulary, its final norm replicated (as
+    (experts whole over ``ep``, sliced over ``tp / ep``: the same bytes), its embedding (and a
+    VLM's vision tower) or LM head in 16 bits split over ``tp``, its final norm replicated (as
     ``kv_cache.weights_bytes_per_gpu`` counts a whole replica)."""
     pc = pc or count_params(dep.model)
     blocks, vocab, norms = stage_param_counts(pc, stage, dep.pp)
