@@ -66,3 +66,61 @@ def test_a_non_positive_or_malformed_image_size_is_an_error(text):
 def test_a_non_positive_image_side_is_an_error():
     with pytest.raises(GpuplanError, match="image width=0"):
         Images(count=1, width=0, height=448)
+
+
+QWEN2_VL_CONFIG = {  # Qwen/Qwen2-VL-7B-Instruct config.json (the fields read)
+    "model_type": "qwen2_vl", "hidden_size": 3584, "intermediate_size": 18944,
+    "num_attention_heads": 28, "num_hidden_layers": 28, "num_key_value_heads": 4,
+    "max_position_embeddings": 32768, "vocab_size": 152064, "tie_word_embeddings": False,
+    "vision_config": {"depth": 32, "embed_dim": 1280, "mlp_ratio": 4, "num_heads": 16,
+                      "in_chans": 3, "hidden_size": 3584, "patch_size": 14,
+                      "spatial_merge_size": 2, "temporal_patch_size": 2},
+}  # fmt: skip
+MLLAMA_CONFIG = {  # meta-llama/Llama-3.2-11B-Vision config.json (the fields read)
+    "model_type": "mllama",
+    "text_config": {"vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336,
+                    "num_hidden_layers": 40, "num_attention_heads": 32, "num_key_value_heads": 8,
+                    "cross_attention_layers": [3, 8, 13, 18, 23, 28, 33, 38],
+                    "max_position_embeddings": 131072, "tie_word_embeddings": False},
+    "vision_config": {"hidden_size": 1280, "num_hidden_layers": 32, "num_global_layers": 8,
+                      "attention_heads": 16, "intermediate_size": 5120, "image_size": 560,
+                      "patch_size": 14, "num_channels": 3, "max_num_tiles": 4,
+                      "intermediate_layers_indices": [3, 7, 15, 23, 30],
+                      "supported_aspect_ratios": [[1, 1], [1, 2], [1, 3], [1, 4], [2, 1],
+                                                  [2, 2], [3, 1], [4, 1]]},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("raw, key", [(QWEN2_VL_CONFIG, "qwen2-vl-7b"),
+                                      (MLLAMA_CONFIG, "llama3.2-11b-vision")])
+def test_the_hf_reader_reads_vision_config_as_the_preset(raw, key):
+    from gpuplan.workloads.hf_config import from_hf_config
+
+    cfg = from_hf_config(raw)
+    assert count_params(cfg) == count_params(get_model(key))
+    assert cfg.vision_tower.style == get_model(key).vision_tower.style
+
+
+def test_the_hf_reader_keeps_mllama_self_attention_blocks_as_layers():
+    from gpuplan.workloads.hf_config import from_hf_config
+
+    cfg = from_hf_config(MLLAMA_CONFIG)
+    assert cfg.n_layers == 32 and len(cfg.vision_tower.cross_attention_layers) == 8
+
+
+def test_the_hf_reader_refuses_a_cross_attention_layer_outside_the_stack():
+    from gpuplan.workloads.hf_config import from_hf_config
+
+    raw = {**MLLAMA_CONFIG, "text_config": {**MLLAMA_CONFIG["text_config"],
+                                             "cross_attention_layers": [3, 40]}}
+    with pytest.raises(GpuplanError, match="cross_attention_layers"):
+        from_hf_config(raw)
+
+
+def test_the_hf_reader_refuses_a_merger_width_unlike_the_language_model():
+    from gpuplan.workloads.hf_config import from_hf_config
+
+    raw = {**QWEN2_VL_CONFIG, "vision_config": {**QWEN2_VL_CONFIG["vision_config"],
+                                                 "hidden_size": 4096}}
+    with pytest.raises(GpuplanError, match="must equal the language model's hidden_size"):
+        from_hf_config(raw)

@@ -26,7 +26,18 @@ Supported ``model_type`` values and the fields read (names as in ``transformers`
 An optional field that is absent takes the default of the ``transformers`` configuration class
 (e.g. num_key_value_heads = num_attention_heads; max_position_embeddings 2048 for Llama). A
 required field that is absent, or an unsupported model_type, is a ``GpuplanError`` naming it and
-the file. Multimodal wrappers (``text_config``) and Qwen2-MoE are not read.
+the file. Qwen2-MoE is not read; of multimodal wrappers (``text_config``, ``vision_config``):
+
+- ``qwen2_vl`` (Qwen2-VL): the Qwen2 text fields (top level, or in ``text_config``) and
+  ``vision_config``'s depth, embed_dim, mlp_ratio, num_heads, in_chans / in_channels,
+  patch_size, spatial_merge_size, temporal_patch_size (defaults of ``Qwen2VLVisionConfig``);
+  image tokens inline in the prompt (``workloads.vision``);
+- ``mllama`` (Llama 3.2 Vision): ``text_config``'s Llama fields and ``cross_attention_layers``
+  (the model read keeps the other blocks as its layers), ``vision_config``'s hidden_size,
+  num_hidden_layers, num_global_layers, attention_heads, intermediate_size, image_size,
+  patch_size, num_channels, max_num_tiles, intermediate_layers_indices and
+  supported_aspect_ratios (defaults of ``MllamaVisionConfig``); the token table has
+  vocab_size + 8 rows (``MllamaTextModel.embed_tokens``).
 """
 
 from __future__ import annotations
@@ -38,6 +49,7 @@ from typing import Any
 
 from gpuplan.errors import GpuplanError
 from gpuplan.workloads.model import ModelConfig
+from gpuplan.workloads.vision import VisionTower
 
 _MISSING = object()
 
@@ -101,6 +113,7 @@ KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "layers": (_whole(1, MAX_LAYERS), f"a whole number from 1 to {MAX_LAYERS:,} (a JSON integer)"),
     "bool": (lambda v: isinstance(v, bool), "true or false (a JSON boolean)"),
     "str": (lambda v: isinstance(v, str), "a string"),
+    "list": (lambda v: isinstance(v, list), "a list (a JSON array)"),
 }
 
 
@@ -239,6 +252,72 @@ _READERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "gemma2": lambda f: _gemma(f, pattern_default=2),
     "gemma3_text": lambda f: _gemma(f, pattern_default=6),
 }
+
+
+def _part(f: _Fields, key: str) -> _Fields:
+    """A nested config (``text_config``, ``vision_config``), its reads checked like the top's."""
+    raw = f.raw.get(key)
+    if raw is None:
+        return _Fields({}, f"{f.origin} {key}")
+    if not isinstance(raw, Mapping):
+        raise GpuplanError(f"{f.origin}: {key} must be a JSON object, not {type(raw).__name__}")
+    return _Fields(raw, f"{f.origin} {key}")
+
+
+def _qwen2_vl(f: _Fields) -> dict[str, Any]:
+    text = _part(f, "text_config") if "text_config" in f.raw else f
+    v = _part(f, "vision_config")
+    width, heads = v.get("embed_dim", 1280), v.get("num_heads", 16)
+    channels = v.get("in_chans", v.get("in_channels", 3))
+    patch = v.get("patch_size", 14)
+    encoder = ModelConfig(
+        name="vision", n_layers=v.get("depth", 32, "layers"), d_model=width, n_heads=heads,
+        n_kv_heads=heads, d_ff=width * v.get("mlp_ratio", 4), vocab_size=0, norm="layernorm",
+        activation="gelu", bias=True, position="rope", max_seq_len=32768, causal=False,
+        patch_size=patch, image_size=patch * 32, n_channels=channels,
+    )
+    merge = v.get("spatial_merge_size", 2)
+    lm = _qwen2(text)
+    if v.get("hidden_size", lm["d_model"]) != lm["d_model"]:
+        raise GpuplanError(f"{v.origin}: hidden_size={v.raw['hidden_size']} (the merger's output) "
+                           f"must equal the language model's hidden_size={lm['d_model']}")
+    tower = VisionTower(encoder=encoder, style="inline", merge=merge,
+                        temporal_patch=v.get("temporal_patch_size", 2),
+                        projector_hidden=width * merge**2)
+    return {**lm, "vision_tower": tower}
+
+
+def _mllama(f: _Fields) -> dict[str, Any]:
+    text, v = _part(f, "text_config"), _part(f, "vision_config")
+    fields = _llama_like(text, max_positions_default=131072)
+    cross = text.get("cross_attention_layers", [3, 8, 13, 18, 23, 28, 33, 38], "list")
+    if not all(isinstance(i, int) and 0 <= i < fields["n_layers"] for i in cross) or not cross:
+        raise GpuplanError(f"{text.origin}: cross_attention_layers={cross!r} is invalid: give "
+                           f"block indices from 0 to {fields['n_layers'] - 1}")
+    width = v.get("hidden_size", 1280)
+    heads = v.get("attention_heads", v.get("num_attention_heads", 16))
+    patch, size = v.get("patch_size", 14), v.get("image_size", 560)
+    encoder = ModelConfig(
+        name="vision", n_layers=v.get("num_hidden_layers", 32, "layers"), d_model=width,
+        n_heads=heads, n_kv_heads=heads, d_ff=v.get("intermediate_size", 5120), vocab_size=0,
+        norm="layernorm", activation="gelu", bias=False, position="learned",
+        max_seq_len=(size // patch) ** 2 + 1, causal=False, patch_size=patch, image_size=size,
+        n_channels=v.get("num_channels", 3),
+    )
+    ratios = v.get("supported_aspect_ratios", [[1, 1]] * 8, "list")
+    tower = VisionTower(
+        encoder=encoder, style="cross-attention", class_token=True,
+        max_tiles=v.get("max_num_tiles", 4), global_layers=v.get("num_global_layers", 8, "size"),
+        intermediate_layers=len(v.get("intermediate_layers_indices", [3, 7, 15, 23, 30], "list")),
+        aspect_ratios=len(ratios) + 1, cross_attention_layers=tuple(cross),
+        extra_embedding_rows=8,
+    )
+    fields["n_layers"] -= len(cross)  # the self-attention blocks; the rest are the tower's
+    return {**fields, "vision_tower": tower}
+
+
+_READERS["qwen2_vl"] = _qwen2_vl
+_READERS["mllama"] = _mllama
 SUPPORTED_MODEL_TYPES = tuple(_READERS)
 
 
