@@ -38,7 +38,7 @@ from gpuplan.errors import GpuplanError, check_choice, check_positive
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.operators import attention_block, layer_forward, mlp_block
-from gpuplan.workloads.ops import Attention, Elementwise, Gemm, Memory, Op
+from gpuplan.workloads.ops import Attention, Collective, Elementwise, Gemm, Memory, Op
 
 STYLES = ("inline", "cross-attention")
 OpGroup = tuple[list[Op], int]  # operators and how many identical blocks run them
@@ -213,10 +213,11 @@ class EncoderWork:
 
 
 def encoder_forward(cfg: ModelConfig, work: EncoderWork, *, seqs: int = 1,
-                    dtype: str = "bf16") -> list[OpGroup]:
+                    dtype: str = "bf16", tp: int = 1) -> list[OpGroup]:
     """The encoder and projector over the images of ``seqs`` sequences: patch embedding (a
-    GEMM over unfolded pixels), the ViT blocks (attention within each image), the merge or
-    concatenation, and the projector to the LM width."""
+    GEMM over unfolded pixels), the ViT blocks (attention within each image; under ``tp``
+    Megatron-split with two all-reduces each, as vLLM's Qwen2-VL and Mllama encoders run), the
+    merge or concatenation, and the projector to the LM width (replicated)."""
     tower = cfg.vision_tower
     enc, n_img = tower.encoder, seqs * work.images
     if not n_img:
@@ -229,7 +230,10 @@ def encoder_forward(cfg: ModelConfig, work: EncoderWork, *, seqs: int = 1,
     if tower.style == "cross-attention":  # class token, tile and position embeddings, pre-norm
         groups.append(([_ew("vision.embed_adds", "add", t, enc.d_model, dtype, count=3),
                         _ew("vision.layernorm_pre", enc.norm, t, enc.d_model, dtype)], 1))
-    block = layer_forward(enc, batch=n_img, seq=per_image, dtype=dtype)
+    block = layer_forward(enc, batch=n_img, seq=per_image, dtype=dtype, tp=tp)
+    if tp > 1:
+        block.append(Collective(name="tp all_reduce", op="all_reduce", world=tp,
+                                bytes_per_rank=t * enc.d_model * dtype_bytes(dtype), count=2))
     groups.append(([_named(op, "vision.") for op in block], enc.n_layers + tower.global_layers))
     return groups + [(_projector(cfg, t, dtype), 1)]
 
