@@ -190,3 +190,19 @@ def test_plan_offers_pipelines_for_formats_no_node_holds():
     small = candidates(deployment("llama3-8b", "h100-sxm").model, get_accelerator("h100-sxm"),
                        dep.eff, space)  # fmt: skip
     assert {c.pp for c, _ in small} == {1}
+
+
+def test_the_api_takes_training_s_auto_split():
+    dep = deployment("deepseek-v3", "h100-sxm", tp=8, pp=2, pp_layers="auto", weight_dtype="fp8")
+    assert dep.pp_layers == (30, 31) and [st.n_layers for st in dep.stages] == [30, 31]
+
+
+def test_a_pipelined_kv_transfer_moves_each_stage_s_share():
+    from gpuplan.sim.serving.disagg import kv_transfer_s
+
+    one = deployment("llama3-70b", "h100-sxm", tp=4)
+    two = deployment("llama3-70b", "h100-sxm", tp=4, pp=2)
+    fixed = kv_transfer_s(one, 0, "scaleout")
+    assert kv_transfer_s(two, 4096, "scaleout") - fixed == pytest.approx(
+        (kv_transfer_s(one, 4096, "scaleout") - fixed) / 2, rel=1e-12
+    )

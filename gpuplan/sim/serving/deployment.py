@@ -28,7 +28,7 @@ from gpuplan.errors import GpuplanError, check_choice, check_positive
 from gpuplan.hwmodels.accelerators import Accelerator, get_accelerator
 from gpuplan.hwmodels.attention import ATTENTION_KERNELS
 from gpuplan.hwmodels.efficiency import Efficiency, efficiency_for, queued
-from gpuplan.sim.serving.pipeline import Stage, check_ep, stage_split, stages
+from gpuplan.sim.serving.pipeline import Stage, auto_split, check_ep, stage_split, stages
 from gpuplan.sim.serving.quantization import check_formats
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.presets import get_model
@@ -71,7 +71,8 @@ class Deployment:
     large_allreduce_bytes: float = 0.0
     large_allreduce_factor: float = 1.0  # time multiplier of such an all-reduce
     pp: int = 1  # pipeline stages of tp GPUs each (pipeline.py)
-    pp_layers: tuple[int, ...] | None = None  # blocks per stage, first to last; None: even
+    pp_layers: tuple[int, ...] | str | None = None  # blocks per stage, first to last; None:
+    # even; "auto": training's split with the embedding and the LM head counted as blocks
     ep: int = 1  # GPUs of a stage the MoE experts are sharded over (pipeline.check_ep)
 
     def __post_init__(self) -> None:
@@ -109,6 +110,8 @@ class Deployment:
                 f"pp_layers={self.pp_layers!r} is given but pp=1: give --pp with one block "
                 "count per stage"
             )
+        if self.pp_layers == "auto":  # training's rule: the ends count as a block each
+            object.__setattr__(self, "pp_layers", auto_split(self.model.n_layers, self.pp))
         if self.pp > 1 or self.pp_layers is not None:
             counts = stage_split(self.model, self.pp, self.pp_layers)
             object.__setattr__(self, "pp_layers", counts)

@@ -67,6 +67,13 @@ def stage_split(cfg: ModelConfig, pp: int, pp_layers: tuple[int, ...] | None) ->
     return stage_layer_counts(strategy, cfg.n_layers)
 
 
+def auto_split(n_layers: int, pp: int) -> tuple[int, ...]:
+    """Training's ``--pp-layers auto`` (``strategy.auto_pp_layers``)."""
+    from gpuplan.sim.parallel.strategy import auto_pp_layers
+
+    return auto_pp_layers(n_layers, pp)
+
+
 def stages(cfg: ModelConfig, counts: tuple[int, ...]) -> tuple[Stage, ...]:
     """The stages of a split, first to last."""
     out, start = [], 0
