@@ -144,3 +144,18 @@ def test_a_cluster_of_the_sources_file_replaces_only_the_stated_links():
     # 4 x 100 Gb/s Omni-Path per 8-GPU node (the sources file); NVLink as the DGX A100 preset
     assert cluster.key == "jean-zay-a100" and cluster.scaleout_bytes_per_s == 6.25e9
     assert cluster.scaleup_bytes_per_s == get_cluster("dgx-a100").scaleup_bytes_per_s
+
+
+def test_bloom_rows_run_as_megatron_deepspeed_ran_them_and_stay_held_out():
+    rows = rows_of("bigscience-bloom")
+    assert len(rows) >= 15 and "bigscience-bloom" in split_sources(
+        [r["source"] for r in training_rows()] + ["narayanan2021", "korthikanti2022"])
+    for row in rows:  # the BF16 optimizer under CUDA_LAUNCH_BLOCKING=1 (tr11-176B-ml.slurm)
+        assert row["options"]["state_precision"] == "bf16-deepspeed"
+        assert row["options"]["launch_blocking"] is True and row["stack"] == "deepspeed"
+    row = next(r for r in rows if r["id"] == "bloom-prequel-h14336-l70-nh112-tp4pp12dp8-mb2")
+    plain = dict(row, options={k: v for k, v in row["options"].items()
+                               if k not in ("state_precision", "launch_blocking")})  # fmt: skip
+    slow, fast = predict_row(row, {})[1], predict_row(plain, {})[1]
+    assert slow > 1.05 * fast  # fp32 accumulation, fp32 all-reduce and exposed launches
+    assert abs(slow - row["published"]) / row["published"] < 0.10  # 104.5 s per step
