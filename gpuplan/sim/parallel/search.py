@@ -367,6 +367,14 @@ def pareto_front(
     values = frame[cols].to_numpy()
     order = np.lexsort(values.T[::-1])  # by time, then memory, then cost
     values = values[order]
+    if values.shape[1] >= 2 and np.all(np.diff(values[:, 2:], axis=0) >= 0):
+        # the columns after the second never fall in this order (the cost of a step is its
+        # time times a fixed rate): an earlier row is then no worse on every column but the
+        # second, so a row survives exactly when its second column beats every earlier row's
+        # (the loop below gives the same rows; tests/test_search_pareto.py)
+        second = values[:, 1]
+        best_before = np.minimum.accumulate(np.concatenate([[np.inf], second[:-1]]))
+        return frame.iloc[order[second < best_before]].reset_index(drop=True)
     alive = np.ones(len(values), dtype=bool)
     keep: list[int] = []
     # the first live row in this order is dominated by no other row; drop all it dominates (only
