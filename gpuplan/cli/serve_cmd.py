@@ -174,6 +174,12 @@ def register(subparsers) -> None:
     p.add_argument("--reproduce", action="store_true",
                    help="predict the published serving results (TensorRT-LLM, NIM, vLLM) and "
                    "print the error by source and metric")  # fmt: skip
+    p.add_argument("--speculative", type=word, default=None,
+                   help="speculative decoding: ngram, eagle or draft:MODEL (with --spec-tokens "
+                   "and --accept-rate)")  # fmt: skip
+    p.add_argument("--spec-tokens", type=int, default=None, help="tokens proposed a step (K >= 1)")
+    p.add_argument("--accept-rate", type=float, default=None,
+                   help="per-token acceptance of the proposals, in [0, 1]")  # fmt: skip
     p.set_defaults(func=run_serve)
     sub = p.add_subparsers(title="subcommands", metavar="{plan,edge}", dest="serve_command")
     _register_plan(sub)
@@ -292,16 +298,18 @@ def run_serve(args) -> int:
         "slo_ttft_s": args.slo_ttft_s,
         "slo_tpot_s": args.slo_tpot_s,
     }
+    speculator = _speculator(args, dep, stack)
     if args.disaggregate:
+        if speculator is not None:
+            raise GpuplanError("--speculative with --disaggregate is not modelled: drop one")
         p, d = args.disaggregate
         dis = Disaggregation(prefill_replicas=p, decode_replicas=d, link=args.kv_link)
         prefill = SchedulerConfig(**{**_fields(sched), "policy": "continuous"})
         result = simulate_disaggregated(dep, sched, workload, dis, prefill_sched=prefill, **common)
         replicas = p + d
     else:
-        result = simulate(
-            dep, sched, workload, replicas=args.replicas, router=args.router, **common
-        )
+        result = simulate(dep, sched, workload, replicas=args.replicas, router=args.router,
+                          speculator=speculator, **common)  # fmt: skip
         replicas = args.replicas
     if args.requests_csv:
         write_csv(args.requests_csv, result.requests)
@@ -314,6 +322,24 @@ def run_serve(args) -> int:
                              device=doc["config"]["gpu"])  # fmt: skip
     print(dump_json(doc) if args.json else _render_serve(doc))
     return 0
+
+
+def _speculator(args, dep, stack):
+    """``--speculative``'s drafter for the replica ``dep`` (its draft model on the same GPUs,
+    stack and formats), or None."""
+    if getattr(args, "speculative", None) is None:
+        if getattr(args, "spec_tokens", None) is not None or getattr(args, "accept_rate", None) is not None:
+            raise GpuplanError("--spec-tokens and --accept-rate go with --speculative")
+        return None
+    from gpuplan.sim.serving.on_stack import stack_deployment
+    from gpuplan.sim.serving.speculative import Speculator, serving_speculation
+
+    spec, draft_name = serving_speculation(args.speculative, args.spec_tokens, args.accept_rate)
+    draft = None
+    if draft_name is not None:
+        draft = stack_deployment(draft_name, args.gpu, stack, fit=_fit(args), tp=dep.tp,
+                                 weight_dtype=dep.weight_dtype, kv_dtype=dep.kv_dtype)  # fmt: skip
+    return Speculator(spec, dep, draft=draft)
 
 
 def _stack_deployment(args):
@@ -462,6 +488,14 @@ def _render_serve(doc: dict) -> str:
         lines.append(f"prefix cache: {pc['saved_prefill_tokens']:,} prompt tokens found cached "
                      f"({100 * pc['hit_rate']:.1f}% of prompt tokens; {pc['requests_hit']:,} "
                      "requests hit)")
+    if doc.get("speculative"):
+        sp = doc["speculative"]
+        drafter = f"draft model {sp['draft_model']}" if sp["draft_model"] else sp["method"]
+        lines.append(f"speculative decoding ({drafter}, {sp['spec_tokens']} tokens proposed a "
+                     f"step, acceptance {sp['accept_rate']:g}): "
+                     f"{sp['mean_accepted_tokens_per_step']:.3g} tokens a sequence per step "
+                     f"(expected {sp['expected_tokens_per_step']:.3g}); drafting "
+                     f"{100 * sp['draft_cost_share']:.1f}% of the speculative steps' time")
     if doc.get("vision"):
         v = doc["vision"]
         lines.append(f"images: {v['images']:,} on {v['requests_with_images']:,} requests, "

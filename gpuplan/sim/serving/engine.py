@@ -73,8 +73,10 @@ class Replica:
     """One replica as the engine drives it."""
 
     def __init__(self, env, state: ReplicaState, policy, step: StepModel, timeline, *, swap_bw,
-                 max_run_iterations=None):  # fmt: skip
+                 max_run_iterations=None, speculator=None):  # fmt: skip
         self.env, self.state, self.policy, self.step = env, state, policy, step
+        self.spec = speculator  # speculative decoding (speculative.Speculator), or None
+        self.spec_steps = 0  # speculative steps this replica has run
         self.timeline = timeline
         self.swap_bytes_per_s = swap_bw
         self.max_run = max_run_iterations
@@ -111,12 +113,20 @@ class Replica:
             elif type(plan) is Iteration:
                 yield env.timeout(self.iteration_s(plan))
                 self.finish_iteration(plan, env.now)
+            elif self.spec is not None:
+                yield from self._speculative_step(plan)
             else:
                 yield from self._decode_run(plan)
 
     def iteration_s(self, plan: Iteration) -> float:
-        step_s = self.step.mixed_s(plan.prefill, plan.decode_seqs, plan.decode_kv_tokens,
-                                   plan.sampled)  # fmt: skip
+        if self.spec is not None and plan.decode_seqs:  # its decode is a speculative step
+            n = plan.decode_seqs
+            step_s = self.spec.step_s(self.step, seqs=n, cached_tokens=plan.decode_kv_tokens - n,
+                                      prefill=plan.prefill, sampled=plan.sampled - n,
+                                      replay=None if plan.prefill else self.step.dep.cuda_graph)
+        else:
+            step_s = self.step.mixed_s(plan.prefill, plan.decode_seqs, plan.decode_kv_tokens,
+                                       plan.sampled)  # fmt: skip
         if plan.pieces:  # a VLM's encoder runs before the chunk that holds the images
             step_s += self.state.table.take_encoder_s(plan.pieces)
         if plan.swap_bytes:
@@ -125,8 +135,29 @@ class Replica:
 
     def finish_iteration(self, plan: Iteration, end_s: float) -> None:
         if plan.decode_seqs:
-            self.state.run_decode(1, lambda j: end_s)
+            if self.spec is not None:
+                self._speculated(end_s)
+            else:
+                self.state.run_decode(1, lambda j: end_s)
         self.state.finish_prefill_chunks(plan.pieces, end_s, padded_to=plan.padded_to)
+
+    def _speculative_step(self, plan: DecodeRun):
+        """One speculative step of the decoding sequences (not cut short: an arrival waits for
+        its end, as it waits for an iteration's)."""
+        n = plan.seqs
+        yield self.env.timeout(self.spec.step_s(self.step, seqs=n, cached_tokens=plan.kv_tokens - n,
+                                                replay=self.step.dep.cuda_graph))
+        self._speculated(self.env.now)
+
+    def _speculated(self, end_s: float) -> None:
+        """The decoding sequences emit this step's tokens (as many as their free blocks hold,
+        at least the one the policy made room for)."""
+        st = self.state
+        m = self.spec.tokens_at(self.spec_steps)
+        m = max(1, st.decode_room(m))
+        seqs = len(st.decoding)
+        self.spec.emitted(seqs, st.run_decode(m, lambda j: end_s))
+        self.spec_steps += 1
 
     def _decode_run(self, plan: DecodeRun):
         env, step = self.env, self.step
@@ -149,9 +180,10 @@ class Replica:
         self.state.run_decode(n, time_at, keep_done=plan.keep_done)
 
 
-def make_replica(env, index, table, dep, sched, step, timeline, *, prefill_only=False, **kw):
+def make_replica(env, index, table, dep, sched, step, timeline, *, prefill_only=False,
+                 speculator=None, **kw):  # fmt: skip
     """A replica with its state, KV cache and policy."""
-    cap = kv_capacity(dep, sched)
+    cap = kv_capacity(dep, sched, speculator)
     state = ReplicaState(
         index,
         table,
@@ -165,7 +197,8 @@ def make_replica(env, index, table, dep, sched, step, timeline, *, prefill_only=
     if sched.policy in ("static", "dynamic") and not prefill_only:
         state.use_static_batches()
     policy = make_policy(sched, dep.model, prefill_only=prefill_only)
-    return Replica(env, state, policy, step, timeline, swap_bw=swap_bytes_per_s(dep), **kw)
+    return Replica(env, state, policy, step, timeline, swap_bw=swap_bytes_per_s(dep),
+                   speculator=speculator, **kw)  # fmt: skip
 
 
 def swap_bytes_per_s(dep) -> float:
@@ -229,12 +262,16 @@ def simulate(
     slo_tpot_s: float | None = None,
     step: StepModel | None = None,
     watch=None,
+    speculator=None,
 ) -> ServingResult:
     """Serve ``workload`` with ``replicas`` identical replicas behind ``router`` (``step``: a
     step model of ``dep`` to reuse, with its memo, across simulations; ``watch(table, rid,
     at_s)``: called at each request finished or rejected, it may raise ``Settled``, which
-    propagates)."""
+    propagates; ``speculator``: a ``speculative.Speculator``, whose decode steps are speculative
+    and whose summary joins the result's)."""
     check_gpus(replicas, "replicas")
+    if speculator is not None:
+        _check_speculation(sched, speculator)
     if horizon_s is not None:
         check_positive("horizon_s", horizon_s)
     started = time.perf_counter()
@@ -244,7 +281,8 @@ def simulate(
     line = Timeline(timeline)
     bar = Progress(workload.n, progress, watch and partial(watch, table))
     reps = [
-        make_replica(env, i, table, dep, sched, step, line, max_run_iterations=max_run_iterations)
+        make_replica(env, i, table, dep, sched, step, line, max_run_iterations=max_run_iterations,
+                     speculator=speculator)  # fmt: skip
         for i in range(replicas)
     ]
     for rep in reps:
@@ -261,7 +299,9 @@ def simulate(
         summary["prefix_cache"] = prefix_cache_summary(table)
     if workload.encoder_s is not None:
         summary["vision"] = encoder_summary(workload)
-    cap = kv_capacity(dep, sched)
+    cap = kv_capacity(dep, sched, speculator)
+    if speculator is not None:
+        summary["speculative"] = speculator.summary()
     if timeline:
         summary["waiting_mean"] = time_average(over_time, "waiting", end_s=end_s)
         used = time_average(over_time, "kv_blocks_used", end_s=end_s)
@@ -274,6 +314,13 @@ def simulate(
         end_s=end_s,
         wall_s=time.perf_counter() - started,
     )
+
+
+def _check_speculation(sched, speculator) -> None:
+    if sched.policy not in ("continuous", "chunked"):
+        raise GpuplanError(f"speculative decoding runs with continuous or chunked batching, not "
+                           f"policy={sched.policy!r}")  # fmt: skip
+    speculator.reset()
 
 
 def _dispatcher(pick: Router, reps: list[Replica], table: RequestTable):

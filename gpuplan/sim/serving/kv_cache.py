@@ -121,24 +121,29 @@ class KvCapacity:
         return self.blocks * self.block_bytes
 
 
-def kv_capacity(dep, sched) -> KvCapacity:
+def kv_capacity(dep, sched, speculator=None) -> KvCapacity:
     """Blocks of the replica's KV cache; a model that does not fit is an error naming the TP
-    (and GPU count) it would need."""
-    cap = _capacity(dep, sched, dep.tp)
+    (and GPU count) it would need. A ``speculative.Speculator``'s drafter takes its weights and
+    its cache per token (a block then holds both models' tokens)."""
+    cap = _capacity(dep, sched, dep.tp, speculator)
     needed = cap.blocks_of(sched.model_len(dep.model))
     if cap.blocks < needed:
         raise GpuplanError(_does_not_fit(dep, sched, cap, needed))
     return cap
 
 
-def _capacity(dep, sched, tp: int) -> KvCapacity:
+def _capacity(dep, sched, tp: int, speculator=None) -> KvCapacity:
     cfg = dep.model
     tokens = sched.batched_tokens(cfg) or sched.model_len(cfg)
     rule = block_rule(cfg, sched.block_tokens)
-    per_token = kv_bytes_per_token(cfg, tp=tp, kv_dtype=dep.kv_dtype) / rule.units
+    per_token = kv_bytes_per_token(cfg, tp=tp, kv_dtype=dep.kv_dtype)
+    weights = weights_bytes_per_gpu(cfg, tp=tp, weight_dtype=dep.weight_dtype)
+    if speculator is not None:
+        per_token += speculator.kv_bytes_per_token(tp)
+        weights += speculator.extra_weights_bytes(tp)
+    per_token /= rule.units
     block_bytes = sched.block_tokens * per_token
     usable = dep.acc.hbm_bytes * sched.memory_utilization
-    weights = weights_bytes_per_gpu(cfg, tp=tp, weight_dtype=dep.weight_dtype)
     work = workspace_bytes(cfg, tp=tp, tokens=tokens, seqs=sched.max_seqs, act_dtype=dep.act_dtype)
     blocks = max(0, math.floor((usable - weights - work) / block_bytes))
     if dep.pp > 1:  # each stage its own weights and its blocks' share: the tightest one binds

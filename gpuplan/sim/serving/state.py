@@ -369,15 +369,20 @@ class ReplicaState:
         else:
             self.decoding.add(rid, t.cached[rid], t.generated[rid])
 
-    def run_decode(self, iterations: int, time_at, *, keep_done: bool = False) -> None:
+    def run_decode(self, iterations: int, time_at, *, keep_done: bool = False) -> int:
         """Advance the decoding set by ``iterations``; record each request done at the end of
-        the run's iteration it emitted its last token in (``time_at(j)``: end of the j-th)."""
-        self.outstanding_tokens = max(0, self.outstanding_tokens - iterations * len(self.decoding))
+        the run's iteration it emitted its last token in (``time_at(j)``: end of the j-th).
+        Returns the tokens the members emitted (those done stop at their last)."""
+        members = len(self.decoding)
+        self.outstanding_tokens = max(0, self.outstanding_tokens - iterations * members)
         t = self.table
+        emitted = iterations * members
         for rid, j in self.decoding.advance(iterations, keep_done=keep_done):
+            emitted -= iterations - j
             if t.status[rid] != FINISHED:  # padding of a static batch finished earlier
                 t.generated[rid] = t.output[rid]
                 self.finish(rid, time_at(j))
+        return emitted
 
     def finish(self, rid: int, at_s: float) -> None:
         t = self.table
