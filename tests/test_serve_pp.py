@@ -206,3 +206,17 @@ def test_a_pipelined_kv_transfer_moves_each_stage_s_share():
     assert kv_transfer_s(two, 4096, "scaleout") - fixed == pytest.approx(
         (kv_transfer_s(one, 4096, "scaleout") - fixed) / 2, rel=1e-12
     )
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"pp": 2, "pp_layers": "bogus"}, "pp_layers='bogus' is invalid: give one block count"),
+        ({"pp_layers": (16, 16)}, "is given but pp=1"),
+        ({"pp": 40}, "pp=40 is more pipeline stages than n_layers=32"),
+        ({"pp": 0}, "pp=0 is invalid"),
+    ],
+)
+def test_bad_pipeline_input_to_the_api_is_a_gpuplan_error(kw, message):
+    with pytest.raises(GpuplanError, match=message):
+        deployment("llama3-8b", "h100-sxm", **kw)

@@ -103,7 +103,10 @@ class Deployment:
     def _check_parallel(self) -> None:
         check_positive("pp", self.pp)
         check_positive("ep", self.ep)
-        if self.pp == 1 and self.pp_layers is not None and tuple(self.pp_layers) != (
+        if isinstance(self.pp_layers, str) and self.pp_layers != "auto":
+            raise GpuplanError(f"pp_layers={self.pp_layers!r} is invalid: give one block count "
+                               "per stage (e.g. (30, 31)) or 'auto'")  # fmt: skip
+        if self.pp == 1 and self.pp_layers not in (None, "auto") and tuple(self.pp_layers) != (
             self.model.n_layers,
         ):
             raise GpuplanError(
