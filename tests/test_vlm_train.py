@@ -62,3 +62,24 @@ def test_a_vision_encoder_train_step_is_a_one_line_error_not_a_zero_division(cap
     assert main(["estimate", "train-step", "--model", "vit-l-14", "--gpu", "h200"]) != 0
     err = capsys.readouterr().err
     assert "vit-l-14 is a vision encoder" in err and "Traceback" not in err
+
+
+def _cli_json(capsys, *argv):
+    import json
+
+    assert main(list(argv)) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_train_on_one_gpu_with_images_is_estimate_train_step(capsys):
+    case = ["--model", "qwen2-vl-7b", "--gpu", "h200", "--stack", "fsdp2", "--seq", "512",
+            "--images", "1", "--json"]
+    train = _cli_json(capsys, "train", "--gpus", "1", "--global-batch", "1", *case)
+    step = _cli_json(capsys, "estimate", "train-step", *case)
+    assert train["step_time_s"] == step["time_s"]
+
+
+def test_train_with_images_on_several_gpus_is_a_one_line_error(capsys):
+    assert main(["train", "--model", "qwen2-vl-7b", "--gpus", "8", "--gpu", "h200",
+                 "--images", "1"]) != 0
+    assert "priced on one GPU" in capsys.readouterr().err

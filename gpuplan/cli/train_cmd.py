@@ -161,6 +161,13 @@ def register(subparsers) -> None:
         help="sequences per step (default: micro-batch x dp x max(1, 4 pp))",
     )
     p.add_argument("--seq", type=positive_int, help="sequence length (default: model's, <= 8192)")
+    p.add_argument("--images", type=positive_int, default=None,
+                   help="vision-language models, one GPU: images per sequence (the encoder and "
+                   "projector are trained with it; --seq is the text tokens)")
+    p.add_argument("--image-size", type=word, default=None, metavar="WxH",
+                   help="pixels of each image (default: the encoder's own square)")
+    p.add_argument("--freeze-vision", action="store_true",
+                   help="with --images: encoder and projector frozen (forward only)")
     p.add_argument("--schedule", choices=SCHEDULES, default="1f1b")
     p.add_argument("--virtual-stages", type=positive_int, default=1)
     p.add_argument(
@@ -339,8 +346,15 @@ def run(args) -> int:
             f"{','.join(map(str, strategy.pp_layers))} is uneven: drop --timeline or the uneven split"
         )
     eff = efficiency_from_args(args, cluster.accelerator.key)  # --calibration, else built in
-    est = estimate_training(cfg, strategy, cluster=cluster, seq=seq, gpus=args.gpus, stack=stack,
-                            eff=eff)  # fmt: skip
+    images = _images(args, cfg)
+    if images is not None:  # a VLM's samples with images (sim.vision_step)
+        from gpuplan.sim.vision_step import vlm_training_estimate
+
+        est = vlm_training_estimate(cfg, strategy, cluster=cluster, seq=seq, images=images,
+                                    freeze_vision=args.freeze_vision, eff=eff, stack=stack)
+    else:
+        est = estimate_training(cfg, strategy, cluster=cluster, seq=seq, gpus=args.gpus,
+                                stack=stack, eff=eff)  # fmt: skip
     doc = est.to_dict()
     doc["stack"] = stack_doc(stack, cluster.accelerator)
     doc["defaults"] = train_defaults(args, cluster, strategy, seq)
@@ -366,6 +380,16 @@ def run(args) -> int:
         return 0
     print(render_estimate(doc))
     return 0
+
+
+def _images(args, cfg):
+    """--images N of --image-size WxH, or None; --image-size or --freeze-vision alone is an error."""
+    from gpuplan.sim.model_estimate import images_of
+
+    if args.images is None and (args.freeze_vision or args.image_size):
+        raise GpuplanError("--image-size and --freeze-vision need --images N")
+    params = {"images": args.images, "image_size": args.image_size}
+    return images_of(cfg, {k: v for k, v in params.items() if v is not None})
 
 
 def write_timeline(args, cfg, strategy, cluster, seq) -> dict[str, Any]:

@@ -93,39 +93,39 @@ def images_of(cfg: ModelConfig, params: Mapping[str, Any]):
 
 
 def vlm_training(acc, eff, cfg: ModelConfig, stack: Stack, params: Mapping[str, Any], images):
-    """A VLM's one-GPU training step: the language model's (over text + image tokens when they
-    are inline) plus the encoder's and cross-attention's (``sim.vision_step``)."""
-    from gpuplan.sim.parallel.estimate import training_efficiency
-    from gpuplan.sim.vision_step import vision_training_breakdown
-    from gpuplan.workloads.vision import image_tokens
+    """A VLM's one-GPU training step with images (``sim.vision_step.vlm_training_estimate``)."""
+    from gpuplan.sim.parallel.topology import cluster_for
+    from gpuplan.sim.vision_step import vlm_training_estimate
 
-    seq = params["seq"]
-    inline = cfg.vision_tower.style == "inline"
-    lm_seq = seq + image_tokens(cfg, images) if inline else seq
-    est = one_gpu_training(acc, eff, cfg, stack, {**params, "seq": lm_seq})
-    vision = vision_training_breakdown(
-        acc, training_efficiency(stack, eff, acc), cfg, stack, micro_batch=params["micro_batch"],
-        seq=seq, images=images, state_precision=est.strategy.state_precision,
-        freeze_vision=bool(params.get("freeze_vision")))
-    return est.breakdown + vision
+    return vlm_training_estimate(
+        cfg, one_gpu_strategy(stack, params), cluster=cluster_for(acc.key), seq=params["seq"],
+        images=images, freeze_vision=bool(params.get("freeze_vision")), eff=eff, stack=stack,
+    ).breakdown
 
 
 def one_gpu_training(acc, eff, cfg: ModelConfig, stack: Stack, params: Mapping[str, Any]):
     """A whole model's training step on one GPU: the one-GPU case of the multi-GPU estimate
     (``sim.parallel.estimate_training``), one micro-batch per step, on the stack's defaults."""
-    from gpuplan.sim.parallel.estimate import estimate_training, stack_strategy
-    from gpuplan.sim.parallel.strategy import Strategy
+    from gpuplan.sim.parallel.estimate import estimate_training
     from gpuplan.sim.parallel.topology import cluster_for
+
+    strategy = one_gpu_strategy(stack, params)
+    return estimate_training(
+        cfg, strategy, cluster=cluster_for(acc.key), seq=params["seq"], eff=eff, stack=stack
+    )
+
+
+def one_gpu_strategy(stack: Stack, params: Mapping[str, Any]):
+    """One micro-batch per step on one GPU, on the stack's defaults (``one_gpu_training``)."""
+    from gpuplan.sim.parallel.estimate import stack_strategy
+    from gpuplan.sim.parallel.strategy import Strategy
 
     check_choice("optimizer", params.get("optimizer", "adamw"), ("adamw",))
     check_choice("precision", params.get("precision", "bf16-mixed"), ("bf16-mixed",))
     mb = params["micro_batch"]
-    strategy = stack_strategy(
+    return stack_strategy(
         Strategy(micro_batch=mb, global_batch=mb, recompute=params.get("recompute", "none")),
         stack,
-    )
-    return estimate_training(
-        cfg, strategy, cluster=cluster_for(acc.key), seq=params["seq"], eff=eff, stack=stack
     )
 
 

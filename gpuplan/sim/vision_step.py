@@ -115,15 +115,55 @@ def encoder_weight_bytes(cfg: ModelConfig, dtype: str = "bf16") -> float:
 # --- training -------------------------------------------------------------------------------
 
 
+def _times(item: Item, n: int) -> Item:
+    return dataclasses.replace(item, time_s=item.time_s * n, flops=item.flops * n,
+                               bytes=item.bytes * n, kernels=item.kernels * n,
+                               host_calls=item.host_calls * n)
+
+
+def vlm_training_estimate(cfg: ModelConfig, strategy, *, cluster, seq: int, images: Images,
+                          freeze_vision: bool = False, eff=None, stack=None):
+    """A VLM's training step on one GPU: the language model's (``estimate_training``, over
+    text + image tokens when they are inline) plus ``vision_training_breakdown``; FLOPs of
+    both count toward MFU. More GPUs are an error: how a framework splits the encoder is not
+    modelled yet."""
+    from gpuplan.errors import GpuplanError
+    from gpuplan.hwmodels.efficiency import efficiency_for
+    from gpuplan.sim.parallel.estimate import (
+        DEFAULT_TRAINING_STACK,
+        estimate_training,
+        training_efficiency,
+    )
+    from gpuplan.sim.stacks import get_stack
+
+    if strategy.world != 1:
+        raise GpuplanError(f"training {cfg.name} with images is priced on one GPU (--gpus 1); "
+                           f"a layout of {strategy.world} GPUs is not modelled for its encoder yet")
+    stack = get_stack(stack or DEFAULT_TRAINING_STACK)
+    acc = cluster.accelerator
+    lm_seq = seq + image_tokens(cfg, images) if cfg.vision_tower.style == "inline" else seq
+    est = estimate_training(cfg, strategy, cluster=cluster, seq=lm_seq, eff=eff, stack=stack)
+    vision = vision_training_breakdown(
+        acc, training_efficiency(stack, eff or efficiency_for(acc.key), acc), cfg, stack,
+        micro_batch=strategy.micro_batch, seq=seq, images=images,
+        state_precision=strategy.state_precision, freeze_vision=freeze_vision,
+        micro_batches=strategy.micro_batches)
+    bd = est.breakdown + vision
+    return dataclasses.replace(est, breakdown=bd,
+                               model_flops_per_step=est.model_flops_per_step + vision.flops,
+                               hardware_flops_per_step=est.hardware_flops_per_step + vision.flops)
+
+
 def _backward(groups: list[OpGroup]) -> list[OpGroup]:
     return [(backward_of(ops), repeat) for ops, repeat in groups]
 
 
 def vision_training_breakdown(acc, eff, cfg: ModelConfig, stack, *, micro_batch: int, seq: int,
-                              images: Images, state_precision: str,
-                              freeze_vision: bool = False) -> Breakdown:
-    """What a VLM's images add to a one-GPU training step of ``micro_batch`` sequences of
-    ``seq`` text tokens: the encoder and projector forward, and unless ``freeze_vision`` their
+                              images: Images, state_precision: str, freeze_vision: bool = False,
+                              micro_batches: int = 1) -> Breakdown:
+    """What a VLM's images add to a one-GPU training step of ``micro_batches`` micro-batches of
+    ``micro_batch`` sequences of ``seq`` text tokens each: the encoder and projector forward,
+    and unless ``freeze_vision`` their
     backward, AdamW step, gradients and optimizer state; for cross-attention the cross-attention
     blocks (the adapter, always trained) forward and backward over the text tokens, with their
     image keys and values. Activations kept for the backward: each trained encoder block's and
@@ -144,6 +184,7 @@ def vision_training_breakdown(acc, eff, cfg: ModelConfig, stack, *, micro_batch:
     impl = stack.elementwise
     items = group_items(encoder + cross, acc, eff, impl=impl, phase="fwd")
     items += group_items(_backward(trained), acc, eff, impl=impl, phase="bwd")
+    items = [_times(i, micro_batches) for i in items]
     n_cross = len(tower.cross_attention_layers) * cross_layer_params(cfg)
     n_tower = encoder_params(tower) + projector_params(cfg)
     n_trained = n_cross + (0 if freeze_vision else n_tower)
