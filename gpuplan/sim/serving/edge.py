@@ -23,7 +23,7 @@ from gpuplan.sim.serving.deployment import deployment
 from gpuplan.sim.serving.kv_cache import kv_bytes_per_token, weights_bytes_per_gpu, workspace_bytes
 from gpuplan.sim.serving.on_stack import stack_deployment
 from gpuplan.sim.serving.quantization import WEIGHT_DTYPES
-from gpuplan.sim.serving.speculative import speculative_decode
+from gpuplan.sim.serving.speculative import check_draft, speculative_decode
 from gpuplan.sim.serving.step_model import Batch, StepModel, iteration_breakdown
 
 if TYPE_CHECKING:
@@ -64,6 +64,8 @@ def edge_row(model, gpu: str, *, weight_dtype: str, kv_dtype: str, batch: int, c
         draft = None if draft_model is None else StepModel(
             stack_deployment(draft_model, gpu, stack or "gpuplan-server", fit=fit,
                              weight_dtype=weight_dtype, kv_dtype=kv_dtype))  # fmt: skip
+        if draft is not None:
+            check_draft(dep.model, draft.dep.model)
         got = speculative_decode(step, speculation, seqs=batch, context=context, draft_step=draft)
         spec = {"spec_tokens_per_step": got["tokens_per_step"],
                 "spec_tokens_per_s": got["tokens_per_s"], "spec_tpot_s": got["tpot_s"]}  # fmt: skip
