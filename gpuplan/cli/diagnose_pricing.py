@@ -119,7 +119,7 @@ def serve_pricer(parser):
                           horizon_s=args.horizon_s, timeline=True, progress=False,
                           slo_ttft_s=args.slo_ttft_s, slo_tpot_s=args.slo_tpot_s)  # fmt: skip
         s = result.summary
-        gpus = args.replicas * dep.tp
+        gpus = args.replicas * dep.gpus  # tp x pp a replica
         out_per_s = s["output_tokens_per_s"]
         usd = gpus * usd_per_hour(dep.acc.key) / 3600 / out_per_s * 1e6 if out_per_s else math.inf
         figures = {"ttft_s": s["ttft_s"]["mean"], "tpot_s": s["tpot_s"]["mean"],
