@@ -72,7 +72,8 @@ def kv_transfer_s(dep, prompt_tokens: int, link: str) -> float:
     """Time to move one request's KV cache of ``prompt_tokens`` tokens between the pools (each
     GPU sends its own share at once; under pipeline parallelism, of its stage's blocks)."""
     per_gpu = prompt_tokens * kv_bytes_per_token(dep.model, tp=dep.tp, kv_dtype=dep.kv_dtype)
-    per_gpu *= max(st.n_layers for st in dep.stages) / dep.model.n_layers
+    if dep.pp > 1:
+        per_gpu *= max(st.n_layers for st in dep.stages) / dep.model.n_layers
     eff = dep.eff
     rate = link_bytes_per_s(dep, link) * eff.collective_bw_fraction
     return eff.collective_launch_s + eff.collective_latency_s + per_gpu / rate
