@@ -124,3 +124,15 @@ def test_the_hf_reader_refuses_a_merger_width_unlike_the_language_model():
                                                  "hidden_size": 4096}}
     with pytest.raises(GpuplanError, match="must equal the language model's hidden_size"):
         from_hf_config(raw)
+
+
+def test_the_catalogue_shows_a_vlm_tower(capsys):
+    import json
+
+    from gpuplan.cli import main
+
+    assert main(["models", "qwen2-vl-7b", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["vision_style"] == "inline"
+    assert shown["image_tokens_per_image"] == "256 at 448x448"
+    assert shown["vision_params"] == count_params(get_model("qwen2-vl-7b")).vision

@@ -100,7 +100,28 @@ def model_details(cfg: Any) -> dict[str, Any]:
         "max_seq_len": cfg.max_seq_len,
         "embedding_params": params.embedding,
         "lm_head_params": params.lm_head,
+        **_vision_details(cfg, params),
         "source": cfg.source,
+    }
+
+
+def _vision_details(cfg: Any, params: Any) -> dict[str, Any]:
+    """A vision-language model's tower: style, encoder shape, parameters, tokens of one image."""
+    from gpuplan.workloads.vision import Images, default_image_size, image_tokens
+
+    tower = cfg.vision_tower
+    if tower is None:
+        return {}
+    enc = tower.encoder
+    width, height = default_image_size(cfg)
+    return {
+        "vision_style": tower.style,
+        "vision_encoder": f"{enc.n_layers + tower.global_layers} layers, d_model {enc.d_model}, "
+        f"{enc.n_heads} heads, d_ff {enc.d_ff}, patch {enc.patch_size}",
+        "vision_params": params.vision,
+        "cross_attention_layers": list(tower.cross_attention_layers) or None,
+        "image_tokens_per_image": f"{image_tokens(cfg, Images(count=1, width=width, height=height))}"
+        f" at {width}x{height}",
     }
 
 
