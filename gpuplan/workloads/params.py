@@ -45,7 +45,7 @@ class ParamCount:
     embedding: int  # token (+ position / patch) embedding
     lm_head: int  # 0 when tied or vision
     per_layer: tuple[int, ...]  # each block's parameters, norms included
-    vision: int = 0  # a VLM's vision side: encoder, projector, cross-attention blocks (tower_params)
+    vision: int = 0  # a VLM's vision side: encoder, projector, cross-attention blocks
 
     @property
     def final_norms(self) -> int:

@@ -123,9 +123,10 @@ class VisionTower:
         for field in ("width", "height"):
             value = getattr(images, field)
             if value % m:
+                patch = self.encoder.patch_size
                 raise GpuplanError(
-                    f"image {field}={value} is not a multiple of {m} (patch {self.encoder.patch_size}"
-                    f" x merge {self.merge}): give the size the processor resizes it to, e.g. "
+                    f"image {field}={value} is not a multiple of {m} (patch {patch} x merge "
+                    f"{self.merge}): give the size the processor resizes it to, e.g. "
                     f"{max(m, value // m * m)}")
 
     def tiles(self, images: Images) -> int:
