@@ -83,10 +83,27 @@ def evaluate(
     between steps (Megatron's and DDP's) rather than freed by ``zero_grad(set_to_none=True)``;
     ``runtime``: the stack's ``stacks.training.TrainingRuntime`` (None: 2-byte reductions, one
     gather per block, fully hidden buckets, attention-core selective recomputation)."""
-    tp, pp, cp, ep = s["tp"], s["pp"], s["cp"], s["ep"]
-    selective = runtime.selective if runtime is not None else "attention-core"
-    c = stage_compute(t, kinds, rc=s["rc"], selective=selective)
-    sp_ = spans(cluster, tp, cp, s["dp"], pp, ep)
+    c, terms = time_terms(facts, s, t, kinds=kinds, cluster=cluster, acc=acc, eff=eff, seq=seq,
+                          state_precision=state_precision, optimizer=optimizer,
+                          runtime=runtime)  # fmt: skip
+    mem = memory_of(facts, s, kinds=kinds, seq=seq, state_precision=state_precision,
+                    attention=attention, optimizer=optimizer, grads_persist=grads_persist,
+                    runtime=runtime)  # fmt: skip
+    return c, terms, mem
+
+
+def _selective(runtime) -> str:
+    return runtime.selective if runtime is not None else "attention-core"
+
+
+def time_terms(facts, s: dict, t: dict, *, kinds: StageKinds, cluster: Cluster, acc, eff,
+               seq: int, state_precision: str, optimizer: str = "fused",
+               runtime=None) -> tuple[dict, dict]:  # fmt: skip
+    """(stage compute, step-time terms) of ``evaluate``: each strategy's from its own inputs
+    only, so a search may take them for the strategies that fit alone."""
+    tp, cp, ep = s["tp"], s["cp"], s["ep"]
+    c = stage_compute(t, kinds, rc=s["rc"], selective=_selective(runtime))
+    sp_ = spans(cluster, tp, cp, s["dp"], s["pp"], ep)
     tokens = s["mb"] * seq / cp
     kv_heads = np.maximum(1, facts.n_kv_heads // tp)
     nbytes = {
@@ -122,11 +139,19 @@ def evaluate(
     terms = step_time.step_terms(
         lk=links(cluster, eff), sp_=sp_, s=s_full, c=c, k=kinds, bytes_=nbytes, params=params
     )
-    mem = memory_terms(
+    return c, terms
+
+
+def memory_of(facts, s: dict, *, kinds: StageKinds, seq: int, state_precision: str,
+              attention: str, optimizer: str = "fused", grads_persist: bool = True,
+              runtime=None) -> dict:  # fmt: skip
+    """The memory terms of ``evaluate`` (what a search needs to know what fits)."""
+    tp, cp, ep = s["tp"], s["cp"], s["ep"]
+    return memory_terms(
         facts,
         kinds,
         tp=tp,
-        pp=pp,
+        pp=s["pp"],
         dp=s["dp"],
         cp=cp,
         ep=ep,
@@ -144,6 +169,5 @@ def evaluate(
         load=s["load"],
         optimizer=optimizer,
         grads_persist=grads_persist,
-        selective=selective,
+        selective=_selective(runtime),
     )
-    return c, terms, mem

@@ -33,7 +33,7 @@ from gpuplan.sim.inputs import check_gpus, check_seq
 from gpuplan.sim.parallel.compute import Shape
 from gpuplan.sim.parallel.cost import usd_per_hour
 from gpuplan.sim.parallel.estimate import flops_per_sequence, training_efficiency
-from gpuplan.sim.parallel.evaluate import evaluate
+from gpuplan.sim.parallel.evaluate import memory_of, time_terms
 from gpuplan.sim.parallel.interruptions import Interruptions, expected_interruptions
 from gpuplan.sim.parallel.memory import model_facts
 from gpuplan.sim.parallel.op_memo import KernelTable, ShapeKernels, shape_time_table
@@ -184,7 +184,7 @@ def search(
     t0 = time.perf_counter()
     index, table, n_shapes = _price_shapes(cfg, s, seq, acc, eff, space, pool, progress)
     t1 = time.perf_counter()
-    frame = _evaluate_all(
+    fits, leanest = _evaluate_all(
         cfg,
         s,
         index,
@@ -199,9 +199,8 @@ def search(
         progress=progress,
     )
     t2 = time.perf_counter()
-    fits = frame[frame["fits"]].drop(columns="fits")
-    if fits.empty:
-        raise _fits_nowhere(cfg, frame, gpus, acc)
+    if fits is None:
+        raise _fits_nowhere(cfg, leanest, total, gpus, acc)
     interruptions = (
         expected_interruptions(cfg, gpus=gpus, gpus_per_node=cluster.gpus_per_node, acc=acc,
                                state_precision=space.state_precision)
@@ -231,53 +230,59 @@ def search(
 
 
 def _evaluate_all(cfg, s, index, table, *, cluster, acc, eff, seq, space, gpus, pool, progress):
-    """Every strategy's step time, throughput, MFU and memory, in pieces of ``CHUNK`` rows
-    concatenated in order (each row depends on its own inputs only)."""
+    """Every strategy's memory, and the step time, throughput and MFU of those that fit, in
+    pieces of ``CHUNK`` rows concatenated in order (each row depends on its own inputs only):
+    (the strategies that fit, the leanest strategy of each piece)."""
     facts = model_facts(cfg)
     flops = flops_per_sequence(cfg, seq, False)
     peaks = {False: acc.peak("bf16"), True: acc.peak("fp8") if acc.supports("fp8") else np.nan}
-    pieces = [
-        ({k: v[sl] for k, v in s.items()}, {f: table[f][index[sl]] for f in TIME_FIELDS})
-        for sl in chunks(len(index), CHUNK)
-    ]
+    pieces = [({k: v[sl] for k, v in s.items()}, index[sl]) for sl in chunks(len(index), CHUNK)]
     layouts = search_layouts(cfg, np.unique(s["pp"]))
-    piece = partial(_evaluate_piece, facts, cluster=cluster, acc=acc, eff=eff, seq=seq,
-                    space=space, gpus=gpus, flops=flops, peaks=peaks,
+    piece = partial(_evaluate_piece, facts, table=table, cluster=cluster, acc=acc, eff=eff,
+                    seq=seq, space=space, gpus=gpus, flops=flops, peaks=peaks,
                     layouts=layouts)  # fmt: skip
-    frame = pd.concat(pool.map(piece, progress(pieces, "evaluating strategies", pool)),
-                      ignore_index=True)  # fmt: skip
+    parts = pool.map(piece, progress(pieces, "evaluating strategies", pool))
+    leanest = pd.DataFrame([lean for _frame, lean in parts])
+    leanest["recompute"] = leanest["recompute"].map(RECOMPUTE_NAMES)
+    frames = [f for f, _lean in parts if f is not None]
+    if not frames:
+        return None, leanest
+    frame = pd.concat(frames, ignore_index=True)
     frame["schedule"] = frame["schedule"].map(SCHEDULE_NAMES)
     frame["recompute"] = frame["recompute"].map(RECOMPUTE_NAMES)
     labels = {int(p): split_label(cfg, int(p)) for p in np.unique(s["pp"])}
     frame.insert(frame.columns.get_loc("pp") + 1, "pp_layers", frame["pp"].map(labels))
-    return frame
+    return frame, leanest
 
 
-def _evaluate_piece(facts, arrays, *, cluster, acc, eff, seq, space, gpus, flops, peaks,
+def _evaluate_piece(facts, arrays, *, table, cluster, acc, eff, seq, space, gpus, flops, peaks,
                     layouts):  # fmt: skip
-    """One piece of the evaluation: (strategy columns, their shapes' times) -> a frame;
+    """One piece of the evaluation: (strategy columns, each one's shape) -> (a frame of those
+    that fit or None, the leanest strategy). Memory is evaluated for every strategy, the step
+    time for those that fit (what the search returns); ``table``: each shape's times;
     ``layouts``: the stage kinds of each pipeline degree (``space.search_layouts``)."""
-    sc, t = arrays
-    _c, terms, mem = evaluate(
-        facts,
-        sc,
-        t,
-        kinds=layouts.take(sc["pp"]),
-        cluster=cluster,
-        acc=acc,
-        eff=eff,
-        seq=seq,
-        state_precision=space.state_precision,
-        attention=space.attention,
-        optimizer=get_stack(space.stack).optimizer,
-        grads_persist=get_stack(space.stack).grads_persist,
-        runtime=runtime_of(get_stack(space.stack)),
-    )
-    step = step_total(terms)
+    sc, shape_index = arrays
+    stack = get_stack(space.stack)
+    opts = dict(state_precision=space.state_precision, optimizer=stack.optimizer,
+                runtime=runtime_of(stack))  # fmt: skip
+    mem = memory_of(facts, sc, kinds=layouts.take(sc["pp"]), seq=seq, attention=space.attention,
+                    grads_persist=stack.grads_persist, **opts)  # fmt: skip
     peak_mem = sum(mem.values())
+    lean = int(np.argmin(peak_mem))
+    leanest = {k: sc[k][lean] for k in ("tp", "pp", "dp", "zero")} | {
+        "recompute": sc["rc"][lean], "peak_memory_per_gpu_bytes": peak_mem[lean]}  # fmt: skip
+    fits = peak_mem <= acc.hbm_bytes
+    if not fits.any():
+        return None, leanest
+    n = len(fits)
+    sc = {k: v[fits] if np.ndim(v) and len(v) == n else v for k, v in sc.items()}
+    t = {f: table[f][shape_index[fits]] for f in TIME_FIELDS}
+    _c, terms = time_terms(facts, sc, t, kinds=layouts.take(sc["pp"]), cluster=cluster, acc=acc,
+                           eff=eff, seq=seq, **opts)  # fmt: skip
+    step = step_total(terms)
     gb = sc["mb"] * sc["m"] * sc["dp"]
     peak_flops = np.where(sc["fp8"], peaks[True], peaks[False])
-    return pd.DataFrame(
+    frame = pd.DataFrame(
         {
             "tp": sc["tp"],
             "pp": sc["pp"],
@@ -296,10 +301,10 @@ def _evaluate_piece(facts, arrays, *, cluster, acc, eff, seq, space, gpus, flops
             "bubble_s": terms["bubble"],
             "tokens_per_s": gb * seq / step,
             "mfu": flops * gb / (step * gpus * peak_flops),
-            "peak_memory_per_gpu_bytes": peak_mem,
-            "fits": peak_mem <= acc.hbm_bytes,
+            "peak_memory_per_gpu_bytes": peak_mem[fits],
         }
     )
+    return frame, leanest
 
 
 def _with_cost(fits, *, gpus, acc, tokens, usd, global_batch, seq, interruptions=None):
@@ -346,12 +351,14 @@ def distinct_layouts(frame: pd.DataFrame, seq: int) -> pd.DataFrame:
     return frame[keep.to_numpy()].reset_index(drop=True)
 
 
-def _fits_nowhere(cfg, frame, gpus, acc) -> GpuplanError:
-    least = frame["peak_memory_per_gpu_bytes"].min()
-    row = frame.loc[frame["peak_memory_per_gpu_bytes"].idxmin()]
+def _fits_nowhere(cfg, leanest, total: int, gpus, acc) -> GpuplanError:
+    """The error of a search none of whose ``total`` strategies fits (``leanest``: each
+    piece's leanest strategy)."""
+    least = leanest["peak_memory_per_gpu_bytes"].min()
+    row = leanest.loc[leanest["peak_memory_per_gpu_bytes"].idxmin()]
     need = int(np.ceil(gpus * least / acc.hbm_bytes))
     return GpuplanError(
-        f"{cfg.name} fits nowhere on {gpus} x {acc.key}: the leanest of {len(frame)} strategies "
+        f"{cfg.name} fits nowhere on {gpus} x {acc.key}: the leanest of {total} strategies "
         f"(tp={row.tp} pp={row.pp} dp={row.dp} zero={row.zero} recompute={row.recompute}) needs "
         f"{least / 1e9:.1f} GB per GPU, the device has {acc.hbm_bytes / 1e9:.0f} GB; "
         f"try at least ~{need} GPUs or a smaller global batch"
