@@ -113,7 +113,7 @@ def _run_part(part, torch, device, key, out_dir, box, tiny, models, grid="base")
     from . import hf
 
     return hf.run(torch, device, key, out_dir, box, tiny, compiled=part == "compile",
-                  models=models, extended=grid == "extended")
+                  models=models, extended=grid != "base", grid=grid)
 
 
 def _write_env(out_dir: Path, env: dict) -> None:
@@ -132,9 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default=None,
                     help="comma-separated models of the hf and compile parts (default: all)")
     ap.add_argument("--no-ceilings", action="store_true", help="skip the copy/GEMM ceilings")
-    ap.add_argument("--grid", choices=("base", "extended"), default="base",
-                    help="the hf and compile parts' sizes: base (the first run) or extended "
-                         "(more sizes, two rounds, host probe and kernel time per case)")
+    ap.add_argument("--grid", choices=("base", "extended", "decode"), default="base",
+                    help="the hf and compile parts' sizes: base (the first run), extended "
+                         "(more sizes, two rounds, host probe and kernel time per case) or "
+                         "decode (the extended grid's eager decodes alone, one round; compile "
+                         "as extended)")
     ap.add_argument("--weights", default=None,
                     help="the parts' shares of the budget, as part=w,... (default: "
                          + ",".join(f"{k}={v}" for k, v in WEIGHTS.items()) + ")")
