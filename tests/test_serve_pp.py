@@ -91,6 +91,18 @@ def test_the_step_model_equals_the_priced_breakdown_under_pp_and_ep(batch):
     )
 
 
+@pytest.mark.parametrize("seqs", [3, 50, 161])
+def test_each_micro_batch_is_padded_as_its_own_graph_runs_it(seqs):
+    from gpuplan.sim.serving.on_stack import stack_deployment
+
+    dep = stack_deployment("llama3-70b", "h100-sxm", "vllm", tp=4, pp=2)
+    assert dep.decode_buckets  # vLLM's captured batch sizes
+    batch = Batch(decode_seqs=seqs, decode_kv_tokens=seqs * 700)
+    assert StepModel(dep).iteration_s(batch) == pytest.approx(
+        iteration_breakdown(dep, batch).total_s, rel=1e-12
+    )
+
+
 def test_a_pipelined_decode_run_is_the_sum_of_its_iterations():
     dep = deployment("llama3-70b", "h100-sxm", tp=4, pp=2)
     step = StepModel(dep)

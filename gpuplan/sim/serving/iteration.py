@@ -278,19 +278,25 @@ def pipeline_breakdown(dep, batch: Batch) -> Breakdown:
     items of the path that sets its time, either one micro-batch through every stage and its
     sends (latency-bound) or one stage running every micro-batch (throughput-bound), plus the
     CPU's fixed cost."""
-    batch = padded_batch(dep, batch)
+    # each micro-batch is padded as its own graph runs it (in ``stage_breakdown``)
     parts = micro_batches(batch.prefill, batch.decode_seqs, batch.decode_kv_tokens, batch.samples,
                           dep.pp)  # fmt: skip
     cells = [[stage_breakdown(dep, Batch(prefill=p, decode_seqs=d, decode_kv_tokens=kv,
                                          sampled=s), st, overhead=False)
               for st in dep.stages] for p, d, kv, s in parts]  # fmt: skip
-    sends = [_send_items(dep, Batch(prefill=p, decode_seqs=d).tokens) for p, d, _, _ in parts]
+    sends = [_send_items(dep, padded_batch(dep, Batch(prefill=p, decode_seqs=d)).tokens)
+             for p, d, _, _ in parts]  # fmt: skip
     paths = [[i for cell in row for i in cell.items] + items for row, items in zip(cells, sends, strict=True)]
     paths += [[i for row in cells for i in row[s].items] for s in range(dep.pp)]
     items = max(paths, key=lambda path: sum(i.time_s for i in path))
     if dep.iteration_overhead_s:
         items.append(Item(layer="runtime", category="scheduler", op="per-iteration CPU work",
                           phase="iteration", time_s=dep.iteration_overhead_s, bound="launch"))  # fmt: skip
+    running = batch.decode_seqs + sum(b for _, _, b in batch.prefill)
+    per_seq = getattr(dep, "seq_overhead_s", 0.0)
+    if per_seq and running:
+        items.append(Item(layer="runtime", category="scheduler", op="per-sequence CPU work",
+                          phase="iteration", time_s=running * per_seq, bound="launch"))  # fmt: skip
     return Breakdown(items=tuple(items))
 
 

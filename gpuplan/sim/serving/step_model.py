@@ -378,7 +378,13 @@ class PipelineStepModel(StepModel):
         parts = micro_batches(prefill, decode_seqs, decode_kv_tokens, sampled, self.dep.pp)
         stage_s = [[st.mixed_s(*mb, replay=replay) for st in self.stages] for mb in parts]
         sends = [self.sends_s(self._rows(mb[0], mb[1])) for mb in parts]
-        return pipeline_period_s(stage_s, sends, self.dep.iteration_overhead_s)
+        running = decode_seqs + sum(b for _, _, b in prefill)
+        return pipeline_period_s(stage_s, sends, self._cpu_s(running))
+
+    def _cpu_s(self, running: int) -> float:
+        """The replica's CPU cost of one iteration (the scheduler's fixed and per-sequence
+        work, ``Deployment.seq_overhead_s``), once per iteration, not once per stage."""
+        return self.dep.iteration_overhead_s + getattr(self.dep, "seq_overhead_s", 0.0) * running
 
     def decode_s(self, seqs: int, kv_tokens: int) -> float:
         return self.mixed_s((), seqs, kv_tokens, seqs)
@@ -407,7 +413,7 @@ class PipelineStepModel(StepModel):
             sends.append(self.sends_s(self._rows((), d)))
         latency = np.max([sum(row) + p for row, p in zip(stage_s, sends, strict=True)], axis=0)
         busy = np.max([sum(col) for col in zip(*stage_s, strict=True)], axis=0)
-        return np.maximum(latency, busy) + self.dep.iteration_overhead_s
+        return np.maximum(latency, busy) + self._cpu_s(seqs)
 
     def decode_run_s(self, seqs: int, kv_tokens: int, iterations: int) -> float:
         if iterations <= 0:
