@@ -20,6 +20,8 @@ the last (vLLM's ``PPMissingLayer`` placement, ``vllm/model_executor/models/util
   to their experts and combined back by two all-to-alls per MoE block, each GPU sending its
   ``tokens / ep`` share's ``top_k`` copies of ``d_model`` activations (DeepEP's dispatch and
   combine, DeepSeek-V3 sec. 3.4; bytes per rank as the measurement contract counts them).
+  The block's two TP all-reduces stay as they are (assumption, named: an upper bound where an
+  engine replaces the MoE one by the combine and an all-gather for the next attention).
   Weight bytes per GPU are unchanged by ``ep``: the same experts cut whole rather than in slices.
 """
 
