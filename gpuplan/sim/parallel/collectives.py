@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gpuplan.hwmodels.bulk import collective_times
 from gpuplan.hwmodels.collectives import collective_time
 from gpuplan.sim.parallel.topology import Cluster
 
@@ -50,6 +51,12 @@ class Links:
     def one_host_s(self, op: str, n: int, nbytes: float) -> float:
         """The one-host model's time of ``op`` on ``n`` GPUs of a domain."""
         return collective_time(
+            self.acc, op, n, nbytes, self.eff, link_bytes_per_s_override=self.scaleup_bytes_per_s
+        ).total_s
+
+    def one_host_many_s(self, op: str, n, nbytes) -> np.ndarray:
+        """``one_host_s`` of arrays of ranks and bytes, in one call (``hwmodels.bulk``)."""
+        return collective_times(
             self.acc, op, n, nbytes, self.eff, link_bytes_per_s_override=self.scaleup_bytes_per_s
         ).total_s
 
@@ -100,12 +107,7 @@ def _intra(op, n, nbytes, lk: Links):
     key = size_idx.ravel() * (int(n.max()) + 1) + n.ravel()
     keys, inverse = np.unique(key, return_inverse=True)
     ranks, which = keys % (int(n.max()) + 1), keys // (int(n.max()) + 1)
-    values = np.array(
-        [
-            lk.one_host_s(op, int(k), float(sizes[i])) if k > 1 else 0.0
-            for k, i in zip(ranks, which, strict=True)
-        ]
-    )
+    values = lk.one_host_many_s(op, ranks, sizes[which])  # 0 where one rank
     return values[inverse.ravel()].reshape(n.shape)
 
 
