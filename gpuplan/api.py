@@ -17,6 +17,7 @@ from gpuplan.sim.parallel import search as search_training
 from gpuplan.sim.predict import predict_breakdown
 from gpuplan.sim.serving import deployment, edge_estimates, make_workload, simulate
 from gpuplan.sim.serving import plan as plan_serving
+from gpuplan.sim.serving.requests import with_images
 from gpuplan.sim.step import decode_step_breakdown
 from gpuplan.sim.timeline import simulate_step
 from gpuplan.workloads.memory import (
@@ -28,6 +29,7 @@ from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.operators import backward_of, layer_forward, model_forward, training_flops
 from gpuplan.workloads.params import count_params
 from gpuplan.workloads.presets import get_model, list_models
+from gpuplan.workloads.vision import Images, image_tokens
 
 __all__ = [
     # models (layer 1)
@@ -42,6 +44,8 @@ __all__ = [
     "kv_cache_bytes_per_token",
     "layer_activation_bytes",
     "training_state_bytes",
+    "Images",
+    "image_tokens",
     # hardware (layer 5)
     "Accelerator",
     "get_accelerator",
@@ -65,6 +69,7 @@ __all__ = [
     "simulate_step",
     "deployment",
     "make_workload",
+    "with_images",
     "simulate",
     "plan_serving",
     "edge_estimates",
