@@ -19,6 +19,7 @@ from gpuplan.hwmodels.accelerators import (
 KEYS = (
     "h200",
     "h100-sxm",
+    "h100-sxm-hbm2e",
     "h100-pcie",
     "a100-sxm-80gb",
     "a100-sxm-40gb",

@@ -13,6 +13,7 @@ from __future__ import annotations
 ARCH = {
     "h200": "sm_90",
     "h100-sxm": "sm_90",
+    "h100-sxm-hbm2e": "sm_90",
     "h100-pcie": "sm_90",
     "a100-sxm-80gb": "sm_80",
     "a100-sxm-40gb": "sm_80",

@@ -103,11 +103,16 @@ def parse_options(text: str) -> dict:
 
 
 def row_model(row: dict) -> ModelConfig:
-    """The row's model: a definition of the sources file, else a preset. A learned position
-    table is sized to the run's sequence (llm-foundry sets max_seq_len to it)."""
+    """The row's model: a definition of the sources file (whole, or a preset named by ``base``
+    with the fields it replaces), else a preset. A learned position table is sized to the run's
+    sequence (llm-foundry sets max_seq_len to it)."""
     models = training_sources()["models"]
     key = row["model"]
-    cfg = ModelConfig(**models[key]) if key in models else get_model(key)
+    if key in models and "base" in models[key]:
+        fields = {k: v for k, v in models[key].items() if k != "base"}
+        cfg = dataclasses.replace(get_model(models[key]["base"]), **fields)
+    else:
+        cfg = ModelConfig(**models[key]) if key in models else get_model(key)
     if cfg.position == "learned":
         cfg = dataclasses.replace(cfg, max_seq_len=row["seq"])
     return cfg
