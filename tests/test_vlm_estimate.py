@@ -72,3 +72,8 @@ def test_images_for_a_text_only_model_are_an_error_in_the_prefill():
 def test_an_image_size_without_images_is_an_error():
     with pytest.raises(GpuplanError, match="needs images"):
         _prefill("qwen2-vl-7b", image_size="448x448")
+
+
+def test_a_prompt_longer_than_the_context_with_its_image_tokens_is_an_error():
+    with pytest.raises(GpuplanError, match="seq \\+ image tokens"):
+        _prefill("qwen2-vl-7b", seq=32000, images=4, image_size="1792x1792")

@@ -21,6 +21,7 @@ import dataclasses
 from gpuplan.hwmodels.efficiency import queued
 from gpuplan.sim.breakdown import Breakdown, Item, priced_items
 from gpuplan.sim.compilation import eager, fuse_elementwise
+from gpuplan.sim.inputs import check_seq
 from gpuplan.sim.step import _launch_item, _with_launch
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.memory import kv_cache_bytes_per_token_layer
@@ -88,6 +89,7 @@ def vision_prefill_breakdown(acc, eff, cfg: ModelConfig, stack, *, batch: int, s
                             tp=tp)
     enc = Breakdown(items=tuple(dataclasses.replace(i, phase="encoder") for i in enc.items))
     if tower.style == "inline":
+        check_seq(cfg, seq + per_seq, "seq + image tokens")  # the prompt holds them all
         lm = prefill_breakdown(acc, eff, cfg, stack, batch=batch, seq=seq + per_seq, tp=tp)
         return enc + lm
     lm = prefill_breakdown(acc, eff, cfg, stack, batch=batch, seq=seq, tp=tp)
