@@ -14,6 +14,7 @@ list-wise path. The costs are the same items in the same order as ``micro_batch_
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import chain
 
 import numpy as np
 
@@ -26,6 +27,7 @@ from gpuplan.sim.parallel.compute import (
     MicroBatchCosts,
     Shape,
     _cost,
+    _experts,
     embedding_ops,
     head_ops,
     layer_forward_ops,
@@ -199,6 +201,9 @@ class ShapeKernels:
         self._ops: dict = {}  # forward kernel -> (run, bwd, cast fwd, cast bwd) numbers
         self._extra: dict = {}
         self._base: dict = {}
+        self._refs: dict = {}  # (shape, block) -> its kernels (an MoE block's at ep=1, load=1)
+        self._moving: dict = {}  # (shape, block) -> positions of its expert kernels
+        self._experts: dict = {}  # (expert kernel at ep=1, ep, load) -> numbers at that ep
         self._shared: dict = {}  # by shape at ep=1, load=1: dense, head, embedding parts
         groups = layer_groups(cfg)
         self._dense = [layer for layer, _ in groups if not cfg.is_moe_layer(layer)]
@@ -231,23 +236,54 @@ class ShapeKernels:
     def _block(self, shape: Shape, layer: int) -> Part:
         if self.impl not in PER_OP_IMPLS:  # compiled fuses runs of ops: list-wise
             return self._listed(layer_ops(self.cfg, shape, layer))
-        key = (shape.micro_batch, shape.seq // shape.cp, layer, shape.tp)
-        base = self._base.get(key)
-        if base is None:
-            base = self._base[key] = layer_forward(
-                self.cfg, batch=key[0], seq=key[1], layer=layer, tp=shape.tp
-            )  # fmt: skip
-        fwd, extra_bwd = layer_forward_ops(self.cfg, shape, layer, base)
-        per_op = [self._op_ids(op) for op in fwd]
-        fwd_ids = [i for run, *_ in per_op for i in run] + [i for p in per_op for i in p[2]]
-        bwd_ids = [i for p in reversed(per_op) for i in p[1]]
-        for op in extra_bwd:
-            got = self._extra.get(op)
-            if got is None:
-                got = self._extra[op] = self.table.ids(_as_run([op], self.impl))
-            bwd_ids += got
+        moe = self.cfg.is_moe_layer(layer)
+        ref = replace(shape, ep=1, load=1.0) if moe else shape
+        fwd, per_op, extra_ids = self._reference(ref, layer)
+        if moe and (shape.ep != 1 or shape.load != 1.0):
+            # ep and the load change only the expert kernels (``compute._experts``, a map op by
+            # op that the other steps of ``layer_forward_ops`` leave alone): re-number those
+            moving = self._moving.get((ref, layer))
+            if moving is None:  # the ops _experts replaces (by name and class, whatever ep)
+                moving = self._moving[(ref, layer)] = [
+                    i for i, (old, new) in enumerate(zip(fwd, _experts(fwd, shape), strict=True))
+                    if new is not old
+                ]  # fmt: skip
+            per_op = list(per_op)
+            for i in moving:
+                per_op[i] = self._expert_ids(fwd[i], shape)
+        fwd_ids = [i for p in per_op for i in p[0]] + [i for p in per_op for i in p[2]]
+        bwd_ids = [i for p in reversed(per_op) for i in p[1]] + extra_ids
         bwd_ids += [i for p in per_op for i in p[3]]
         return tuple(fwd_ids), tuple(bwd_ids)
+
+    def _expert_ids(self, op, shape: Shape) -> tuple:
+        """``_op_ids`` of expert kernel ``op`` as ``shape``'s ep and load make it."""
+        key = (op, shape.ep, shape.load)
+        got = self._experts.get(key)
+        if got is None:
+            got = self._experts[key] = self._op_ids(_experts([op], shape)[0])
+        return got
+
+    def _reference(self, shape: Shape, layer: int) -> tuple:
+        """(forward kernels, their numbers op by op, the extra backward's numbers) of block
+        ``layer`` at ``shape`` (for an MoE block: at ep=1, load=1)."""
+        got = self._refs.get((shape, layer))
+        if got is None:
+            key = (shape.micro_batch, shape.seq // shape.cp, layer, shape.tp)
+            base = self._base.get(key)
+            if base is None:
+                base = self._base[key] = layer_forward(
+                    self.cfg, batch=key[0], seq=key[1], layer=layer, tp=shape.tp
+                )  # fmt: skip
+            fwd, extra_bwd = layer_forward_ops(self.cfg, shape, layer, base)
+            extra_ids: list[int] = []
+            for op in extra_bwd:
+                extra = self._extra.get(op)
+                if extra is None:
+                    extra = self._extra[op] = self.table.ids(_as_run([op], self.impl))
+                extra_ids += extra
+            got = self._refs[(shape, layer)] = (fwd, [self._op_ids(op) for op in fwd], extra_ids)
+        return got
 
     def _op_ids(self, op) -> tuple:
         got = self._ops.get(op)
@@ -297,20 +333,16 @@ class _Sums:
     """``stage._block_sums`` and ``Cost.host_s`` of one part of many shapes, as arrays."""
 
     def __init__(self, parts: list, table: KernelTable, n: int) -> None:
-        both_bins, both_ids, fwd_bins, fwd_ids, bwd_bins, bwd_ids = [], [], [], [], [], []
-        for row, part in enumerate(parts):
-            if part is None:
-                continue
-            f, b = part
-            fwd_ids += f
-            fwd_bins += [row] * len(f)
-            bwd_ids += b
-            bwd_bins += [row] * len(b)
-            both_ids += f + b  # the forward's terms, then the backward's, per shape
-            both_bins += [row] * (len(f) + len(b))
         self.present = np.array([p is not None for p in parts], dtype=bool)
-        fi, bi, ai = (np.array(x, dtype=np.int64) for x in (fwd_ids, bwd_ids, both_ids))
-        fb, bb, ab = (np.array(x, dtype=np.int64) for x in (fwd_bins, bwd_bins, both_bins))
+        fwd = [p[0] if p is not None else () for p in parts]
+        bwd = [p[1] if p is not None else () for p in parts]
+        fi, bi = (np.fromiter(chain.from_iterable(x), np.int64) for x in (fwd, bwd))
+        fb, bb = (
+            np.repeat(np.arange(n), np.fromiter(map(len, x), np.int64, n)) for x in (fwd, bwd)
+        )
+        # every forward term, then every backward term: in each shape's bin the forward's come
+        # first, each list in its order, as ``_block_sums`` adds them
+        ai, ab = np.concatenate([fi, bi]), np.concatenate([fb, bb])
         t, kind = table.time_s, table.kind
 
         def total(bins, weights):  # a term left out adds +0.0, which changes no sum
