@@ -7,10 +7,11 @@ Table 5: iteration times; Figure 1: memory per GPU). Sources and settings:
 throughput and time, <= 10% on memory.
 
 Then every row of ``gpuplan/sim/parallel/data/published_training.csv`` (MosaicML llm-foundry,
-NVIDIA Megatron-Bridge, torchtitan, Llama 3 Table 4, MT-NLG; sources and model definitions in
-``published_training_sources.json``), one table per source in the metric the source prints, the
-rows gpuplan cannot express with the reason, and the median and p90 absolute error per source
-with its held-out flag (seeded split by source). The same tables: ``gpuplan train --reproduce``.
+NVIDIA Megatron-Bridge, torchtitan, Llama 3 Table 4, MT-NLG, BigScience BLOOM; sources and model
+definitions in ``published_training_sources.json``), one table per source in the metric the
+source prints, the rows gpuplan cannot express with the reason, and the median and p90 absolute
+error per source with its held-out flag (seeded split by source). The same tables:
+``gpuplan train --reproduce``.
 """
 
 from __future__ import annotations

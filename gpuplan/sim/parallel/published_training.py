@@ -18,7 +18,8 @@ Nothing here is tuned to these rows: every accelerator's kernel efficiencies are
 (``predict_row``: its kernels, host, optimizer, runtime, and its state precision and overlaps as
 defaults); the overlaps and settings a row states are its ``options``, which override them
 (``attention_kernel=KERNEL``: the stack's training and prefill attention kernel as the row ran it;
-``power_limit_w=W``: boards held below their rated power, ``hwmodels.power.power_capped``).
+``power_limit_w=W``: boards held below their rated power, ``hwmodels.power.power_capped``;
+``launch_blocking=true``: a job run under CUDA_LAUNCH_BLOCKING=1, ``stacks.training``).
 ``reproduce_training(stacks=False)`` prices every row as ``megatron-te`` with Strategy's
 defaults, for the before/after comparison (``benchmarks/fit_training_stacks.py``).
 """
