@@ -347,6 +347,8 @@ def plan(
     evaluate = partial(_evaluate_candidate, rate_per_s=rate_per_s, lengths=lengths, slo=slo,
                        requests=requests, seed=seed, max_gpus=space.max_gpus, hourly=hourly,
                        per_m=per_m)  # fmt: skip
+    known, scouted_usd = _scout(ordered, steps, evaluate, lengths, slo, top, hourly * per_m,
+                                rate_per_s)  # fmt: skip
     rows, met = [], []
     bar = tqdm(total=len(ordered), unit="config", disable=not progress, leave=False)
     # candidates in order, ``pool.width`` at a time; the stop rule reads the rows in that order,
@@ -358,12 +360,17 @@ def plan(
         batch = ordered[lo : lo + pool.width]
         # the deployment's step model goes with each piece: shared here, a copy of its memo (pure
         # prices, the same numbers either way) on a worker
-        cap = _top_cost(met, top)
-        pieces = [(c, dep, start, steps[id(dep)], cap) for _, start, c, dep in batch]
+        # a candidate later in the order ties with an earlier one's cost to no avail (the
+        # configurations are sorted stably, the earlier first), so its cap is strictly below
+        # the top-th cost met; at or below the scouts' X (a scout may come after it)
+        cap = (scouted_usd, _top_cost(met, top))
+        pieces = [(c, dep, start, steps[id(dep)], cap, known.get(lo + k))
+                  for k, (_, start, c, dep) in enumerate(batch)]  # fmt: skip
         for (gpus_floor, *_), row in zip(batch, pool.map(evaluate, pieces), strict=True):
             if _enough(met, top, gpus_floor * hourly * per_m):
                 break
             bar.update()
+            row.pop("_seen")
             rows.append(row)
             if row["meets"]:
                 met.append(row["usd_per_m_output_tokens"])
@@ -382,20 +389,67 @@ def plan(
     )
 
 
+def _scout(ordered, steps, evaluate, lengths, slo: Slo, top: int, usd_per_gpu: float, rate):
+    """Before the search proper, the ``top`` candidates guessed cheapest (``_guess_gpus``) are
+    searched in full: ({index in ``ordered``: their runs}, X), X the ``top``-th lowest of
+    max(floor, cost) among those that meet (inf if fewer meet). No candidate costing more
+    than X can be among the ``top``: the ``top`` scouts cost X or less and, their floors being X
+    or less, come before any candidate the stop rule could end the search at with fewer than
+    ``top`` costs at or below X met. So X caps every search, and the stop rule and the
+    configurations kept are those of the search without it."""
+    guesses = [(_guess_gpus(c, dep, steps[id(dep)], lengths, slo, rate), k)
+               for k, (_, _, c, dep) in enumerate(ordered)]  # fmt: skip
+    chosen = [k for gpus, k in sorted(guesses) if math.isfinite(gpus)][:top]
+    known, usd = {}, []
+    for k in sorted(chosen):
+        floor_gpus, start, c, dep = ordered[k]
+        row = evaluate((c, dep, start, steps[id(dep)], (math.inf, math.inf), None))
+        known[k] = row["_seen"]
+        if row["meets"]:
+            usd.append(max(floor_gpus * usd_per_gpu, row["gpus"] * usd_per_gpu))
+    return known, _top_cost(usd, top)
+
+
+TAIL_FACTOR = math.log(100)  # an M/M/1 queue's p99 sojourn is ln(100) service times / (1 - load)
+
+
+def _guess_gpus(c: Candidate, dep, step: StepModel, lengths, slo: Slo, rate: float) -> float:
+    """A rough guess at the GPUs a candidate needs, only to choose the scouts (``_scout``):
+    its throughput bound (``unit_rate_bound``) at the highest load that keeps an M/M/1 queue
+    of mean-prompt prefills within the TTFT target at p99; inf where a lone decode step misses
+    the TPOT target, or no load would do."""
+    prompt, output = max(1, round(float(np.mean(lengths[0])))), float(np.mean(lengths[1]))
+    prefill_s = step.iteration_s(Batch(prefill=((prompt, 0, 1),)))
+    load = 1 - TAIL_FACTOR * prefill_s / slo.ttft_s
+    if load <= 0:
+        return math.inf
+    if step.decode_s(1, prompt + round(output / 2)) > slo.tpot_s:
+        return math.inf
+    units = max(1, math.ceil(rate / (load * unit_rate_bound(c, dep, step, lengths))))
+    return units * c.unit_gpus
+
+
 def _top_cost(met: list[float], top: int) -> float:
     """The ``top``-th lowest cost met so far (inf before ``top`` have met): a candidate that
     costs more at its fewest units cannot be among the ``top``, so its search stops there."""
     return sorted(met)[top - 1] if len(met) >= top else math.inf
 
 
-def _cap_units(c: Candidate, cap_usd: float, hourly: float, per_m: float) -> int | None:
-    """The most units of ``c`` whose cost (as ``_row`` prices it) is within ``cap_usd``."""
+def _cap_units(c: Candidate, cap_usd: float, hourly: float, per_m: float, *,
+               strict: bool = False) -> int | None:  # fmt: skip
+    """The most units of ``c`` whose cost (as ``_row`` prices it) is within ``cap_usd`` (below
+    it, ``strict``); None for no cap."""
     if math.isinf(cap_usd):
         return None
+
+    def within(units: int) -> bool:
+        usd = units * c.unit_gpus * hourly * per_m
+        return usd < cap_usd if strict else usd <= cap_usd
+
     units = math.floor(cap_usd / (c.unit_gpus * hourly * per_m))
-    while (units + 1) * c.unit_gpus * hourly * per_m <= cap_usd:
+    while within(units + 1):
         units += 1
-    while units > 0 and units * c.unit_gpus * hourly * per_m > cap_usd:
+    while units > 0 and not within(units):
         units -= 1
     return units
 
@@ -408,12 +462,15 @@ def _enough(met: list[float], top: int, floor_usd: float) -> bool:
 def _evaluate_candidate(piece, *, rate_per_s, lengths, slo, requests, seed, max_gpus, hourly,
                         per_m) -> dict:  # fmt: skip
     """The fewest units of one candidate that meet the SLO, as a row: one piece of the plan."""
-    c, dep, start, step, cap_usd = piece
+    c, dep, start, step, cap_usd, seen = piece
     probe = _Probe(c, dep, step, rate_per_s=rate_per_s, lengths=lengths,
                    slo=slo, n_requests=requests, seed=seed)  # fmt: skip
-    cap = _cap_units(c, cap_usd, hourly, per_m)
+    probe.seen.update(seen or {})  # the scouting's runs of this candidate
+    caps = (_cap_units(c, cap_usd[0], hourly, per_m),
+            _cap_units(c, cap_usd[1], hourly, per_m, strict=True))  # fmt: skip
+    cap = min((u for u in caps if u is not None), default=None)
     units = fewest_units(probe, start, max(1, max_gpus // c.unit_gpus), cap)
-    return _row(c, units, probe, hourly, per_m, slo)
+    return _row(c, units, probe, hourly, per_m, slo) | {"_seen": probe.seen}
 
 
 def _row(c: Candidate, units, probe: _Probe, hourly: float, per_m: float, slo: Slo) -> dict:
@@ -421,8 +478,11 @@ def _row(c: Candidate, units, probe: _Probe, hourly: float, per_m: float, slo: S
     most units it tried, its percentiles NaN where that run was settled early."""
     above = units == ABOVE_CAP
     units = None if above else units
-    tried = units if units is not None else max(probe.seen)
-    _, ttft, tpot = probe(tried) if above else probe.exact(tried)
+    tried = units if units is not None else max(probe.seen, default=0)
+    if above:  # none tried when even one unit costs more (0 units, no percentiles)
+        ttft, tpot = (math.nan, math.nan) if not tried else probe(tried)[1:]
+    else:
+        _, ttft, tpot = probe.exact(tried)
     gpus = tried * c.unit_gpus
     pct = f"p{slo.percentile:g}"
     return {
