@@ -5,10 +5,14 @@ How it stays fast (no per-strategy call of the per-kernel model):
 1. enumerate the valid degree combinations (tp, cp, pp, dp, ep), then each micro-batch size and
    schedule (GPipe, 1F1B, interleaved with every valid virtual-stage count) as base rows, then
    the product with recomputation, ZeRO stage, sequence parallelism and precision as numpy arrays;
-2. price the few distinct per-GPU kernel shapes (micro-batch, tp, cp, sp, ep, precision) once each
-   with the one-GPU kernel models (``compute.CostCache``);
-3. evaluate the closed forms of communication, bubble and memory for all strategies at once
-   (``evaluate``), in chunks, with a progress bar when the space is large.
+2. price the few distinct per-GPU kernel shapes (micro-batch, tp, cp, sp, ep, precision) in
+   bulk: each shape's kernels are listed as numbers of one table of distinct kernels
+   (``op_memo.ShapeKernels``), the new kernels priced in a few numpy calls of the one-GPU kernel
+   models' array mirrors (``hwmodels.bulk``), and every shape's times summed at once
+   (``op_memo.shape_time_table``: the same doubles as ``compute.CostCache`` + ``shape_times``);
+3. evaluate the closed form of memory for all strategies at once (``evaluate.memory_of``), and
+   those of communication and bubble for the strategies that fit (``evaluate.time_terms``), in
+   chunks, with a progress bar when the space is large.
 
 Pricing and evaluation are cut into pieces of a fixed size and merged in order, so that they can
 run on Dask workers (``sim.sweep``) and give the same bytes as in this process.
