@@ -110,6 +110,7 @@ class DecodeSet:
         # ``blocks_after`` (sum of ceil(c / b) = (sum c + m (b - 1) - sum (c + b - 1) mod b) / b)
         plain = count_blocks and not self.rule.windowed_layers
         self._residues: list[int] | None = [0] * block_tokens if plain else None
+        self._residue_sum = 0  # sum of the members' residues
 
     def __len__(self) -> int:
         return len(self.members)
@@ -124,7 +125,9 @@ class DecodeSet:
         if self.count_blocks:
             self.blocks += self._blocks_of(cached)
         if self._residues is not None:
-            self._residues[(off + self.block_tokens - 1) % self.block_tokens] += 1
+            q = (off + self.block_tokens - 1) % self.block_tokens
+            self._residues[q] += 1
+            self._residue_sum += q
         self._offsets_array = None
 
     def cached_tokens(self) -> int:
@@ -158,9 +161,13 @@ class DecodeSet:
         if self._residues is not None:
             b, t = self.block_tokens, self.iters + n
             shift = t % b
-            rem = sum(c * ((q + shift) % b) for q, c in enumerate(self._residues) if c)
+            # sum of c_q ((q + shift) mod b): each residue moved by shift, less b for those that
+            # wrap (q >= b - shift)
+            rem = self._residue_sum + shift * len(self.members)
+            if shift:
+                rem -= b * sum(self._residues[b - shift :])
             whole = (self.offset_sum + len(self.members) * (t + b - 1) - rem) // b
-            return whole * self.rule.full_layers
+            return whole * self.rule.full_layers + len(self.members) * self.rule.per_sequence
         return self.rule.blocks_sum(self._offsets() + (self.iters + n))
 
     def advance(self, n: int, *, keep_done: bool = False) -> list[tuple[int, int]]:
@@ -188,7 +195,9 @@ class DecodeSet:
         self.members.remove(rid)
         self.offset_sum -= off
         if self._residues is not None:
-            self._residues[(off + self.block_tokens - 1) % self.block_tokens] -= 1
+            q = (off + self.block_tokens - 1) % self.block_tokens
+            self._residues[q] -= 1
+            self._residue_sum -= q
         t.cached[rid] = off + self.iters
         t.generated[rid] = t.output[rid] - (done - self.iters)
         t.blocks[rid] = self._blocks_of(t.cached[rid]) if self.count_blocks else 0
