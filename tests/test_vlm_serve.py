@@ -58,10 +58,14 @@ def test_images_on_a_text_only_deployment_are_an_error():
         _run(with_images(_load(), images=1, image_tokens=256), dep=dep)
 
 
-def test_cross_attention_images_in_serve_are_refused_not_mispriced():
+def test_disaggregated_cross_attention_images_are_refused_not_mispriced():
+    from gpuplan.sim.serving.disagg import Disaggregation, simulate_disaggregated
+
     dep = stack_deployment("llama3.2-11b-vision", "h100-sxm", "vllm")
-    with pytest.raises(GpuplanError, match="cross-attention"):
-        _run(with_images(_load(), images=1, image_tokens=1601), dep=dep)
+    load = with_images(_load(), images=1, image_tokens=1601)
+    with pytest.raises(GpuplanError, match="disaggregated serving"):
+        simulate_disaggregated(dep, SCHED, load, Disaggregation(prefill_replicas=1,
+                                                                decode_replicas=1))
 
 
 def test_vlm_weights_include_the_vision_tower():
@@ -73,3 +77,63 @@ def test_negative_image_tokens_are_an_error():
     load = _load(n=2)
     with pytest.raises(GpuplanError, match="image tokens per request=-1"):
         with_images(load, images=1, image_tokens=-1)
+
+
+# --- cross-attention (Llama 3.2 Vision) ------------------------------------------------------
+
+LLAMA_V = stack_deployment("llama3.2-11b-vision", "h100-sxm", "vllm")
+TILE = 1601  # one 560 x 560 tile's image tokens
+
+
+def _times(res):
+    cols = res.request_columns
+    ttft = cols["first_token_s"] - cols["arrival_s"]
+    return ttft, (cols["finish_s"] - cols["first_token_s"]) / (cols["output_tokens"] - 1)
+
+
+def test_a_cross_attention_request_pays_encoder_image_kv_and_cross_blocks_exactly():
+    from gpuplan.sim.serving.step_model import StepModel
+    from gpuplan.sim.serving.vision import CrossAttentionStep
+
+    img = _run(with_images(_load(prompt=300), images=1, image_tokens=TILE), dep=LLAMA_V)
+    text = _run(_load(prompt=300), dep=LLAMA_V)
+    enc = encoder_s(LLAMA_V, EncoderWork.from_image_tokens(LLAMA_V.model.vision_tower, 1, TILE))
+    cross = CrossAttentionStep(StepModel(LLAMA_V), TILE)
+    (ttft, tpot), (ttft0, tpot0) = _times(img), _times(text)
+    assert ttft[0] == pytest.approx(ttft0[0] + enc + cross.cross_s(1, 300), rel=1e-9)
+    assert tpot[0] == pytest.approx(tpot0[0] + cross.cross_s(1, 1), rel=1e-9)  # every token
+    assert img.summary["vision"]["style"] == "cross-attention"
+
+
+def test_the_cross_attention_cache_takes_blocks_of_its_own():
+    from dataclasses import replace
+
+    from gpuplan.sim.serving.kv_cache import kv_capacity
+
+    cap = kv_capacity(replace(LLAMA_V, cross_kv_tokens=TILE), SCHED)
+    # per layer: 32 self-attention layers x ceil(512 / 16), 8 cross-attention x ceil(1601 / 16)
+    assert cap.blocks_of(512) == 32 * 32 + 8 * 101
+    assert cap.tokens == pytest.approx(kv_capacity(LLAMA_V, SCHED).tokens, abs=32)
+
+
+def test_cross_attention_images_cut_the_requests_a_full_cache_holds():
+    load = make_workload(rate_per_s=float("inf"), n=400, prompt_tokens=2000, output_tokens=200)
+    text = _run(load, dep=LLAMA_V)
+    img = _run(with_images(load, images=1, image_tokens=4 * TILE), dep=LLAMA_V)
+    assert img.summary["conservation"] == text.summary["conservation"]
+    assert img.end_s > text.end_s
+
+
+def test_decode_runs_cut_short_agree_with_stepping_every_iteration():
+    load = with_images(_load(n=20, rate=8.0), images=1, image_tokens=TILE)
+    fast = simulate(LLAMA_V, SCHED, load, timeline=False)
+    stepped = simulate(LLAMA_V, SCHED, load, timeline=False, max_run_iterations=1)
+    assert fast.request_columns["finish_s"] == pytest.approx(stepped.request_columns["finish_s"],
+                                                             rel=1e-9)
+
+
+def test_cross_attention_serving_needs_the_same_images_on_every_request(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens,image_tokens\n0,100,4,1601\n1,100,4,3202\n")
+    with pytest.raises(GpuplanError, match="same images on every request"):
+        _run(read_trace(trace), dep=LLAMA_V)

@@ -499,7 +499,9 @@ def _render_serve(doc: dict) -> str:
     if doc.get("vision"):
         v = doc["vision"]
         lines.append(f"images: {v['images']:,} on {v['requests_with_images']:,} requests, "
-                     f"{v['image_tokens_mean']:,.0f} image tokens a request (in its prompt); "
+                     f"{v['image_tokens_mean']:,.0f} image tokens a request ("
+                     + ("in its prompt" if v.get("style", "inline") == "inline"
+                        else "cross-attention keys and values") + "); "
                      f"encoder {format_seconds(v['encoder_s_mean'])} a request")
     lines.append("")
     band = doc.get("error_band", {})

@@ -27,6 +27,15 @@ class BlockRule:
     full_layers: int = 1
     windowed_layers: int = 0
     window: int = 0
+    # a cross-attention VLM: each sequence's image keys and values in every cross-attention
+    # layer, blocks of their own that do not grow (vLLM v1's CrossAttentionManager)
+    cross_layers: int = 0
+    cross_tokens: int = 0
+
+    @property
+    def per_sequence(self) -> int:
+        """Page units a sequence holds whatever its length: its cross-attention cache."""
+        return self.cross_layers * -(-self.cross_tokens // self.block_tokens)
 
     @property
     def units(self) -> int:
@@ -37,19 +46,22 @@ class BlockRule:
         """Blocks a sequence of ``tokens`` cached tokens holds."""
         b = self.block_tokens
         whole = -(-tokens // b)
+        cross = self.per_sequence if tokens > 0 else 0
         if not self.windowed_layers:
-            return whole * self.full_layers
+            return whole * self.full_layers + cross
         skipped = max(0, tokens - self.window + 1) // b
-        return self.full_layers * whole + self.windowed_layers * (whole - skipped)
+        return self.full_layers * whole + self.windowed_layers * (whole - skipped) + cross
 
     def blocks_sum(self, cached: np.ndarray) -> int:
         """Blocks the sequences with ``cached`` tokens hold together."""
         b = self.block_tokens
         whole = -(-cached // b)
+        cross = self.per_sequence * int(np.count_nonzero(cached)) if self.cross_layers else 0
         if not self.windowed_layers:
-            return int(whole.sum()) * self.full_layers
+            return int(whole.sum()) * self.full_layers + cross
         skipped = np.maximum(0, cached - self.window + 1) // b
-        return int(self.full_layers * whole.sum() + self.windowed_layers * (whole - skipped).sum())
+        windowed = self.windowed_layers * (whole - skipped).sum()
+        return int(self.full_layers * whole.sum() + windowed) + cross
 
     def growth_bound(self, iterations: int) -> int:
         """The most blocks one sequence can gain over ``iterations`` decode iterations."""

@@ -57,6 +57,7 @@ class Deployment:
     iteration_overhead_s: float = 0.0  # CPU time per iteration not hidden (scheduler, sampler)
     decode_buckets: tuple[int, ...] = ()  # decode batch sizes run (padded up to); () no padding
     decode_context_tokens: int | None = None  # fixed span every padded decode row attends over
+    cross_kv_tokens: int = 0  # a cross-attention VLM's image tokens cached per request
     # The KV cache as the stack keeps it: ``paged`` (serving engines), ``static`` (preallocated),
     # or ``dynamic`` (HF DynamicCache: a torch.cat of every block's cache per decode iteration,
     # priced by ``iteration_breakdown``; the simulator's StepModel refuses it).

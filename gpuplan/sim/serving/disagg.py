@@ -34,7 +34,7 @@ from gpuplan.sim.serving.metrics import Timeline, conservation, request_columns,
 from gpuplan.sim.serving.router import Router
 from gpuplan.sim.serving.state import RequestTable
 from gpuplan.sim.serving.step_model import StepModel
-from gpuplan.sim.serving.vision import encoder_summary, prepare_images
+from gpuplan.sim.serving.vision import cross_attention_step, encoder_summary, prepare_images
 
 LINKS = ("scaleout", "scaleup")
 
@@ -125,6 +125,7 @@ def simulate_disaggregated(
     pre_sched = prefill_sched or sched
     budget = max(pre_sched.batched_tokens(dep.model) or 0, sched.batched_tokens(dep.model) or 0)
     step = step or StepModel(dep, max_tokens=max(budget, sched.max_seqs))
+    step = cross_attention_step(step, dep, workload, disaggregated=True)  # refused with images
     line = Timeline(timeline)
     bar = Progress(workload.n, progress, watch and (lambda rid, at_s: watch(table, rid, at_s)))
     pre = [
@@ -163,7 +164,7 @@ def simulate_disaggregated(
     summary = summarize(frame, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s)
     summary["conservation"] = conservation(frame, table, [r.state for r in pre + dec])
     if workload.encoder_s is not None:
-        summary["vision"] = encoder_summary(workload)
+        summary["vision"] = encoder_summary(workload, dep)
     return ServingResult(
         request_columns=frame,
         timeline_columns=line.columns(),

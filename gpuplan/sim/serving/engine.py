@@ -36,7 +36,12 @@ from gpuplan.sim.serving.policies import IDLE, DecodeRun, Iteration, WaitUntil, 
 from gpuplan.sim.serving.router import Router
 from gpuplan.sim.serving.state import ReplicaState, RequestTable
 from gpuplan.sim.serving.step_model import StepModel
-from gpuplan.sim.serving.vision import encoder_summary, prepare_images
+from gpuplan.sim.serving.vision import (
+    cross_attention_step,
+    cross_kv_deployment,
+    encoder_summary,
+    prepare_images,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -276,8 +281,10 @@ def simulate(
         check_positive("horizon_s", horizon_s)
     started = time.perf_counter()
     workload = prepare_images(dep, workload)  # a VLM's image tokens and encoder, if any
+    dep = cross_kv_deployment(dep, workload)  # and a cross-attention VLM's image cache
     env, table = simpy.Environment(), RequestTable(workload)
     step = step or StepModel(dep, max_tokens=_table_tokens(sched, dep.model))
+    step = cross_attention_step(step, dep, workload, speculator)  # a cross-attention VLM's
     line = Timeline(timeline)
     bar = Progress(workload.n, progress, watch and partial(watch, table))
     reps = [
@@ -298,7 +305,7 @@ def simulate(
     if table.prefix_id is not None:
         summary["prefix_cache"] = prefix_cache_summary(table)
     if workload.encoder_s is not None:
-        summary["vision"] = encoder_summary(workload)
+        summary["vision"] = encoder_summary(workload, dep)
     cap = kv_capacity(dep, sched, speculator)
     if speculator is not None:
         summary["speculative"] = speculator.summary()

@@ -61,9 +61,16 @@ def kv_bytes_per_token(cfg: ModelConfig, *, tp: int, kv_dtype: str) -> float:
     return cfg.n_layers * per_layer
 
 
-def block_rule(cfg: ModelConfig, block_tokens: int) -> BlockRule:
-    """The blocks a sequence of the model holds: per layer when some layers are windowed."""
+def block_rule(cfg: ModelConfig, block_tokens: int, cross_tokens: int = 0) -> BlockRule:
+    """The blocks a sequence of the model holds: per layer when some layers are windowed, or
+    when a cross-attention VLM's sequences each cache ``cross_tokens`` image tokens in its
+    cross-attention layers (their keys and values take a layer's bytes per token each)."""
     windowed = cfg.n_windowed_layers if cfg.sliding_window else 0
+    if cross_tokens:
+        return BlockRule(block_tokens, full_layers=cfg.n_layers - windowed,
+                         windowed_layers=windowed, window=cfg.sliding_window if windowed else 0,
+                         cross_layers=len(cfg.vision_tower.cross_attention_layers),
+                         cross_tokens=cross_tokens)  # fmt: skip
     if not windowed:
         return BlockRule(block_tokens)
     return BlockRule(block_tokens, full_layers=cfg.n_layers - windowed,
@@ -135,7 +142,7 @@ def kv_capacity(dep, sched, speculator=None) -> KvCapacity:
 def _capacity(dep, sched, tp: int, speculator=None) -> KvCapacity:
     cfg = dep.model
     tokens = sched.batched_tokens(cfg) or sched.model_len(cfg)
-    rule = block_rule(cfg, sched.block_tokens)
+    rule = block_rule(cfg, sched.block_tokens, dep.cross_kv_tokens)
     per_token = kv_bytes_per_token(cfg, tp=tp, kv_dtype=dep.kv_dtype)
     weights = weights_bytes_per_gpu(cfg, tp=tp, weight_dtype=dep.weight_dtype)
     if speculator is not None:
@@ -157,13 +164,14 @@ def _capacity(dep, sched, tp: int, speculator=None) -> KvCapacity:
         usable_bytes=usable,
         weights_bytes=weights,
         workspace_bytes=work,
-        rule=rule if rule.windowed_layers else None,
+        rule=rule if rule.windowed_layers or rule.cross_layers else None,
     )
 
 
 def fitting_tp(dep, sched, *, max_tp: int = 8) -> int | None:
     """The smallest tensor-parallel degree at which one max-length request fits, or None."""
-    needed = block_rule(dep.model, sched.block_tokens).blocks(sched.model_len(dep.model))
+    needed = block_rule(dep.model, sched.block_tokens, dep.cross_kv_tokens).blocks(
+        sched.model_len(dep.model))
     for tp in range(1, max_tp + 1):
         if dep.model.n_heads % tp == 0 and _capacity(dep, sched, tp).blocks >= needed:
             return tp

@@ -11,9 +11,12 @@
   (``gpu_model_runner._execute_mm_encoder``) and keeps the outputs in its encoder cache, so a
   request pays it once.
 
-Cross-attention models (Llama 3.2 Vision) with images are refused here: the decode cost of
-their cross-attention blocks and the cache their image keys and values take are not simulated
-yet (``gpuplan estimate prefill-step`` prices their prefill).
+Cross-attention models (Llama 3.2 Vision): the prompt does not grow; the encoder's price holds
+each cross-attention block's projection of the image keys and values, and ``CrossAttentionStep``
+adds the cross-attention blocks to every iteration: over each prefill piece's tokens and over
+the decoding sequences' one token each, attending to their image tokens. It needs the same
+image tokens on every request (``--images-per-request``); their kernels are added to the
+iteration's (not hidden under the CPU's issue time of a CUDA-graph replay).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import numpy as np
 from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.launch import launch_cost
 from gpuplan.sim.vision_step import encoder_groups, group_items
-from gpuplan.workloads.vision import EncoderWork
+from gpuplan.workloads.vision import EncoderWork, cross_layer_forward
 
 
 def prepare_images(dep, workload):
@@ -39,10 +42,12 @@ def prepare_images(dep, workload):
         raise GpuplanError(f"request {i + 1} has image_tokens={int(tokens[i])} but {cfg.name} is "
                            "a text-only model: it takes no images; choose a vision-language "
                            "model, e.g. qwen2-vl-7b")
-    if cfg.vision_tower.style != "inline":
-        raise GpuplanError(f"{cfg.name} attends to images through cross-attention, whose decode "
-                           "cost is not simulated in serve yet: serve it without images, or "
-                           "price one prefill with `gpuplan estimate prefill-step --images N`")
+    inline = cfg.vision_tower.style == "inline"
+    if not inline and not np.all(tokens == tokens[0]):
+        i = int(np.flatnonzero(tokens != tokens[0])[0])
+        raise GpuplanError(f"{cfg.name} attends to images through cross-attention blocks, which "
+                           "serve prices for the same images on every request: request 1 has "
+                           f"image_tokens={int(tokens[0])}, request {i + 1} {int(tokens[i])}")
     images = workload.images_per_request
     memo: dict[tuple[int, int], float] = {}
     seconds = np.zeros(workload.n)
@@ -51,7 +56,8 @@ def prepare_images(dep, workload):
         if key not in memo:
             memo[key] = encoder_s(dep, EncoderWork.from_image_tokens(cfg.vision_tower, *key))
         seconds[rid] = memo[key]
-    return replace(workload, prompt_tokens=workload.prompt_tokens + tokens, encoder_s=seconds)
+    prompt = workload.prompt_tokens + tokens if inline else workload.prompt_tokens
+    return replace(workload, prompt_tokens=prompt, encoder_s=seconds)
 
 
 def encoder_s(dep, work: EncoderWork) -> float:
@@ -65,11 +71,14 @@ def encoder_s(dep, work: EncoderWork) -> float:
     return kernels_s + cost.total_s
 
 
-def encoder_summary(workload) -> dict | None:
-    """Image tokens and encoder time of a prepared workload, for the serving summary."""
+def encoder_summary(workload, dep=None) -> dict | None:
+    """Image tokens and encoder time of a prepared workload, for the serving summary; the
+    tokens are prompt tokens (inline) or cross-attention keys and values (``style``)."""
     if workload.encoder_s is None:
         return None
     with_images = workload.image_tokens > 0
+    tower = None if dep is None else dep.model.vision_tower
+    style = "inline" if tower is None else tower.style
     return {
         "requests_with_images": int(with_images.sum()),
         "images": int(workload.images_per_request.sum()),
@@ -77,4 +86,84 @@ def encoder_summary(workload) -> dict | None:
         "image_tokens_mean": float(workload.image_tokens[with_images].mean()),
         "encoder_s_total": float(workload.encoder_s.sum()),
         "encoder_s_mean": float(workload.encoder_s[with_images].mean()),
+        "style": style,
     }
+
+
+def cross_kv_deployment(dep, workload):
+    """``dep`` whose KV cache also holds each request's image keys and values in every
+    cross-attention layer (``blocks.BlockRule``), for a prepared cross-attention workload."""
+    tower = dep.model.vision_tower
+    if tower is None or tower.style != "cross-attention" or workload.image_tokens is None:
+        return dep
+    return replace(dep, cross_kv_tokens=int(workload.image_tokens.max()))
+
+
+def cross_attention_step(step, dep, workload, speculator=None, *, disaggregated=False):
+    """``step`` with the cross-attention blocks of a prepared workload's images (module
+    docstring), or ``step`` itself for any other model or workload."""
+    tower = dep.model.vision_tower
+    if tower is None or tower.style != "cross-attention" or workload.image_tokens is None:
+        return step
+    if not np.any(workload.image_tokens):
+        return step
+    if disaggregated:
+        raise GpuplanError(f"disaggregated serving of {dep.model.name} with images is not "
+                           "simulated (the transfer of its cross-attention cache)")
+    if speculator is not None:
+        raise GpuplanError(f"speculative decoding of {dep.model.name} with images is not "
+                           "simulated (its cross-attention blocks in the draft and verify steps)")
+    return CrossAttentionStep(step, int(workload.image_tokens[0]))
+
+
+class CrossAttentionStep:
+    """A step model whose iterations also run the cross-attention blocks (``step_model``'s
+    interface: ``mixed_s``, ``decode_run_s``, ``decode_iterations_until``; the rest is the
+    wrapped model's)."""
+
+    def __init__(self, inner, image_tokens: int):
+        self.inner, self.dep, self.image_tokens = inner, inner.dep, image_tokens
+        self._decode: dict[int, float] = {}
+        self._prefill: dict[tuple[int, int], float] = {}
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def _priced_s(self, groups) -> float:
+        from gpuplan.sim.serving.iteration import price_op
+
+        dep = self.dep
+        items = group_items(groups, dep.acc, dep.eff, impl=dep.impl,
+                            price_fn=lambda op: price_op(op, dep))
+        return sum(i.time_s for i in items)
+
+    def cross_s(self, seqs: int, tokens_per_seq: int) -> float:
+        """The cross-attention blocks over ``seqs`` sequences of ``tokens_per_seq`` tokens."""
+        key = (seqs, tokens_per_seq)
+        memo = self._decode if tokens_per_seq == 1 else self._prefill
+        if key not in memo:
+            memo[key] = self._priced_s(cross_layer_forward(
+                self.dep.model, seqs=seqs, tokens_per_seq=tokens_per_seq,
+                image_tokens=self.image_tokens, dtype=self.dep.act_dtype, tp=self.dep.tp))
+        return memo[key]
+
+    def mixed_s(self, prefill, decode_seqs: int, decode_kv_tokens: int, sampled: int,
+                replay: bool | None = None) -> float:
+        step_s = self.inner.mixed_s(prefill, decode_seqs, decode_kv_tokens, sampled, replay)
+        step_s += sum(self.cross_s(b, c) for c, _, b in prefill)
+        return step_s + (self.cross_s(decode_seqs, 1) if decode_seqs else 0.0)
+
+    def decode_run_s(self, seqs: int, kv_tokens: int, iterations: int) -> float:
+        extra = iterations * self.cross_s(seqs, 1)
+        return self.inner.decode_run_s(seqs, kv_tokens, iterations) + extra
+
+    def decode_iterations_until(self, seqs: int, kv_tokens: int, elapsed_s: float) -> int:
+        """The fewest iterations (at least one) that take ``elapsed_s`` or more."""
+        lo, hi = 1, self.inner.decode_iterations_until(seqs, kv_tokens, elapsed_s)
+        while lo < hi:  # the wrapped model's answer bounds it: each iteration costs more here
+            mid = (lo + hi) // 2
+            if self.decode_run_s(seqs, kv_tokens, mid) >= elapsed_s:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
