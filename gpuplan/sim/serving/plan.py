@@ -208,16 +208,16 @@ class _Probe:
     settled early (``_Failing``) is kept as a miss with no percentiles (NaN); ``exact`` runs it
     to the end when its percentiles are wanted."""
 
-    def __init__(self, c, dep, step, *, rate_per_s, lengths, slo, n_requests, seed):
+    def __init__(self, c, dep, step, *, rate_per_s, lengths, slo, n_requests, seed, settle=True):
         self.c, self.dep, self.step, self.rate, self.slo = c, dep, step, rate_per_s, slo
-        self.lengths, self.n, self.seed = lengths, n_requests, seed
+        self.lengths, self.n, self.seed, self.settle = lengths, n_requests, seed, settle
         self.sched = _sched(c)
         self.seen: dict[int, tuple[bool, float, float]] = {}
 
     def __call__(self, units: int) -> tuple[bool, float, float]:
         """(meets, TTFT and TPOT at the percentile) with traffic split over ``units``."""
         if units not in self.seen:
-            self.seen[units] = self._run(self.rate / units, settle=True)
+            self.seen[units] = self._run(self.rate / units, settle=self.settle)
         return self.seen[units]
 
     def exact(self, units: int) -> tuple[bool, float, float]:
@@ -265,9 +265,10 @@ def fewest_units(probe: _Probe, start: int, most: int, cap: int | None = None) -
     """The fewest units in [1, most] that meet the SLO, searching from ``start`` (doubling,
     then bisection); None if none does. With ``cap`` below ``most``, only an answer of at most
     ``cap`` units is wanted: the same search, with the lightest load (``most``) probed last, is
-    given up as ``ABOVE_CAP`` once the failures already seen put the answer above ``cap``. The
-    units it probes are among those the uncapped search probes, so an answer within the cap is
-    the uncapped answer."""
+    given up as ``ABOVE_CAP`` once the failures already seen put the answer above ``cap``. Where
+    the uncapped search finds an answer, the units this one probes are among those it probes,
+    so an answer within the cap is the uncapped answer; where it finds none, neither does this
+    one (it ends with the same lightest-load probe, or above the cap)."""
     if cap is not None and cap < most:
         return _fewest_capped(probe, start, most, cap)
     if not probe(most)[0]:  # not even at the lightest load
@@ -314,11 +315,13 @@ def plan(
     progress: bool = False,
     pool: Pool | None = None,
     fit: Efficiency | None = None,
+    prune: bool = True,
 ) -> PlanResult:
     """The ``top`` cheapest configurations serving ``rate_per_s`` within ``slo``; ``lengths``
     are (prompt, output) token arrays of at least ``requests`` requests; ``pool``: where the
     candidates are simulated (``sim.sweep``; in this process by default); ``fit``: the device's
-    efficiency fit (default: its built-in one)."""
+    efficiency fit (default: its built-in one); ``prune`` False simulates every probe to its
+    end and caps no search (the same answer, slower: for checking)."""
     import pandas as pd
 
     check_positive("rate_per_s", rate_per_s, allow_inf=True)
@@ -346,9 +349,11 @@ def plan(
     pool = pool or InProcess()
     evaluate = partial(_evaluate_candidate, rate_per_s=rate_per_s, lengths=lengths, slo=slo,
                        requests=requests, seed=seed, max_gpus=space.max_gpus, hourly=hourly,
-                       per_m=per_m)  # fmt: skip
-    known, scouted_usd = _scout(ordered, steps, evaluate, lengths, slo, top, hourly * per_m,
-                                rate_per_s)  # fmt: skip
+                       per_m=per_m, prune=prune)  # fmt: skip
+    known, scouted_usd = {}, math.inf
+    if prune:
+        known, scouted_usd = _scout(ordered, steps, evaluate, lengths, slo, top, hourly * per_m,
+                                    rate_per_s)  # fmt: skip
     rows, met = [], []
     bar = tqdm(total=len(ordered), unit="config", disable=not progress, leave=False)
     # candidates in order, ``pool.width`` at a time; the stop rule reads the rows in that order,
@@ -363,7 +368,7 @@ def plan(
         # a candidate later in the order ties with an earlier one's cost to no avail (the
         # configurations are sorted stably, the earlier first), so its cap is strictly below
         # the top-th cost met; at or below the scouts' X (a scout may come after it)
-        cap = (scouted_usd, _top_cost(met, top))
+        cap = (scouted_usd, _top_cost(met, top) if prune else math.inf)
         pieces = [(c, dep, start, steps[id(dep)], cap, known.get(lo + k))
                   for k, (_, start, c, dep) in enumerate(batch)]  # fmt: skip
         for (gpus_floor, *_), row in zip(batch, pool.map(evaluate, pieces), strict=True):
@@ -460,11 +465,11 @@ def _enough(met: list[float], top: int, floor_usd: float) -> bool:
 
 
 def _evaluate_candidate(piece, *, rate_per_s, lengths, slo, requests, seed, max_gpus, hourly,
-                        per_m) -> dict:  # fmt: skip
+                        per_m, prune=True) -> dict:  # fmt: skip
     """The fewest units of one candidate that meet the SLO, as a row: one piece of the plan."""
     c, dep, start, step, cap_usd, seen = piece
     probe = _Probe(c, dep, step, rate_per_s=rate_per_s, lengths=lengths,
-                   slo=slo, n_requests=requests, seed=seed)  # fmt: skip
+                   slo=slo, n_requests=requests, seed=seed, settle=prune)  # fmt: skip
     probe.seen.update(seen or {})  # the scouting's runs of this candidate
     caps = (_cap_units(c, cap_usd[0], hourly, per_m),
             _cap_units(c, cap_usd[1], hourly, per_m, strict=True))  # fmt: skip
