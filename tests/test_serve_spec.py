@@ -137,3 +137,20 @@ def test_serving_speculation_parses_the_flags():
     assert (spec.method, spec.k, spec.acceptance, draft) == ("draft", 4, 0.7, "llama3-8b")
     with pytest.raises(GpuplanError, match="ngram, eagle or draft:MODEL"):
         serving_speculation("ngram:llama3-8b", 4, 0.7)
+
+
+def test_serve_plan_offers_speculation_when_asked():
+    from gpuplan.sim.serving.plan import SearchSpace, Slo, plan
+
+    lengths = (np.full(120, 256), np.full(120, 96))
+    space = SearchSpace(tps=(1,), formats=(("bf16", "bf16"),), max_seqs=(64,), ratios=(),
+                        max_gpus=8, speculation=serving_speculation("ngram", 4, 0.8))  # fmt: skip
+    kw = {"rate_per_s": 20.0, "slo": Slo(ttft_s=0.5, tpot_s=0.006, percentile=90),
+          "lengths": lengths, "requests": 120, "top": 2}  # fmt: skip
+    got = plan("llama3-8b", "h100-sxm", space=space, **kw)
+    assert set(got.evaluated["speculative"]) == {False, True}
+    # a TPOT target below a plain decode step only speculation meets
+    assert got.best["speculative"].all()
+    assert (got.best["tpot_p90_s"] <= 0.006).all()
+    ev = got.evaluated
+    assert not ev[~ev["speculative"] & ~ev["above_top_cost"]]["meets"].any()

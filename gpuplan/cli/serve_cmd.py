@@ -199,6 +199,12 @@ def _register_plan(sub) -> None:
     p.add_argument("--max-gpus", type=gpu_count, default=64)
     p.add_argument("--top", type=positive(int), default=5)
     p.add_argument("--price-per-gpu-hour", type=positive(float), help="USD (default: price file)")
+    p.add_argument("--speculative", type=word, default=None,
+                   help="also try each colocated candidate with speculative decoding: ngram, "
+                   "eagle or draft:MODEL (with --spec-tokens and --accept-rate)")  # fmt: skip
+    p.add_argument("--spec-tokens", type=int, default=None, help="tokens proposed a step (K >= 1)")
+    p.add_argument("--accept-rate", type=float, default=None,
+                   help="per-token acceptance of the proposals, in [0, 1]")  # fmt: skip
     add_sweep_options(p)
     p.set_defaults(func=run_plan)
 
@@ -601,6 +607,7 @@ def run_plan(args) -> int:
         ratios=() if args.no_disaggregation else RATIOS,
         max_gpus=args.max_gpus,
         stack=_plan_stack(args),
+        speculation=_plan_speculation(args),
     )
     with open_pool(args) as pool:
         result = _plan(args, load, space, pool)
@@ -642,6 +649,8 @@ def run_plan(args) -> int:
     banded = {c: money.get(c, format_seconds) for c in cols[8:]}
     shown = [{**row, **{c: format_banded(c, row[c], row["error_band"].get(c), banded[c])
                         for c in cols[8:] if c in row}} for row in configs]  # fmt: skip
+    if space.speculation is not None:
+        cols.insert(1, "speculative")
     print(render_table(shown, cols))
     if doc["error_band_label"]:
         print(f"error band p10-p90: {doc['error_band_label']}")
@@ -653,6 +662,17 @@ def run_plan(args) -> int:
     print(stack_line(space.stack, get_accelerator(args.gpu)))
     print(efficiency_line(doc["efficiency_source"]))
     return 0
+
+
+def _plan_speculation(args):
+    """``serve plan --speculative``'s (speculation, draft model name), or None."""
+    from gpuplan.sim.serving.speculative import serving_speculation
+
+    if args.speculative is None:
+        if args.spec_tokens is not None or args.accept_rate is not None:
+            raise GpuplanError("--spec-tokens and --accept-rate go with --speculative")
+        return None
+    return serving_speculation(args.speculative, args.spec_tokens, args.accept_rate)
 
 
 def _plan_stack(args):

@@ -84,6 +84,9 @@ class SearchSpace:
     max_gpus: int = 64
     attention_kernel: str = "flash2"  # hwmodels.attention.ATTENTION_KERNELS
     stack: object | None = None  # a serving stack (sim.stacks): its kernels, graphs and CPU cost
+    # (speculative.Speculation, draft model name or None): each colocated candidate also tried
+    # with speculative decoding (``serve plan --speculative``); None: not offered
+    speculation: tuple | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -96,6 +99,7 @@ class Candidate:
     prefill: int = 0  # replicas of a disaggregated unit (0: one colocated replica)
     decode: int = 0
     pp: int = 1  # pipeline stages of tp GPUs (``_pipeline_candidates``)
+    speculative: bool = False  # decoding with ``SearchSpace.speculation``
 
     @property
     def unit_replicas(self) -> int:
@@ -135,6 +139,9 @@ def candidates(cfg, acc, eff, space: SearchSpace) -> list[tuple[Candidate, Deplo
                     continue
                 out.append((base, dep))
                 out += [(replace(base, prefill=p, decode=d), dep) for p, d in space.ratios]
+                spec = speculator_for(space, dep)
+                if spec is not None and _fits(dep, _sched(base), spec):
+                    out.append((replace(base, speculative=True), dep))
     # a format no node's TP holds gets pipelines of nodes (``_pipeline_candidates``)
     held = {(c.weight_dtype, c.kv_dtype) for c, _ in out}
     rest = tuple(f for f in space.formats if f not in held)
@@ -145,16 +152,31 @@ def _sched(c: Candidate) -> SchedulerConfig:
     return SchedulerConfig(policy=c.policy, max_seqs=c.max_seqs)
 
 
-def _fits(dep: Deployment, sched: SchedulerConfig) -> bool:
+def _fits(dep: Deployment, sched: SchedulerConfig, speculator=None) -> bool:
     try:
-        kv_capacity(dep, sched)
+        kv_capacity(dep, sched, speculator)
     except GpuplanError:
         return False
     return True
 
 
-def unit_rate_bound(c: Candidate, dep: Deployment, step: StepModel, lengths) -> float:
-    """Requests per second one unit could not exceed by much (module docstring)."""
+def speculator_for(space: SearchSpace, dep: Deployment):
+    """The space's speculation on ``dep`` (its draft model on the same GPUs, formats and stack
+    fields), or None."""
+    if space.speculation is None:
+        return None
+    from gpuplan.sim.serving.speculative import Speculator
+
+    spec, draft_name = space.speculation
+    draft = None if draft_name is None else replace(dep, model=get_model(draft_name))
+    return Speculator(spec, dep, draft=draft)
+
+
+def unit_rate_bound(c: Candidate, dep: Deployment, step: StepModel, lengths,
+                    spec_tokens: int = 0) -> float:  # fmt: skip
+    """Requests per second one unit could not exceed by much (module docstring); a speculative
+    candidate's decode as if every step of ``spec_tokens`` proposals emitted all and the bonus
+    token at a decode iteration's price."""
     prompt, output = float(np.mean(lengths[0])), float(np.mean(lengths[1]))
     cap = kv_capacity(dep, _sched(c))
     seqs = max(1, min(c.max_seqs, cap.sequences(prompt + output)))
@@ -162,6 +184,8 @@ def unit_rate_bound(c: Candidate, dep: Deployment, step: StepModel, lengths) -> 
     prefill_s = step.iteration_s(Batch(prefill=((p, 0, 1),)))
     context = seqs * round(prompt + output / 2)
     decode_s = (o - 1) * step.decode_s(seqs, context) / seqs
+    if c.speculative:  # at most k + 1 tokens a step, each step at least a decode's price
+        decode_s /= spec_tokens + 1
     if not c.prefill:
         return 1.0 / (prefill_s + decode_s)
     return min(c.prefill / prefill_s, c.decode / max(decode_s, 1e-12))
@@ -208,9 +232,11 @@ class _Probe:
     settled early (``_Failing``) is kept as a miss with no percentiles (NaN); ``exact`` runs it
     to the end when its percentiles are wanted."""
 
-    def __init__(self, c, dep, step, *, rate_per_s, lengths, slo, n_requests, seed, settle=True):
+    def __init__(self, c, dep, step, *, rate_per_s, lengths, slo, n_requests, seed, settle=True,
+                 speculator=None):  # fmt: skip
         self.c, self.dep, self.step, self.rate, self.slo = c, dep, step, rate_per_s, slo
         self.lengths, self.n, self.seed, self.settle = lengths, n_requests, seed, settle
+        self.speculator = speculator
         self.sched = _sched(c)
         self.seen: dict[int, tuple[bool, float, float]] = {}
 
@@ -242,7 +268,7 @@ class _Probe:
                                              timeline=False, step=self.step, watch=watch)  # fmt: skip
             else:
                 res = simulate(self.dep, self.sched, load, timeline=False, step=self.step,
-                               watch=watch)  # fmt: skip
+                               watch=watch, speculator=self.speculator)  # fmt: skip
         except Settled:
             return False, math.nan, math.nan
         return _verdict(res.requests, self.slo)
@@ -333,6 +359,8 @@ def plan(
     eff = (serving_efficiency(acc.key, space.attention_kernel, fit) if space.stack is None
            else stack_serving_efficiency(space.stack, acc, fit))  # fmt: skip
     found = candidates(cfg, acc, eff, space)
+    specs = {id(dep): speculator_for(space, dep) for c, dep in found if c.speculative}
+    spec_tokens = space.speculation[0].k if space.speculation else 0
     if not found:
         raise GpuplanError(f"{cfg.name} fits on no configuration of {acc.key} up to tp=8, nor "
                            f"on a pipeline of tp x pp within {space.max_gpus} GPUs")
@@ -342,7 +370,7 @@ def plan(
     ordered = []
     for c, dep in found:
         step = steps.setdefault(id(dep), StepModel(dep))
-        bound = unit_rate_bound(c, dep, step, lengths)
+        bound = unit_rate_bound(c, dep, step, lengths, spec_tokens)
         start = max(1, math.floor(LOWER_BOUND_MARGIN * rate_per_s / bound))
         ordered.append((start * c.unit_gpus, start, c, dep))
     ordered.sort(key=lambda x: (x[0], x[2].tp, x[2].unit_replicas))
@@ -353,7 +381,7 @@ def plan(
     known, scouted_usd = {}, math.inf
     if prune:
         known, scouted_usd = _scout(ordered, steps, evaluate, lengths, slo, top, hourly * per_m,
-                                    rate_per_s)  # fmt: skip
+                                    rate_per_s, specs)  # fmt: skip
     rows, met = [], []
     bar = tqdm(total=len(ordered), unit="config", disable=not progress, leave=False)
     # candidates in order, ``pool.width`` at a time; the stop rule reads the rows in that order,
@@ -369,7 +397,8 @@ def plan(
         # configurations are sorted stably, the earlier first), so its cap is strictly below
         # the top-th cost met; at or below the scouts' X (a scout may come after it)
         cap = (scouted_usd, _top_cost(met, top) if prune else math.inf)
-        pieces = [(c, dep, start, steps[id(dep)], cap, known.get(lo + k))
+        pieces = [(c, dep, start, steps[id(dep)], cap, known.get(lo + k),
+                   specs.get(id(dep)) if c.speculative else None)
                   for k, (_, start, c, dep) in enumerate(batch)]  # fmt: skip
         for (gpus_floor, *_), row in zip(batch, pool.map(evaluate, pieces), strict=True):
             if _enough(met, top, gpus_floor * hourly * per_m):
@@ -382,7 +411,7 @@ def plan(
     bar.close()
     evaluated = pd.DataFrame(rows)
     best = evaluated[evaluated["meets"]].sort_values(["usd_per_m_output_tokens", "gpus"]).head(top)
-    best = best.drop(columns="above_top_cost")
+    best = best.drop(columns=["above_top_cost"] + ["speculative"] * (space.speculation is None))
     if best.empty:
         raise GpuplanError(_unmet(cfg, acc, rate_per_s, slo, space, evaluated))
     return PlanResult(
@@ -394,7 +423,8 @@ def plan(
     )
 
 
-def _scout(ordered, steps, evaluate, lengths, slo: Slo, top: int, usd_per_gpu: float, rate):
+def _scout(ordered, steps, evaluate, lengths, slo: Slo, top: int, usd_per_gpu: float, rate,
+           specs: dict):  # fmt: skip
     """Before the search proper, the ``top`` candidates guessed cheapest (``_guess_gpus``) are
     searched in full: ({index in ``ordered``: their runs}, X), X the ``top``-th lowest of
     max(floor, cost) among those that meet (inf if fewer meet). No candidate costing more
@@ -402,13 +432,14 @@ def _scout(ordered, steps, evaluate, lengths, slo: Slo, top: int, usd_per_gpu: f
     or less, come before any candidate the stop rule could end the search at with fewer than
     ``top`` costs at or below X met. So X caps every search, and the stop rule and the
     configurations kept are those of the search without it."""
-    guesses = [(_guess_gpus(c, dep, steps[id(dep)], lengths, slo, rate), k)
+    guesses = [(_guess_gpus(c, dep, steps[id(dep)], lengths, slo, rate, specs), k)
                for k, (_, _, c, dep) in enumerate(ordered)]  # fmt: skip
     chosen = [k for gpus, k in sorted(guesses) if math.isfinite(gpus)][:top]
     known, usd = {}, []
     for k in sorted(chosen):
         floor_gpus, start, c, dep = ordered[k]
-        row = evaluate((c, dep, start, steps[id(dep)], (math.inf, math.inf), None))
+        row = evaluate((c, dep, start, steps[id(dep)], (math.inf, math.inf), None,
+                        specs.get(id(dep)) if c.speculative else None))  # fmt: skip
         known[k] = row["_seen"]
         if row["meets"]:
             usd.append(max(floor_gpus * usd_per_gpu, row["gpus"] * usd_per_gpu))
@@ -418,7 +449,8 @@ def _scout(ordered, steps, evaluate, lengths, slo: Slo, top: int, usd_per_gpu: f
 TAIL_FACTOR = math.log(100)  # an M/M/1 queue's p99 sojourn is ln(100) service times / (1 - load)
 
 
-def _guess_gpus(c: Candidate, dep, step: StepModel, lengths, slo: Slo, rate: float) -> float:
+def _guess_gpus(c: Candidate, dep, step: StepModel, lengths, slo: Slo, rate: float,
+                specs: dict) -> float:  # fmt: skip
     """A rough guess at the GPUs a candidate needs, only to choose the scouts (``_scout``):
     its throughput bound (``unit_rate_bound``) at the highest load that keeps an M/M/1 queue
     of mean-prompt prefills within the TTFT target at p99; inf where a lone decode step misses
@@ -430,7 +462,8 @@ def _guess_gpus(c: Candidate, dep, step: StepModel, lengths, slo: Slo, rate: flo
         return math.inf
     if step.decode_s(1, prompt + round(output / 2)) > slo.tpot_s:
         return math.inf
-    units = max(1, math.ceil(rate / (load * unit_rate_bound(c, dep, step, lengths))))
+    k = specs[id(dep)].spec.k if c.speculative else 0
+    units = max(1, math.ceil(rate / (load * unit_rate_bound(c, dep, step, lengths, k))))
     return units * c.unit_gpus
 
 
@@ -467,9 +500,9 @@ def _enough(met: list[float], top: int, floor_usd: float) -> bool:
 def _evaluate_candidate(piece, *, rate_per_s, lengths, slo, requests, seed, max_gpus, hourly,
                         per_m, prune=True) -> dict:  # fmt: skip
     """The fewest units of one candidate that meet the SLO, as a row: one piece of the plan."""
-    c, dep, start, step, cap_usd, seen = piece
-    probe = _Probe(c, dep, step, rate_per_s=rate_per_s, lengths=lengths,
-                   slo=slo, n_requests=requests, seed=seed, settle=prune)  # fmt: skip
+    c, dep, start, step, cap_usd, seen, speculator = piece
+    probe = _Probe(c, dep, step, rate_per_s=rate_per_s, lengths=lengths, slo=slo,
+                   n_requests=requests, seed=seed, settle=prune, speculator=speculator)  # fmt: skip
     probe.seen.update(seen or {})  # the scouting's runs of this candidate
     caps = (_cap_units(c, cap_usd[0], hourly, per_m),
             _cap_units(c, cap_usd[1], hourly, per_m, strict=True))  # fmt: skip
@@ -504,6 +537,7 @@ def _row(c: Candidate, units, probe: _Probe, hourly: float, per_m: float, slo: S
         f"tpot_{pct}_s": tpot,
         "usd_per_hour": gpus * hourly,
         "usd_per_m_output_tokens": gpus * hourly * per_m,
+        "speculative": c.speculative,
         "meets": units is not None,
         "above_top_cost": above,  # not searched past the top-th cost met (``_top_cost``)
     }
