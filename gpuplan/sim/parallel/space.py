@@ -83,11 +83,17 @@ def _degree_rows(cfg, n: int, gb: int, seq: int, space: SearchSpace) -> list[tup
 def _base_rows(cfg, n: int, gb: int, seq: int, space: SearchSpace) -> np.ndarray:
     """Degrees x micro-batch x schedule rows: tp, cp, pp, dp, ep, mb, m, sched, chunks."""
     out = []
+    sizes: dict[int, list[int]] = {}  # micro-batch sizes of each dp
+    scheds: dict[tuple[int, int], list[tuple[int, int]]] = {}  # schedules of each (pp, m)
     for tp, cp, pp, dp, ep in _degree_rows(cfg, n, gb, seq, space):
-        for mb in divisors(gb // dp):
+        if dp not in sizes:
+            sizes[dp] = divisors(gb // dp)
+        for mb in sizes[dp]:
             m = gb // (mb * dp)
-            for sched, v in _schedules(cfg, pp, m, space):
-                out.append((tp, cp, pp, dp, ep, mb, m, SCHEDULE_CODES[sched], v))
+            if (pp, m) not in scheds:
+                scheds[(pp, m)] = [(SCHEDULE_CODES[sched], v)
+                                   for sched, v in _schedules(cfg, pp, m, space)]  # fmt: skip
+            out += [(tp, cp, pp, dp, ep, mb, m, code, v) for code, v in scheds[(pp, m)]]
     return np.array(out, dtype=np.int64).reshape(-1, 9)
 
 
