@@ -186,9 +186,9 @@ class Replica:
 
 
 def make_replica(env, index, table, dep, sched, step, timeline, *, prefill_only=False,
-                 speculator=None, **kw):  # fmt: skip
-    """A replica with its state, KV cache and policy."""
-    cap = kv_capacity(dep, sched, speculator)
+                 speculator=None, cap=None, **kw):  # fmt: skip
+    """A replica with its state, KV cache (``cap``: ``kv_capacity``'s, if known) and policy."""
+    cap = cap or kv_capacity(dep, sched, speculator)
     state = ReplicaState(
         index,
         table,
@@ -287,9 +287,10 @@ def simulate(
     step = cross_attention_step(step, dep, workload, speculator)  # a cross-attention VLM's
     line = Timeline(timeline)
     bar = Progress(workload.n, progress, watch and partial(watch, table))
+    cap = kv_capacity(dep, sched, speculator)
     reps = [
         make_replica(env, i, table, dep, sched, step, line, max_run_iterations=max_run_iterations,
-                     speculator=speculator)  # fmt: skip
+                     speculator=speculator, cap=cap)  # fmt: skip
         for i in range(replicas)
     ]
     for rep in reps:
@@ -306,7 +307,6 @@ def simulate(
         summary["prefix_cache"] = prefix_cache_summary(table)
     if workload.encoder_s is not None:
         summary["vision"] = encoder_summary(workload, dep)
-    cap = kv_capacity(dep, sched, speculator)
     if speculator is not None:
         summary["speculative"] = speculator.summary()
     if timeline:

@@ -23,6 +23,7 @@ tokens, and a windowed layer holds only the blocks its window still reaches.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -45,6 +46,15 @@ def blocks_for(tokens: int, block_tokens: int) -> int:
 
 def weights_bytes_per_gpu(cfg: ModelConfig, *, tp: int, weight_dtype: str) -> float:
     """Weight bytes on each of the ``tp`` GPUs of a replica."""
+    try:
+        hash(cfg)
+    except TypeError:  # a config holding a list: priced afresh
+        return _weights_bytes_per_gpu.__wrapped__(cfg, tp, weight_dtype)
+    return _weights_bytes_per_gpu(cfg, tp, weight_dtype)
+
+
+@functools.lru_cache(maxsize=1024)  # a pure function of frozen inputs, asked at every replica
+def _weights_bytes_per_gpu(cfg: ModelConfig, tp: int, weight_dtype: str) -> float:
     pc = count_params(cfg)
     blocks = sum(pc.per_layer) * weight_bytes_per_param(weight_dtype) / tp
     vocab = (pc.embedding + pc.lm_head) * dtype_bytes("bf16") / tp
