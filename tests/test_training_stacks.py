@@ -237,3 +237,25 @@ def test_deepspeed_pipeline_sends_block_one_by_one_and_launch_blocking_exposes_t
     assert host["blocking"] > host["ds"]  # the issue time no longer hides behind the kernels
     with pytest.raises(GpuplanError, match="pp_transfers=3 is invalid"):
         replace(runtime_of(ds), pp_transfers=3)
+
+
+def test_fsdp2_under_pp_keeps_blocks_whole_and_reduces_once_a_step():
+    fsdp2 = get_stack("fsdp2")
+    st = stack_strategy(Strategy(pp=2, dp=4, zero=3, global_batch=32, micro_batch=1), fsdp2)
+    st = replace(st, overlap_dp=False)  # the communication shows
+    whole = estimate_training(LLAMA8, st, cluster=H100, seq=4096, eff=EFF, stack=fsdp2)
+    off = replace(fsdp2, training=replace(runtime_of(fsdp2), pp_unsharded=False))
+    sharded = estimate_training(LLAMA8, st, cluster=H100, seq=4096, eff=EFF, stack=off)
+    iw, isd = items(whole), items(sharded)
+    assert isd["zero gathers/reduce-scatters"] > 0  # per block, per micro-batch
+    assert iw.get("zero gathers/reduce-scatters", 0.0) == 0.0  # once a step instead:
+    assert iw["dp gradient reduction"] > 0 and iw["dp parameter all_gather"] > 0
+    assert iw["gradient accumulation"] > 0  # fp32 gradients added up between reductions
+    mw, ms = whole.breakdown.memory_bytes, sharded.breakdown.memory_bytes
+    assert mw["gradients"] > 4 * ms["gradients"] and mw["weights"] > 2 * ms["weights"]
+    z2 = estimate_training(LLAMA8, replace(st, zero=2), cluster=H100, seq=4096, eff=EFF,
+                           stack=fsdp2)  # fmt: skip
+    assert z2.step_time_s == pytest.approx(whole.step_time_s, rel=1e-12)
+    no_pp = estimate_training(LLAMA8, replace(st, pp=1, dp=8), cluster=H100, seq=4096, eff=EFF,
+                              stack=fsdp2)  # fmt: skip
+    assert items(no_pp)["zero gathers/reduce-scatters"] > 0  # without PP it reshards

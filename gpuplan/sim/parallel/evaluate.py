@@ -15,6 +15,7 @@ from gpuplan.sim.parallel.collectives import links
 from gpuplan.sim.parallel.memory import ACT_BYTES, memory_terms, stage_params
 from gpuplan.sim.parallel.stage import StageKinds, stage_compute
 from gpuplan.sim.parallel.topology import Cluster, spans
+from gpuplan.sim.stacks.training import pipeline_unsharded, pipeline_zero
 
 # degrees and options every evaluation needs, as arrays (codes: memory.SCHEDULE_CODES, ...)
 ARRAY_FIELDS = (
@@ -101,6 +102,9 @@ def time_terms(facts, s: dict, t: dict, *, kinds: StageKinds, cluster: Cluster, 
                runtime=None) -> tuple[dict, dict]:  # fmt: skip
     """(stage compute, step-time terms) of ``evaluate``: each strategy's from its own inputs
     only, so a search may take them for the strategies that fit alone."""
+    # a runtime that keeps ZeRO-2/3 blocks whole under PP has ZeRO-1's traffic (stacks.training)
+    unsharded = pipeline_unsharded(runtime, s["pp"], s["zero"])
+    s = dict(s, zero=pipeline_zero(runtime, s["pp"], s["zero"]))
     tp, cp, ep = s["tp"], s["cp"], s["ep"]
     c = stage_compute(t, kinds, rc=s["rc"], selective=_selective(runtime))
     sp_ = spans(cluster, tp, cp, s["dp"], s["pp"], ep)
@@ -120,11 +124,14 @@ def time_terms(facts, s: dict, t: dict, *, kinds: StageKinds, cluster: Cluster, 
         "max_stage": max_p,
         "embedding": facts.vocab * facts.d_model / tp,
         "optimizer_s": step_time.optimizer_s(local_p, state_precision, acc, eff, optimizer),
-        "accumulate_s": step_time.accumulate_s(max_p, state_precision, acc, eff),
+        "accumulate_s": np.where(unsharded, step_time.cast_add_s(max_p, acc, eff),
+                                 step_time.accumulate_s(max_p, state_precision, acc, eff)),
         "autograd_s": eff.autograd_s,  # the autograd engine's start of each backward
-        "cast_s": step_time.cast_s(
-            np.where(s["zero"] >= 3, local_p, max_p), state_precision, s["rc"], acc, eff
-        ),
+        "cast_s": step_time.cast_s(  # whole blocks: their shard is cast once a step
+            np.where(unsharded, local_p / s["m"], np.where(s["zero"] >= 3, local_p, max_p)),
+            state_precision, s["rc"], acc, eff,
+        ),  # fmt: skip
+        "unsynced_accumulation": unsharded,
     }
     if runtime is not None:
         params["grad_bytes"] = runtime.grad_reduce_bytes
@@ -147,6 +154,7 @@ def memory_of(facts, s: dict, *, kinds: StageKinds, seq: int, state_precision: s
               runtime=None) -> dict:  # fmt: skip
     """The memory terms of ``evaluate`` (what a search needs to know what fits)."""
     tp, cp, ep = s["tp"], s["cp"], s["ep"]
+    unsharded = pipeline_unsharded(runtime, s["pp"], s["zero"])
     return memory_terms(
         facts,
         kinds,
@@ -156,7 +164,8 @@ def memory_of(facts, s: dict, *, kinds: StageKinds, seq: int, state_precision: s
         cp=cp,
         ep=ep,
         sp=s["sp"],
-        zero=s["zero"],
+        zero=pipeline_zero(runtime, s["pp"], s["zero"]),
+        pp_unsharded=unsharded,
         mb=s["mb"],
         m=s["m"],
         v=s["chunks"],

@@ -51,6 +51,10 @@ ACT_BYTES = 2  # 16-bit activations
 FRAGMENTATION = 0.05
 CUDA_CONTEXT_BYTES = 0.5 * GB
 LOGIT_BYTES = 10  # 16-bit logits, their fp32 upcast and the fp32 log-softmax
+# FSDP blocks kept whole through a pipelined step (state_bytes): bf16 (param_dtype) weights, and
+# the fp32 (reduce_dtype) gradient FSDP2 accumulates while gradient sync is off
+WHOLE_BLOCK_BYTES = 2
+WHOLE_GRAD_BYTES = 4
 SCHEDULE_CODES = {"gpipe": 0, "1f1b": 1, "interleaved": 2}
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 
@@ -185,8 +189,12 @@ def activation_bytes(f: ModelFacts, k: StageKinds, *, tp, pp, cp, sp, mb, m, v, 
     return held, working
 
 
-def state_bytes(f: ModelFacts, params, expert, *, zero, dp, cp, ep, state_precision, fp8):
-    """(weights, gradients, optimizer) bytes of ``params`` per GPU, ``expert`` of them experts."""
+def state_bytes(f: ModelFacts, params, expert, *, zero, dp, cp, ep, state_precision, fp8,
+                pp_unsharded=False):  # fmt: skip
+    """(weights, gradients, optimizer) bytes of ``params`` per GPU, ``expert`` of them experts.
+    ``pp_unsharded``: FSDP blocks kept whole through a pipelined step
+    (``stacks.training.pipeline_unsharded``): the sharded weights and gradients plus the whole
+    16-bit weights and the whole gradients accumulated in fp32 (4 B)."""
     w, g, o = PRECISION_BYTES[state_precision]
     w = w + np.where(fp8, 1.0, 0.0)
     group = dp * cp  # expert parameters are replicated over group / ep GPUs only
@@ -195,7 +203,10 @@ def state_bytes(f: ModelFacts, params, expert, *, zero, dp, cp, ep, state_precis
     def sharded(on):
         return np.where(on, dense / group + expert * ep / group, params)
 
-    return w * sharded(zero >= 3), g * sharded(zero >= 2), o * sharded(zero >= 1)
+    weights, grads = w * sharded(zero >= 3), g * sharded(zero >= 2)
+    weights = np.where(pp_unsharded, w * sharded(True) + WHOLE_BLOCK_BYTES * params, weights)
+    grads = np.where(pp_unsharded, g * sharded(True) + WHOLE_GRAD_BYTES * params, grads)
+    return weights, grads, o * sharded(zero >= 1)
 
 
 def memory_terms(
@@ -222,6 +233,7 @@ def memory_terms(
     optimizer: str = "fused",
     grads_persist: bool = True,
     selective: str = "attention-core",
+    pp_unsharded=False,
 ) -> dict:
     """Named memory terms (bytes) of the GPU that needs the most; arrays broadcast together.
 
@@ -237,8 +249,9 @@ def memory_terms(
     )  # fmt: skip
     tokens = mb * seq / cp
     kw = dict(zero=zero, dp=dp, cp=cp, ep=ep, state_precision=state_precision, fp8=precision_fp8)
-    weights, grads, optim = state_bytes(f, stage_p, expert_p, **kw)
-    local_w = weights / PRECISION_BYTES[state_precision][0]  # parameters held, after sharding
+    weights, grads, optim = state_bytes(f, stage_p, expert_p, pp_unsharded=pp_unsharded, **kw)
+    # parameters held, after sharding (whole blocks: their 16-bit copies are in the weights)
+    local_w = np.where(pp_unsharded, 0.0, weights / PRECISION_BYTES[state_precision][0])
     terms = {
         "weights": weights,
         "gradients": grads,
@@ -256,8 +269,9 @@ def memory_terms(
         terms["optimizer_temp"] = optim * FOREACH_TEMP_BYTES[state_precision] / (
             PRECISION_BYTES[state_precision][2]
         )
-    if not grads_persist:
-        terms = _larger_moment(terms)
+    if not grads_persist:  # whole gradients accumulate across micro-batches: all live at once
+        moment = _larger_moment(terms)
+        terms = {k: np.where(pp_unsharded, v, moment[k]) for k, v in terms.items()}
     total = sum(terms.values())
     peak = np.argmax(np.where(k.count > 0, total, -np.inf), axis=0)
     picked = {name: pick(value, peak, len(k.count)) for name, value in terms.items()}

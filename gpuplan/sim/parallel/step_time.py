@@ -75,7 +75,9 @@ ACCUMULATE_BYTES = {"bf16-mixed-megatron": 10, "bf16-mixed": 10, "bf16": 6}  # d
 # micro-batch's bf16 gradient into its fp32 buffer after every backward (``update_hp_grads``:
 # ``hp_grad.add_(lp.grad.to(float32))``): the cast reads 2 and writes 4 bytes, the add reads 4 + 4
 # and writes 4, so 18 bytes per parameter; it is a separate pass, never fused into the GEMMs.
-ACCUMULATE_BYTES["bf16-deepspeed"] = 18
+CAST_ADD_BYTES = 18
+ACCUMULATE_BYTES["bf16-deepspeed"] = CAST_ADD_BYTES
+# FSDP2 accumulating whole gradients between reductions does the same (cast_add_s)
 # it reduces that fp32 buffer whole (the pipeline engine's ``_bf16_reduce_grads``:
 # ``buffered_allreduce_fallback(grads=optimizer.get_grads_for_reduction())``, an all-reduce) and
 # the tied embedding's fp32 gradient (``_exec_reduce_tied_grads``: ``weight._hp_grad``), then
@@ -106,6 +108,13 @@ def cast_s(params_local, state_precision: str, rc, acc, eff):
 def accumulate_s(params_local, state_precision: str, acc, eff):
     """One separate gradient-accumulation kernel over ``params_local`` parameters."""
     nbytes = params_local * ACCUMULATE_BYTES[state_precision]
+    return nbytes / (acc.hbm_bytes_per_s * eff.elementwise_fraction("add")) + eff.kernel_overhead_s
+
+
+def cast_add_s(params_local, acc, eff):
+    """Adding each micro-batch's 16-bit gradient into an fp32 buffer by a cast and an add
+    (``CAST_ADD_BYTES``): DeepSpeed's BF16_Optimizer, FSDP2 without gradient sync."""
+    nbytes = params_local * CAST_ADD_BYTES
     return nbytes / (acc.hbm_bytes_per_s * eff.elementwise_fraction("add")) + eff.kernel_overhead_s
 
 
@@ -291,8 +300,11 @@ def step_terms(*, lk, sp_, s, c, k, bytes_, params) -> dict:
         "dp_comm": x_dp,
         "param_allgather": x_ag,
         "embedding_sync": x_emb,
-        "grad_accumulation": np.where(np.asarray(s["fused_accum"]) & (not bf16_opt), 0.0,
-                                      m * params["accumulate_s"]),
+        "grad_accumulation": np.where(
+            np.asarray(s["fused_accum"]) & (not bf16_opt)
+            & ~np.asarray(params.get("unsynced_accumulation", False)),
+            0.0, m * params["accumulate_s"],
+        ),  # fmt: skip
         "host_overhead": m * at_slowest(host_k),
         "weight_casts": m * cast_mb,
         "optimizer": params["optimizer_s"],

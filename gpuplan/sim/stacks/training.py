@@ -104,6 +104,14 @@ class TrainingRuntime:
     # CUDA_LAUNCH_BLOCKING=1 (a job's environment, e.g. BLOOM's tr11-176B-ml.slurm): every launch
     # waits for its kernel, so the host's issue time adds to the device's (``step_time``)
     launch_blocking: bool = False
+    # under pp > 1 the ZeRO-2/3 blocks stay unsharded through the step and their gradients are
+    # reduced once, at the last micro-batch: torchtitan's apply_fsdp sets reshard_after_forward
+    # False when pp is enabled ("to avoid per-microbatch all-gathers"), and the pipelining stage
+    # runs every backward but the last with set_requires_gradient_sync(False) and
+    # set_reshard_after_backward(False) (torch/distributed/pipelining/stage.py,
+    # backward_maybe_with_nosync), FSDP2 accumulating the whole gradient in its reduce dtype
+    # (FSDPParam.to_accumulated_grad_if_needed): ZeRO-1's traffic (``pipeline_zero``)
+    pp_unsharded: bool = False
 
     def __post_init__(self) -> None:
         check_choice("selective", self.selective, SELECTIVE)
@@ -140,6 +148,7 @@ FSDP2_RUNTIME = TrainingRuntime(
     grad_reduce_bytes=4,  # MixedPrecisionPolicy(reduce_dtype=torch.float32)
     bucket_bytes=25 * MiB,  # DDP's bucket where it replicates; FSDP reduces block by block
     selective="op-sac",
+    pp_unsharded=True,  # torchtitan's FSDP under PP (TrainingRuntime.pp_unsharded)
 )
 
 COMPOSER_RUNTIME = TrainingRuntime(
@@ -198,6 +207,20 @@ def check_layout(stack, strategy) -> None:
             f"{strategy.pp}: with pipeline parallelism it runs zero 0 to {rt.max_zero_with_pp}; "
             f"use zero<={rt.max_zero_with_pp}, pp=1, or --stack fsdp2/megatron-te"
         )
+
+
+def pipeline_unsharded(runtime, pp, zero):
+    """Where ``runtime`` keeps ZeRO-2/3 blocks whole through a pipelined step
+    (``TrainingRuntime.pp_unsharded``): a boolean array of the layouts."""
+    on = runtime is not None and getattr(runtime, "pp_unsharded", False)
+    return np.asarray(on) & (np.asarray(pp) > 1) & (np.asarray(zero) >= 2)
+
+
+def pipeline_zero(runtime, pp, zero):
+    """The ZeRO stage whose communication a layout has: ZeRO-1's (one parameter all-gather and
+    one gradient reduce-scatter per step) where the blocks stay whole (``pipeline_unsharded``),
+    else ``zero``."""
+    return np.where(pipeline_unsharded(runtime, pp, zero), 1, zero)
 
 
 def layout_mask(runtime: TrainingRuntime, tp, pp, zero, cp=1):
