@@ -127,7 +127,9 @@ def simulate_disaggregated(
     step = step or StepModel(dep, max_tokens=max(budget, sched.max_seqs))
     step = cross_attention_step(step, dep, workload, disaggregated=True)  # refused with images
     line = Timeline(timeline)
-    bar = Progress(workload.n, progress, watch and (lambda rid, at_s: watch(table, rid, at_s)))
+    first = getattr(watch, "first_token", None)
+    bar = Progress(workload.n, progress, watch and (lambda rid, at_s: watch(table, rid, at_s)),
+                   first and (lambda rid, at_s: first(table, rid, at_s)))  # fmt: skip
     pre = [
         make_replica(env, i, table, dep, pre_sched, step, line, prefill_only=True)
         for i in range(dis.prefill_replicas)
@@ -149,6 +151,7 @@ def simulate_disaggregated(
         rep.state.handoff = lambda rid, at, i=i: links.send(i, rid, table, at)
     for rep in pre + dec:
         rep.state.on_done = bar.done
+        rep.state.on_first = bar.first
     to_prefill = Router(dis.prefill_router, len(pre))
 
     def dispatch(rid: int) -> None:

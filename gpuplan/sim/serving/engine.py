@@ -228,16 +228,22 @@ class Settled(Exception):  # noqa: N818 (a signal, not an error)
 
 class Progress:
     """A tqdm bar of finished requests, updated in steps (``enabled`` False: nothing);
-    ``watch(rid, at_s)``, if given, sees every request finished or rejected, and may raise
-    ``Settled`` to end the simulation there."""
+    ``watch(rid, at_s)``, if given, sees every request finished or rejected, and
+    ``first_token(rid, at_s)`` every first token; either may raise ``Settled`` to end the
+    simulation there."""
 
-    def __init__(self, total: int, enabled: bool, watch=None):
+    def __init__(self, total: int, enabled: bool, watch=None, first_token=None):
         self.bar, self.count, self.step = None, 0, max(1, total // 200)
-        self.watch = watch
+        self.watch, self.first_token = watch, first_token
         if enabled:
             from tqdm import tqdm
 
             self.bar = tqdm(total=total, unit="req", smoothing=0.1)
+
+    def first(self, rid: int, at_s: float) -> None:
+        """A request emitted its first token (told to the watch's ``first_token``, if any)."""
+        if self.watch is not None and self.first_token is not None:
+            self.first_token(rid, at_s)
 
     def done(self, rid: int, at_s: float) -> None:
         if self.watch is not None:
@@ -271,8 +277,8 @@ def simulate(
 ) -> ServingResult:
     """Serve ``workload`` with ``replicas`` identical replicas behind ``router`` (``step``: a
     step model of ``dep`` to reuse, with its memo, across simulations; ``watch(table, rid,
-    at_s)``: called at each request finished or rejected, it may raise ``Settled``, which
-    propagates; ``speculator``: a ``speculative.Speculator``, whose decode steps are speculative
+    at_s)``: called at each request finished or rejected (and its ``first_token(table, rid,
+    at_s)``, if it has one, at each first token), it may raise ``Settled``, which propagates; ``speculator``: a ``speculative.Speculator``, whose decode steps are speculative
     and whose summary joins the result's)."""
     check_gpus(replicas, "replicas")
     if speculator is not None:
@@ -286,7 +292,8 @@ def simulate(
     step = step or StepModel(dep, max_tokens=_table_tokens(sched, dep.model))
     step = cross_attention_step(step, dep, workload, speculator)  # a cross-attention VLM's
     line = Timeline(timeline)
-    bar = Progress(workload.n, progress, watch and partial(watch, table))
+    bar = Progress(workload.n, progress, watch and partial(watch, table),
+                   _first_token_watch(watch, table))  # fmt: skip
     cap = kv_capacity(dep, sched, speculator)
     reps = [
         make_replica(env, i, table, dep, sched, step, line, max_run_iterations=max_run_iterations,
@@ -295,6 +302,7 @@ def simulate(
     ]
     for rep in reps:
         rep.state.on_done = bar.done
+        rep.state.on_first = bar.first
     pick = Router(router, replicas)
     env.process(arrivals(env, table, _dispatcher(pick, reps, table)))
     env.run(until=horizon_s)
@@ -321,6 +329,12 @@ def simulate(
         end_s=end_s,
         wall_s=time.perf_counter() - started,
     )
+
+
+def _first_token_watch(watch, table):
+    """A watch's ``first_token(table, rid, at_s)``, bound to the table (None if it has none)."""
+    first = getattr(watch, "first_token", None)
+    return None if first is None else partial(first, table)
 
 
 def _check_speculation(sched, speculator) -> None:

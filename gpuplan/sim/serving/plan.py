@@ -199,7 +199,7 @@ class _Failing:
     floor(r) of the values it will take exceed the target, both do, and so does the
     percentile. The values are those of the requests after the warm-up (every one of them must
     finish to pass, so N is known before the run: all of them for TTFT, those of more than one
-    output token for TPOT)."""
+    output token for TPOT). A TTFT counts at its first token, a TPOT at its request's end."""
 
     def __init__(self, output_tokens: np.ndarray, slo: Slo):
         n = len(output_tokens)
@@ -213,18 +213,22 @@ class _Failing:
         """Values above the target that make the percentile of ``n`` values exceed it."""
         return n - math.floor(percentile / 100 * (n - 1)) if n else math.inf
 
+    def first_token(self, table, rid: int, at_s: float) -> None:
+        """A TTFT is known at the first token, long before its request finishes."""
+        if rid >= self.first and at_s - table.arrival_s[rid] > self.slo.ttft_s:
+            self.ttft_left -= 1
+            if self.ttft_left <= 0:
+                raise Settled
+
     def __call__(self, table, rid: int, at_s: float) -> None:
         if table.status[rid] != FINISHED:  # rejected: a sure miss
             raise Settled
-        if rid < self.first:
-            return
-        first, out = table.first_token_s[rid], table.output[rid]
-        if first - table.arrival_s[rid] > self.slo.ttft_s:
-            self.ttft_left -= 1
-        if out > 1 and (at_s - first) / (out - 1) > self.slo.tpot_s:
+        out = table.output[rid]
+        slow = out > 1 and (at_s - table.first_token_s[rid]) / (out - 1) > self.slo.tpot_s
+        if rid >= self.first and slow:
             self.tpot_left -= 1
-        if self.ttft_left <= 0 or self.tpot_left <= 0:
-            raise Settled
+            if self.tpot_left <= 0:
+                raise Settled
 
 
 class _Probe:

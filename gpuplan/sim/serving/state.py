@@ -247,6 +247,7 @@ class ReplicaState:
         self.prefixes_seen: set[int] = set()  # shared prefixes this replica has cached
         self.handoff = None  # disaggregation: called with (rid, time) when a prefill is done
         self.on_done = None  # called with (rid, time) when a request finishes or is rejected
+        self.on_first = None  # called with (rid, time) when a request emits its first token
 
     # --- views ---------------------------------------------------------------------------------
 
@@ -363,6 +364,8 @@ class ReplicaState:
         self.outstanding_tokens -= 1
         if t.generated[rid] == 1:
             t.first_token_s[rid] = end_s
+            if self.on_first is not None:
+                self.on_first(rid, end_s)
         if padded_to:  # a static batch: every sequence padded to the longest prompt
             t.cached[rid] = padded_to
             self.decoding.add(rid, padded_to, t.generated[rid])
