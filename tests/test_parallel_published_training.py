@@ -152,7 +152,7 @@ def test_bloom_rows_run_as_megatron_deepspeed_ran_them_and_stay_held_out():
     assert len(rows) >= 15 and "bigscience-bloom" in split_sources(
         [r["source"] for r in training_rows()] + ["narayanan2021", "korthikanti2022"])
     for row in rows:  # the BF16 optimizer under CUDA_LAUNCH_BLOCKING=1 (tr11-176B-ml.slurm)
-        assert row["options"]["state_precision"] == "bf16-deepspeed"
+        assert row["options"]["state_precision"] == "bf16-deepspeed-2022"
         assert row["options"]["launch_blocking"] is True and row["stack"] == "deepspeed"
     row = next(r for r in rows if r["id"] == "bloom-prequel-h14336-l70-nh112-tp4pp12dp8-mb2")
     plain = dict(row, options={k: v for k, v in row["options"].items()

@@ -221,6 +221,13 @@ def test_deepspeed_bf16_optimizer_keeps_a_whole_fp32_gradient_and_all_reduces_it
     assert mega.fused_grad_accumulation and ib.get("gradient accumulation", 0.0) > 0.0
     assert ia.get("gradient accumulation", 0.0) == 0.0
     assert b.step_time_s > a.step_time_s
+    # as first written (BLOOM's 2022 branch) it kept the whole fp32 master beside the bf16 weights
+    _, old = _bloom_like(state_precision="bf16-deepspeed-2022")
+    c = estimate_training(cfg, old, cluster=H100, seq=2048, eff=EFF, stack="deepspeed")
+    mb, mc = b.breakdown.memory_bytes, c.breakdown.memory_bytes
+    assert mc["weights"] == pytest.approx(3 * mb["weights"])  # 2 + 4 whole vs 2
+    assert mc["optimizer"] == pytest.approx(mb["optimizer"] * 8 / 12)  # moments only, sharded
+    assert c.step_time_s == pytest.approx(b.step_time_s, rel=1e-12)  # the same work
 
 
 def test_deepspeed_pipeline_sends_block_one_by_one_and_launch_blocking_exposes_the_host():

@@ -13,6 +13,12 @@ Training state per parameter (Rajbhandari et al. 2020, ZeRO, sec. 3.1, for Adam)
   master weights and moments (12) on each rank's partition only (its own ZeRO-1):
   deepspeed/runtime/bf16_optimizer.py; the 4 unsharded bytes are BigScience's ("4bytes x params
   and it's not sharded", bigscience train/tr11-176B-ml/chronicles-prequel.md).
+- ``bf16-deepspeed-2022``: that optimizer as first written, which BLOOM's 2022 runs used (the
+  bigscience bf16-updates branch): it cloned the whole flat bf16 group to fp32 and stepped a
+  narrow view of it (``fp32_groups_flat = bf16_groups_flat.clone().float()``, "TODO: Need to
+  only track fp32 params of this partition"), so the fp32 master weights are whole (6 B with the
+  bf16 weights) and only the moments (8) are sharded; microsoft/DeepSpeed 56c522386 (#1801,
+  2022-04-19) merged the partition-only master copy of ``bf16-deepspeed``.
 
 Activations kept for the backward of one block, per token, derived by listing the tensors that
 autograd saves in the Hugging Face Llama/GPT-2 modules with a flash attention kernel (no s x s
@@ -50,6 +56,7 @@ PRECISION_BYTES: dict[str, tuple[float, float, float]] = {
     "bf16-mixed-megatron": (2, 4, 12),
     "bf16": (2, 2, 4),
     "bf16-deepspeed": (2, 6, 12),
+    "bf16-deepspeed-2022": (6, 6, 8),
 }
 
 

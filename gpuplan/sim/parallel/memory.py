@@ -283,7 +283,8 @@ def memory_terms(
 
 # torch.optim.AdamW(foreach=True) allocates one moment-sized tensor per parameter at its step
 # (``torch._foreach_sqrt(exp_avg_sqs)``, torch/optim/adamw.py): bytes of one moment element.
-FOREACH_TEMP_BYTES = {"bf16-mixed": 4, "bf16-mixed-megatron": 4, "bf16": 2, "bf16-deepspeed": 4}
+FOREACH_TEMP_BYTES = {"bf16-mixed": 4, "bf16-mixed-megatron": 4, "bf16": 2, "bf16-deepspeed": 4,
+                      "bf16-deepspeed-2022": 4}
 _STEP_TERMS = ("weights", "gradients", "optimizer", "optimizer_temp", "comm_buffers")
 _FORWARD_TERMS = ("weights", "optimizer", "activations", "logits", "comm_buffers",
                   "weight_cast_cache")  # fmt: skip

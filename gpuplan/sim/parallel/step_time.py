@@ -58,7 +58,8 @@ GRAD_BYTES = 2  # gradients reduced in 16 bits (Megatron's default without fp32 
 PARAM_BYTES = 2  # parameters gathered in 16 bits (ZeRO-1/2 after the step, ZeRO-3 per use)
 # fused AdamW per parameter: read gradient, master weight and both moments, write master weight
 # and moments, and the 16-bit copy (Megatron mixed precision: 4 + 4 + 4 + 4 + 12 + 2)
-OPTIMIZER_BYTES = {"bf16-mixed-megatron": 30, "bf16-mixed": 28, "bf16": 14, "bf16-deepspeed": 30}
+OPTIMIZER_BYTES = {"bf16-mixed-megatron": 30, "bf16-mixed": 28, "bf16": 14, "bf16-deepspeed": 30,
+                   "bf16-deepspeed-2022": 30}
 # torch.optim.AdamW(foreach=True), ``_multi_tensor_adamw`` in torch/optim/adamw.py: eight passes
 # over fp32 parameter-sized lists instead of one fused kernel: param *= 1 - lr wd (r/w p: 8),
 # m.lerp_(g) (r m, r g, w m: 12), v *= b2 (8), v.addcmul_(g, g) (r v, r g, w v: 12),
@@ -66,7 +67,7 @@ OPTIMIZER_BYTES = {"bf16-mixed-megatron": 30, "bf16-mixed": 28, "bf16": 14, "bf1
 # p.addcdiv_(m, denom) (r p, r m, r tmp, w p: 16) = 80 bytes per fp32 parameter (half for bf16
 # state), plus the 16-bit copy where there is one.
 FOREACH_OPTIMIZER_BYTES = {"bf16-mixed-megatron": 82, "bf16-mixed": 80, "bf16": 40,
-                           "bf16-deepspeed": 82}
+                           "bf16-deepspeed": 82, "bf16-deepspeed-2022": 82}
 # autocast over fp32 weights: each forward (and each full recompute) casts every weight to bf16
 # (read 4, write 2 bytes), and each weight gradient is cast back to fp32 (read 2, write 4)
 CAST_BYTES = 6
@@ -76,13 +77,14 @@ ACCUMULATE_BYTES = {"bf16-mixed-megatron": 10, "bf16-mixed": 10, "bf16": 6}  # d
 # ``hp_grad.add_(lp.grad.to(float32))``): the cast reads 2 and writes 4 bytes, the add reads 4 + 4
 # and writes 4, so 18 bytes per parameter; it is a separate pass, never fused into the GEMMs.
 CAST_ADD_BYTES = 18
-ACCUMULATE_BYTES["bf16-deepspeed"] = CAST_ADD_BYTES
+ACCUMULATE_BYTES["bf16-deepspeed"] = ACCUMULATE_BYTES["bf16-deepspeed-2022"] = CAST_ADD_BYTES
 # FSDP2 accumulating whole gradients between reductions does the same (cast_add_s)
 # it reduces that fp32 buffer whole (the pipeline engine's ``_bf16_reduce_grads``:
 # ``buffered_allreduce_fallback(grads=optimizer.get_grads_for_reduction())``, an all-reduce) and
 # the tied embedding's fp32 gradient (``_exec_reduce_tied_grads``: ``weight._hp_grad``), then
 # all-gathers the updated bf16 partitions (``update_lp_params``, ``all_gather_dp_groups``)
 FP32_GRAD_BYTES = 4
+BF16_OPTIMIZER = ("bf16-deepspeed", "bf16-deepspeed-2022")  # its state precisions (memory.py)
 
 
 def optimizer_s(params_local, state_precision: str, acc, eff, impl: str = "fused"):
@@ -270,7 +272,7 @@ def step_terms(*, lk, sp_, s, c, k, bytes_, params) -> dict:
         np.where(zero == 1, rs_stage, 0.0),
     )
     # DeepSpeed's BF16_Optimizer all-reduces its whole fp32 gradient buffer (FP32_GRAD_BYTES)
-    bf16_opt = params.get("state_precision") == "bf16-deepspeed"
+    bf16_opt = params.get("state_precision") in BF16_OPTIMIZER
     if bf16_opt:
         whole = on_rows(rows, co.all_reduce_s, lk, dl, dn, stage_p * FP32_GRAD_BYTES)
         dp_reduce = np.where(zero <= 1, whole, dp_reduce)  # it runs with ZeRO 0 (its own 1)
