@@ -160,7 +160,7 @@ class Replica:
         st = self.state
         m = self.spec.tokens_at(self.spec_steps)
         m = max(1, st.decode_room(m))
-        seqs = len(st.decoding)
+        seqs = len(st.decoding.members)
         self.spec.emitted(seqs, st.run_decode(m, lambda j: end_s))
         self.spec_steps += 1
 

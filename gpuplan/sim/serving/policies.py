@@ -97,7 +97,7 @@ class Policy:
     def _make_room(self, st: ReplicaState) -> tuple[float, bool]:
         """Preempt (last admitted first) until one decode step fits; (bytes swapped, any)."""
         swapped, preempted = 0.0, False
-        while len(st.decoding) and st.decode_room(1) < 1:
+        while len(st.decoding.members) and st.decode_room(1) < 1:
             swapped += st.preempt_last(self.preemption)
             preempted = True
         return swapped, preempted
@@ -114,11 +114,11 @@ class Policy:
     def _run(self, st: ReplicaState, interruptible: bool) -> DecodeRun:
         d = st.decoding
         k = d.until_next_done()
-        return DecodeRun(st.decode_room(k), len(d), d.kv_read_tokens(), interruptible)
+        return DecodeRun(st.decode_room(k), len(d.members), d.kv_read_tokens(), interruptible)
 
     def _decode_step(self, st: ReplicaState, swap_bytes: float) -> Iteration:
         d = st.decoding
-        n = len(d)
+        n = len(d.members)
         return Iteration([], (), n, d.kv_read_tokens() if n else 0, n, swap_bytes)
 
 
@@ -139,7 +139,7 @@ class ContinuousPolicy(Policy):
         swap, preempted = self._make_room(st)
         if not preempted and st.swapped:
             swap += self._swap_in(st)
-        if not len(st.decoding):
+        if not len(st.decoding.members):
             return IDLE
         if swap or preempted:
             return self._decode_step(st, swap)
@@ -193,7 +193,7 @@ class ChunkedPolicy(Policy):
         self._admit_remote(st)
         swap, preempted = self._make_room(st)
         t = st.table
-        budget = self.budget - len(st.decoding)
+        budget = self.budget - len(st.decoding.members)
         pieces: list[tuple[int, int]] = []
         for rid in st.prefilling:
             if budget <= 0:
@@ -207,7 +207,7 @@ class ChunkedPolicy(Policy):
             budget = self._admit(st, pieces, budget)
         if pieces:
             return self._mixed(st, pieces, swap)
-        if not len(st.decoding):
+        if not len(st.decoding.members):
             return IDLE
         if swap or preempted:
             return self._decode_step(st, swap)
@@ -229,7 +229,7 @@ class ChunkedPolicy(Policy):
 
     def _mixed(self, st: ReplicaState, pieces: list, swap: float) -> Iteration:
         t, d = st.table, st.decoding
-        n = len(d)
+        n = len(d.members)
         prefill = tuple((c, t.cached[rid], 1) for rid, c in pieces)
         ending = sum(1 for rid, c in pieces if t.cached[rid] + c >= t.prefill_target(rid))
         return Iteration(pieces, prefill, n, d.kv_read_tokens() if n else 0, n + ending, swap)
@@ -243,7 +243,7 @@ class StaticPolicy(Policy):
             left = st.decoding.until_all_done()
             if left > 0:
                 d = st.decoding
-                return DecodeRun(left, len(d), d.kv_read_tokens(), False, keep_done=True)
+                return DecodeRun(left, len(d.members), d.kv_read_tokens(), False, keep_done=True)
             st.end_static_batch()
         if not st.waiting:
             return IDLE

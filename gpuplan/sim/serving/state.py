@@ -255,7 +255,7 @@ class ReplicaState:
         return self.total_blocks - self.prefill_blocks - self.decoding.blocks - self.reserved_blocks
 
     def seats(self) -> int:
-        return self.max_seqs - len(self.prefilling) - len(self.decoding)
+        return self.max_seqs - len(self.prefilling) - len(self.decoding.members)
 
     def can_allocate(self, blocks: int) -> bool:
         """Whether ``blocks`` more leave the watermark free (vLLM's admission rule)."""
@@ -269,7 +269,7 @@ class ReplicaState:
         d = self.decoding
         free = self.free_blocks() + d.blocks
         per_seq = self.rule.growth_bound(iterations)
-        if d.blocks + len(d) * per_seq <= free:
+        if d.blocks + len(d.members) * per_seq <= free:
             return iterations
         lo, hi = 0, iterations  # largest n with blocks_after(n) <= free
         while lo < hi:
@@ -385,7 +385,7 @@ class ReplicaState:
         """Advance the decoding set by ``iterations``; record each request done at the end of
         the run's iteration it emitted its last token in (``time_at(j)``: end of the j-th).
         Returns the tokens the members emitted (those done stop at their last)."""
-        members = len(self.decoding)
+        members = len(self.decoding.members)
         self.outstanding_tokens = max(0, self.outstanding_tokens - iterations * members)
         t = self.table
         emitted = iterations * members
