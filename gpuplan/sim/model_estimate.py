@@ -116,17 +116,21 @@ def one_gpu_training(acc, eff, cfg: ModelConfig, stack: Stack, params: Mapping[s
 
 
 def one_gpu_strategy(stack: Stack, params: Mapping[str, Any]):
-    """One micro-batch per step on one GPU, on the stack's defaults (``one_gpu_training``)."""
+    """One micro-batch per step on one GPU, on the stack's defaults (``one_gpu_training``);
+    a data-parallel record's ``dp`` replicas, ``accumulation`` micro-batches per step and
+    ``zero_stage`` where its params give them (``harness.dist_train``)."""
     from gpuplan.sim.parallel.estimate import stack_strategy
     from gpuplan.sim.parallel.strategy import Strategy
 
     check_choice("optimizer", params.get("optimizer", "adamw"), ("adamw",))
     check_choice("precision", params.get("precision", "bf16-mixed"), ("bf16-mixed",))
-    mb = params["micro_batch"]
+    mb, dp = params["micro_batch"], params.get("dp", 1)
+    batch = mb * dp * params.get("accumulation", 1)
     return stack_strategy(
-        Strategy(micro_batch=mb, global_batch=mb, recompute=params.get("recompute", "none")),
+        Strategy(dp=dp, zero=params.get("zero_stage", 0), micro_batch=mb, global_batch=batch,
+                 recompute=params.get("recompute", "none")),
         stack,
-    )
+    )  # fmt: skip
 
 
 def config_breakdown(

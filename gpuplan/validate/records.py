@@ -162,8 +162,14 @@ PARAM_RULES |= {
                          "precision": ("bf16-mixed",)},
 }
 MODEL_KINDS = ("prefill_step", "model_decode_step", "model_train_step")
-# Optional params of one kind, checked and kept when present.
-KIND_OPTIONAL: dict[str, dict[str, Rule]] = {"model_decode_step": {"max_cache_len": POSITIVE_INT}}
+# Optional params of one kind, checked and kept when present. A data-parallel ``train_step``
+# (harness.dist_train) names its ranks ``dp``, its micro-batches per step ``accumulation`` and
+# its ZeRO stage ``zero_stage`` (absent: 1, 1, 0, the one-GPU step).
+ZERO_STAGE = "ZeRO stage"  # a rule: the JSON integer 0, 1, 2 or 3
+KIND_OPTIONAL: dict[str, dict[str, Rule]] = {
+    "model_decode_step": {"max_cache_len": POSITIVE_INT},
+    "train_step": {"dp": POSITIVE_INT, "accumulation": POSITIVE_INT, "zero_stage": ZERO_STAGE},
+}
 KINDS: tuple[str, ...] = tuple(PARAM_RULES)
 
 # Measured metrics of each kind: (required, optional).
@@ -224,6 +230,10 @@ def _check_value(field: str, value: Any, rule: Rule) -> str | None:
         if isinstance(value, str) and value in names:
             return None
         return f"{field}={value!r} is invalid: choose a model name among {', '.join(names)}"
+    if rule == ZERO_STAGE:
+        if isinstance(value, int) and not isinstance(value, bool) and value in (0, 1, 2, 3):
+            return None
+        return f"{field}={value!r} is invalid: choose one of 0, 1, 2, 3 (a JSON integer)"
     if rule == POSITIVE_INT:
         if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_INT:
             return None

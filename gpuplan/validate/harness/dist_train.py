@@ -80,7 +80,7 @@ MODELS = (
     (32000, 4096, 32, 8, 14336, 8, 2048, 2),
     (32000, 4096, 32, 8, 14336, 16, 4096, 1),
 )
-TINY = ((256, 64, 4, 2, 128, 2, 16, 2),)
+TINY = ((256, 64, 4, 2, 128, 1, 16, 2),)
 
 
 def _params(model: tuple, layout: str, accumulation: int, world: int) -> dict:
@@ -105,9 +105,10 @@ def cases(tiny: bool, device: str, world: int) -> list[tuple[str, dict]]:
     ]
 
 
-def _optimizer(params, device: str, zero: int):
+def _optimizer(params, device: str, *, sharded: bool):
+    """Fused AdamW (foreach on the CPU); ``sharded``: inside a ZeroRedundancyOptimizer."""
     kw = {"fused": True} if device.startswith("cuda") else {"foreach": True}
-    if zero == 1:
+    if sharded:
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
         return ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW, lr=1e-4, **kw)
@@ -141,7 +142,7 @@ def make_step(rt: distributed.Rank, layout: str, p: dict):
     with torch.device(rt.device):
         model = TrainModel(**{k: p[k] for k in keys})
     module, no_sync = _wrap(model, layout, rt)
-    opt = _optimizer(module.parameters(), rt.device, p["zero_stage"] if layout == "ddp-zero1" else 0)
+    opt = _optimizer(module.parameters(), rt.device, sharded=layout == "ddp-zero1")
     acc, b, s = p["accumulation"], p["micro_batch"], p["seq"]
     gen = torch.Generator().manual_seed(1 + rt.rank)  # each rank's own data
     tokens = torch.randint(0, p["vocab"], (acc, b, s + 1), generator=gen).to(rt.device)
@@ -194,7 +195,7 @@ def _peak(rt, step, module, opt) -> tuple[list[int], list[int]]:
 def _reps(tiny: bool, accumulation: int) -> tuple[int, int]:
     """(warm-up steps, timed steps): the first steps create the optimizer state and buffers."""
     if tiny:
-        return 1, 3
+        return 1, 2
     return 2, (8 if accumulation == 1 else 5)
 
 
@@ -214,7 +215,9 @@ def measure_rank(rt: distributed.Rank, layout: str, p: dict) -> dict | None:
     stack, zero, wrapper = LAYOUTS[layout]
     contract = {k: v for k, v in p.items() if k not in ("stack", "timing", "dp", "accumulation",
                                                         "zero_stage")}  # fmt: skip
-    what = f"{layout}: {wrapper}, fp32 master + bf16 autocast, AdamW, accumulation {p['accumulation']}"
+    what = (
+        f"{layout}: {wrapper}, fp32 master + bf16 autocast, AdamW, accumulation {p['accumulation']}"
+    )
     record = make_record(
         KIND, rt.job.device_key, contract, {"time_s": stats["median_s"], "peak_bytes": max(peaks)},
         distributed.source(rt, what, reps), layout=layout, wrapper=wrapper, stats=stats,
