@@ -76,6 +76,9 @@ class Policy:
     model_len: int
     preemption: str = "recompute"
     timeout_s: float | None = None
+    # budget tokens a decoding sequence takes an iteration: 1, or 1 + K proposals verified under
+    # speculative decoding (vLLM v1's scheduler counts num_tokens_with_spec against the budget)
+    decode_tokens: int = 1
 
     def rejects(self, st: ReplicaState, rid: int) -> bool:
         t = st.table
@@ -193,7 +196,7 @@ class ChunkedPolicy(Policy):
         self._admit_remote(st)
         swap, preempted = self._make_room(st)
         t = st.table
-        budget = self.budget - len(st.decoding.members)
+        budget = self.budget - len(st.decoding.members) * self.decode_tokens
         pieces: list[tuple[int, int]] = []
         for rid in st.prefilling:
             if budget <= 0:

@@ -33,7 +33,8 @@ and the lazily advanced decode set (``state.DecodeSet``) keeps every sequence at
 A sequence's last step may accept more than it needs: the surplus is dropped (the request is
 done). The KV cache also holds the drafter's: a draft model's weights and cache per token, or an
 EAGLE head's block and its one layer of cache (``extra_weights_bytes``, ``kv_bytes_per_token``);
-the k proposed tokens' slots are not reserved ahead (vLLM's lookahead slots).
+the k proposed tokens' slots are not reserved ahead (vLLM's lookahead slots). Under chunked
+prefill a decoding sequence takes ``k + 1`` tokens of the iteration's budget (``Policy.decode_tokens``).
 """
 
 from __future__ import annotations
