@@ -77,7 +77,8 @@ class Policy:
     preemption: str = "recompute"
     timeout_s: float | None = None
     # budget tokens a decoding sequence takes an iteration: 1, or 1 + K proposals verified under
-    # speculative decoding (vLLM v1's scheduler counts num_tokens_with_spec against the budget)
+    # speculative decoding (vLLM v1's scheduler, vllm/v1/core/sched/scheduler.py schedule():
+    # num_new_tokens = num_tokens_with_spec - num_computed_tokens, taken from token_budget)
     decode_tokens: int = 1
 
     def rejects(self, st: ReplicaState, rid: int) -> bool:
