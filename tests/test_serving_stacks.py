@@ -95,8 +95,9 @@ def test_the_eager_engine_pays_its_slower_large_all_reduce_only_above_its_size()
     assert run.large_allreduce_bytes > 0 and run.large_allreduce_factor > 1  # the committed fit
     dep = stack_deployment("llama2-70b", "h100-sxm", "eager-2023", tp=8)
     vllm = stack_deployment("llama2-70b", "h100-sxm", "vllm", tp=8)
+    # the bytes beyond the size take the factor: half of a message twice the size
     for nbytes, factor in ((run.large_allreduce_bytes / 2, 1.0),
-                           (run.large_allreduce_bytes * 2, run.large_allreduce_factor)):
+                           (run.large_allreduce_bytes * 2, (1 + run.large_allreduce_factor) / 2)):
         op = Collective(name="tp all_reduce", op="all_reduce", world=8, bytes_per_rank=nbytes)
         fabric = price(op, dep.acc, dep.eff)
         assert price_op(op, dep).total_s == pytest.approx(
@@ -107,9 +108,34 @@ def test_the_eager_engine_pays_its_slower_large_all_reduce_only_above_its_size()
         iteration_breakdown(dep, batch).total_s, rel=1e-9)
 
 
+def test_the_eager_engine_pays_cpu_time_per_running_sequence_on_every_cost_path():
+    from gpuplan.sim.serving.iteration import Batch, iteration_breakdown
+
+    run = get_stack("eager-2023").serving
+    assert run.seq_overhead_s > 0  # the committed fit
+    dep = stack_deployment("llama2-70b", "h100-sxm", "eager-2023", tp=4)
+    step = StepModel(dep)
+    one, many = step.decode_s(1, 600), step.decode_s(33, 33 * 600)
+    bare = StepModel(stack_deployment("llama2-70b", "h100-sxm", "eager-2023", tp=4,
+                                      seq_overhead_s=0.0))  # fmt: skip
+    assert (many - one) - (bare.decode_s(33, 33 * 600) - bare.decode_s(1, 600)) == pytest.approx(
+        32 * run.seq_overhead_s)
+    for batch in (Batch(decode_seqs=33, decode_kv_tokens=33 * 600),
+                  Batch(prefill=((512, 0, 4),), decode_seqs=3, decode_kv_tokens=1800)):
+        assert step.iteration_s(batch) == pytest.approx(iteration_breakdown(dep, batch).total_s,
+                                                        rel=1e-9)  # fmt: skip
+    run_s = step.decode_run_s(33, 33 * 600, 40)
+    assert run_s == pytest.approx(sum(step.decode_s(33, 33 * (600 + j)) for j in range(40)),
+                                  rel=1e-9)  # fmt: skip
+    assert step.decode_iterations_until(33, 33 * 600, run_s) == 40
+    with pytest.raises(GpuplanError, match="seq_overhead_s"):
+        stack_deployment("llama2-70b", "h100-sxm", "eager-2023", tp=4, pp=2)
+
+
 @pytest.mark.parametrize("bad", [{"policy": "static"}, {"memory_fraction": 0.0},
                                  {"iteration_overhead_s": -1e-3}, {"kv_memory": "half"},
-                                 {"large_allreduce_bytes": -1.0}, {"large_allreduce_factor": 0.5}])
+                                 {"large_allreduce_bytes": -1.0}, {"large_allreduce_factor": 0.5},
+                                 {"seq_overhead_s": -1e-4}])
 def test_a_runtime_with_a_bad_field_is_a_one_line_error(bad):
     with pytest.raises(GpuplanError) as err:
         ServingRuntime(cuda_graph=True, **bad)

@@ -71,6 +71,7 @@ class Deployment:
     # (``stacks.serving.ServingRuntime.large_allreduce_bytes``): 0 for none.
     large_allreduce_bytes: float = 0.0
     large_allreduce_factor: float = 1.0  # time multiplier of such an all-reduce
+    seq_overhead_s: float = 0.0  # CPU time per iteration per running sequence not hidden
     pp: int = 1  # pipeline stages of tp GPUs each (pipeline.py)
     pp_layers: tuple[int, ...] | str | None = None  # blocks per stage, first to last; None:
     # even; "auto": training's split with the embedding and the LM head counted as blocks
@@ -92,6 +93,10 @@ class Deployment:
         check_positive("iteration_overhead_s", self.iteration_overhead_s, allow_zero=True)
         check_positive("host_extra_s", self.host_extra_s, allow_zero=True)
         check_positive("large_allreduce_bytes", self.large_allreduce_bytes, allow_zero=True)
+        check_positive("seq_overhead_s", self.seq_overhead_s, allow_zero=True)
+        if self.seq_overhead_s and self.pp > 1:
+            raise GpuplanError(f"seq_overhead_s={self.seq_overhead_s!r} with pp={self.pp}: a CPU "
+                               "cost per sequence is modelled for one pipeline stage only")
         if not self.large_allreduce_factor >= 1.0:
             raise GpuplanError(f"large_allreduce_factor={self.large_allreduce_factor!r} is invalid: "
                                "give a time multiplier >= 1")

@@ -30,11 +30,12 @@ GRIDS = {
         "iteration_overhead_s": (0.0, 5e-4, 1e-3, 2e-3, 3e-3),
     },
     "eager-2023": {
-        "call_factor": (0.2, 0.4, 0.6),
-        "iteration_overhead_s": (9e-3, 12e-3, 15e-3),
+        "call_factor": (0.2, 0.4),
+        "iteration_overhead_s": (6e-3, 9e-3, 12e-3),
         "overhead_per_rank_s": (0.0, 5e-4, 1e-3),
-        "large_allreduce_bytes": (0.0, 16e6, 24e6, 32e6, 48e6),  # 0: no slower large all-reduce
-        "large_allreduce_factor": (3.0, 4.0, 5.0),
+        "large_allreduce_bytes": (0.0, 16e6, 24e6, 32e6),  # 0: no slower large all-reduce
+        "large_allreduce_factor": (4.0, 5.0, 6.0, 8.0),
+        "seq_overhead_s": (0.0, 1e-4, 2e-4, 3e-4),
     },
 }
 OUT = Path(__file__).parent / "data" / "stack_fit.json"

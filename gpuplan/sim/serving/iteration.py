@@ -196,14 +196,15 @@ def price_op(op: Op, dep) -> KernelTime:
 
 
 def _engine_all_reduce(op: Collective, dep) -> KernelTime:
-    """An all-reduce as the deployment's engine runs it: above ``large_allreduce_bytes`` per
-    rank (0: never) its time is ``large_allreduce_factor`` times the fabric model's
-    (``stacks.serving.ServingRuntime``, where the value and its evidence are)."""
+    """An all-reduce as the deployment's engine runs it: the bytes per rank beyond
+    ``large_allreduce_bytes`` (0: none) take ``large_allreduce_factor`` times the fabric
+    model's time, the rest the model's (``stacks.serving.ServingRuntime``: the values and their
+    evidence)."""
     t = price(op, dep.acc, dep.eff)
     limit = getattr(dep, "large_allreduce_bytes", 0.0)
     if not limit or op.bytes_per_rank <= limit:
         return t
-    f = dep.large_allreduce_factor
+    f = 1.0 + (dep.large_allreduce_factor - 1.0) * (op.bytes_per_rank - limit) / op.bytes_per_rank
     return KernelTime(t.compute_s * f, t.memory_s * f, t.launch_s)
 
 
@@ -235,6 +236,7 @@ def stage_breakdown(dep, batch: Batch, stage, *, overhead: bool) -> Breakdown:
     """One iteration's kernels on one pipeline ``stage`` (None: the whole model), with their
     launch, and the CPU's fixed cost when ``overhead``."""
     items: list[Item] = []
+    running = batch.decode_seqs + sum(b for _, _, b in batch.prefill)  # before any padding
     batch = padded_batch(dep, batch)
     tokens = batch.tokens
     first, last = (True, True) if stage is None else (stage.first, stage.last)
@@ -270,6 +272,9 @@ def stage_breakdown(dep, batch: Batch, stage, *, overhead: bool) -> Breakdown:
     if dep.iteration_overhead_s and overhead:
         items.append(Item(layer="runtime", category="scheduler", op="per-iteration CPU work",
                           phase="iteration", time_s=dep.iteration_overhead_s, bound="launch"))  # fmt: skip
+    if getattr(dep, "seq_overhead_s", 0.0) and overhead and running:
+        items.append(Item(layer="runtime", category="scheduler", op="per-sequence CPU work",
+                          phase="iteration", time_s=running * dep.seq_overhead_s, bound="launch"))  # fmt: skip
     return Breakdown(items=tuple(items))
 
 

@@ -39,6 +39,7 @@ def deployment_fields(stack: str | Stack, *, tp: int = 1) -> dict:
         "iteration_overhead_s": run.overhead_s(tp) if run else 0.0,
         "large_allreduce_bytes": run.large_allreduce_bytes if run else 0.0,
         "large_allreduce_factor": run.large_allreduce_factor if run else 1.0,
+        "seq_overhead_s": run.seq_overhead_s if run else 0.0,
         "kv_cache": "paged",
         "stack": stack.name,
     }

@@ -90,6 +90,7 @@ class StepModel:
         self._first, self._last = (True, True) if stage is None else (stage.first, stage.last)
         # the CPU's fixed cost is once per iteration of the replica, not once per stage
         self._overhead_s = dep.iteration_overhead_s if stage is None else 0.0
+        self._seq_s = getattr(dep, "seq_overhead_s", 0.0) if stage is None else 0.0  # per sequence
         self._n_layers = sum(count for _, count in self._groups)
         self._templates = [attention_template(dep, layer=layer) for layer, _ in self._groups]
         # sliding-window groups read at most their window a sequence: priced apart (``_windowed``)
@@ -221,6 +222,9 @@ class StepModel:
                 replay: bool | None = None) -> float:  # fmt: skip
         """``iteration_s`` from plain arguments (the simulator's hot path); ``replay`` forces
         a CUDA-graph replay or eager issue (default: graphs for decode-only iterations)."""
+        cpu_s = self._overhead_s
+        if self._seq_s:
+            cpu_s += self._seq_s * (decode_seqs + sum(b for _, _, b in prefill))
         if not prefill and decode_seqs and self.dep.pads_decode:
             rows, decode_kv_tokens = self.dep.padded_decode(decode_seqs, decode_kv_tokens)
             sampled += rows - decode_seqs
@@ -245,7 +249,7 @@ class StepModel:
         launch = launch_cost(
             n, kernels_s, self.dep.eff, cuda_graph=graph, host_calls=calls, extra_host_s=extra
         ).total_s
-        return kernels_s + launch + self._overhead_s
+        return kernels_s + launch + cpu_s
 
     def _decode_kernels_s(self, seqs: int, kv_tokens: float) -> float:
         return self.token_s(seqs) + self.sample_s(seqs) + self.decode_attention_s(seqs, kv_tokens)
@@ -253,7 +257,7 @@ class StepModel:
     def decode_s(self, seqs: int, kv_tokens: int) -> float:
         """One decode-only iteration of ``seqs`` sequences reading ``kv_tokens`` in all."""
         k = self._decode_kernels_s(*self.dep.padded_decode(seqs, kv_tokens))
-        return max(k + self._dec_gap_s, self._dec_host_s) + self._overhead_s
+        return max(k + self._dec_gap_s, self._dec_host_s) + self._overhead_s + self._seq_s * seqs
 
     def _run_terms(self, seqs: int, kv_tokens: int) -> tuple[float, float, float, int]:
         """(A, b, H, j*): iteration j of a run costs max(A + b j, H) + overhead; the first j*
@@ -289,7 +293,7 @@ class StepModel:
         j = min(flat, iterations)
         k = iterations
         rising = (k - j) * a + b * (k * (k - 1) - j * (j - 1)) / 2
-        return h * j + rising + k * self._overhead_s
+        return h * j + rising + k * (self._overhead_s + self._seq_s * seqs)
 
     def decode_iterations_until(self, seqs: int, kv_tokens: int, elapsed_s: float) -> int:
         """The fewest iterations (at least one) of such a run that take ``elapsed_s`` or more."""
@@ -303,7 +307,7 @@ class StepModel:
                 n += 1
             return max(n, 1)
         a, b, h, flat = self._run_terms(seqs, kv_tokens)
-        o = self._overhead_s
+        o = self._overhead_s + self._seq_s * seqs
         if flat * (h + o) >= elapsed_s:
             n = math.ceil(elapsed_s / (h + o))
         else:

@@ -54,14 +54,20 @@ assumed; its host cost per kernel call (against the reference host's eager PyTor
 cost per iteration and per tensor-parallel rank (a Python driver feeding each rank) fitted.
 Its large all-reduces are slower than the fabric model: in the profiles' prefills of up to 2048
 tokens (llama2-70b, BLOOM-176B; A100 and H100; TP 2, 4, 8) the model is within about 10%, but
-for one prompt of 4096 tokens or more the time it misses is 1.6-5x its own all-reduce time in every one of those
-settings (llama2-70b on H100 at 8192 tokens: 3.0x, 2.6x, 2.9x at TP 2, 4, 8), while against the
-GEMM time it goes from 0.26x to 1.8x with TP: the missing time follows the all-reduce, whose
-bytes do not shrink with TP. So all-reduces above ``large_allreduce_bytes`` per rank take
-``large_allreduce_factor`` times the modelled time, both fitted (32 MB and 4x on the fit part,
-seed 0; the grid offers 0, no such step). The cause is not identified (a 2023 stack's NCCL
-all-reduce through torch.distributed, eager, no custom all-reduce: vLLM added one in 0.3.1, for
-messages under 8 MB only); decode iterations, whose reduces are kilobytes, are untouched.
+for one prompt of 4096 tokens or more the time it misses is 1.6-5x its own all-reduce time in
+every one of those settings (llama2-70b on H100 at 8192 tokens: 3.0x, 2.6x, 2.9x at TP 2, 4, 8),
+while against the GEMM time it goes from 0.26x to 1.8x with TP: the missing time follows the
+all-reduce, whose bytes do not shrink with TP. So the bytes of an all-reduce beyond
+``large_allreduce_bytes`` per rank take ``large_allreduce_factor`` times the modelled time (the
+size and the factor fitted; the grid offers 0 bytes, no such slowdown). The cause is not
+identified (a 2023 stack's NCCL all-reduce through torch.distributed, eager; vLLM's custom
+all-reduce came in 0.3.1, for messages under 8 MB only); decode iterations, whose reduces are
+kilobytes, are untouched. Its CPU time per iteration also grows with the sequences running
+(``seq_overhead_s``, fitted): the profiles' decode step of llama2-70b on H100 at TP 8 goes from
+31 ms at batch 1 to 34, 39 and 50 ms at 16, 32 and 64 while its kernels' modelled time moves
+by 3 ms: the per-sequence Python work (scheduling, input preparation, sampling bookkeeping) of
+engines of that generation (vLLM blog, "vLLM v0.6.0: 1.8-2.7x Throughput Improvements",
+2024-09-05: before 0.6, Llama 3 8B on one H100 kept the GPU busy 38% of the time).
 
 ``gpuplan-server``: what ``gpuplan serve`` priced before stacks, its default: FlashAttention-2,
 fused elementwise kernels, decode-only iterations replayed from CUDA graphs without padding, no
@@ -103,13 +109,15 @@ class ServingRuntime:
     # fabric model's time (0: none; eager-2023 only, fitted: module docstring)
     large_allreduce_bytes: float = 0.0
     large_allreduce_factor: float = 1.0
+    seq_overhead_s: float = 0.0  # CPU time per iteration per running sequence, not hidden
 
     def __post_init__(self) -> None:
         check_choice("policy", self.policy, ("continuous", "chunked"))
         check_choice("kv_memory", self.kv_memory, KV_MEMORY)
         check_positive("max_seqs", self.max_seqs)
         check_positive("block_tokens", self.block_tokens)
-        for name in ("iteration_overhead_s", "overhead_per_rank_s", "large_allreduce_bytes"):
+        for name in ("iteration_overhead_s", "overhead_per_rank_s", "large_allreduce_bytes",
+                     "seq_overhead_s"):
             check_positive(name, getattr(self, name), allow_zero=True)
         if not self.large_allreduce_factor >= 1.0:
             raise GpuplanError(f"large_allreduce_factor={self.large_allreduce_factor!r} is "
@@ -220,12 +228,14 @@ EAGER_2023 = Stack(
                            overhead_per_rank_s=_fit("eager-2023", "overhead_per_rank_s", 0.0),
                            large_allreduce_bytes=_fit("eager-2023", "large_allreduce_bytes", 0.0),
                            large_allreduce_factor=_fit("eager-2023", "large_allreduce_factor",
-                                                       1.0)),
+                                                       1.0),
+                           seq_overhead_s=_fit("eager-2023", "seq_overhead_s", 0.0)),
     sources=("Patel et al., Splitwise, ISCA 2024; SplitwiseSim data/perf_model.csv",),
     notes=("engine not stated by its source: FlashAttention-2 and fused kernels assumed",
            "call_factor, iteration_overhead_s and overhead_per_rank_s fitted on published rows",
-           "all-reduces above large_allreduce_bytes take large_allreduce_factor x the fabric "
-           "model's time: fitted, cause not identified"),
+           "all-reduce bytes beyond large_allreduce_bytes take large_allreduce_factor x the "
+           "fabric model's time: fitted, cause not identified",
+           "seq_overhead_s (CPU per running sequence per iteration) fitted"),
 )
 
 GPUPLAN_SERVER = Stack(
