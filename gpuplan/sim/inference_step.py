@@ -69,7 +69,9 @@ def weight_bytes(cfg: ModelConfig, dtype: str) -> float:
 
 
 def _host_extra_s(cfg: ModelConfig, stack: Stack) -> float:
-    return module_calls(cfg) * stack.host.module_call_s * stack.host.speed_factor
+    host = stack.host
+    return (module_calls(cfg) * host.module_call_s
+            + cfg.n_moe_layers * host.moe_block_s) * host.speed_factor
 
 
 def decode_deployment(

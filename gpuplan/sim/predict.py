@@ -31,7 +31,7 @@ from gpuplan.sim.breakdown import Breakdown
 from gpuplan.sim.inputs import check_params
 from gpuplan.sim.model_estimate import config_breakdown, one_gpu_training
 from gpuplan.sim.stacks import TIMINGS, Stack, get_stack, stack_efficiency, with_overrides
-from gpuplan.sim.stacks.kernels import check_kernel
+from gpuplan.sim.stacks.kernels import check_kernel, with_isolated_call
 from gpuplan.workloads.model import ModelConfig
 
 KINDS = (
@@ -175,6 +175,8 @@ _PHASE = {"train_step": "train", "decode_step": "decode", "model_train_step": "t
 def record_stack(params: Mapping[str, Any]) -> Stack:
     """The stack a record's params name (``pytorch`` if none), with its kernel override."""
     stack = get_stack(params.get("stack", "pytorch"))
+    if params.get("optimizer_impl") is not None:  # the AdamW a train_step ran (records.py)
+        stack = replace(stack, optimizer=params["optimizer_impl"])
     kernel = params.get("attention_kernel")
     return with_overrides(stack, attention_kernel=kernel) if kernel is not None else stack
 
@@ -223,6 +225,8 @@ def predict_breakdown(
             bd = _PREDICTORS[kind](acc, eff, params)
     except KeyError as exc:
         raise GpuplanError(f"{kind}: missing parameter {exc.args[0]!r}") from None
+    if timing == "isolated":  # the CPU's time to the first kernel (stacks.kernels)
+        bd = with_isolated_call(bd, stack, kind, params)
     return device_time(bd) if timing == "device" else bd
 
 

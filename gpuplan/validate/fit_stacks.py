@@ -3,19 +3,26 @@ the held-out error per (stack, kind).
 
 ``python3 -m gpuplan.validate.fit_stacks --data DIR --out FILE [--seed N] [--device KEY]``
 
-Parameters (their priors: ``hwmodels/data/efficiency_prior.json`` and ``sim/stacks/pytorch.py``):
+Parameters (their priors: ``hwmodels/data/efficiency_prior.json``, ``sim/stacks/pytorch.py`` and
+``sim/stacks/kernels.py``):
+
+- the fixed cost of one call timed in isolation (``kernels.ISOLATED_CALL_S``): per single-op
+  kind, a backward's start, a forced SDPA backend (the isolated records of the ``pytorch`` stack);
 
 - ``attn_kernel_rate`` entries the records exercise: ``cudnn_fwd``, ``cudnn_bwd``,
   ``efficient_fwd``, ``efficient_bwd``, ``efficient_decode`` (attention records whose kernel,
   named or resolved from SDPA's default dispatch, is cuDNN's or the memory-efficient one);
-- ``hf-transformers``' ``HostModel.module_call_s`` (its whole-model records) and
-  ``HostModel.device_overlap`` (its decode records; a linear grid over [0, 1] in steps of 1/32);
+- ``hf-transformers``' ``HostModel.moe_block_s`` (its MoE models' prefill and decode records; a
+  linear grid over 0-5 ms in 50 us steps), ``HostModel.module_call_s`` (its whole-model records)
+  and ``HostModel.device_overlap`` (its decode records; a linear grid over [0, 1] in steps of
+  1/32);
 - ``torch-compile``'s ``HostModel.call_factor`` (its whole-model records).
 
 Split: the records are grouped by case (params without ``timing``, so a case's two timings and a
 repeat stay on one side), the cases of each (stack, kind) shuffled with ``--seed`` and 70% taken
 for the fit (at least one a stratum), the rest held out. Each parameter in turn (the order above,
-``bwd`` after ``fwd``; hf-transformers' two, which share records, in three rounds) minimizes the median absolute log error of the fit records it changes: a
+``bwd`` after ``fwd``; hf-transformers' two, which share records, in three rounds) minimizes the median absolute log error of the fit records it changes (the isolated-call costs, the
+mean: see ``fit``): a
 log grid of factors 1/8 to 8 around the prior, then a finer grid around the best point (steps of
 2^(1/64), about 1.1%). The report gives, per (stack, kind), the held-out median and p90 absolute
 percent error with the priors and with the fit. Nothing installed reads FILE;
@@ -39,11 +46,19 @@ from gpuplan.errors import GpuplanError
 
 FIT_SHARE = 0.7
 RATE_KEYS = ("cudnn_fwd", "cudnn_bwd", "efficient_fwd", "efficient_bwd", "efficient_decode")
+# the fixed cost of a call timed in isolation (sim/stacks/kernels.py ``ISOLATED_CALL_S``), each
+# fitted on the isolated records of the single-op kinds it adds to
+ISOLATED_KEYS = ("isolated_elementwise", "isolated_gemm", "isolated_attention",
+                 "isolated_backward", "isolated_forced_kernel")
 HOST_PARAMS = {"module_call_s": "hf-transformers", "device_overlap": "hf-transformers",
-               "call_factor": "torch-compile"}
-HOST_KINDS = {"device_overlap": ("model_decode_step",)}
-HOST_PASSES = 3  # hf-transformers' two host factors share records: fitted in turn, 3 rounds
-_LINEAR = {"device_overlap": [k / 32 for k in range(33)]}  # a share: absolute grid on [0, 1]
+               "moe_block_s": "hf-transformers", "call_factor": "torch-compile"}
+HOST_KINDS = {"device_overlap": ("model_decode_step",),
+              "moe_block_s": ("prefill_step", "model_decode_step")}
+_MOE_ONLY = ("moe_block_s",)  # fitted on the MoE models' records alone
+MODEL_KINDS = ("prefill_step", "model_decode_step", "model_train_step")
+HOST_PASSES = 3  # hf-transformers' host factors share records: fitted in turn, 3 rounds
+_LINEAR = {"device_overlap": [k / 32 for k in range(33)],  # a share: absolute grid on [0, 1]
+           "moe_block_s": [k * 0.05e-3 for k in range(101)]}  # 0 to 5 ms in 50 us steps
 _COARSE = [2 ** (k / 8) for k in range(-24, 25)]
 _FINE = [2 ** (k / 64) for k in range(-8, 9)]
 
@@ -118,6 +133,9 @@ class Model:
         self.eff = efficiency_for(self.acc.key)
         self.values = {k: self.eff.attn_kernel_rate[k] for k in RATE_KEYS}
         self.values |= {name: _host_value(stack, name) for name, stack in HOST_PARAMS.items()}
+        from gpuplan.sim.stacks.kernels import ISOLATED_PRIORS
+
+        self.values |= {f"isolated_{k}": v for k, v in ISOLATED_PRIORS.items()}
 
     def predict(self, rec, values: dict | None = None) -> dict[str, float]:
         from gpuplan.sim.predict import predict_breakdown, record_stack
@@ -129,17 +147,41 @@ class Model:
         for name, owner in HOST_PARAMS.items():
             if stack.name == owner:
                 stack = replace(stack, host=replace(stack.host, **{name: v[name]}))
-        bd = predict_breakdown(rec.kind, rec.device, rec.params, eff=eff, stack=stack)
+        from gpuplan.sim.stacks import kernels
+
+        saved = kernels.ISOLATED_CALL_S
+        kernels.ISOLATED_CALL_S = {k.removeprefix("isolated_"): v[k] for k in ISOLATED_KEYS}
+        try:
+            bd = predict_breakdown(rec.kind, rec.device, rec.params, eff=eff, stack=stack)
+        finally:
+            kernels.ISOLATED_CALL_S = saved
         out = {"time_s": bd.total_s}
         if bd.peak_bytes is not None and "peak_bytes" in rec.measured:
             out["peak_bytes"] = bd.peak_bytes
         return out
 
     def touches(self, rec, name: str) -> bool:
+        if name in ISOLATED_KEYS:
+            from gpuplan.sim.stacks.kernels import ISOLATED_KINDS
+
+            if (rec.kind not in ISOLATED_KINDS or rec.params.get("timing", "isolated") != "isolated"
+                    or rec.params.get("stack", "pytorch") == "harness"):
+                return False
+            what = name.removeprefix("isolated_")
+            if what == "backward":
+                return rec.params.get("pass") == "fwd_bwd"
+            if what == "forced_kernel":
+                return rec.kind == "attention" and rec.params.get("attention_kernel") is not None
+            return rec.kind == what
         if name in RATE_KEYS:
             return attention_rate_key(rec, self.acc) == name
+        if name in _MOE_ONLY:
+            from gpuplan.sim.predict import record_model
+
+            if rec.kind not in MODEL_KINDS or not record_model(rec.params["model"]).is_moe:
+                return False
         return rec.params.get("stack", "pytorch") == HOST_PARAMS[name] and rec.kind in (
-            HOST_KINDS.get(name, ("prefill_step", "model_decode_step", "model_train_step")))
+            HOST_KINDS.get(name, MODEL_KINDS))
 
 
 def _host_value(stack_name: str, name: str) -> float:
@@ -148,17 +190,19 @@ def _host_value(stack_name: str, name: str) -> float:
     return float(PRIORS[stack_name][name])
 
 
-def _log_error(model: Model, recs: list, values: dict) -> float:
+def _log_error(model: Model, recs: list, values: dict, *, mean: bool = False) -> float:
     errs = [abs(math.log(model.predict(r, values)["time_s"] / r.measured["time_s"])) for r in recs]
-    return statistics.median(errs)
+    return statistics.fmean(errs) if mean else statistics.median(errs)
 
 
 def fit(model: Model, records: list) -> dict[str, dict]:
     """Each parameter in turn over the records it changes; {name: {prior, fitted, records}}."""
     values = dict(model.values)
     out = {}
-    shared = [n for n, owner in HOST_PARAMS.items() if owner == "hf-transformers"]
-    for name in (*RATE_KEYS, *shared * HOST_PASSES, "call_factor"):
+    # the MoE blocks' own cost first, so that module_call_s is not pulled up by it
+    shared = sorted((n for n, owner in HOST_PARAMS.items() if owner == "hf-transformers"),
+                    key=lambda n: n not in _MOE_ONLY)
+    for name in (*ISOLATED_KEYS, *RATE_KEYS, *shared * HOST_PASSES, "call_factor"):
         recs = [r for r in records if model.touches(r, name)]
         prior = model.values[name]
         if not recs:
@@ -167,10 +211,14 @@ def fit(model: Model, records: list) -> dict[str, dict]:
         best = values[name]
         if name in _LINEAR:
             best = min((_log_error(model, recs, values | {name: v}), v) for v in _LINEAR[name])[1]
+        # an isolated call's fixed cost is shared by calls from microseconds to milliseconds
+        # long: the median of the fit records would follow the long ones, which it barely
+        # changes, so these minimize the mean absolute log error
+        mean = name in ISOLATED_KEYS
         for grid in () if name in _LINEAR else (_COARSE, _FINE):
             centre = best
-            scored = [(_log_error(model, recs, values | {name: centre * f}), centre * f)
-                      for f in grid]
+            scored = [(_log_error(model, recs, values | {name: centre * f}, mean=mean),
+                       centre * f) for f in grid]
             best = min(scored)[1]
         values[name] = best
         out[name] = {"prior": prior, "fitted": best, "records": len(recs)}
@@ -224,10 +272,12 @@ def write_package(doc: dict, path: str | Path) -> None:
         fitted = doc["parameters"][name]["fitted"]
         if fitted is not None:
             stacks.setdefault(owner, {})[name] = fitted
+    isolated = {k.removeprefix("isolated_"): doc["parameters"][k]["fitted"] for k in ISOLATED_KEYS
+                if doc["parameters"].get(k, {}).get("fitted") is not None}
     out = {"source": f"python3 -m gpuplan.validate.fit_stacks --data {doc['data']} (seed "
                      f"{doc['seed']}, fit share {doc['fit_share']}, {doc['fit_records']} fit "
                      f"records of {doc['records']}, device {doc['device']})",
-           "stacks": stacks}
+           "stacks": stacks, "isolated": isolated}
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
 

@@ -62,6 +62,8 @@ class HostModel:
     mode: str = "eager"  # eager: every op issued from Python; cuda_graph: one replay per step
     call_factor: float = 1.0
     module_call_s: float = 0.0  # CPU time of one nn.Module.__call__ beyond its ops
+    # CPU time of one MoE block beyond its modules and ops (a framework's routing on the host)
+    moe_block_s: float = 0.0
     speed_factor: float = 1.0
     # share of the device's time the CPU's issue time hides behind (``launch.launch_cost``)
     device_overlap: float = 1.0
@@ -76,9 +78,10 @@ class HostModel:
             if not (value > 0 and value < float("inf")):
                 raise GpuplanError(f"host.{name}={value!r} is invalid: it must be a finite "
                                    "number greater than zero")
-        if not (0 <= self.module_call_s < 1):
-            raise GpuplanError(f"host.module_call_s={self.module_call_s!r} is invalid: it must "
-                               "be in [0, 1) seconds")
+        for name in ("module_call_s", "moe_block_s"):
+            if not (0 <= getattr(self, name) < 1):
+                raise GpuplanError(f"host.{name}={getattr(self, name)!r} is invalid: it must "
+                                   "be in [0, 1) seconds")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -131,3 +131,66 @@ def stack_efficiency(stack, eff, acc, *, phase: str):
         autograd_op_s=eff.autograd_op_s * host.speed_factor,
         collective_host_s=eff.collective_host_s * host.speed_factor,
     )
+
+
+# --- The fixed cost of one call timed in isolation on an idle GPU ------------------------------
+#
+# A call timed ``isolated`` (ARCHITECTURE.md ``params.timing``: a synchronize, a CUDA event, the
+# call, a CUDA event, a synchronize) starts on an idle GPU: the start event fires at once, and
+# the first kernel cannot start before the CPU has issued it, so the CPU's time from the event
+# to that kernel's launch is never hidden (CUDA Programming Guide, "Events": an event completes
+# when the stream reaches it; "Asynchronous Concurrent Execution": the host issues, the device
+# runs what was issued). What that costs depends on what the call does before its first kernel:
+# a Python op's dispatch (``elementwise``), cuBLAS's heuristic and launch (``gemm``), SDPA's
+# backend checks (``attention``), the autograd engine's start before a backward's first kernel
+# (``backward``, added for ``pass: fwd_bwd``), and, where one SDPA backend is forced,
+# ``torch.nn.attention.sdpa_kernel``'s enter and exit around the call (``forced_kernel``).
+# The measured H200 host's values (``ISOLATED_PRIORS``: rounded medians of isolated minus
+# device time of the same case in data/h200_stacks; fitted on the campaign's fit part by
+# ``python3 -m gpuplan.validate.fit_stacks`` into ``data/stack_fit.json``, key ``isolated``),
+# scaled by the stack's host speed. The harness stack times each call after an L2 flush, which
+# gives the CPU a head start instead (``Efficiency.timer_headstart_s``): no cost here.
+ISOLATED_KINDS = ("gemm", "elementwise", "attention")
+ISOLATED_PRIORS = {"gemm": 40e-6, "elementwise": 25e-6, "attention": 40e-6,
+                   "backward": 120e-6, "forced_kernel": 30e-6}
+
+
+def _isolated_fitted() -> dict:
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent / "data" / "stack_fit.json"
+    try:
+        return dict(json.loads(path.read_text()).get("isolated", {}))
+    except FileNotFoundError:
+        return {}
+
+
+ISOLATED_CALL_S = ISOLATED_PRIORS | _isolated_fitted()
+
+
+def isolated_call_s(stack, kind: str, params, values: dict | None = None) -> float:
+    """CPU time before the first kernel of one isolated call of ``kind`` (section above); 0 for
+    kinds outside ``ISOLATED_KINDS`` and for a stack that flushes L2 before each call."""
+    if kind not in ISOLATED_KINDS or stack.l2_flush:
+        return 0.0
+    v = ISOLATED_CALL_S | (values or {})
+    cost = v[kind]
+    if params.get("pass") == "fwd_bwd":
+        cost += v["backward"]
+    if kind == "attention" and params.get("attention_kernel") is not None:
+        cost += v["forced_kernel"]
+    return cost * stack.host.speed_factor
+
+
+def with_isolated_call(bd, stack, kind: str, params, values: dict | None = None):
+    """``bd`` with the isolated call's fixed cost as a ``launch`` item (dropped, like every
+    launch item, in device timing)."""
+    from gpuplan.sim.breakdown import Item
+
+    cost = isolated_call_s(stack, kind, params, values)
+    if cost <= 0:
+        return bd
+    item = Item(layer="runtime", category="launch", op="isolated_call", phase="fwd",
+                time_s=cost, bound="launch")
+    return dataclasses.replace(bd, items=(*bd.items, item))

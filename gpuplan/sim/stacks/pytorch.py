@@ -20,7 +20,10 @@ Trainer's ``bf16=True`` is autocast over fp32 weights. Its Python modules cost t
 ``module_call_s`` per ``nn.Module`` call (PyTorch's ``Module.__call__`` with hooks, kwargs and
 HF's output dataclasses; prior 8 us) and ``device_overlap``, the share of the GPU's time its
 decode hides behind the CPU (prior 1), are fitted on the H200 campaign's fit part
-(``stack_fit.json``). MoE experts run as grouped GEMMs, and under a StaticCache's mask GQA
+(``stack_fit.json``), as is ``moe_block_s``, the CPU time of one MoE block beyond its modules
+and ops (prior 0; observed: the MoE models' eager prefill and decode spend 30-60 ms more on the
+CPU than dense models of as many modules, data/h200_stacks/run2's isolated against kernel
+times). MoE experts run as grouped GEMMs, and under a StaticCache's mask GQA
 keys and values are repeated to every head (``repeat_kv_masked``).
 
 ``torch-compile`` - ``torch.compile(model)``: Inductor fuses elementwise ops into Triton kernels
@@ -46,7 +49,7 @@ from gpuplan.sim.stacks import SDPA_DEFAULT, AttentionChoice, HostModel, Stack, 
 # ``python3 -m gpuplan.validate.fit_stacks --package gpuplan/sim/stacks/data/stack_fit.json``;
 # the presets use the fitted value where the file has one.
 PRIORS = {
-    "hf-transformers": {"module_call_s": 8e-6, "device_overlap": 1.0},
+    "hf-transformers": {"module_call_s": 8e-6, "device_overlap": 1.0, "moe_block_s": 0.0},
     "torch-compile": {"call_factor": 0.3},
 }
 FIT_FILE = Path(__file__).resolve().parent / "data" / "stack_fit.json"
@@ -91,7 +94,8 @@ HF_TRANSFORMERS = Stack(
     elementwise="eager",
     moe="grouped_gemm",
     host=HostModel(mode="eager", module_call_s=_fit("hf-transformers", "module_call_s"),
-                   device_overlap=_fit("hf-transformers", "device_overlap")),
+                   device_overlap=_fit("hf-transformers", "device_overlap"),
+                   moe_block_s=_fit("hf-transformers", "moe_block_s")),
     kv_cache="dynamic",
     optimizer="foreach",
     logits="all",

@@ -1,0 +1,67 @@
+"""The fixed cost of a call timed in isolation on an idle GPU (sim/stacks/kernels.py): added to
+the isolated timing of the single-op kinds, never to device timing or the harness stack."""
+
+from dataclasses import replace
+
+import pytest
+
+from gpuplan.sim.predict import predict_breakdown
+from gpuplan.sim.stacks import get_stack
+from gpuplan.sim.stacks.kernels import ISOLATED_CALL_S, isolated_call_s
+from gpuplan.validate import fit_stacks
+
+GEMM = {"m": 1024, "n": 1024, "k": 1024, "dtype": "bf16"}
+EW = {"op": "add", "tokens": 16, "hidden": 4096, "pass": "fwd", "dtype": "bf16"}
+ATT = {"batch": 1, "heads_q": 32, "heads_kv": 8, "seq_q": 1, "seq_kv": 4096, "head_dim": 128,
+       "causal": False, "pass": "fwd", "dtype": "bf16"}
+
+
+def _call_item_s(kind, params):
+    bd = predict_breakdown(kind, "h200", params)
+    return sum(i.time_s for i in bd.items if i.op == "isolated_call"), bd.total_s
+
+
+@pytest.mark.parametrize("kind,params", [("gemm", GEMM), ("elementwise", EW),
+                                         ("attention", ATT)])
+def test_isolated_timing_pays_the_call_cost_and_device_timing_does_not(kind, params):
+    iso, iso_total = _call_item_s(kind, params | {"stack": "pytorch", "timing": "isolated"})
+    dev, dev_total = _call_item_s(kind, params | {"stack": "pytorch", "timing": "device"})
+    assert iso == pytest.approx(ISOLATED_CALL_S[kind])
+    assert dev == 0.0
+    assert iso_total > dev_total + 0.9 * iso
+
+
+def test_the_harness_stack_pays_no_isolated_call_cost():
+    # its calls follow an L2 flush, which gives the CPU a head start instead
+    assert _call_item_s("gemm", GEMM | {"stack": "harness"})[0] == 0.0
+
+
+def test_backward_and_forced_kernel_add_their_costs_and_host_speed_scales_them():
+    stack = get_stack("pytorch")
+    fwd = isolated_call_s(stack, "attention", ATT)
+    bwd = isolated_call_s(stack, "attention", ATT | {"pass": "fwd_bwd"})
+    forced = isolated_call_s(stack, "attention", ATT | {"attention_kernel": "flash2"})
+    assert bwd == pytest.approx(fwd + ISOLATED_CALL_S["backward"])
+    assert forced == pytest.approx(fwd + ISOLATED_CALL_S["forced_kernel"])
+    slow = replace(stack, host=replace(stack.host, speed_factor=2.0))
+    assert isolated_call_s(slow, "attention", ATT) == pytest.approx(2 * fwd)
+    assert isolated_call_s(stack, "layer", ATT) == 0.0  # whole steps: not a single call
+
+
+def test_the_fit_touches_each_isolated_cost_on_its_own_records_only():
+    class Rec:
+        def __init__(self, kind, params):
+            self.kind, self.params = kind, params
+
+    model = fit_stacks.Model.__new__(fit_stacks.Model)
+    iso_bwd = Rec("elementwise", EW | {"pass": "fwd_bwd", "stack": "pytorch",
+                                      "timing": "isolated"})
+    dev = Rec("elementwise", EW | {"stack": "pytorch", "timing": "device"})
+    forced = Rec("attention", ATT | {"stack": "pytorch", "attention_kernel": "cudnn"})
+    harness = Rec("gemm", GEMM | {"stack": "harness"})
+    assert model.touches(iso_bwd, "isolated_elementwise")
+    assert model.touches(iso_bwd, "isolated_backward")
+    assert not model.touches(dev, "isolated_elementwise")
+    assert model.touches(forced, "isolated_forced_kernel")
+    assert not model.touches(forced, "isolated_gemm")
+    assert not model.touches(harness, "isolated_gemm")
