@@ -49,6 +49,7 @@ def test_every_layout_writes_a_contract_record_with_its_stack_and_stage(rank0, l
     stack, zero, _ = dist_train.LAYOUTS[layout]
     checked = parse_record(record)  # the contract's reader keeps dp, accumulation, zero_stage
     assert checked.params["stack"] == stack and checked.params["zero_stage"] == zero
+    assert checked.params["optimizer_impl"] == "foreach"  # the CPU run's AdamW
     assert checked.params["accumulation"] == 2 and checked.params["dp"] == 1
     assert record["layout"] == layout and record["tokens_per_step"] == 2 * 2 * 16
     assert checked.measured["time_s"] > 0 and checked.measured["peak_bytes"] > 0
@@ -124,3 +125,14 @@ def test_two_gloo_ranks_write_one_record_per_case(tmp_path):
     shard = {r["layout"]: r["peak_bytes_per_rank"][0] for r in records}
     assert shard["ddp-zero1"] < shard["ddp"]  # each rank holds half the AdamW state
     assert shard["fsdp2"] < shard["ddp"]  # and half the weights and gradients
+
+
+def test_a_record_is_priced_with_the_adamw_it_ran():
+    """The pytorch stack's own AdamW is foreach; a record that ran fused says so."""
+    from gpuplan.sim.predict import predict_record
+
+    fused = predict_record(parse_record(_record(optimizer_impl="fused")))["time_s"]
+    foreach = predict_record(parse_record(_record(optimizer_impl="foreach")))["time_s"]
+    assert fused < foreach == predict_record(parse_record(_record()))["time_s"]
+    with pytest.raises(GpuplanError, match=r"params.optimizer_impl='adam' is invalid: choose one"):
+        parse_record(_record(optimizer_impl="adam"))

@@ -164,11 +164,13 @@ PARAM_RULES |= {
 MODEL_KINDS = ("prefill_step", "model_decode_step", "model_train_step")
 # Optional params of one kind, checked and kept when present. A data-parallel ``train_step``
 # (harness.dist_train) names its ranks ``dp``, its micro-batches per step ``accumulation`` and
-# its ZeRO stage ``zero_stage`` (absent: 1, 1, 0, the one-GPU step).
+# its ZeRO stage ``zero_stage`` (absent: 1, 1, 0, the one-GPU step); ``optimizer_impl`` the
+# AdamW implementation it ran (``sim.stacks.OPTIMIZERS``; absent: the stack's own).
 ZERO_STAGE = "ZeRO stage"  # a rule: the JSON integer 0, 1, 2 or 3
 KIND_OPTIONAL: dict[str, dict[str, Rule]] = {
     "model_decode_step": {"max_cache_len": POSITIVE_INT},
-    "train_step": {"dp": POSITIVE_INT, "accumulation": POSITIVE_INT, "zero_stage": ZERO_STAGE},
+    "train_step": {"dp": POSITIVE_INT, "accumulation": POSITIVE_INT, "zero_stage": ZERO_STAGE,
+                   "optimizer_impl": ("foreach", "fused")},
 }
 KINDS: tuple[str, ...] = tuple(PARAM_RULES)
 

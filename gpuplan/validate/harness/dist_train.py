@@ -30,7 +30,9 @@ it). On the CPU (gloo, a smoke test) peak_bytes is the rank's weights, gradients
 state only (``CPU_PEAK_DEFINITION``).
 
 Records are the contract's ``train_step`` kind with optional params ``stack``, ``timing``
-(``isolated``), ``dp`` (the world), ``accumulation`` and ``zero_stage``; the layout's name, its
+(``isolated``), ``dp`` (the world), ``accumulation``, ``zero_stage`` and ``optimizer_impl``
+(``fused`` AdamW on CUDA in every layout: the ``pytorch`` stack's own default is ``foreach``,
+so a record says which one ran); the layout's name, its
 settings and per-rank numbers are extra keys. Measuring imports nothing from gpuplan (the harness
 rule); ``score`` prices the records through ``gpuplan.sim.predict`` (``gpuplan validate score``'s
 path, the training estimate) and prints measured against predicted per layout.
@@ -65,6 +67,9 @@ LAYOUTS = {
     "fsdp2-keep": ("fsdp2", 2, "fully_shard per layer + root, reshard_after_forward=False"),
 }
 ACCUMULATIONS = (1, 4)
+# params beside the contract's train_step keys (gpuplan.validate.records, KIND_OPTIONAL), with
+# optimizer_impl, the AdamW implementation run (fused on CUDA, foreach on the CPU)
+OPTIONAL_PARAMS = ("stack", "timing", "dp", "accumulation", "zero_stage")
 BUCKET_CAP_MB = 25
 PEAK_DEFINITION = (
     "torch.cuda.max_memory_allocated() over one step after reset_peak_memory_stats(), largest "
@@ -213,10 +218,11 @@ def measure_rank(rt: distributed.Rank, layout: str, p: dict) -> dict | None:
     if rt.rank:
         return None
     stack, zero, wrapper = LAYOUTS[layout]
-    contract = {k: v for k, v in p.items() if k not in ("stack", "timing", "dp", "accumulation",
-                                                        "zero_stage")}  # fmt: skip
+    contract = {k: v for k, v in p.items() if k not in OPTIONAL_PARAMS}
+    impl = "fused" if rt.device.startswith("cuda") else "foreach"  # as _optimizer builds it
     what = (
-        f"{layout}: {wrapper}, fp32 master + bf16 autocast, AdamW, accumulation {p['accumulation']}"
+        f"{layout}: {wrapper}, fp32 master + bf16 autocast, AdamW({impl}=True), "
+        f"accumulation {p['accumulation']}"
     )
     record = make_record(
         KIND, rt.job.device_key, contract, {"time_s": stats["median_s"], "peak_bytes": max(peaks)},
@@ -226,7 +232,7 @@ def measure_rank(rt: distributed.Rank, layout: str, p: dict) -> dict | None:
         num_params=n_params, tokens_per_step=p["seq"] * p["micro_batch"] * p["accumulation"] * rt.world,
         bucket_cap_mb=BUCKET_CAP_MB if layout.startswith("ddp") else None,
     )  # fmt: skip
-    record["params"] |= {k: p[k] for k in ("stack", "timing", "dp", "accumulation", "zero_stage")}
+    record["params"] |= {k: p[k] for k in OPTIONAL_PARAMS} | {"optimizer_impl": impl}
     return record
 
 
