@@ -26,6 +26,7 @@ from gpuplan.errors import GpuplanError, check_choice, check_positive
 from gpuplan.sim.serving.engine import (
     Progress,
     ServingResult,
+    arrival_watched,
     arrivals,
     make_replica,
 )
@@ -160,7 +161,7 @@ def simulate_disaggregated(
         table.replica[rid] = i
         pre[i].offer(rid)
 
-    env.process(arrivals(env, table, dispatch))
+    env.process(arrivals(env, table, arrival_watched(dispatch, watch, table, env)))
     env.run(until=horizon_s)
     bar.close()
     frame = request_columns(table, end_s=env.now)

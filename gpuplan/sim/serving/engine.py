@@ -306,7 +306,8 @@ def simulate(
         rep.state.on_done = bar.done
         rep.state.on_first = bar.first
     pick = Router(router, replicas)
-    env.process(arrivals(env, table, _dispatcher(pick, reps, table)))
+    dispatch = arrival_watched(_dispatcher(pick, reps, table), watch, table, env)
+    env.process(arrivals(env, table, dispatch))
     env.run(until=horizon_s)
     bar.close()
     end_s = env.now
@@ -331,6 +332,19 @@ def simulate(
         end_s=end_s,
         wall_s=time.perf_counter() - started,
     )
+
+
+def arrival_watched(dispatch, watch, table, env):
+    """``dispatch``, telling a watch's ``arrival(table, rid, at_s)`` first (if it has one)."""
+    arrival = getattr(watch, "arrival", None)
+    if arrival is None:
+        return dispatch
+
+    def told(rid: int) -> None:
+        arrival(table, rid, env.now)
+        dispatch(rid)
+
+    return told
 
 
 def _first_token_watch(watch, table):

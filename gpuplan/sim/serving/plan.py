@@ -199,7 +199,8 @@ class _Failing:
     floor(r) of the values it will take exceed the target, both do, and so does the
     percentile. The values are those of the requests after the warm-up (every one of them must
     finish to pass, so N is known before the run: all of them for TTFT, those of more than one
-    output token for TPOT). A TTFT counts at its first token, a TPOT at its request's end."""
+    output token for TPOT). A TTFT counts at its first token, or at an arrival once its request
+    has waited longer than the target with none; a TPOT at its request's end."""
 
     def __init__(self, output_tokens: np.ndarray, slo: Slo):
         n = len(output_tokens)
@@ -207,18 +208,35 @@ class _Failing:
         kept = output_tokens[self.first :]
         self.ttft_left = self._needed(len(kept), slo.percentile)
         self.tpot_left = self._needed(int((kept > 1).sum()), slo.percentile)
+        self.aged = self.first  # requests before it judged by age at an arrival (``arrival``)
+        self.late: set[int] = set()  # counted by age, before their first token
 
     @staticmethod
     def _needed(n: int, percentile: float) -> float:
         """Values above the target that make the percentile of ``n`` values exceed it."""
         return n - math.floor(percentile / 100 * (n - 1)) if n else math.inf
 
+    def arrival(self, table, rid: int, at_s: float) -> None:
+        """At each arrival: a request that arrived more than the TTFT target ago with no first
+        token yet will exceed it (its first token comes at ``at_s`` or later)."""
+        limit, arrived, first = at_s - self.slo.ttft_s, table.arrival_s, table.first_token_s
+        while self.aged < rid and arrived[self.aged] < limit:
+            r = self.aged
+            self.aged += 1
+            if math.isnan(first[r]):
+                self.late.add(r)
+                self._slow_first_token()
+
     def first_token(self, table, rid: int, at_s: float) -> None:
         """A TTFT is known at the first token, long before its request finishes."""
-        if rid >= self.first and at_s - table.arrival_s[rid] > self.slo.ttft_s:
-            self.ttft_left -= 1
-            if self.ttft_left <= 0:
-                raise Settled
+        late = rid >= self.first and at_s - table.arrival_s[rid] > self.slo.ttft_s
+        if late and rid not in self.late:  # not counted already at an arrival
+            self._slow_first_token()
+
+    def _slow_first_token(self) -> None:
+        self.ttft_left -= 1
+        if self.ttft_left <= 0:
+            raise Settled
 
     def __call__(self, table, rid: int, at_s: float) -> None:
         if table.status[rid] != FINISHED:  # rejected: a sure miss
