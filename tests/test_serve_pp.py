@@ -232,3 +232,13 @@ def test_a_pipelined_kv_transfer_moves_each_stage_s_share():
 def test_bad_pipeline_input_to_the_api_is_a_gpuplan_error(kw, message):
     with pytest.raises(GpuplanError, match=message):
         deployment("llama3-8b", "h100-sxm", **kw)
+
+
+def test_the_cpu_cost_per_sequence_is_paid_once_per_pipelined_iteration():
+    base = deployment("llama3-70b", "h100-sxm", tp=4, pp=2)
+    dep = dataclasses.replace(base, seq_overhead_s=1e-5)
+    for b in BATCHES:
+        running = b.decode_seqs + sum(s for _, _, s in b.prefill)
+        with_cpu = StepModel(dep).iteration_s(b)
+        assert with_cpu == pytest.approx(iteration_breakdown(dep, b).total_s, rel=1e-12)
+        assert with_cpu - StepModel(base).iteration_s(b) == pytest.approx(1e-5 * running)

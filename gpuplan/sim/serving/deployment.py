@@ -94,9 +94,6 @@ class Deployment:
         check_positive("host_extra_s", self.host_extra_s, allow_zero=True)
         check_positive("large_allreduce_bytes", self.large_allreduce_bytes, allow_zero=True)
         check_positive("seq_overhead_s", self.seq_overhead_s, allow_zero=True)
-        if self.seq_overhead_s and self.pp > 1:
-            raise GpuplanError(f"seq_overhead_s={self.seq_overhead_s!r} with pp={self.pp}: a CPU "
-                               "cost per sequence is modelled for one pipeline stage only")
         if not self.large_allreduce_factor >= 1.0:
             raise GpuplanError(f"large_allreduce_factor={self.large_allreduce_factor!r} is invalid: "
                                "give a time multiplier >= 1")
