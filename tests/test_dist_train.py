@@ -136,3 +136,21 @@ def test_a_record_is_priced_with_the_adamw_it_ran():
     assert fused < foreach == predict_record(parse_record(_record()))["time_s"]
     with pytest.raises(GpuplanError, match=r"params.optimizer_impl='adam' is invalid: choose one"):
         parse_record(_record(optimizer_impl="adam"))
+
+
+def _priced(layout: str, dp: int) -> dict:
+    from gpuplan.sim.predict import predict_record
+
+    params = dist_train._params(dist_train.MODELS[1], layout, 1, dp) | {"optimizer_impl": "fused"}
+    return predict_record(parse_record(_record() | {"params": params}))
+
+
+@pytest.mark.parametrize("layout", ["ddp-zero1", "fsdp2", "fsdp2-keep"])
+def test_a_sharded_layout_holds_fewer_bytes_per_rank_on_more_ranks(layout):
+    peaks = [_priced(layout, dp)["peak_bytes"] for dp in (1, 2, 8)]
+    assert peaks[0] > peaks[1] > peaks[2]
+
+
+def test_ddp_on_more_ranks_is_never_faster_and_holds_the_same_bytes():
+    one, two = _priced("ddp", 1), _priced("ddp", 2)
+    assert two["time_s"] >= one["time_s"] and two["peak_bytes"] == one["peak_bytes"]
