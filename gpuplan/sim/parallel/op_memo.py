@@ -202,6 +202,7 @@ class ShapeKernels:
         self._extra: dict = {}
         self._base: dict = {}
         self._refs: dict = {}  # (shape, block) -> its kernels (an MoE block's at ep=1, load=1)
+        self._base_ids: dict = {}  # _base key -> {id(op): numbers} of that list's ops
         self._moving: dict = {}  # (shape, block) -> positions of its expert kernels
         self._experts: dict = {}  # (expert kernel at ep=1, ep, load) -> numbers at that ep
         self._shared: dict = {}  # by shape at ep=1, load=1: dense, head, embedding parts
@@ -275,14 +276,19 @@ class ShapeKernels:
                 base = self._base[key] = layer_forward(
                     self.cfg, batch=key[0], seq=key[1], layer=layer, tp=shape.tp
                 )  # fmt: skip
+                # the numbers of the list's own ops by identity: they stay alive in _base, and
+                # the steps of layer_forward_ops pass the ops they leave alone through as is
+                self._base_ids[key] = {id(op): self._op_ids(op) for op in base}
             fwd, extra_bwd = layer_forward_ops(self.cfg, shape, layer, base)
+            known = self._base_ids[key]
             extra_ids: list[int] = []
             for op in extra_bwd:
                 extra = self._extra.get(op)
                 if extra is None:
                     extra = self._extra[op] = self.table.ids(_as_run([op], self.impl))
                 extra_ids += extra
-            got = self._refs[(shape, layer)] = (fwd, [self._op_ids(op) for op in fwd], extra_ids)
+            per_op = [known.get(id(op)) or self._op_ids(op) for op in fwd]
+            got = self._refs[(shape, layer)] = (fwd, per_op, extra_ids)
         return got
 
     def _op_ids(self, op) -> tuple:
