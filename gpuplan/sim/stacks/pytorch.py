@@ -26,8 +26,10 @@ CPU than dense models of as many modules, data/h200_stacks/run2's isolated again
 times). MoE experts run as grouped GEMMs, and under a StaticCache's mask GQA
 keys and values are repeated to every head (``repeat_kv_masked``).
 
-``torch-compile`` - ``torch.compile(model)``: Inductor fuses elementwise ops into Triton kernels
-(``sim.compilation``), keeps SDPA calls (same dispatch), and its generated wrapper still launches
+``torch-compile`` - ``torch.compile(model)`` of a transformers model: Inductor fuses elementwise
+ops into Triton kernels (``sim.compilation``), keeps SDPA calls (same dispatch, GQA keys and
+values repeated under a StaticCache's mask as the eager model does), and its generated wrapper
+still launches
 each kernel from Python (``call_factor`` against eager dispatch: prior 0.3, fitted on 5
 records); ``mode="reduce-overhead"`` replays decode from CUDA graphs (docs/stacks.md).
 
@@ -118,9 +120,15 @@ TORCH_COMPILE = Stack(
     kv_cache="static",
     optimizer="fused",
     cuda_graph_decode=True,
+    # the compiled model is still transformers' modelling code: under a StaticCache's mask its
+    # sdpa_attention_forward repeats GQA keys and values (use_gqa_in_sdpa), and Inductor keeps
+    # SDPA as an extern call on materialized inputs (the GQA models' compiled decodes at batch
+    # 4-32 went from -45..-73% to -22..-37%, priced with the committed fit, data/h200_stacks)
+    repeat_kv_masked=True,
     sources=(
         "observed with torch 2.11 on an H200: reduce-overhead captures CUDA graphs "
         "(docs/stacks.md)",
+        "transformers integrations/sdpa_attention.py use_gqa_in_sdpa, repeat_kv",
     ),
     notes=("call_factor (Inductor wrapper launch vs eager dispatch; prior 0.3) fitted on the "
            "H200 campaign's fit part, 5 records (sim/stacks/data/stack_fit.json)",),
