@@ -65,3 +65,23 @@ def test_the_fit_touches_each_isolated_cost_on_its_own_records_only():
     assert model.touches(forced, "isolated_forced_kernel")
     assert not model.touches(forced, "isolated_gemm")
     assert not model.touches(harness, "isolated_gemm")
+
+
+def test_an_moe_block_adds_its_host_cost_to_moe_models_only():
+    from gpuplan.sim.inference_step import _host_extra_s
+    from gpuplan.workloads.presets import get_model
+
+    hf = get_stack("hf-transformers")
+    more = replace(hf, host=replace(hf.host, moe_block_s=hf.host.moe_block_s + 1e-3))
+    moe, dense = get_model("mixtral-8x7b"), get_model("llama3-8b")
+    assert _host_extra_s(moe, more) - _host_extra_s(moe, hf) == pytest.approx(
+        1e-3 * moe.n_moe_layers * hf.host.speed_factor)
+    assert _host_extra_s(dense, more) == pytest.approx(_host_extra_s(dense, hf))
+
+
+def test_a_negative_moe_block_cost_is_a_one_line_error():
+    from gpuplan.errors import GpuplanError
+    from gpuplan.sim.stacks import HostModel
+
+    with pytest.raises(GpuplanError, match="moe_block_s"):
+        HostModel(moe_block_s=-1e-3)
