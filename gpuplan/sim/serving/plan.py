@@ -219,8 +219,9 @@ class _Failing:
     def arrival(self, table, rid: int, at_s: float) -> None:
         """At each arrival: a request that arrived more than the TTFT target ago with no first
         token yet will exceed it (its first token comes at ``at_s`` or later)."""
-        limit, arrived, first = at_s - self.slo.ttft_s, table.arrival_s, table.first_token_s
-        while self.aged < rid and arrived[self.aged] < limit:
+        arrived, first = table.arrival_s, table.first_token_s
+        # the TTFT's own subtraction: a first token at at_s or later gives at least this value
+        while self.aged < rid and at_s - arrived[self.aged] > self.slo.ttft_s:
             r = self.aged
             self.aged += 1
             if math.isnan(first[r]):
