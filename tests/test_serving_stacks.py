@@ -76,6 +76,8 @@ def test_presets_carry_the_committed_fit():
         stack = get_stack(name)
         for key, value in values.items():
             got = stack.host.call_factor if key == "call_factor" else getattr(stack.serving, key)
+            if key == "host_factors":  # JSON keeps the pairs as lists
+                value = tuple(tuple(pair) for pair in value)
             assert got == value
 
 
@@ -128,8 +130,38 @@ def test_the_eager_engine_pays_cpu_time_per_running_sequence_on_every_cost_path(
     assert run_s == pytest.approx(sum(step.decode_s(33, 33 * (600 + j)) for j in range(40)),
                                   rel=1e-9)  # fmt: skip
     assert step.decode_iterations_until(33, 33 * 600, run_s) == 40
-    with pytest.raises(GpuplanError, match="seq_overhead_s"):
-        stack_deployment("llama2-70b", "h100-sxm", "eager-2023", tp=4, pp=2)
+
+
+def test_a_host_factor_scales_every_cpu_cost_of_that_machine_only():
+    import dataclasses
+
+    from gpuplan.sim.serving.on_stack import deployment_fields
+    from gpuplan.sim.stacks import register
+
+    original = get_stack("eager-2023")
+    run = dataclasses.replace(original.serving, host_factors=(("a100-sxm-80gb", 2.0),))
+    try:
+        register(dataclasses.replace(original, serving=run))
+        slow = deployment_fields("eager-2023", tp=4, gpu="a100-sxm-80gb")
+        same = deployment_fields("eager-2023", tp=4, gpu="h100-sxm")
+        a100 = stack_deployment("llama2-70b", "a100-sxm-80gb", "eager-2023", tp=4)
+        base = stack_deployment("llama2-70b", "a100-sxm-80gb", "vllm", tp=4)
+    finally:
+        register(original)
+    assert slow["iteration_overhead_s"] == pytest.approx(2 * run.overhead_s(4))
+    assert slow["seq_overhead_s"] == pytest.approx(2 * run.seq_overhead_s)
+    assert same["iteration_overhead_s"] == pytest.approx(run.overhead_s(4))
+    ref = stack_deployment("llama2-70b", "a100-sxm-80gb", "eager-2023", tp=4)
+    assert a100.eff.host_launch_s == pytest.approx(2 * ref.eff.host_launch_s * ref_factor(ref))
+    assert base.eff.host_launch_s > 0
+    with pytest.raises(GpuplanError, match="host_factors"):
+        ServingRuntime(cuda_graph=False, host_factors=(("a100-sxm-80gb", 0.0),))
+
+
+def ref_factor(dep):
+    """1 over the committed host factor of ``dep``'s GPU for eager-2023 (the reference above
+    already carries it)."""
+    return 1.0 / get_stack("eager-2023").serving.host_factor(dep.acc.key)
 
 
 @pytest.mark.parametrize("bad", [{"policy": "static"}, {"memory_fraction": 0.0},

@@ -20,26 +20,43 @@ from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.presets import get_model
 
 
+def on_device(stack: str | Stack, gpu: str | None) -> Stack:
+    """``stack`` on the machine its runtime pairs with ``gpu``: the host's speed factor times
+    ``ServingRuntime.host_factor(gpu)`` (the stack itself when that is 1 or ``gpu`` None)."""
+    stack = get_stack(stack)
+    f = stack.serving.host_factor(gpu) if stack.serving is not None and gpu else 1.0
+    if f == 1.0:
+        return stack
+    return dataclasses.replace(stack, host=dataclasses.replace(
+        stack.host, speed_factor=stack.host.speed_factor * f))
+
+
 def stack_serving_efficiency(stack: str | Stack, acc, fit: Efficiency | None = None) -> Efficiency:
     """The device's fit (``fit``, default ``efficiency_for``) with the stack's kernels and host
-    cost per call, as a serving iteration's stream of kernels meets it (``queued``)."""
-    return queued(stack_efficiency(get_stack(stack), fit or efficiency_for(acc.key), acc,
+    cost per call (on the machine of ``acc``: ``on_device``), as a serving iteration's stream of
+    kernels meets it (``queued``)."""
+    return queued(stack_efficiency(on_device(stack, acc.key), fit or efficiency_for(acc.key), acc,
                                    phase="prefill"))  # fmt: skip
 
 
-def deployment_fields(stack: str | Stack, *, tp: int = 1) -> dict:
+def deployment_fields(stack: str | Stack, *, tp: int = 1, gpu: str | None = None) -> dict:
     """The ``Deployment`` fields a stack decides: elementwise kernels, CUDA graphs and their
-    buckets, CPU time per iteration, the paged cache and the stack's name."""
-    stack = get_stack(stack)
+    buckets, CPU time per iteration and per sequence (times the host's speed factor on ``gpu``'s
+    machine, ``on_device``), the paged cache and the stack's name."""
+    stack = on_device(stack, gpu)
     run = stack.serving
+    cpu = stack.host.speed_factor
     return {
         "impl": "fused" if stack.elementwise == "eager" and run is None else stack.elementwise,
         "cuda_graph": run.cuda_graph if run else True,
         "decode_buckets": run.decode_buckets if run and run.cuda_graph else (),
-        "iteration_overhead_s": run.overhead_s(tp) if run else 0.0,
+        "iteration_overhead_s": run.overhead_s(tp) * cpu if run else 0.0,
         "large_allreduce_bytes": run.large_allreduce_bytes if run else 0.0,
         "large_allreduce_factor": run.large_allreduce_factor if run else 1.0,
-        "seq_overhead_s": run.seq_overhead_s if run else 0.0,
+        "seq_overhead_s": run.seq_overhead_s * cpu if run else 0.0,
+        # the stack's MoE implementation (vLLM/SGLang fused_moe, TensorRT-LLM's MoE plugin: one
+        # grouped GEMM over the experts; Stack.moe), as the one-GPU estimate prices it
+        "grouped_experts": stack.moe == "grouped_gemm",
         "kv_cache": "paged",
         "stack": stack.name,
     }
@@ -51,7 +68,7 @@ def stack_deployment(model: str | ModelConfig, gpu: str, stack: str | Stack = "v
     cfg = model if isinstance(model, ModelConfig) else get_model(model)
     acc = get_accelerator(gpu)
     eff = stack_serving_efficiency(stack, acc, fit)
-    choices = deployment_fields(stack, tp=kw.get("tp", 1))
+    choices = deployment_fields(stack, tp=kw.get("tp", 1), gpu=acc.key)
     return Deployment(model=cfg, acc=acc, eff=eff, **{**choices, **kw})
 
 

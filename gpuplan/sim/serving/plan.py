@@ -129,7 +129,7 @@ def candidates(cfg, acc, eff, space: SearchSpace) -> list[tuple[Candidate, Deplo
     out = []
     for tp in tps:
         for weight, kv in space.formats:
-            fields = {} if space.stack is None else deployment_fields(space.stack, tp=tp)
+            fields = {} if space.stack is None else deployment_fields(space.stack, tp=tp, gpu=acc.key)
             dep = Deployment(model=cfg, acc=acc, eff=eff, tp=tp, weight_dtype=weight, kv_dtype=kv,
                              **fields)  # fmt: skip
             for seqs in space.max_seqs:
@@ -615,7 +615,7 @@ def _pipeline_candidates(cfg, acc, eff, space: SearchSpace) -> list[tuple[Candid
         layers = None if cfg.n_layers % pp == 0 else auto_pp_layers(cfg.n_layers, pp)
         found = len(out)
         for weight, kv in space.formats:
-            fields = {} if space.stack is None else deployment_fields(space.stack, tp=tp)
+            fields = {} if space.stack is None else deployment_fields(space.stack, tp=tp, gpu=acc.key)
             dep = Deployment(model=cfg, acc=acc, eff=eff, tp=tp, pp=pp, pp_layers=layers,
                              weight_dtype=weight, kv_dtype=kv, **fields)  # fmt: skip
             for seqs in space.max_seqs:

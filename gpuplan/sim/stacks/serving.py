@@ -67,7 +67,11 @@ kilobytes, are untouched. Its CPU time per iteration also grows with the sequenc
 31 ms at batch 1 to 34, 39 and 50 ms at 16, 32 and 64 while its kernels' modelled time moves
 by 3 ms: the per-sequence Python work (scheduling, input preparation, sampling bookkeeping) of
 engines of that generation (vLLM blog, "vLLM v0.6.0: 1.8-2.7x Throughput Improvements",
-2024-09-05: before 0.6, Llama 3 8B on one H100 kept the GPU busy 38% of the time).
+2024-09-05: before 0.6, Llama 3 8B on one H100 kept the GPU busy 38% of the time). Every CPU
+cost of its A100 machine is ``host_factors`` times its H100 machine's (fitted, 1.5: the DGX A100
+has two AMD EPYC 7742, Zen 2, the DGX H100 two Xeon Platinum 8480C, Sapphire Rapids; NVIDIA DGX
+user guides, "Hardware Overview"): the profiles' llama2-70b decode at TP 8, host-bound on both,
+is 45 ms a step on the A100s against 30 ms on the H100s.
 
 ``gpuplan-server``: what ``gpuplan serve`` priced before stacks, its default: FlashAttention-2,
 fused elementwise kernels, decode-only iterations replayed from CUDA graphs without padding, no
@@ -110,6 +114,9 @@ class ServingRuntime:
     large_allreduce_bytes: float = 0.0
     large_allreduce_factor: float = 1.0
     seq_overhead_s: float = 0.0  # CPU time per iteration per running sequence, not hidden
+    # (GPU key, factor): the CPU of the engine's machine with that GPU, as a factor on every host
+    # cost (per call, per iteration, per rank, per sequence); a GPU not listed: 1
+    host_factors: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         check_choice("policy", self.policy, ("continuous", "chunked"))
@@ -122,9 +129,18 @@ class ServingRuntime:
         if not self.large_allreduce_factor >= 1.0:
             raise GpuplanError(f"large_allreduce_factor={self.large_allreduce_factor!r} is "
                                "invalid: give a time multiplier >= 1")
+        for pair in self.host_factors:
+            if (not isinstance(pair, tuple) or len(pair) != 2 or not isinstance(pair[0], str)
+                    or not 0 < pair[1] < float("inf")):  # fmt: skip
+                raise GpuplanError(f"host_factors={self.host_factors!r} is invalid: give "
+                                   "(GPU key, factor > 0) pairs")
         if not 0 < self.memory_fraction <= 1:
             raise GpuplanError(f"memory_fraction={self.memory_fraction} is invalid: it must be "
                                "in (0, 1]")
+
+    def host_factor(self, gpu: str) -> float:
+        """The CPU cost factor of the engine's machine with ``gpu`` (1 when not listed)."""
+        return dict(self.host_factors).get(gpu, 1.0)
 
     def overhead_s(self, tp: int) -> float:
         """CPU time per iteration of a replica of ``tp`` GPUs."""
@@ -229,13 +245,16 @@ EAGER_2023 = Stack(
                            large_allreduce_bytes=_fit("eager-2023", "large_allreduce_bytes", 0.0),
                            large_allreduce_factor=_fit("eager-2023", "large_allreduce_factor",
                                                        1.0),
-                           seq_overhead_s=_fit("eager-2023", "seq_overhead_s", 0.0)),
+                           seq_overhead_s=_fit("eager-2023", "seq_overhead_s", 0.0),
+                           host_factors=tuple((k, float(v)) for k, v in
+                                              _FIT.get("eager-2023", {}).get("host_factors", ()))),
     sources=("Patel et al., Splitwise, ISCA 2024; SplitwiseSim data/perf_model.csv",),
     notes=("engine not stated by its source: FlashAttention-2 and fused kernels assumed",
            "call_factor, iteration_overhead_s and overhead_per_rank_s fitted on published rows",
            "all-reduce bytes beyond large_allreduce_bytes take large_allreduce_factor x the "
            "fabric model's time: fitted, cause not identified",
-           "seq_overhead_s (CPU per running sequence per iteration) fitted"),
+           "seq_overhead_s (CPU per running sequence per iteration) fitted",
+           "host_factors: the A100 machine's CPU costs against the H100 machine's, fitted"),
 )
 
 GPUPLAN_SERVER = Stack(
