@@ -13,6 +13,7 @@ from gpuplan.sim.serving.plan import (
     Candidate,
     SearchSpace,
     Slo,
+    _Failing,
     _Probe,
     _verdict,
     fewest_units,
@@ -72,14 +73,16 @@ def test_a_settled_miss_is_the_full_runs_miss():
 
 
 def test_the_settle_rule_matches_numpys_percentile_at_its_edge():
-    # N kept values, exactly N - floor(p/100 (N-1)) above the target: the percentile exceeds it
-    for n, p in ((90, 99.0), (180, 90.0), (7, 50.0)):
-        need = n - math.floor(p / 100 * (n - 1))
+    # N kept values, _needed of them above the target: the percentile exceeds it, and it asks
+    # at most one more than the fewest that do (integer ranks such as 0.99 x 900 included)
+    for n, p in ((90, 99.0), (180, 90.0), (7, 50.0), (901, 99.0), (101, 90.0), (1, 99.0)):
+        need = _Failing._needed(n, p)
         x = np.zeros(n)
         x[n - need :] = 2.0
         assert np.percentile(x, p) > 1.0
-        x[n - need] = 0.0  # one fewer: it may not
-        assert np.percentile(x, p) <= 1.0 or need == 1
+        fewest = min(k for k in range(1, n + 1)
+                     if np.percentile(np.r_[np.zeros(n - k), np.full(k, 2.0)], p) > 1.0)  # fmt: skip
+        assert fewest <= need <= fewest + 1
     frame = pd.DataFrame({"status": ["finished", "rejected"], "ttft_s": [0.1, math.nan],
                           "tpot_s": [0.01, math.nan]})  # fmt: skip
     assert _verdict(frame, Slo(ttft_s=1, tpot_s=1))[0] is False

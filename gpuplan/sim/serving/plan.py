@@ -213,8 +213,9 @@ class _Failing:
 
     @staticmethod
     def _needed(n: int, percentile: float) -> float:
-        """Values above the target that make the percentile of ``n`` values exceed it."""
-        return n - math.floor(percentile / 100 * (n - 1)) if n else math.inf
+        """Values above the target that make the percentile of ``n`` values exceed it (the rank
+        taken a hair low: numpy computes it as n q - q, which may round below (n - 1) q)."""
+        return n - math.floor(percentile / 100 * (n - 1) - 1e-9) if n else math.inf
 
     def arrival(self, table, rid: int, at_s: float) -> None:
         """At each arrival: a request that arrived more than the TTFT target ago with no first
