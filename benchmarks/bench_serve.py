@@ -91,7 +91,9 @@ def main() -> None:
     report("Llama-2-7B, 16 x A100 TP1, 1,000,000 requests at 64/s, round robin", n, result,
            wall_s, cpu_s)  # fmt: skip
     verdict = "meets" if wall_s <= MILLION_TARGET_S else "MISSES"
-    print(f"  {verdict} the target of {MILLION_TARGET_S:.0f} s")
+    on_cpu = "meets" if cpu_s <= MILLION_TARGET_S else "MISSES"
+    print(f"  {verdict} the target of {MILLION_TARGET_S:.0f} s in wall time; {on_cpu} it in CPU "
+          "time (what one core of an unshared machine would take)")
 
 
 if __name__ == "__main__":
