@@ -31,11 +31,11 @@ from gpuplan.sim.parallel.stage import (
     shape_times,
     stage_kinds,
 )
-from gpuplan.sim.parallel.step_time import TIME_TERMS, step_total
+from gpuplan.sim.parallel.step_time import BF16_OPTIMIZER, TIME_TERMS, step_total
 from gpuplan.sim.parallel.strategy import Strategy, stage_layer_counts, validate
 from gpuplan.sim.parallel.topology import Cluster
 from gpuplan.sim.stacks import get_stack, stack_efficiency
-from gpuplan.sim.stacks.training import check_layout, runtime_of
+from gpuplan.sim.stacks.training import check_layout, pipeline_unsharded, runtime_of
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.operators import training_flops
 
@@ -229,7 +229,8 @@ def estimate_training(
     )
     items = _items(mbc, kinds, strategy, terms, runtime.selective)
     memory = {k: float(v) for k, v in mem.items()}
-    notes = (f"stack: {stack.describe(acc)}", *_notes(strategy, eff))
+    notes = (f"stack: {stack.describe(acc)}", *_notes(strategy, eff),
+             *_runtime_notes(runtime, strategy))  # fmt: skip
     bd = Breakdown(items=tuple(items), memory_bytes=memory, notes=notes)
     _check_total(bd, terms)
     model_flops = flops_per_sequence(cfg, seq, False) * strategy.global_batch
@@ -401,6 +402,20 @@ def _hardware_flops(cfg, mbc: MicroBatchCosts, st: Strategy, seq: int,
         elif st.recompute == "selective":
             rec += sum(i.flops for i in cost.fwd if i.op.startswith(CORE)) * count
     return base + rec * per_gpu_to_seq * st.global_batch
+
+
+def _runtime_notes(runtime, st: Strategy) -> tuple[str, ...]:
+    """What the stack's runtime does to this layout beyond its defaults (stacks.training)."""
+    out = []
+    if st.state_precision in BF16_OPTIMIZER:
+        out.append("DeepSpeed BF16_Optimizer: fp32 gradients accumulated after every micro-batch "
+                   "and all-reduced whole")  # fmt: skip
+    if bool(pipeline_unsharded(runtime, st.pp, st.zero)):
+        out.append(f"zero={st.zero} under pp={st.pp}: blocks kept whole through the step, "
+                   "gradients reduced once (torchtitan's FSDP under PP)")  # fmt: skip
+    if runtime.launch_blocking:
+        out.append("CUDA_LAUNCH_BLOCKING=1: the host's issue time is not hidden")
+    return tuple(out)
 
 
 def _notes(st: Strategy, eff) -> tuple[str, ...]:
