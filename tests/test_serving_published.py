@@ -168,6 +168,22 @@ def test_clients_beyond_the_cache_wait_and_add_no_throughput():
     assert ttft[1] > 1.9 * ttft[0]
 
 
+def test_a_new_prompt_waits_for_the_other_clients_prefills_as_an_md1_queue():
+    deps = Deployments()
+    _, step, _ = deps(_row())
+    loop = {"load": "concurrency", "concurrency": 9, "batch": ""}
+    prefill = step.iteration_s(Batch(prefill=((1024, 0, 1),)))
+    decode = step.decode_s(9, 9 * (1024 + 64))
+    tpot = decode + 8 * prefill / 127
+    lifetime = prefill + decode / 2 + 127 * tpot
+    rho = 8 * prefill / lifetime  # the other 8 clients' prefills, one a lifetime each
+    ttft = predict_row(_row(metric="ttft_s", **loop), deps)
+    assert ttft == pytest.approx(prefill + decode / 2 + rho * prefill / (2 * (1 - rho)))
+    assert predict_row(_row(metric="tpot_s", **loop), deps) == pytest.approx(tpot)  # unchanged
+    tput = predict_row(_row(metric="output_tokens_per_s", per="total", **loop), deps)
+    assert tput == pytest.approx(9 * 128 / lifetime)
+
+
 def test_offline_throughput_per_gpu_is_the_total_over_the_gpus():
     deps = Deployments()
     kw = {"load": "offline", "metric": "output_tokens_per_s", "model": "llama3-70b", "tp": 4,

@@ -16,9 +16,11 @@ Each row's load decides how it is predicted (assumptions, named):
   batch decodes; throughput is sequences x output tokens over that time (the bound
   ``plan.unit_rate_bound`` takes, with the prefill packed by the budget);
 - ``concurrency`` (a closed loop of C clients): ``b = min(C, sequences that fit)`` run at once;
-  a new request waits half a decode iteration and runs its prefill alone; each other running
-  request's prefill stalls a request's decode once in its lifetime (no chunking); clients
-  beyond ``b`` queue, and Little's law on the loop gives their wait.
+  a new request waits half a decode iteration and runs its prefill alone, after any other
+  request's prefill under way (an M/D/1 wait: those prefills hold the engine a share
+  ``(b - 1) x prefill / lifetime``); each other running request's prefill stalls a request's
+  decode once in its lifetime (no chunking); clients beyond ``b`` queue, and Little's law on the
+  loop gives their wait.
 
 Each row is priced on its engine's stack (``ENGINE_STACK``; ``stacks.serving``): its kernels,
 host cost per call, CUDA graphs and CPU time per iteration (``on_stack.stack_deployment``) and
@@ -260,7 +262,15 @@ def _closed_loop(row, dep, step, sched) -> dict[str, float]:
     lifetime_s = service_ttft + (o - 1) * tpot
     done_per_s = b / lifetime_s
     wait = max(0.0, clients / done_per_s - lifetime_s)  # Little's law over the loop
-    return {"ttft_s": wait + service_ttft, "tpot_s": tpot, "output_tokens_per_s": done_per_s * o}
+    # the other running requests' prefills hold the engine a share rho of the time (each one
+    # prefill per lifetime); a new prompt that finds one under way waits for it: an M/D/1
+    # queue's mean wait, rho S / (2 (1 - rho)) (Pollaczek-Khinchine; Kleinrock, "Queueing
+    # Systems" vol. 1, sec. 5.7). That wait comes out of the decode stalls already counted in
+    # tpot (the same prefills), so the lifetime and the throughput stay as they are.
+    rho = (b - 1) * prefill / lifetime_s
+    queued = rho * prefill / (2 * (1 - rho))
+    return {"ttft_s": wait + queued + service_ttft, "tpot_s": tpot,
+            "output_tokens_per_s": done_per_s * o}
 
 
 _BY_LOAD = {"static_batch": _static, "offline": _offline, "concurrency": _closed_loop}
