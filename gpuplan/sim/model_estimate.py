@@ -111,8 +111,21 @@ def one_gpu_training(acc, eff, cfg: ModelConfig, stack: Stack, params: Mapping[s
 
     strategy = one_gpu_strategy(stack, params)
     return estimate_training(
-        cfg, strategy, cluster=cluster_for(acc.key), seq=params["seq"], eff=eff, stack=stack
+        cfg, strategy, cluster=cluster_for(acc.key), seq=params["seq"], eff=eff,
+        stack=data_parallel_stack(stack, params),
     )
+
+
+def data_parallel_stack(stack: Stack, params: Mapping[str, Any]) -> Stack:
+    """``stack`` as a data-parallel record ran it: a record that names its ``dp`` (the
+    ``harness.dist_train`` layouts) wrapped the model in DDP or FSDP2 even on one rank, so its
+    wrapper's buffers are priced at dp=1 too (``TrainingRuntime.wrapped_one_rank``); a plain
+    one-GPU step (no ``dp``) runs unwrapped."""
+    from gpuplan.sim.stacks.training import runtime_of
+
+    if "dp" not in params:
+        return stack
+    return replace(stack, training=replace(runtime_of(stack), wrapped_one_rank=True))
 
 
 def one_gpu_strategy(stack: Stack, params: Mapping[str, Any]):

@@ -179,4 +179,13 @@ def memory_of(facts, s: dict, *, kinds: StageKinds, seq: int, state_precision: s
         optimizer=optimizer,
         grads_persist=grads_persist,
         selective=_selective(runtime),
+        grad_bucket_copy=_bucket_copy(runtime, s["dp"] * cp),
     )
+
+
+def _bucket_copy(runtime, group):
+    """Whether DDP's buckets copy the gradients (``TrainingRuntime.ddp_bucket_copy``): a
+    wrapped model, more than one replica or a one-rank run that wraps it anyway."""
+    if runtime is None or not runtime.ddp_bucket_copy:
+        return False
+    return (np.asarray(group) > 1) | runtime.wrapped_one_rank

@@ -112,6 +112,14 @@ class TrainingRuntime:
     # backward_maybe_with_nosync), FSDP2 accumulating the whole gradient in its reduce dtype
     # (FSDPParam.to_accumulated_grad_if_needed): ZeRO-1's traffic (``pipeline_zero``)
     pp_unsharded: bool = False
+    # replicated gradients (ZeRO 0/1) also live in a flat copy in DDP's buckets: PyTorch's
+    # DistributedDataParallel(gradient_as_bucket_view=False), its default (torch/nn/parallel/
+    # distributed.py; True "can reduce peak memory usage, where the saved memory size will be
+    # equal to the total gradients size", pytorch/pytorch#41954). Megatron's and DeepSpeed's
+    # contiguous gradient buffers are the gradients themselves: no copy. Priced where the model
+    # is wrapped: dp > 1, or ``wrapped_one_rank`` (a data-parallel harness run on one GPU)
+    ddp_bucket_copy: bool = False
+    wrapped_one_rank: bool = False
 
     def __post_init__(self) -> None:
         check_choice("selective", self.selective, SELECTIVE)
@@ -131,6 +139,7 @@ class TrainingRuntime:
 
 PYTORCH_RUNTIME = TrainingRuntime(
     framework="PyTorch DDP/FSDP",
+    ddp_bucket_copy=True,  # DistributedDataParallel's default gradient_as_bucket_view=False
     grad_reduce_bytes=4,  # DDP reduces the gradients in their dtype: fp32 weights under autocast
     bucket_bytes=25 * MiB,  # DistributedDataParallel(bucket_cap_mb=25)
 )
