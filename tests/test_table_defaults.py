@@ -46,3 +46,11 @@ def test_serve_says_whether_decode_replays_cuda_graphs(capsys, eager):
             "256", "--output-tokens", "16"] + ["--no-cuda-graph"] * eager  # fmt: skip
     line = header(capsys, *argv)
     assert ("CUDA graphs on" in line) is not eager and "--requests 1000" in line
+
+
+@pytest.mark.parametrize(("stack", "graphs"), [("vllm", True), ("trt-llm", False)])
+def test_serve_names_cuda_graphs_only_for_a_stack_that_replays_them(capsys, stack, graphs):
+    line = header(capsys, "serve", "--model", "llama3-8b", "--gpu", "h200", "--rate", "5",
+                  "--prompt-tokens", "256", "--output-tokens", "16", "--requests", "20",
+                  "--stack", stack)  # fmt: skip
+    assert ("CUDA graphs on" in line) is graphs

@@ -398,7 +398,11 @@ def serve_defaults(args, *, tokens: tuple[int, int] | None = None) -> list[str]:
     if args.requests is None and not args.trace:
         out.append("--requests 1000")
     if not getattr(args, "no_cuda_graph", False):
-        out.append("CUDA graphs on for decode (--no-cuda-graph: eager)")
+        from gpuplan.sim.stacks import get_stack
+
+        run = get_stack(getattr(args, "stack", None) or DEFAULT_STACK).serving
+        if run is None or run.cuda_graph:  # a runtime without graphs decodes eagerly anyway
+            out.append("CUDA graphs on for decode (--no-cuda-graph: eager)")
     return out
 
 
