@@ -20,9 +20,8 @@ import dataclasses
 
 from gpuplan.hwmodels.efficiency import queued
 from gpuplan.sim.breakdown import Breakdown, Item, priced_items
-from gpuplan.sim.compilation import eager, fuse_elementwise
 from gpuplan.sim.inputs import check_seq
-from gpuplan.sim.step import _launch_item, _with_launch
+from gpuplan.sim.step import _as_run, _launch_item, _with_launch
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.memory import kv_cache_bytes_per_token_layer
 from gpuplan.workloads.model import ModelConfig
@@ -37,10 +36,6 @@ from gpuplan.workloads.vision import (
     encoder_forward,
     image_tokens,
 )
-
-
-def _as_run(ops, impl: str):
-    return {"fused": list, "eager": eager, "compiled": fuse_elementwise}[impl](ops)
 
 
 def group_items(groups: list[OpGroup], acc, eff, *, impl: str, phase: str = "fwd",
