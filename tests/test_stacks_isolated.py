@@ -85,3 +85,23 @@ def test_a_negative_moe_block_cost_is_a_one_line_error():
 
     with pytest.raises(GpuplanError, match="moe_block_s"):
         HostModel(moe_block_s=-1e-3)
+
+
+def test_fit_stacks_prices_each_whole_model_record_at_its_own_host_probe(tmp_path):
+    from gpuplan.validate.harness.host_probe import reference_s_per_launch
+
+    rec = {"kind": "model_decode_step", "device": "h200",
+           "params": {"model": "llama3-8b", "layers": 2, "batch": 1, "context": 128,
+                      "kv_cache": "dynamic", "dtype": "bf16", "stack": "hf-transformers",
+                      "timing": "isolated"},
+           "measured": {"time_s": 0.01, "peak_bytes": 10**9}, "source": "test"}
+    slow = dict(rec, host_probe_s=2 * reference_s_per_launch())
+    path = tmp_path / "models.jsonl"
+    path.write_text("\n".join(__import__("json").dumps(r) for r in (rec, slow)) + "\n")
+    plain, probed = fit_stacks.load(tmp_path)
+    assert fit_stacks.host_speed(plain) is None
+    assert fit_stacks.host_speed(probed) == pytest.approx(2.0)
+    model = fit_stacks.Model("h200")
+    # a CPU-bound eager decode: twice the host's time is (nearly) twice the step
+    ratio = model.predict(probed)["time_s"] / model.predict(plain)["time_s"]
+    assert 1.5 < ratio < 2.0 + 1e-9

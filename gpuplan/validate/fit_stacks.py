@@ -75,10 +75,46 @@ def load(data_dir: str | Path, device: str | None = None) -> list:
         records, errors = read_records(path)
         for err in errors:
             print(f"{path}: {err}")
-        out += [r for r in records if device is None or r.device == device]
+        probes = _host_probes(path)
+        for r in records:
+            if device is None or r.device == device:
+                out.append(r)
+                if probes.get(r.line_no):
+                    HOST_PROBE_S[id(r)] = probes[r.line_no]
     if not out:
         raise GpuplanError(f"--data {str(root)!r}: no records")
     return out
+
+
+# Each whole-model record's own host probe (``host_probe_s``, s per launch, taken beside it by
+# the campaign), by ``id`` of the loaded record: the record is priced at that host's speed
+# against the reference host (``hwmodels/data/host_reference.json``), as ``--host-speed``
+# prices a user's host. Eager HF steps are CPU-bound and the lent machines' CPUs differ: on the
+# H200 calls, decode records with a 14 us probe ran 1.5x their 9 us peers' measured/predicted.
+HOST_PROBE_S: dict[int, float] = {}
+
+
+def _host_probes(path: Path) -> dict[int, float]:
+    """{line number: host probe} of the whole-model records of one file."""
+    out = {}
+    with path.open() as f:
+        for i, line in enumerate(f, 1):
+            try:
+                raw = json.loads(line)
+            except ValueError:
+                continue
+            probe = raw.get("host_probe_s") if isinstance(raw, dict) else None
+            if isinstance(probe, (int, float)) and probe > 0 and raw.get("kind") in MODEL_KINDS:
+                out[i] = float(probe)
+    return out
+
+
+def host_speed(rec) -> float | None:
+    """The record's host speed factor (its probe over the reference host's), where it has one."""
+    from gpuplan.validate.harness.host_probe import reference_s_per_launch
+
+    probe = HOST_PROBE_S.get(id(rec))
+    return None if probe is None else probe / reference_s_per_launch()
 
 
 def stratum(rec) -> tuple[str, str]:
@@ -147,6 +183,9 @@ class Model:
         for name, owner in HOST_PARAMS.items():
             if stack.name == owner:
                 stack = replace(stack, host=replace(stack.host, **{name: v[name]}))
+        speed = host_speed(rec)
+        if speed is not None:
+            stack = replace(stack, host=replace(stack.host, speed_factor=speed))
         from gpuplan.sim.stacks import kernels
 
         saved = kernels.ISOLATED_CALL_S
