@@ -79,3 +79,33 @@ def test_the_h200_records_peak_within_five_percent():
     rows = score_rows(H200_RECORDS)
     assert statistics.median(abs(r["peak_error_pct"]) for r in rows) < 5.0
     assert max(abs(r["peak_error_pct"]) for r in rows) < 10.0
+
+
+def _items(record: dict) -> dict:
+    rec = parse_record(record)
+    out: dict = {}
+    for item in predict_breakdown(rec.kind, rec.device, rec.params).items:
+        out[item.op] = out.get(item.op, 0.0) + item.time_s
+    return out
+
+
+def test_ddp_prices_its_bucket_copies_and_autograd_adds_the_later_micro_batches():
+    """DDP's copy into the buckets and back (16 B/param, once a step) and autograd's fp32
+    += of micro-batches 2..m (12 B/param each): both bandwidth-bound passes of one rate."""
+    record = _line("ddp", 4)
+    one, four = _items(_line("ddp", 1)), _items(record)
+    copy = four["dp gradient reduction"]
+    assert one["dp gradient reduction"] == pytest.approx(copy, rel=1e-9)  # once a step
+    assert "gradient accumulation" not in one  # the first micro-batch's gradient is stolen
+    assert four["gradient accumulation"] / copy == pytest.approx(3 * 12 / 16, rel=0.02)
+    n = record["num_params"]
+    assert 16 * n / 4.8e12 < copy < 16 * n / 2.4e12  # H200: 4.8 TB/s (NVIDIA datasheet)
+    plain = dict(record, params={k: v for k, v in record["params"].items()
+                                 if k not in ("dp", "zero_stage")})  # fmt: skip
+    assert "dp gradient reduction" not in _items(plain)  # no wrapper: no buckets
+
+
+def test_fsdp2_adds_its_sharded_gradients_but_copies_no_bucket():
+    one, four = _items(_line("fsdp2", 1)), _items(_line("fsdp2", 4))
+    assert "dp gradient reduction" not in one
+    assert four["gradient accumulation"] > 0 and "gradient accumulation" not in one

@@ -146,7 +146,34 @@ def time_terms(facts, s: dict, t: dict, *, kinds: StageKinds, cluster: Cluster, 
     terms = step_time.step_terms(
         lk=links(cluster, eff), sp_=sp_, s=s_full, c=c, k=kinds, bytes_=nbytes, params=params
     )
+    if runtime is not None:
+        _pytorch_grad_passes(terms, runtime, s, max_p, group, unsharded, acc, eff)
     return c, terms
+
+
+# DDP with gradient_as_bucket_view=False copies each gradient into its bucket, divided by the
+# world size on the way (reducer.cpp mark_variable_ready_dense: ``at::mul_out(bucket_view,
+# grad, 1 / div_factor)``, read 4 + write 4 bytes), and back into param.grad after the
+# all-reduce (finalize_bucket_dense, copy_bucket_to_grad: 4 + 4), on the compute stream, once a
+# step (the micro-batches before the last run under no_sync())
+DDP_BUCKET_COPY_BYTES = 16
+AUTOGRAD_ACCUMULATE_BYTES = 12  # fp32 grad += new: read 4 + 4, write 4 (TrainingRuntime)
+
+
+def _pytorch_grad_passes(terms, runtime, s, max_p, group, unsharded, acc, eff) -> None:
+    """PyTorch's own gradient passes, in place in ``terms``: DDP's bucket copies (in the
+    data-parallel reduction, ``dp_comm``) and the added gradients of the later micro-batches
+    (``grad_accumulation``), each a bandwidth-bound pass over the local gradients."""
+    bw = acc.hbm_bytes_per_s * eff.elementwise_fraction("add")
+    zero, m = np.asarray(s["zero"]), np.asarray(s["m"])
+    copied = _bucket_copy(runtime, group) & (zero < 2)
+    terms["dp_comm"] = terms["dp_comm"] + np.where(
+        copied, DDP_BUCKET_COPY_BYTES * max_p / bw + eff.kernel_overhead_s, 0.0)
+    if runtime.autograd_accumulation:
+        local = np.where(zero >= 2, max_p / group, max_p)
+        add = (m - 1) * (AUTOGRAD_ACCUMULATE_BYTES * local / bw + eff.kernel_overhead_s)
+        terms["grad_accumulation"] = np.where(
+            unsharded | ~np.asarray(s["fused_accum"]), terms["grad_accumulation"], add)
 
 
 def memory_of(facts, s: dict, *, kinds: StageKinds, seq: int, state_precision: str,

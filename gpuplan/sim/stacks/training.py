@@ -120,6 +120,15 @@ class TrainingRuntime:
     # is wrapped: dp > 1, or ``wrapped_one_rank`` (a data-parallel harness run on one GPU)
     ddp_bucket_copy: bool = False
     wrapped_one_rank: bool = False
+    # gradients of the second and later micro-batches of a step are added into the kept ones by
+    # a separate fp32 add (read 4 + 4, write 4 bytes per parameter; the first micro-batch's is
+    # stolen, not added): autograd's AccumulateGrad into param.grad for replicated gradients
+    # (torch/csrc/autograd/functions/accumulate_grad.h, ``variable_grad += new_grad``), FSDP2's
+    # sharded gradient after each reduce-scatter (torch/distributed/fsdp/_fully_shard/
+    # _fsdp_param_group.py, ``sharded_param.grad += ...`` in foreach_reduce). Megatron's and
+    # DeepSpeed's wgrad GEMMs add into their main-gradient buffers instead (Strategy's
+    # fused_grad_accumulation)
+    autograd_accumulation: bool = False
 
     def __post_init__(self) -> None:
         check_choice("selective", self.selective, SELECTIVE)
@@ -140,6 +149,7 @@ class TrainingRuntime:
 PYTORCH_RUNTIME = TrainingRuntime(
     framework="PyTorch DDP/FSDP",
     ddp_bucket_copy=True,  # DistributedDataParallel's default gradient_as_bucket_view=False
+    autograd_accumulation=True,  # param.grad += under no_sync() (TrainingRuntime)
     grad_reduce_bytes=4,  # DDP reduces the gradients in their dtype: fp32 weights under autocast
     bucket_bytes=25 * MiB,  # DistributedDataParallel(bucket_cap_mb=25)
 )
@@ -158,6 +168,7 @@ FSDP2_RUNTIME = TrainingRuntime(
     bucket_bytes=25 * MiB,  # DDP's bucket where it replicates; FSDP reduces block by block
     selective="op-sac",
     pp_unsharded=True,  # torchtitan's FSDP under PP (TrainingRuntime.pp_unsharded)
+    autograd_accumulation=True,  # the sharded gradient += after each reduce-scatter
 )
 
 COMPOSER_RUNTIME = TrainingRuntime(
