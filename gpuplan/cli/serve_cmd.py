@@ -618,13 +618,13 @@ def run_plan(args) -> int:
     acc_key, plan_stack = get_accelerator(args.gpu).key, space.stack.name
     # each row's own bands; the document's: the first (cheapest) row's
     configs = [c | bands.serve_bands(c, stack=plan_stack, device=acc_key)
-               for c in result.best.to_dict("records")]  # fmt: skip
+               for c in result.best_rows]  # fmt: skip
     first = configs[0] if configs else {}
     doc = {
         "configs": configs,
         "error_band": first.get("error_band", {}),
         "error_band_label": first.get("error_band_label", ""),
-        "evaluated": len(result.evaluated),
+        "evaluated": len(result.rows),
         "candidates": result.candidates,
         "price_source": result.price_source,
         "efficiency_source": _fit(args).source,
@@ -660,7 +660,7 @@ def run_plan(args) -> int:
         print(f"error band p10-p90: {doc['error_band_label']}")
     took = f" in {format_seconds(result.wall_s)} ({pool_label(args)})" if timed(args) else ""
     print(
-        f"\n{len(result.evaluated)} of {result.candidates} candidates simulated{took}; "
+        f"\n{len(result.rows)} of {result.candidates} candidates simulated{took}; "
         f"price: {result.price_source}"
     )
     print(stack_line(space.stack, get_accelerator(args.gpu)))

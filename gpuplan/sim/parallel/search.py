@@ -26,9 +26,9 @@ import sys
 import time
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from gpuplan.errors import GpuplanError, check_whole
 from gpuplan.hwmodels.efficiency import efficiency_for
@@ -58,6 +58,9 @@ from gpuplan.sim.stacks import get_stack
 from gpuplan.sim.stacks.training import layout_mask, runtime_of
 from gpuplan.sim.sweep import InProcess, Pool, chunks
 from gpuplan.units import HOUR
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 CHUNK = 65_536  # strategies evaluated per numpy pass (a piece of work of the sweep)
 SHAPE_CHUNK = 128  # kernel shapes priced per piece of work (each piece has its cache's copy)
@@ -237,6 +240,7 @@ def _evaluate_all(cfg, s, index, table, *, cluster, acc, eff, seq, space, gpus, 
     """Every strategy's memory, and the step time, throughput and MFU of those that fit, in
     pieces of ``CHUNK`` rows concatenated in order (each row depends on its own inputs only):
     (the strategies that fit, the leanest strategy of each piece)."""
+    import pandas as pd  # here: a serve plan pricing GPUs by cost.price_for never loads it
     facts = model_facts(cfg)
     flops = flops_per_sequence(cfg, seq, False)
     peaks = {False: acc.peak("bf16"), True: acc.peak("fp8") if acc.supports("fp8") else np.nan}
@@ -265,6 +269,7 @@ def _evaluate_piece(facts, arrays, *, table, cluster, acc, eff, seq, space, gpus
     that fit or None, the leanest strategy). Memory is evaluated for every strategy, the step
     time for those that fit (what the search returns); ``table``: each shape's times;
     ``layouts``: the stage kinds of each pipeline degree (``space.search_layouts``)."""
+    import pandas as pd  # here: a serve plan pricing GPUs by cost.price_for never loads it
     sc, shape_index = arrays
     stack = get_stack(space.stack)
     opts = dict(state_precision=space.state_precision, optimizer=stack.optimizer,
@@ -327,6 +332,7 @@ def _with_cost(fits, *, gpus, acc, tokens, usd, global_batch, seq, interruptions
 
 def layout_key(frame: pd.DataFrame, seq: int) -> pd.DataFrame:
     """What makes two rows the same layout (``distinct_layouts``), as columns."""
+    import pandas as pd  # here: a serve plan pricing GPUs by cost.price_for never loads it
     return pd.DataFrame(
         {
             "tp": frame["tp"],

@@ -116,11 +116,40 @@ class Candidate:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PlanResult:
-    best: pd.DataFrame  # the cheapest configurations that meet the SLO, cheapest first
-    evaluated: pd.DataFrame  # every candidate simulated, met or not
+    """The plan's rows as dicts; ``best`` and ``evaluated`` are their DataFrames, built when
+    asked for (so ``serve plan``, which reads ``best_rows``, never loads pandas: about 0.9 s
+    of CPU on the shared 2-core machine)."""
+
+    rows: list  # every candidate simulated, met or not, in the order simulated (``_row``)
+    top: int
+    speculation: bool  # whether the space offered speculative decoding (its column is kept)
     candidates: int  # candidates that fit in memory
     price_source: str
     wall_s: float
+
+    @property
+    def best_rows(self) -> list[dict]:
+        """The cheapest configurations that meet the SLO, cheapest first (ties: fewer GPUs,
+        then the order simulated): ``best.to_dict("records")`` without pandas."""
+        met = sorted((r for r in self.rows if r["meets"]),
+                     key=lambda r: (r["usd_per_m_output_tokens"], r["gpus"]))[: self.top]  # fmt: skip
+        gone = {"above_top_cost"} | ({"speculative"} if not self.speculation else set())
+        return [{k: v for k, v in r.items() if k not in gone} for r in met]
+
+    @property
+    def evaluated(self) -> pd.DataFrame:
+        """Every candidate simulated, met or not."""
+        import pandas as pd
+
+        return pd.DataFrame(self.rows)
+
+    @property
+    def best(self) -> pd.DataFrame:
+        """``best_rows`` as a DataFrame (columns typed as in ``evaluated``)."""
+        ev = self.evaluated
+        best = ev[ev["meets"]].sort_values(["usd_per_m_output_tokens", "gpus"]).head(self.top)
+        best = best.drop(columns=["above_top_cost"] + ["speculative"] * (not self.speculation))
+        return best.reset_index(drop=True)
 
 
 def candidates(cfg, acc, eff, space: SearchSpace) -> list[tuple[Candidate, Deployment]]:
@@ -295,15 +324,20 @@ class _Probe:
                                watch=watch, speculator=self.speculator)  # fmt: skip
         except Settled:
             return False, math.nan, math.nan
-        return _verdict(res.requests, self.slo)
+        return _verdict(res.request_columns, self.slo)
 
 
-def _verdict(frame: pd.DataFrame, slo: Slo) -> tuple[bool, float, float]:
-    if (frame["status"] != "finished").any():
+def _verdict(frame, slo: Slo) -> tuple[bool, float, float]:
+    """(meets, TTFT and TPOT at the percentile) of a run's requests: its ``request_columns``
+    (numpy arrays, as the engine keeps them) or their DataFrame, the same numbers."""
+    status = np.asarray(frame["status"])
+    if (status != "finished").any():
         return False, math.inf, math.inf
-    kept = frame.iloc[int(len(frame) * WARMUP_SHARE) :]
-    ttft = float(np.nanpercentile(kept["ttft_s"], slo.percentile))
-    tpots = kept["tpot_s"].dropna()
+    first = int(len(status) * WARMUP_SHARE)
+    ttft = float(np.nanpercentile(np.asarray(frame["ttft_s"], dtype=float)[first:],
+                                  slo.percentile))  # fmt: skip
+    tpots = np.asarray(frame["tpot_s"], dtype=float)[first:]
+    tpots = tpots[~np.isnan(tpots)]
     tpot = float(np.percentile(tpots, slo.percentile)) if len(tpots) else 0.0
     return ttft <= slo.ttft_s and tpot <= slo.tpot_s, ttft, tpot
 
@@ -372,8 +406,6 @@ def plan(
     candidates are simulated (``sim.sweep``; in this process by default); ``fit``: the device's
     efficiency fit (default: its built-in one); ``prune`` False simulates every probe to its
     end and caps no search (the same answer, slower: for checking)."""
-    import pandas as pd
-
     check_positive("rate_per_s", rate_per_s, allow_inf=True)
     if math.isinf(rate_per_s):
         raise GpuplanError("rate_per_s=inf is invalid for planning: give a finite request rate")
@@ -433,14 +465,14 @@ def plan(
             if row["meets"]:
                 met.append(row["usd_per_m_output_tokens"])
     bar.close()
-    evaluated = pd.DataFrame(rows)
-    best = evaluated[evaluated["meets"]].sort_values(["usd_per_m_output_tokens", "gpus"]).head(top)
-    best = best.drop(columns=["above_top_cost"] + ["speculative"] * (space.speculation is None))
-    if best.empty:
-        raise GpuplanError(_unmet(cfg, acc, rate_per_s, slo, space, evaluated))
+    if not met:
+        import pandas as pd
+
+        raise GpuplanError(_unmet(cfg, acc, rate_per_s, slo, space, pd.DataFrame(rows)))
     return PlanResult(
-        best=best.reset_index(drop=True),
-        evaluated=evaluated,
+        rows=rows,
+        top=top,
+        speculation=space.speculation is not None,
         candidates=len(found),
         price_source=source,
         wall_s=time.perf_counter() - started,
