@@ -109,3 +109,15 @@ def test_fsdp2_adds_its_sharded_gradients_but_copies_no_bucket():
     one, four = _items(_line("fsdp2", 1)), _items(_line("fsdp2", 4))
     assert "dp gradient reduction" not in one
     assert four["gradient accumulation"] > 0 and "gradient accumulation" not in one
+
+
+def test_fsdp2_copies_around_its_collectives_scale_with_the_gathers():
+    """One rank: keep (one gather a micro-batch) copies 4 + 4 + 8 B/param, reshard (a second
+    gather for the backward, with its cast) 30; FSDP1's flat parameters copy nothing."""
+    keep, reshard = _items(_line("fsdp2-keep", 1)), _items(_line("fsdp2", 1))
+    op = "zero gathers/reduce-scatters"
+    assert reshard[op] / keep[op] == pytest.approx(30 / 16, rel=1e-6)
+    assert _items(_line("fsdp2-keep", 4))[op] == pytest.approx(4 * keep[op], rel=1e-9)
+    fsdp1 = _line("fsdp2", 1)
+    fsdp1 = dict(fsdp1, params=fsdp1["params"] | {"stack": "pytorch"})
+    assert op not in _items(fsdp1)

@@ -158,6 +158,9 @@ def time_terms(facts, s: dict, t: dict, *, kinds: StageKinds, cluster: Cluster, 
 # step (the micro-batches before the last run under no_sync())
 DDP_BUCKET_COPY_BYTES = 16
 AUTOGRAD_ACCUMULATE_BYTES = 12  # fp32 grad += new: read 4 + 4, write 4 (TrainingRuntime)
+# TrainingRuntime.fsdp2_copies: copy-in of a local bf16 shard, copy-out of a gathered bf16
+# parameter, the backward re-gather's fp32 -> bf16 cast of the shard, a one-rank reduce-scatter
+FSDP2_COPY_IN_BYTES, FSDP2_COPY_OUT_BYTES, FSDP2_RECAST_BYTES, FSDP2_ONE_RANK_RS_BYTES = 4, 4, 6, 8
 
 
 def _pytorch_grad_passes(terms, runtime, s, max_p, group, unsharded, acc, eff) -> None:
@@ -169,6 +172,13 @@ def _pytorch_grad_passes(terms, runtime, s, max_p, group, unsharded, acc, eff) -
     copied = _bucket_copy(runtime, group) & (zero < 2)
     terms["dp_comm"] = terms["dp_comm"] + np.where(
         copied, DDP_BUCKET_COPY_BYTES * max_p / bw + eff.kernel_overhead_s, 0.0)
+    if runtime.fsdp2_copies:  # TrainingRuntime.fsdp2_copies, per micro-batch
+        gathers = np.where(zero >= 3, 2, 1)
+        per_mb = (gathers * (FSDP2_COPY_IN_BYTES * max_p / group + FSDP2_COPY_OUT_BYTES * max_p)
+                  + (gathers - 1) * FSDP2_RECAST_BYTES * max_p / group
+                  + np.where(np.asarray(group) == 1, FSDP2_ONE_RANK_RS_BYTES * max_p, 0.0))
+        terms["zero_comm"] = terms["zero_comm"] + np.where(
+            (zero >= 2) & ~unsharded, m * per_mb / bw, 0.0)
     if runtime.autograd_accumulation:
         local = np.where(zero >= 2, max_p / group, max_p)
         add = (m - 1) * (AUTOGRAD_ACCUMULATE_BYTES * local / bw + eff.kernel_overhead_s)

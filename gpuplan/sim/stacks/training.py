@@ -129,6 +129,15 @@ class TrainingRuntime:
     # DeepSpeed's wgrad GEMMs add into their main-gradient buffers instead (Strategy's
     # fused_grad_accumulation)
     autograd_accumulation: bool = False
+    # FSDP2's own copies around its collectives, per micro-batch (torch/distributed/fsdp/
+    # _fully_shard/_fsdp_collectives.py): each all-gather copies the bf16 shards into the
+    # gathered buffer (foreach_all_gather, ``_foreach_copy_``: 2 + 2 bytes per local
+    # parameter) and out of it into the unsharded parameters (foreach_all_gather_copy_out,
+    # ``split_with_sizes_copy``: 2 + 2 per parameter); reshard_after_forward gathers again for
+    # the backward, casting the fp32 shard to bf16 again (4 + 2); on one rank the reduce-
+    # scatter's fp32 output is NCCL's copy of its input (4 + 4). FSDP1's flat parameters are
+    # views of the gathered buffer: no copy-out
+    fsdp2_copies: bool = False
 
     def __post_init__(self) -> None:
         check_choice("selective", self.selective, SELECTIVE)
@@ -169,6 +178,7 @@ FSDP2_RUNTIME = TrainingRuntime(
     selective="op-sac",
     pp_unsharded=True,  # torchtitan's FSDP under PP (TrainingRuntime.pp_unsharded)
     autograd_accumulation=True,  # the sharded gradient += after each reduce-scatter
+    fsdp2_copies=True,
 )
 
 COMPOSER_RUNTIME = TrainingRuntime(
