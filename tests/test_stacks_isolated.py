@@ -87,7 +87,7 @@ def test_a_negative_moe_block_cost_is_a_one_line_error():
         HostModel(moe_block_s=-1e-3)
 
 
-def test_fit_stacks_prices_each_whole_model_record_at_its_own_host_probe(tmp_path):
+def test_fit_stacks_prices_each_whole_model_record_at_its_own_host_probe(tmp_path, monkeypatch):
     from gpuplan.validate.harness.host_probe import reference_s_per_launch
 
     rec = {"kind": "model_decode_step", "device": "h200",
@@ -99,6 +99,8 @@ def test_fit_stacks_prices_each_whole_model_record_at_its_own_host_probe(tmp_pat
     path = tmp_path / "models.jsonl"
     path.write_text("\n".join(__import__("json").dumps(r) for r in (rec, slow)) + "\n")
     plain, probed = fit_stacks.load(tmp_path)
+    assert fit_stacks.host_speed(probed) is None  # off by default (the committed fit)
+    monkeypatch.setattr(fit_stacks, "USE_HOST_PROBES", True)
     assert fit_stacks.host_speed(plain) is None
     assert fit_stacks.host_speed(probed) == pytest.approx(2.0)
     model = fit_stacks.Model("h200")
