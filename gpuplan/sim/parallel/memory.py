@@ -22,7 +22,9 @@ the logits, a middle stage of an uneven split may hold more blocks; the peak is 
 - communication buffers: the gathered activation of a TP/SP collective, pipeline send and receive
   buffers, ZeRO-3's gathered layer (current and prefetched), MoE dispatch/combine buffers. Data-
   parallel reductions run in place on the gradient buffer (Megatron's contiguous grad buffer,
-  PyTorch DDP's gradient_as_bucket_view), so they add nothing beyond the gradients.
+  DeepSpeed's contiguous gradients), so they add nothing beyond the gradients; PyTorch DDP's
+  default (gradient_as_bucket_view=False) keeps a flat copy of them in its buckets
+  (``grad_buckets``, ``stacks.training.TrainingRuntime.ddp_bucket_copy``).
 - fragmentation: 5% of the allocated bytes, a named floor (GMLake, Guo et al. ASPLOS 2024, measure
   far more on some large-model runs); cuda_context: 0.5 GB outside PyTorch's allocator (context,
   cuBLAS and NCCL workspaces; an order of magnitude, not a measurement).
