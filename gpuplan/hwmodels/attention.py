@@ -121,9 +121,14 @@ def math_attention_time(acc, op: Attention, eff: Efficiency) -> KernelTime:
     kernels = 4 + (4 if upcast else 0) + (2 if rep > 1 else 0)
     times = 2 if op.pass_ == "bwd" else 1
     rate = acc.peak(work) * eff.gemm_fraction(work)
-    compute_s = throttled(times * gemm_flops * op.count / rate, eff, work)
-    traffic = (times * (operand_bytes + score_bytes) + convert_bytes + repeat_bytes) * op.count
-    memory_s = traffic / (acc.hbm_bytes_per_s * eff.hbm_fraction)
+    bw = acc.hbm_bytes_per_s * eff.hbm_fraction
+    gemm_s = throttled(times * gemm_flops * op.count / rate, eff, work)
+    # the GEMMs move their operands, write S and read P; the softmax (read S, write P), the
+    # casts and the repeats are kernels of their own, which run after the GEMMs, not under them
+    gemm_bytes = times * (operand_bytes + score_bytes / 2) * op.count
+    other_s = (times * score_bytes / 2 + convert_bytes + repeat_bytes) * op.count / bw
+    compute_s = max(gemm_s, gemm_bytes / bw) + other_s
+    memory_s = gemm_bytes / bw + other_s
     fixed_s = (kernels * eff.kernel_overhead_s + eff.attn_fixed_s) * op.count * times
     return KernelTime(compute_s, memory_s, fixed_s)
 
