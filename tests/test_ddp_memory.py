@@ -121,3 +121,13 @@ def test_fsdp2_copies_around_its_collectives_scale_with_the_gathers():
     fsdp1 = _line("fsdp2", 1)
     fsdp1 = dict(fsdp1, params=fsdp1["params"] | {"stack": "pytorch"})
     assert op not in _items(fsdp1)
+
+
+def test_fsdp2_holds_bf16_weights_of_the_root_only_under_reshard():
+    """reshard_after_forward frees a block's gathered bf16 weights after its forward; the root
+    (embedding, final norm, untied head) keeps its own; without resharding all stay (2 B/param)."""
+    keep, reshard = _line("fsdp2-keep", 1), _line("fsdp2", 1)
+    p = keep["params"]
+    root = 2 * p["vocab"] * p["hidden"] + p["hidden"]
+    assert _memory(keep)["weight_cast_cache"] == pytest.approx(2.0 * keep["num_params"], rel=1e-9)
+    assert _memory(reshard)["weight_cast_cache"] == pytest.approx(2.0 * root, rel=1e-9)

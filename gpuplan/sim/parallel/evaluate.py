@@ -217,6 +217,7 @@ def memory_of(facts, s: dict, *, kinds: StageKinds, seq: int, state_precision: s
         grads_persist=grads_persist,
         selective=_selective(runtime),
         grad_bucket_copy=_bucket_copy(runtime, s["dp"] * cp),
+        root_unsharded=runtime is not None and runtime.fsdp2_root_unsharded,
     )
 
 

@@ -237,6 +237,7 @@ def memory_terms(
     selective: str = "attention-core",
     pp_unsharded=False,
     grad_bucket_copy=False,
+    root_unsharded: bool = False,
 ) -> dict:
     """Named memory terms (bytes) of the GPU that needs the most; arrays broadcast together.
 
@@ -248,7 +249,9 @@ def memory_terms(
     with more than one micro-batch per step (``m`` > 1) the first micro-batch's gradients stay
     allocated through the later forwards, so they count at the forward's end too.
     ``grad_bucket_copy``: PyTorch DDP's buckets hold a flat copy of the replicated gradients
-    (``stacks.training.TrainingRuntime.ddp_bucket_copy``), allocated at both moments."""
+    (``stacks.training.TrainingRuntime.ddp_bucket_copy``), allocated at both moments.
+    ``root_unsharded``: FSDP2's 16-bit weights at the forward's end under ZeRO-3 are its root
+    module's only (``TrainingRuntime.fsdp2_root_unsharded``; the blocks' are comm_buffers)."""
     stage_p, blocks_p, expert_p = stage_params(f, k, tp, ep)
     held, working = activation_bytes(
         f, k, tp=tp, pp=pp, cp=cp, sp=sp, mb=mb, m=m, v=v, sched=sched, rc=rc, seq=seq,
@@ -272,6 +275,10 @@ def memory_terms(
     }
     if state_precision == "bf16-mixed":  # autocast's cache of 16-bit weight copies
         terms["weight_cast_cache"] = 2.0 * local_w
+        if root_unsharded:  # FSDP2 at ZeRO-3: the root's gathered bf16 weights stay
+            ends = stage_p - blocks_p  # embedding, final norm, head of the stage, / tp
+            terms["weight_cast_cache"] = np.where((zero >= 3) & ~np.asarray(pp_unsharded),
+                                                  2.0 * ends, terms["weight_cast_cache"])
     if optimizer == "foreach":  # one moment-sized temporary (FOREACH_TEMP_BYTES)
         terms["optimizer_temp"] = optim * FOREACH_TEMP_BYTES[state_precision] / (
             PRECISION_BYTES[state_precision][2]

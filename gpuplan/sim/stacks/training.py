@@ -138,6 +138,13 @@ class TrainingRuntime:
     # scatter's fp32 output is NCCL's copy of its input (4 + 4). FSDP1's flat parameters are
     # views of the gathered buffer: no copy-out
     fsdp2_copies: bool = False
+    # FSDP2 with MixedPrecisionPolicy(param_dtype=bfloat16) computes on its gathered bf16
+    # parameters, so autocast keeps no 16-bit copies; under reshard_after_forward (ZeRO-3) a
+    # block's are freed after its forward, but the root module's (embedding, final norm, LM
+    # head) stay: "the root FSDP state has its value specially set to False as a heuristic since
+    # its parameters would typically be immediately all-gathered for backward" (fully_shard
+    # docstring, torch/distributed/fsdp/_fully_shard/_fully_shard.py)
+    fsdp2_root_unsharded: bool = False
 
     def __post_init__(self) -> None:
         check_choice("selective", self.selective, SELECTIVE)
@@ -179,6 +186,7 @@ FSDP2_RUNTIME = TrainingRuntime(
     pp_unsharded=True,  # torchtitan's FSDP under PP (TrainingRuntime.pp_unsharded)
     autograd_accumulation=True,  # the sharded gradient += after each reduce-scatter
     fsdp2_copies=True,
+    fsdp2_root_unsharded=True,
 )
 
 COMPOSER_RUNTIME = TrainingRuntime(
