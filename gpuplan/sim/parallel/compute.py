@@ -49,6 +49,9 @@ class Shape:
     load: float = 1.0  # busiest expert GPU's tokens over the mean
     precision: str = "bf16"
     attention: str = "flash"
+    # the dtype the routed experts' GEMMs and activation run in (``Stack.moe_autocast_dtype``
+    # under autocast over fp32 weights; bf16 otherwise): see ``expert_dtype_of``
+    expert_dtype: str = "bf16"
 
     @property
     def tokens(self) -> int:
@@ -93,6 +96,30 @@ def _gemm_dtype(ops: list[Op], precision: str) -> list[Op]:
     if precision == "bf16":
         return ops
     return [replace(op, dtype=precision) if isinstance(op, Gemm) else op for op in ops]
+
+
+def expert_dtype_of(stack, precision: str) -> str:
+    """The dtype ``stack``'s routed experts run in when training at ``precision``: its
+    ``moe_autocast_dtype`` where it trains under autocast over fp32 weights in bf16 (the experts'
+    inputs and weights stay fp32: autocast_mode.cpp casts no ``_grouped_mm``), else bf16."""
+    if stack is None or precision != "bf16" or stack.mixed_precision != "autocast":
+        return "bf16"
+    return stack.moe_autocast_dtype
+
+
+# the ops of an MoE block that run on the experts' fp32 inputs under autocast: the routed rows'
+# gather and scatter, the expert GEMMs (``_grouped_mm``: one fp32 mm per expert in ATen's
+# fallback) and their activation; the router is an ``nn.Linear`` (autocast: bf16)
+_EXPERT_ROWS = ("permute", "unpermute")
+
+
+def _expert_dtype(ops: list[Op], dtype: str) -> list[Op]:
+    if dtype == "bf16":
+        return ops
+    return [replace(op, dtype=dtype)
+            if isinstance(op, Gemm | Elementwise)
+            and (op.name.startswith("expert_") or op.name in _EXPERT_ROWS) else op
+            for op in ops]  # fmt: skip
 
 
 def _split_sp(ops: list[Op], tp: int) -> list[Op]:
@@ -178,6 +205,8 @@ def layer_forward_ops(cfg, shape: Shape, layer: int,
         fwd = _experts(fwd, shape)
     fwd, extra_bwd = _attention(fwd, shape)
     fwd = _gemm_dtype(fwd, shape.precision)
+    if cfg.is_moe_layer(layer):
+        fwd = _expert_dtype(fwd, shape.expert_dtype)
     return fwd, extra_bwd
 
 

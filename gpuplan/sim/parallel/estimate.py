@@ -21,7 +21,7 @@ import numpy as np
 from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.efficiency import efficiency_for, queued
 from gpuplan.sim.breakdown import Breakdown, Item
-from gpuplan.sim.parallel.compute import CORE, CostCache, MicroBatchCosts, Shape
+from gpuplan.sim.parallel.compute import CORE, CostCache, MicroBatchCosts, Shape, expert_dtype_of
 from gpuplan.sim.parallel.evaluate import evaluate
 from gpuplan.sim.parallel.memory import RECOMPUTE_CODES, SCHEDULE_CODES, model_facts
 from gpuplan.sim.parallel.stage import (
@@ -158,8 +158,9 @@ def strategy_kinds(st: Strategy, cfg: ModelConfig) -> StageKinds:
     return stage_kinds(model_facts(cfg).moe_flags, stage_layer_counts(st, cfg.n_layers))
 
 
-def shape_of(st: Strategy, cfg: ModelConfig, seq: int) -> Shape:
-    """The per-GPU kernel shape of one micro-batch under ``st``."""
+def shape_of(st: Strategy, cfg: ModelConfig, seq: int, stack=None) -> Shape:
+    """The per-GPU kernel shape of one micro-batch under ``st`` (on ``stack``: the dtype its
+    MoE experts run in, ``compute.expert_dtype_of``)."""
     load = (st.capacity_factor or st.expert_imbalance) if cfg.is_moe else 1.0
     return Shape(
         micro_batch=st.micro_batch,
@@ -171,6 +172,7 @@ def shape_of(st: Strategy, cfg: ModelConfig, seq: int) -> Shape:
         load=load,
         precision=st.precision,
         attention=st.attention,
+        expert_dtype=expert_dtype_of(stack, st.precision) if cfg.is_moe else "bf16",
     )
 
 
@@ -208,7 +210,7 @@ def estimate_training(
     runtime = runtime_of(stack)
     eff = training_efficiency(stack, eff or efficiency_for(acc.key), acc)
     costs = costs or CostCache(cfg, acc, eff, stack.elementwise)
-    mbc = costs(shape_of(strategy, cfg, seq))
+    mbc = costs(shape_of(strategy, cfg, seq, stack))
     facts = model_facts(cfg)
     s = strategy_arrays(strategy, cfg)
     kinds = strategy_kinds(strategy, cfg)

@@ -31,6 +31,7 @@ ELEMENTWISE_IMPLS = ("eager", "fused", "compiled")
 HOST_MODES = ("eager", "cuda_graph", "compiled")
 KV_CACHES = ("dynamic", "static", "paged")
 MOE_IMPLS = ("grouped_gemm", "expert_loop")
+MOE_AUTOCAST_DTYPES = ("bf16", "fp32")  # the dtype MoE experts' GEMMs run in under autocast
 OPTIMIZERS = ("foreach", "fused")
 TIMINGS = ("isolated", "device")
 MIXED_PRECISION = ("autocast", "bf16-params")
@@ -93,6 +94,13 @@ class Stack:
     attention: AttentionChoice
     elementwise: str = "eager"  # eager ATen kernels, hand-fused, or torch.compile's Triton
     moe: str = "grouped_gemm"
+    # the dtype the routed experts' GEMMs run in when training under autocast over fp32 weights
+    # (``mixed_precision='autocast'``): ``fp32`` where they are ``torch._grouped_mm`` calls,
+    # which autocast leaves in the inputs' dtype (``_grouped_mm`` is on none of the CUDA cast
+    # lists of aten/src/ATen/autocast_mode.cpp, torch 2.9-2.11) and whose CUDA kernel is
+    # CUTLASS for bf16 only: fp32 runs ``_grouped_mm_fallback`` (ATen native/GroupedMMUtils.h),
+    # one fp32 ``mm`` per expert (SIMT SGEMM: ``allow_tf32`` is False by default)
+    moe_autocast_dtype: str = "bf16"
     host: HostModel = HostModel()
     kv_cache: str = "static"  # of a decode: dynamic (torch.cat per step), static, paged
     optimizer: str = "fused"  # AdamW: foreach (temporaries of every parameter) or fused
@@ -125,6 +133,7 @@ class Stack:
     def __post_init__(self) -> None:
         check_choice("elementwise", self.elementwise, ELEMENTWISE_IMPLS)
         check_choice("moe", self.moe, MOE_IMPLS)
+        check_choice("moe_autocast_dtype", self.moe_autocast_dtype, MOE_AUTOCAST_DTYPES)
         check_choice("kv_cache", self.kv_cache, KV_CACHES)
         check_choice("optimizer", self.optimizer, OPTIMIZERS)
         check_choice("mixed_precision", self.mixed_precision, MIXED_PRECISION)
