@@ -174,17 +174,22 @@ def register(subparsers) -> None:
     p.add_argument("--reproduce", action="store_true",
                    help="predict the published serving results (TensorRT-LLM, NIM, vLLM) and "
                    "print the error by source and metric")  # fmt: skip
-    p.add_argument("--speculative", type=word, default=None,
-                   help="speculative decoding: ngram, eagle or draft:MODEL (with --spec-tokens "
-                   "and --accept-rate)")  # fmt: skip
-    p.add_argument("--spec-tokens", type=int, default=None, help="tokens proposed a step (K >= 1)")
-    p.add_argument("--accept-rate", type=float, default=None,
-                   help="per-token acceptance of the proposals, in [0, 1]")  # fmt: skip
+    _speculative_flags(p, "speculative decoding")
     p.set_defaults(func=run_serve)
     sub = p.add_subparsers(title="subcommands", metavar="{plan,edge}", dest="serve_command")
     _register_plan(sub)
     _register_edge(sub)
 
+
+
+def _speculative_flags(p, what: str) -> None:
+    """``--speculative``, ``--spec-tokens`` and ``--accept-rate`` (serve and serve plan)."""
+    p.add_argument("--speculative", type=word, default=None,
+                   help=f"{what}: ngram, eagle or draft:MODEL (with --spec-tokens and "
+                   "--accept-rate)")  # fmt: skip
+    p.add_argument("--spec-tokens", type=int, default=None, help="tokens proposed a step (K >= 1)")
+    p.add_argument("--accept-rate", type=float, default=None,
+                   help="per-token acceptance of the proposals, in [0, 1]")  # fmt: skip
 
 def _register_plan(sub) -> None:
     p = sub.add_parser("plan", help="cheapest configurations that meet TTFT and TPOT SLOs")
@@ -199,12 +204,7 @@ def _register_plan(sub) -> None:
     p.add_argument("--max-gpus", type=gpu_count, default=64)
     p.add_argument("--top", type=positive(int), default=5)
     p.add_argument("--price-per-gpu-hour", type=positive(float), help="USD (default: price file)")
-    p.add_argument("--speculative", type=word, default=None,
-                   help="also try each colocated candidate with speculative decoding: ngram, "
-                   "eagle or draft:MODEL (with --spec-tokens and --accept-rate)")  # fmt: skip
-    p.add_argument("--spec-tokens", type=int, default=None, help="tokens proposed a step (K >= 1)")
-    p.add_argument("--accept-rate", type=float, default=None,
-                   help="per-token acceptance of the proposals, in [0, 1]")  # fmt: skip
+    _speculative_flags(p, "also try each colocated candidate with speculative decoding")
     add_sweep_options(p)
     p.set_defaults(func=run_plan)
 
