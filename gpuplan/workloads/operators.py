@@ -275,12 +275,16 @@ def backward_of(ops: list[Op]) -> list[Op]:
     out: list[Op] = []
     for op in reversed(ops):
         if isinstance(op, Gemm):
+            # a grouped GEMM's backward is two grouped GEMMs (torch._grouped_mm's derivative,
+            # tools/autograd/derivatives.yaml): the launches carry over
             out += [
                 Gemm(
-                    name=f"{op.name}.dgrad", m=op.m, n=op.k, k=op.n, dtype=op.dtype, count=op.count
+                    name=f"{op.name}.dgrad", m=op.m, n=op.k, k=op.n, dtype=op.dtype, count=op.count,
+                    launches=op.launches,
                 ),
                 Gemm(
-                    name=f"{op.name}.wgrad", m=op.k, n=op.n, k=op.m, dtype=op.dtype, count=op.count
+                    name=f"{op.name}.wgrad", m=op.k, n=op.n, k=op.m, dtype=op.dtype, count=op.count,
+                    launches=op.launches,
                 ),
             ]
         elif isinstance(op, Attention | Elementwise):

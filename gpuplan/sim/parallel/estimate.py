@@ -21,7 +21,14 @@ import numpy as np
 from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.efficiency import efficiency_for, queued
 from gpuplan.sim.breakdown import Breakdown, Item
-from gpuplan.sim.parallel.compute import CORE, CostCache, MicroBatchCosts, Shape, expert_dtype_of
+from gpuplan.sim.parallel.compute import (
+    CORE,
+    CostCache,
+    MicroBatchCosts,
+    Shape,
+    expert_dtype_of,
+    grouped_experts_of,
+)
 from gpuplan.sim.parallel.evaluate import evaluate
 from gpuplan.sim.parallel.memory import RECOMPUTE_CODES, SCHEDULE_CODES, model_facts
 from gpuplan.sim.parallel.stage import (
@@ -173,6 +180,7 @@ def shape_of(st: Strategy, cfg: ModelConfig, seq: int, stack=None) -> Shape:
         precision=st.precision,
         attention=st.attention,
         expert_dtype=expert_dtype_of(stack, st.precision) if cfg.is_moe else "bf16",
+        grouped_experts=grouped_experts_of(stack, st.precision) and cfg.is_moe,
     )
 
 
