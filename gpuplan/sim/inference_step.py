@@ -36,7 +36,7 @@ from gpuplan.sim.step import _as_run, _with_launch, layer_groups
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.operators import embedding_forward, head_forward, layer_forward
-from gpuplan.workloads.ops import Memory
+from gpuplan.workloads.ops import Attention, Elementwise, Memory
 from gpuplan.workloads.params import count_params
 
 # nn.Module calls of one step of an HF decoder (modeling_llama.py): per block the decoder layer,
@@ -86,12 +86,19 @@ def decode_deployment(
     if graph and kv_cache == "dynamic":
         raise GpuplanError("kv_cache='dynamic' cannot be replayed from a CUDA graph (its tensors "
                            "change shape every step): use --kv-cache static or paged")
+    host_extra_s = _host_extra_s(cfg, stack)
+    if not graph:  # the torch calls of transformers' RMSNorm beyond the one the iteration counts
+        # (``eff`` is the stack's: its ``host_launch_s`` carries the host's speed already)
+        host_extra_s += transformers_rmsnorm_calls(cfg, stack) * eff.host_launch_s
     return Deployment(
         model=cfg, acc=acc, eff=queued(eff), tp=tp, cuda_graph=graph, impl=stack.elementwise,
-        kv_cache=kv_cache, host_extra_s=_host_extra_s(cfg, stack), stack=stack.name,
+        kv_cache=kv_cache, host_extra_s=host_extra_s, stack=stack.name,
         decode_context_tokens=max_cache_len if kv_cache == "static" else None,
         grouped_experts=stack.moe == "grouped_gemm", repeat_kv_masked=stack.repeat_kv_masked,
         host_overlap=stack.host.device_overlap,
+        # a compiled model's call before its CUDA graph replays (``HostModel.graph_call_s``)
+        iteration_overhead_s=(stack.host.graph_call_s * stack.host.speed_factor
+                              if graph and stack.host.mode == "compiled" else 0.0),
     )
 
 
@@ -153,14 +160,95 @@ def prefill_breakdown(
         ops = [*ops, Memory(name="kv_cache_write", op="copy",
                             bytes_moved=2 * t * kv_bytes_per_token_layer(cfg, stack, dtype) / tp,
                             calls=2)]
+        ops = transformers_rmsnorm(sliding_window_masked(cfg, stack, ops), stack)
         items += priced_items(_as_run(ops, stack.elementwise), acc, eff, phase="fwd",
                               repeat=count)
     logit_tokens = t if stack.logits == "all" else batch
-    head = head_forward(cfg, tokens=logit_tokens, dtype=dtype)[:2]  # final norm, LM head
+    final_norm, lm_head = head_forward(cfg, tokens=logit_tokens, dtype=dtype)[:2]
+    # the final norm runs over every position: ``logits_to_keep`` slices after it
+    head = [*transformers_rmsnorm([dataclasses.replace(final_norm, tokens=t)], stack), lm_head]
     items += priced_items(_as_run(head, stack.elementwise), acc, eff, phase="fwd")
     bd = _with_launch(items, eff, extra_host_s=_host_extra_s(cfg, stack))
     memory = prefill_memory(cfg, stack, batch=batch, seq=seq, dtype=dtype, tp=tp)
     return dataclasses.replace(bd, memory_bytes=memory)
+
+
+def sliding_window_masked(cfg: ModelConfig, stack: Stack, ops: list) -> list:
+    """A windowed block's prefill ops as transformers runs them. ``masking_utils`` may skip the
+    mask (SDPA with ``is_causal=True``) only while ``kv_length < sliding_window``
+    (``_ignore_causal_mask_sdpa`` with ``local_attention_size``); from ``seq >= sliding_window``
+    it materializes the mask, so SDPA gets an arbitrary ``attn_mask`` and no ``is_causal``: the
+    kernel computes every one of the ``seq x seq`` scores (no causal skipping), after
+    ``repeat_kv`` copies GQA keys and values to every query head (``use_gqa_in_sdpa`` is off
+    under a mask: integrations/sdpa_attention.py). The backend stays the phase's default:
+    PyTorch's cuDNN path takes a mask (sdp_utils.cpp ``can_use_cudnn_attention``: only
+    ``check_attn_mask_shape``, no check against a mask), which is first in Hopper's priority
+    order. Observed on the H200 (data/h200_stacks/run2): Mistral-7B (window 4096) at 4096
+    tokens ran 1612 kernels against Llama-3-8B's 1441, and its kernel time was 142 ms against
+    114 ms priced as causal. Only for stacks that run transformers' modelling code
+    (``repeat_kv_masked``); elsewhere a window is priced as the window it is."""
+    if not stack.repeat_kv_masked:
+        return ops
+    out = []
+    for op in ops:
+        if not (isinstance(op, Attention) and op.window and op.seq_kv >= op.window):
+            out.append(op)
+            continue
+        if op.heads_kv < op.heads_q:
+            kv_bytes = (op.batch * op.seq_kv * op.heads_kv * (op.head_dim + op.v_head_dim)
+                        * dtype_bytes(op.dtype))
+            rep = op.heads_q / op.heads_kv  # read once, written ``rep`` times (K and V)
+            out.append(Memory(name="repeat_kv", op="copy", bytes_moved=kv_bytes * (1 + rep),
+                              calls=6))  # per K and V: index with None, expand, reshape
+        out.append(dataclasses.replace(op, causal=False, window=0, heads_kv=op.heads_q))
+    return out
+
+
+def runs_transformers(stack: Stack) -> bool:
+    """Whether the stack runs transformers' modelling code (its SDPA integration's
+    ``repeat_kv`` under a mask is the mark: hf-transformers and torch-compile)."""
+    return stack.repeat_kv_masked
+
+
+def rmsnorm_pieces(e: int = 2) -> tuple:
+    """(kernel, bytes per element, bytes per row) of transformers' RMSNorm on ``e``-byte input."""
+    return (("to_float32", e + 4, 0), ("pow", 8, 0), ("mean", 4, 4), ("add_eps", 0, 8),
+            ("rsqrt", 0, 8), ("mul_rsqrt", 8, 4), ("to_dtype", 4 + e, 0), ("mul_weight", 2 * e, 0))
+
+
+def transformers_rmsnorm(ops: list, stack: Stack) -> list:
+    """RMSNorms as transformers' eager ``LlamaRMSNorm.forward`` (and Qwen2's, Mistral's,
+    Mixtral's, DeepSeek-V2's, the same code) runs them: ``to(float32)``, ``pow(2)``,
+    ``mean(-1)``, ``+ eps``, ``rsqrt``, a multiply, ``to(input_dtype)`` and the weight's
+    multiply, eight ATen kernels. Per element of a 16-bit input: the cast reads 2 B and writes
+    4, the square reads and writes 4 each, the mean reads 4, the multiply reads 4 and writes 4,
+    the cast back reads 4 and writes 2, the weight's multiply reads 2 and writes 2: 36 B against
+    the 4 B of one fused norm kernel (``EAGER_KERNELS['rmsnorm']``, what the harness's layer
+    code runs). The ``+ eps`` and ``rsqrt`` touch one fp32 value per row. Observed: the dense
+    HF prefills' kernel times at 4-8k tokens were 6-12% over the priced kernels with a one-
+    kernel norm (data/h200_stacks/run2 ``device_kernel_s``), and their kernel counts ~22 per
+    block over the priced ones. Eager stacks that run transformers' code only: Inductor fuses
+    the norm into one kernel (``torch-compile``)."""
+    if not (runs_transformers(stack) and stack.elementwise == "eager"):
+        return ops
+    out = []
+    for op in ops:
+        if not (isinstance(op, Elementwise) and op.op == "rmsnorm" and op.pass_ == "fwd"):
+            out.append(op)
+            continue
+        n, rows, e = op.tokens * op.hidden * op.count, op.tokens * op.count, dtype_bytes(op.dtype)
+        out += [Memory(name=f"{op.name}.{piece}", op="copy", bytes_moved=per_elem * n
+                       + per_row * rows) for piece, per_elem, per_row in rmsnorm_pieces(e)]
+    return out
+
+
+def transformers_rmsnorm_calls(cfg: ModelConfig, stack: Stack) -> int:
+    """Torch calls of one step's RMSNorms under ``transformers_rmsnorm`` beyond one per norm
+    (the block's two and the final one): a decode prices its norms as one kernel each, and
+    their other seven calls cost the CPU as the prefill's do."""
+    if not (runs_transformers(stack) and stack.elementwise == "eager" and cfg.norm == "rmsnorm"):
+        return 0
+    return (len(rmsnorm_pieces()) - 1) * (2 * cfg.n_layers + 1)
 
 
 def prefill_memory(cfg, stack, *, batch, seq, dtype, tp=1) -> dict:

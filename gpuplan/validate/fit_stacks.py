@@ -16,7 +16,9 @@ Parameters (their priors: ``hwmodels/data/efficiency_prior.json``, ``sim/stacks/
   linear grid over 0-5 ms in 50 us steps), ``HostModel.module_call_s`` (its whole-model records)
   and ``HostModel.device_overlap`` (its decode records; a linear grid over [0, 1] in steps of
   1/32);
-- ``torch-compile``'s ``HostModel.call_factor`` (its whole-model records).
+- ``torch-compile``'s ``HostModel.call_factor`` (its whole-model records) and
+  ``HostModel.graph_call_s`` (its CUDA-graph decode records; a linear grid over 0-2 ms in
+  10 us steps).
 
 Split: the records are grouped by case (params without ``timing``, so a case's two timings and a
 repeat stay on one side), the cases of each (stack, kind) shuffled with ``--seed`` and 70% taken
@@ -51,14 +53,16 @@ RATE_KEYS = ("cudnn_fwd", "cudnn_bwd", "efficient_fwd", "efficient_bwd", "effici
 ISOLATED_KEYS = ("isolated_elementwise", "isolated_gemm", "isolated_attention",
                  "isolated_backward", "isolated_forced_kernel")
 HOST_PARAMS = {"module_call_s": "hf-transformers", "device_overlap": "hf-transformers",
-               "moe_block_s": "hf-transformers", "call_factor": "torch-compile"}
-HOST_KINDS = {"device_overlap": ("model_decode_step",),
+               "moe_block_s": "hf-transformers", "call_factor": "torch-compile",
+               "graph_call_s": "torch-compile"}
+HOST_KINDS = {"device_overlap": ("model_decode_step",), "graph_call_s": ("model_decode_step",),
               "moe_block_s": ("prefill_step", "model_decode_step")}
 _MOE_ONLY = ("moe_block_s",)  # fitted on the MoE models' records alone
 MODEL_KINDS = ("prefill_step", "model_decode_step", "model_train_step")
 HOST_PASSES = 3  # hf-transformers' host factors share records: fitted in turn, 3 rounds
 _LINEAR = {"device_overlap": [k / 32 for k in range(33)],  # a share: absolute grid on [0, 1]
-           "moe_block_s": [k * 0.05e-3 for k in range(101)]}  # 0 to 5 ms in 50 us steps
+           "moe_block_s": [k * 0.05e-3 for k in range(101)],  # 0 to 5 ms in 50 us steps
+           "graph_call_s": [k * 0.01e-3 for k in range(201)]}  # 0 to 2 ms in 10 us steps
 _COARSE = [2 ** (k / 8) for k in range(-24, 25)]
 _FINE = [2 ** (k / 64) for k in range(-8, 9)]
 
@@ -245,7 +249,8 @@ def fit(model: Model, records: list) -> dict[str, dict]:
     # the MoE blocks' own cost first, so that module_call_s is not pulled up by it
     shared = sorted((n for n, owner in HOST_PARAMS.items() if owner == "hf-transformers"),
                     key=lambda n: n not in _MOE_ONLY)
-    for name in (*ISOLATED_KEYS, *RATE_KEYS, *shared * HOST_PASSES, "call_factor"):
+    for name in (*ISOLATED_KEYS, *RATE_KEYS, *shared * HOST_PASSES, "call_factor",
+                 "graph_call_s"):
         recs = [r for r in records if model.touches(r, name)]
         prior = model.values[name]
         if not recs:

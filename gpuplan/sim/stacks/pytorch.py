@@ -31,7 +31,11 @@ ops into Triton kernels (``sim.compilation``), keeps SDPA calls (same dispatch, 
 values repeated under a StaticCache's mask as the eager model does), and its generated wrapper
 still launches
 each kernel from Python (``call_factor`` against eager dispatch: prior 0.3, fitted on 5
-records); ``mode="reduce-overhead"`` replays decode from CUDA graphs (docs/stacks.md).
+records); ``mode="reduce-overhead"`` replays decode from CUDA graphs (docs/stacks.md), each call
+first running Dynamo's guards and CUDA-graph trees' replay bookkeeping on the CPU
+(torch/_inductor/cudagraph_trees.py ``CUDAGraphNode.run``: static-input checks, input copies,
+``graph.replay()``) while the GPU waits (``graph_call_s``: prior 0, fitted on the campaign's
+compiled decode records).
 
 ``harness`` - exactly what ``validate/harness`` forces: FlashAttention-2 for every SDPA call
 (``sdpa_kernel(SDPBackend.FLASH_ATTENTION)``), its own Llama-style layer code in eager ATen ops,
@@ -52,7 +56,7 @@ from gpuplan.sim.stacks import SDPA_DEFAULT, AttentionChoice, HostModel, Stack, 
 # the presets use the fitted value where the file has one.
 PRIORS = {
     "hf-transformers": {"module_call_s": 8e-6, "device_overlap": 1.0, "moe_block_s": 0.0},
-    "torch-compile": {"call_factor": 0.3},
+    "torch-compile": {"call_factor": 0.3, "graph_call_s": 0.0},
 }
 FIT_FILE = Path(__file__).resolve().parent / "data" / "stack_fit.json"
 
@@ -121,7 +125,8 @@ TORCH_COMPILE = Stack(
     title="torch.compile (Inductor): fused elementwise, CUDA-graph decode (reduce-overhead)",
     attention=_DEFAULT,
     elementwise="compiled",
-    host=HostModel(mode="compiled", call_factor=_fit("torch-compile", "call_factor")),
+    host=HostModel(mode="compiled", call_factor=_fit("torch-compile", "call_factor"),
+                   graph_call_s=_fit("torch-compile", "graph_call_s")),
     kv_cache="static",
     optimizer="fused",
     cuda_graph_decode=True,
