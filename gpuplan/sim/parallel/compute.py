@@ -141,6 +141,8 @@ def _expert_dtype(ops: list[Op], dtype: str) -> list[Op]:
             op = replace(op, dtype=dtype)
             if isinstance(op, Gemm) and op.launches is not None:
                 op = replace(op, launches=op.count)
+        elif isinstance(op, Memory) and op.name == "expert_grouping":  # gathers of routed rows
+            op = replace(op, bytes_moved=op.bytes_moved * dtype_bytes(dtype) / dtype_bytes("bf16"))
         out.append(op)
     return out
 
