@@ -72,9 +72,11 @@ def test_bulk_pricing_equals_the_one_shape_path_with_fp32_grouped_experts(impl):
     cfg = get_model("mixtral-8x7b")
     acc = get_accelerator("h200")
     eff = queued(efficiency_for(acc.key))
-    base = Shape(micro_batch=2, seq=2048, expert_dtype="fp32", grouped_experts=True)
+    base = Shape(micro_batch=2, seq=2048, expert_dtype="fp32", grouped_experts=True,
+                 residual_dtype="fp32")
     shapes = [base, dataclasses.replace(base, ep=4, load=1.3), dataclasses.replace(base, tp=2),
-              dataclasses.replace(base, expert_dtype="bf16", grouped_experts=False),
+              dataclasses.replace(base, expert_dtype="bf16", grouped_experts=False,
+                                  residual_dtype="bf16"),
               dataclasses.replace(base, ep=8)]
     kernels = ShapeKernels(cfg, impl, KernelTable(acc, eff))
     got = shape_time_table([kernels.parts(s) for s in shapes], kernels.table, eff)
@@ -96,3 +98,22 @@ def test_grouped_activation_keeps_its_rows_under_expert_parallelism():
     assert act4.count == act.count == 1 and act4.tokens == act.tokens  # n/ep experts x ep rows
     g4 = [op for op in four if op.name == "expert_gate_up_proj"][0]
     assert g4.count == g4.launches == cfg.n_experts // 4
+
+
+def test_the_fp32_residual_stream_runs_norms_adds_and_rope_in_fp32_and_casts_each_linear_input():
+    cfg = get_model("llama3-8b")
+    shape = Shape(micro_batch=1, seq=1024, residual_dtype="fp32")
+    fwd, bwd = layer_ops(cfg, shape, 0)
+    by_name = {op.name: op for op in fwd}
+    for name in ("attn_norm", "mlp_norm", "attn_residual", "mlp_residual", "rope_q", "rope_k"):
+        assert by_name[name].dtype == "fp32", name
+    casts = by_name["autocast_input_casts"]
+    assert casts.count == 5  # q, k, v, gate, up: not o_proj, whose input is the attention's
+    assert casts.bytes == 5 * 1024 * cfg.d_model * (4 + 2)
+    assert any(op.name == "autocast_input_casts.bwd" for op in bwd)
+    plain, _ = layer_ops(cfg, Shape(micro_batch=1, seq=1024), 0)
+    assert not any(op.name.startswith("autocast_input_casts") for op in plain)
+    from gpuplan.sim.parallel.compute import residual_dtype_of
+    assert residual_dtype_of(get_stack("hf-transformers"), "bf16") == "fp32"
+    for name in ("pytorch", "torch-compile", "harness", "megatron-te", "fsdp2"):
+        assert residual_dtype_of(get_stack(name), "bf16") == "bf16", name

@@ -55,6 +55,9 @@ class Shape:
     # the routed experts as grouped GEMMs over the experts that receive tokens (``Stack.moe``;
     # ``workloads.operators.moe_block(grouped=True)``), else one GEMM per expert
     grouped_experts: bool = False
+    # the dtype of the residual stream, norms and RoPE (``Stack.residual_dtype`` under autocast
+    # over fp32 weights; bf16 otherwise): see ``_stream_dtype``
+    residual_dtype: str = "bf16"
 
     @property
     def tokens(self) -> int:
@@ -108,6 +111,42 @@ def expert_dtype_of(stack, precision: str) -> str:
     if stack is None or precision != "bf16" or stack.mixed_precision != "autocast":
         return "bf16"
     return stack.moe_autocast_dtype
+
+
+def residual_dtype_of(stack, precision: str) -> str:
+    """The dtype of ``stack``'s residual stream when training at ``precision``: its
+    ``residual_dtype`` under autocast over fp32 weights in bf16, else bf16."""
+    if stack is None or precision != "bf16" or stack.mixed_precision != "autocast":
+        return "bf16"
+    return stack.residual_dtype
+
+
+# the ops that run on the fp32 residual stream (``Stack.residual_dtype``), and the Linear
+# modules that each cast it to bf16 in a layer: per GEMM of the list, the torch modules it
+# stands for (transformers keeps q, k and v, and gate and up, as separate nn.Linear)
+_STREAM_OPS = ("attn_norm", "mlp_norm", "attn_residual", "mlp_residual", "rope_q", "rope_k",
+               "final_norm")
+_MODULES = {"qkv_proj": 3, "gate_up_proj": 2, "shared_gate_up_proj": 2}
+_NOT_READERS = ("o_proj",)  # reads the attention's bf16 output (its width may be d_model)
+
+
+def _stream_dtype(cfg, ops: list[Op], dtype: str, tokens: int) -> tuple[list[Op], list[Op]]:
+    """``ops`` with the residual stream's ops in ``dtype``, and autocast's casts of it into the
+    Linear modules that read it (forward; and their backward, listed apart): each reads
+    ``dtype`` and writes bf16 (the backward: bf16 in, ``dtype`` out)."""
+    if dtype == "bf16":
+        return ops, []
+    out = [replace(op, dtype=dtype) if isinstance(op, Elementwise) and op.name in _STREAM_OPS
+           else op for op in ops]  # fmt: skip
+    readers = sum(_MODULES.get(op.name, 1) for op in ops
+                  if isinstance(op, Gemm) and op.k == cfg.d_model and op.name not in _NOT_READERS
+                  and not op.name.startswith("expert_"))  # fmt: skip
+    if not readers:
+        return out, []
+    per = tokens * cfg.d_model * (dtype_bytes(dtype) + dtype_bytes("bf16"))
+    out.append(Memory(name="autocast_input_casts", op="copy", bytes_moved=per, count=readers))
+    return out, [Memory(name="autocast_input_casts.bwd", op="copy", bytes_moved=per,
+                        count=readers)]  # fmt: skip
 
 
 def grouped_experts_of(stack, precision: str) -> bool:
@@ -241,6 +280,10 @@ def layer_forward_ops(cfg, shape: Shape, layer: int,
     fwd = _gemm_dtype(fwd, shape.precision)
     if cfg.is_moe_layer(layer):
         fwd = _expert_dtype(fwd, shape.expert_dtype)
+    if shape.residual_dtype != "bf16":
+        fwd, cast_bwd = _stream_dtype(cfg, fwd, shape.residual_dtype,
+                                      shape.micro_batch * (shape.seq // shape.cp))  # fmt: skip
+        extra_bwd = extra_bwd + cast_bwd
     return fwd, extra_bwd
 
 
@@ -262,8 +305,9 @@ def head_ops(cfg, shape: Shape) -> tuple[list[Op], list[Op]]:
         Memory(name="cross_entropy", op="cross_entropy", bytes_moved=t * v_local * 10),
     ]
     fwd = _gemm_dtype(fwd, shape.precision)
+    head, cast_bwd = _stream_dtype(cfg, fwd[:2], shape.residual_dtype, t)  # final norm in fp32
     bwd = [Memory(name="cross_entropy.bwd", op="cross_entropy", bytes_moved=t * v_local * 10)]
-    return fwd, bwd + backward_of(fwd[:2])
+    return head + fwd[2:], bwd + backward_of(head[:2]) + cast_bwd
 
 
 def embedding_ops(cfg, shape: Shape) -> tuple[list[Op], list[Op]]:

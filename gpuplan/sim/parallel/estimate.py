@@ -28,6 +28,7 @@ from gpuplan.sim.parallel.compute import (
     Shape,
     expert_dtype_of,
     grouped_experts_of,
+    residual_dtype_of,
 )
 from gpuplan.sim.parallel.evaluate import evaluate
 from gpuplan.sim.parallel.memory import RECOMPUTE_CODES, SCHEDULE_CODES, model_facts
@@ -181,6 +182,7 @@ def shape_of(st: Strategy, cfg: ModelConfig, seq: int, stack=None) -> Shape:
         attention=st.attention,
         expert_dtype=expert_dtype_of(stack, st.precision) if cfg.is_moe else "bf16",
         grouped_experts=grouped_experts_of(stack, st.precision) and cfg.is_moe,
+        residual_dtype=residual_dtype_of(stack, st.precision),
     )
 
 

@@ -34,7 +34,12 @@ from gpuplan.errors import GpuplanError, check_whole
 from gpuplan.hwmodels.efficiency import efficiency_for
 from gpuplan.limits import MAX_DIM
 from gpuplan.sim.inputs import check_gpus, check_seq
-from gpuplan.sim.parallel.compute import Shape, expert_dtype_of, grouped_experts_of
+from gpuplan.sim.parallel.compute import (
+    Shape,
+    expert_dtype_of,
+    grouped_experts_of,
+    residual_dtype_of,
+)
 from gpuplan.sim.parallel.cost import usd_per_hour
 from gpuplan.sim.parallel.estimate import flops_per_sequence, training_efficiency
 from gpuplan.sim.parallel.evaluate import memory_of, time_terms
@@ -139,6 +144,7 @@ def _price_piece(kernels: ShapeKernels, seq: int, space: SearchSpace, shapes: np
                           if cfg.is_moe else "bf16"),
             grouped_experts=(grouped_experts_of(get_stack(space.stack), "fp8" if fp8 else "bf16")
                              and cfg.is_moe),
+            residual_dtype=residual_dtype_of(get_stack(space.stack), "fp8" if fp8 else "bf16"),
         )
         parts.append(kernels.parts(shape))
     return shape_time_table(parts, kernels.table, kernels.table.eff)

@@ -105,6 +105,12 @@ class Stack:
     # CUTLASS for bf16 only: fp32 runs ``_grouped_mm_fallback`` (ATen native/GroupedMMUtils.h),
     # one fp32 ``mm`` per expert (SIMT SGEMM: ``allow_tf32`` is False by default)
     moe_autocast_dtype: str = "bf16"
+    # training under autocast over fp32 weights that nothing else casts (transformers' eager
+    # models under the Trainer's bf16=True): the residual stream is fp32 (the embedding's
+    # output), so the norms, the residual adds and RoPE (cos and sin take the hidden states'
+    # dtype, LlamaRotaryEmbedding.forward) run in fp32 and each Linear casts its fp32 input to
+    # bf16 (autocast caches the casts of leaf weights only); ``bf16``: none of that
+    residual_dtype: str = "bf16"
     host: HostModel = HostModel()
     kv_cache: str = "static"  # of a decode: dynamic (torch.cat per step), static, paged
     optimizer: str = "fused"  # AdamW: foreach (temporaries of every parameter) or fused
@@ -138,6 +144,7 @@ class Stack:
         check_choice("elementwise", self.elementwise, ELEMENTWISE_IMPLS)
         check_choice("moe", self.moe, MOE_IMPLS)
         check_choice("moe_autocast_dtype", self.moe_autocast_dtype, MOE_AUTOCAST_DTYPES)
+        check_choice("residual_dtype", self.residual_dtype, MOE_AUTOCAST_DTYPES)
         check_choice("kv_cache", self.kv_cache, KV_CACHES)
         check_choice("optimizer", self.optimizer, OPTIMIZERS)
         check_choice("mixed_precision", self.mixed_precision, MIXED_PRECISION)

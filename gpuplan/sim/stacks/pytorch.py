@@ -104,6 +104,7 @@ HF_TRANSFORMERS = Stack(
     # torch._grouped_mm calls run in fp32 (Stack.moe_autocast_dtype); the H200 campaign's
     # Mixtral steps grow 92 ms per 1,000 tokens over 4.2 TFLOP of expert work: ~46 TFLOP/s
     moe_autocast_dtype="fp32",
+    residual_dtype="fp32",  # its models' residual stream under autocast (Stack.residual_dtype)
     host=HostModel(mode="eager", module_call_s=_fit("hf-transformers", "module_call_s"),
                    device_overlap=_fit("hf-transformers", "device_overlap"),
                    moe_block_s=_fit("hf-transformers", "moe_block_s")),
