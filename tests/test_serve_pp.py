@@ -242,3 +242,14 @@ def test_the_cpu_cost_per_sequence_is_paid_once_per_pipelined_iteration():
         with_cpu = StepModel(dep).iteration_s(b)
         assert with_cpu == pytest.approx(iteration_breakdown(dep, b).total_s, rel=1e-12)
         assert with_cpu - StepModel(base).iteration_s(b) == pytest.approx(1e-5 * running)
+
+
+@pytest.mark.parametrize("pp", [1, 2])
+def test_a_step_model_survives_pickling_as_dask_workers_receive_it(pp):
+    import pickle
+
+    dep = deployment("llama3-8b", "h100-sxm", pp=pp)
+    step = StepModel(dep)
+    back = pickle.loads(pickle.dumps(step))
+    assert type(back) is type(step)
+    assert back.iteration_s(BATCHES[0]) == step.iteration_s(BATCHES[0])

@@ -76,9 +76,10 @@ class StepModel:
 
     MEMO_LIMIT = 200_000  # prefill-attention pieces kept before the memo starts afresh
 
-    def __new__(cls, dep, *, max_tokens: int = 4096, stage: Stage | None = None):
+    def __new__(cls, dep=None, *, max_tokens: int = 4096, stage: Stage | None = None):
         # a replica of several pipeline stages is a ``PipelineStepModel`` of one per stage
-        if cls is StepModel and stage is None and dep.pp > 1:
+        # (``dep`` None: pickle's ``cls.__new__(cls)`` rebuilding one, as Dask workers do)
+        if cls is StepModel and stage is None and dep is not None and dep.pp > 1:
             cls = PipelineStepModel
         return super().__new__(cls)
 
