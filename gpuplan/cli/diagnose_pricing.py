@@ -53,6 +53,7 @@ def train_pricer(parser):
 
 
 def train_walk(settings, parser):
+    from gpuplan.cli.train_cmd import DEFAULT_TRAINING_STACK
     from gpuplan.sim.diagnose_layers import training_limit, training_offers
 
     args = parser.parse_args(_argv(settings))
@@ -66,7 +67,8 @@ def train_walk(settings, parser):
     if "--gpus" not in settings:  # the layer-2 layout keeps the world size the setup has
         settings["--gpus"] = str(gpus)
     return walk(settings, price=train_pricer(parser),
-                offers=training_offers(cfg, cluster, search_layout=search_layout),
+                offers=training_offers(cfg, cluster, search_layout=search_layout,
+                                       default_stack=DEFAULT_TRAINING_STACK),
                 limit=lambda s, now: training_limit(now, cluster.accelerator),
                 kind="train", metric="step_time_s")  # fmt: skip
 
@@ -134,6 +136,7 @@ def serve_pricer(parser):
 
 
 def serve_walk(settings, parser):
+    from gpuplan.cli.serve_cmd import DEFAULT_STACK
     from gpuplan.errors import GpuplanError
     from gpuplan.hwmodels.accelerators import get_accelerator
     from gpuplan.sim.diagnose_layers import serving_limit, serving_offers
@@ -164,7 +167,8 @@ def serve_walk(settings, parser):
         return price(with_edits(s, {"--requests": str(min(n, SCREEN_REQUESTS))}))
 
     return walk(dict(settings), price=price, screen=screen if n > SCREEN_REQUESTS else None,
-                offers=serving_offers(cfg, acc, gpus=gpus), limit=limit, kind="serve",
+                offers=serving_offers(cfg, acc, gpus=gpus, default_stack=DEFAULT_STACK),
+                limit=limit, kind="serve",
                 metric="usd_per_million_tokens" if offline else "e2e_s")  # fmt: skip
 
 

@@ -86,6 +86,14 @@ def add_assumption_options(p) -> None:
         help="attention kernels: flash (default) or unfused (QK^T/softmax/PV, Megatron 2021)",
     )
     add_stack_options(p, default=DEFAULT_TRAINING_STACK)
+    p.add_argument(
+        "--impl",
+        choices=("eager", "fused", "compiled"),
+        default=None,
+        help="elementwise kernels: eager ATen ops, hand-fused kernels, or torch.compile's "
+        "Inductor fusion of the model (default: the stack's; the rest of the stack, its "
+        "optimizer and runtime, stays as it is)",
+    )
     add_calibration_option(p)
     p.add_argument(
         "--state-precision",
@@ -133,6 +141,10 @@ def resolve_stack(args, acc):
     """The stack of --stack and its overrides; the strategy options it sets by default
     (precision of the state, overlaps) filled in where the command line left them unset."""
     stack = stack_from_args(args, acc)
+    if getattr(args, "impl", None) is not None and args.impl != stack.elementwise:
+        import dataclasses
+
+        stack = dataclasses.replace(stack, elementwise=args.impl)
     state = "bf16-mixed" if stack.mixed_precision == "autocast" else "bf16-mixed-megatron"
     defaults = {"state_precision": state, "overlap_dp": stack.overlap_dp,
                 "overlap_tp": stack.overlap_tp, "overlap_pp": stack.overlap_pp}  # fmt: skip

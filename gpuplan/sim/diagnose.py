@@ -157,9 +157,9 @@ def _cached(price):
     return cached
 
 
-def _improving(current, now: Priced, left, price):
+def _improving(current, now: Priced, left, price, verdicts: dict | None = None):
     """(metric, candidate, settings, priced) of each candidate ``price`` finds faster, fastest
-    first."""
+    first; ``verdicts``: filled with what each of the others came to (``_verdict``)."""
     tried = []
     for cand in left:
         s = with_edits(current, cand.edits)
@@ -168,17 +168,33 @@ def _improving(current, now: Priced, left, price):
         p = _try_price(price, s)
         if p is not None and p.ok and p.metric < now.metric:
             tried.append((p.metric, cand, s, p))
+        elif verdicts is not None:
+            verdicts[cand.change] = _verdict(p, now)
     return sorted(tried, key=lambda t: t[0])
 
 
-def _confirmed(current, now: Priced, left, price, ranked):
+def _verdict(p: Priced | None, now: Priced) -> str:
+    """Why a candidate was not kept: refused, does not fit, or how much slower it prices."""
+    if p is None:
+        return "not priceable on this setup"
+    if not p.ok:
+        return "does not fit"
+    if p.metric == now.metric:
+        return "no change"
+    return f"{100 * (p.metric / now.metric - 1):+.1f}%" if now.metric else "no gain"
+
+
+def _confirmed(current, now: Priced, left, price, ranked, verdicts: dict | None = None):
     """The candidates ``ranked`` finds faster, in its order; the first that ``price`` finds
     faster too comes first, priced in full (the rest keep their screened price)."""
-    screened = _improving(current, ranked(current), left, ranked) if ranked(current) else []
+    base = ranked(current)
+    screened = _improving(current, base, left, ranked, verdicts) if base else []
     for i, (_, cand, s, _) in enumerate(screened):
         p = _try_price(price, s)
         if p is not None and p.ok and p.metric < now.metric:
             return [(p.metric, cand, s, p)] + screened[i + 1:]
+        if verdicts is not None:
+            verdicts[cand.change] = _verdict(p, now)
     return []
 
 
@@ -188,11 +204,13 @@ def _best_of_layer(current, now: Priced, offer: LayerOffer, price, ranked=None):
     too; stop when none does."""
     left = list(offer.candidates)
     kept: list[str] = []
+    verdicts: dict[str, str] = {}  # of the first round: why each candidate was not kept
     for _ in range(MAX_ROUNDS):
+        v = verdicts if not kept else None
         if ranked is None:
-            tried = _improving(current, now, left, price)
+            tried = _improving(current, now, left, price, v)
         else:
-            tried = _confirmed(current, now, left, price, ranked)
+            tried = _confirmed(current, now, left, price, ranked, v)
         if not tried:
             break
         _, cand, current, now = tried[0]
@@ -203,8 +221,9 @@ def _best_of_layer(current, now: Priced, offer: LayerOffer, price, ranked=None):
     if not offer.candidates:
         return current, now, "nothing to gain: " + (offer.why or "no change gpuplan can price")
     why = f" ({offer.why})" if offer.why else ""
-    names = ", ".join(c.change for c in offer.candidates)
-    return current, now, f"nothing to gain: none of {names} is faster{why}"
+    names = ", ".join(f"{c.change} {verdicts.get(c.change, 'no change')}"
+                      for c in offer.candidates)  # fmt: skip
+    return current, now, f"nothing to gain: none is faster: {names}{why}"
 
 
 def _try_price(price, settings) -> Priced | None:

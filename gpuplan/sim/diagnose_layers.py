@@ -30,9 +30,10 @@ def _padding_note(cfg) -> str:
 # -- training ------------------------------------------------------------------------------
 
 
-def training_offers(cfg, cluster, *, search_layout):
+def training_offers(cfg, cluster, *, search_layout, default_stack: str = "megatron-te"):
     """The layers' offers for ``gpuplan train`` settings; ``search_layout(priced)`` returns the
-    flag edits of the fastest layout the search finds for the same GPUs and batch (or None)."""
+    flag edits of the fastest layout the search finds for the same GPUs and batch (or None);
+    ``default_stack``: the stack ``gpuplan train`` runs when ``--stack`` is not given."""
     acc = cluster.accelerator
 
     def offers(layer: int, s: Settings, now: Priced) -> LayerOffer:
@@ -54,14 +55,15 @@ def training_offers(cfg, cluster, *, search_layout):
             return LayerOffer(candidates=tuple(_runtime(cfg, st)),
                               why="schedule and overlaps as given are the fastest")  # fmt: skip
         if layer == 4:
-            c = [Candidate(change=f"recompute {r}", edits={"--recompute": r})
-                 for r in ("none", "selective", "full") if r != st.recompute]  # fmt: skip
-            c.append(Candidate(change="torch.compile stack (--stack torch-compile)",
-                               edits=_pinned(st) | {"--stack": "torch-compile"}))  # fmt: skip
-            return LayerOffer(candidates=tuple(c), why="fusion and recomputation as given")
+            return _training_compilation(stack_of(s, default_stack), s, st)
         c = []
         if acc.supports("fp8") and st.precision != "fp8":
             c.append(Candidate(change="FP8 GEMMs", edits={"--precision": "fp8"}))
+            own = stack_of(s, default_stack).elementwise
+            if s.get("--impl", own) != own:  # the fp8 casts follow the elementwise kernels
+                c.append(Candidate(change=f"FP8 GEMMs with the stack's own {own} casts "
+                                   f"(--impl {own}, sim.parallel.fp8)",
+                                   edits={"--precision": "fp8", "--impl": None}))  # fmt: skip
         c += [Candidate(change=f"attention kernel {k}", edits={"--attention-kernel": k})
               for k in runnable_kernels(acc) if s.get("--attention-kernel") != k
               and k not in DECODE_ONLY_KERNELS]  # fmt: skip
@@ -87,14 +89,35 @@ def runnable_kernels(acc) -> list[str]:
     return out
 
 
-def _pinned(st) -> dict:
-    """The strategy's state precision and overlaps as explicit flags, so that a stack change
-    does not also change them through the stack's defaults."""
-    out = {"--state-precision": st.state_precision}
-    for name in ("dp", "tp", "pp"):
-        on = getattr(st, f"overlap_{name}")
-        out[f"--overlap-{name}" if on else f"--no-overlap-{name}"] = True
-    return out
+# How each elementwise implementation is offered (``sim.compilation``): hand-fused kernels (TE's,
+# Apex's, a serving engine's), or torch.compile's Inductor fusion of each run of elementwise ops.
+IMPL_CHANGES = {"fused": "hand-fused elementwise kernels",
+                "compiled": "torch.compile of the model (Inductor-fused elementwise)"}  # fmt: skip
+# Layer 4 changes only these flags: the stack (its optimizer, its runtime's buckets, overlaps
+# and layouts, its attention kernels) stays the one in force, so a gain here is compilation's.
+TRAIN_COMPILATION_FLAGS = ("--impl", "--recompute")
+SERVE_COMPILATION_FLAGS = ("--impl", "--no-cuda-graph")
+
+
+def stack_of(s: Settings, default: str):
+    """The preset ``--stack`` names in ``s`` (``default``: the command's own)."""
+    from gpuplan.sim.stacks import get_stack
+
+    return get_stack(s.get("--stack") or default)
+
+
+def _training_compilation(stack, s: Settings, st) -> LayerOffer:
+    """Layer 4 of a training step: the elementwise kernels (``--impl``) and the recomputation
+    policy (``--recompute``; memory decides whether ``none`` fits), on ``stack``, in force."""
+    impl = s.get("--impl") or stack.elementwise
+    c = [Candidate(change=f"{what} (--impl {i})", edits={"--impl": i})
+         for i, what in IMPL_CHANGES.items() if i != impl]  # fmt: skip
+    c += [Candidate(change=f"recompute {r}", edits={"--recompute": r})
+          for r in ("none", "selective", "full") if r != st.recompute]  # fmt: skip
+    why = (f"on {stack.name} as it is (its {stack.optimizer} AdamW and runtime kept): "
+           f"elementwise {impl}, recompute {st.recompute}; CUDA graphs of a training step are "
+           "not priced by gpuplan")  # fmt: skip
+    return LayerOffer(candidates=tuple(c), why=why)
 
 
 def _runtime(cfg, st) -> list[Candidate]:
@@ -148,8 +171,9 @@ def training_limit(now: Priced, acc) -> Limit:
 # -- serving -------------------------------------------------------------------------------
 
 
-def serving_offers(cfg, acc, *, gpus: int):
-    """The layers' offers for ``gpuplan serve`` settings on ``gpus`` GPUs."""
+def serving_offers(cfg, acc, *, gpus: int, default_stack: str = "gpuplan-server"):
+    """The layers' offers for ``gpuplan serve`` settings on ``gpus`` GPUs; ``default_stack``:
+    the stack ``gpuplan serve`` runs when ``--stack`` is not given."""
     from gpuplan.sim.parallel.strategy import valid_tp
 
     def offers(layer: int, s: Settings, now: Priced) -> LayerOffer:
@@ -173,12 +197,7 @@ def serving_offers(cfg, acc, *, gpus: int):
                   for p in ("continuous", "chunked") if s.get("--policy") != p]  # fmt: skip
             return LayerOffer(candidates=tuple(c), why="batching and routing as given")
         if layer == 4:
-            c = []
-            if "--no-cuda-graph" in s:
-                c.append(Candidate(change="CUDA graphs for decode", edits={"--no-cuda-graph": None}))
-            c += [Candidate(change=f"elementwise kernels {i}", edits={"--impl": i})
-                  for i in ("fused", "compiled") if s.get("--impl") != i]  # fmt: skip
-            return LayerOffer(candidates=tuple(c), why="fusion and CUDA graphs as given")
+            return _serving_compilation(stack_of(s, default_stack), s)
         c = []
         if acc.supports("fp8") and s.get("--weight-dtype", "bf16") == "bf16":
             c.append(Candidate(change="FP8 weights", edits={"--weight-dtype": "fp8"}))
@@ -188,6 +207,30 @@ def serving_offers(cfg, acc, *, gpus: int):
         return LayerOffer(candidates=tuple(c), why=_padding_note(cfg))
 
     return offers
+
+
+def _serving_compilation(stack, s: Settings) -> LayerOffer:
+    """Layer 4 of a serving deployment: CUDA-graph decode where the stack's runtime has it and
+    ``--no-cuda-graph`` turned it off, and the elementwise kernels (``--impl``), on the stack in
+    force (its scheduler, buckets and host costs kept)."""
+    from gpuplan.sim.serving.on_stack import deployment_fields
+
+    own = deployment_fields(stack)
+    impl = s.get("--impl") or own["impl"]
+    c = []
+    if "--no-cuda-graph" in s:
+        c.append(Candidate(change="CUDA graphs for decode", edits={"--no-cuda-graph": None}))
+    c += [Candidate(change=f"{what} (--impl {i})", edits={"--impl": i})
+          for i, what in IMPL_CHANGES.items() if i != impl]  # fmt: skip
+    if "--no-cuda-graph" in s:
+        graphs = "decode without CUDA graphs (--no-cuda-graph)"
+    elif own["cuda_graph"]:
+        graphs = "decode already replayed from CUDA graphs"
+    else:
+        graphs = (f"{stack.name} decodes without CUDA graphs and `gpuplan serve` has no flag "
+                  "that captures them")  # fmt: skip
+    return LayerOffer(candidates=tuple(c),
+                      why=f"on {stack.name} as it is: elementwise {impl}; {graphs}")
 
 
 def acc_gpus_per_node(acc) -> int:
