@@ -93,3 +93,75 @@ def test_screening_keeps_only_what_the_full_price_confirms():
              limit=lambda s, now: Limit(metric=0.0, figures={}, basis=""))  # fmt: skip
     assert d.layers[0].change == "a" and d.layers[0].metric_after == 9.0
     assert d.layers[1].change.startswith("nothing to gain")
+
+
+FSDP = ["--model", "llama3-8b", "--gpus", "8", "--tp", "1", "--dp", "8", "--zero", "3",
+        "--global-batch", "8", "--seq", "2048", "--stack", "fsdp2"]  # fmt: skip
+
+
+def _resolved_stack(argv):
+    from gpuplan.cli.diagnose_cmd import command_parser
+    from gpuplan.cli.train_cmd import resolve_cluster, resolve_stack
+
+    args = command_parser("train").parse_args(argv)
+    stack = resolve_stack(args, resolve_cluster(args).accelerator)
+    return stack, {k: getattr(args, k) for k in ("state_precision", "overlap_dp", "overlap_tp",
+                                                  "overlap_pp")}  # fmt: skip
+
+
+def test_train_layer4_changes_compilation_only_and_its_command_reproduces(capsys):
+    import dataclasses
+
+    from gpuplan.cli.diagnose_cmd import settings_of
+    from gpuplan.sim.diagnose_layers import TRAIN_COMPILATION_FLAGS
+
+    doc = _json(capsys, ["diagnose", "train", *FSDP, "--json"])
+    before, row = doc["layers"][2], doc["layers"][3]
+    assert row["gain"] > 0 and "--impl compiled" in row["change"]  # fsdp2 runs eager ops
+    old, new = (shlex.split(r["command"])[2:] for r in (before, row))
+    old_s, new_s = (settings_of("train", a) for a in (old, new))
+    changed = {f for f in old_s.keys() | new_s.keys() if old_s.get(f) != new_s.get(f)}
+    assert changed and changed <= set(TRAIN_COMPILATION_FLAGS), changed
+    (s_old, opts_old), (s_new, opts_new) = _resolved_stack(old), _resolved_stack(new)
+    assert s_new.name == "fsdp2" and s_new.optimizer == s_old.optimizer == "fused"
+    assert s_new.elementwise == "compiled" and s_old.elementwise == "eager"
+    assert dataclasses.replace(s_new, elementwise=s_old.elementwise) == s_old
+    assert opts_new == opts_old  # state precision and overlaps: the stack's, as before
+    rerun = _json(capsys, [*shlex.split(row["command"])[1:], "--json"])
+    assert rerun["step_time_s"] == pytest.approx(row["figures"]["step_time_s"], rel=1e-12)
+    assert rerun["stack"]["elementwise"] == "compiled"
+
+
+def test_serve_layer4_offers_graphs_and_fusion_on_the_stack_in_force():
+    from gpuplan.hwmodels.accelerators import get_accelerator
+    from gpuplan.sim.diagnose_layers import SERVE_COMPILATION_FLAGS, serving_offers
+    from gpuplan.workloads.presets import get_model
+
+    offers = serving_offers(get_model("llama3-8b"), get_accelerator("h200"), gpus=1,
+                            default_stack="gpuplan-server")  # fmt: skip
+    off = offers(4, {"--model": "llama3-8b", "--no-cuda-graph": None}, None)
+    assert [c.change for c in off.candidates][0] == "CUDA graphs for decode"
+    assert all(set(c.edits) <= set(SERVE_COMPILATION_FLAGS) for c in off.candidates)
+    assert {c.edits.get("--impl") for c in off.candidates} == {None, "compiled"}  # fused: own
+    trt = offers(4, {"--model": "llama3-8b", "--stack": "trt-llm"}, None)
+    assert "trt-llm decodes without CUDA graphs" in trt.why
+
+
+def test_a_layer_with_nothing_to_gain_says_why_for_each_candidate():
+    from gpuplan.sim.diagnose import Candidate, LayerOffer, Limit, Priced, walk
+
+    def price(s):
+        return Priced(metric=10.0 + (1.0 if "--slow" in s else 0.0), figures={},
+                      ok="--big" not in s)  # fmt: skip
+
+    def offers(layer, s, now):
+        if layer != 4:
+            return LayerOffer()
+        return LayerOffer(candidates=(Candidate(change="slow", edits={"--slow": True}),
+                                      Candidate(change="big", edits={"--big": True})),
+                          why="as given")  # fmt: skip
+
+    d = walk({}, price=price, offers=offers, kind="t", metric="m",
+             limit=lambda s, now: Limit(metric=0.0, figures={}, basis=""))  # fmt: skip
+    assert d.layers[3].change == ("nothing to gain: none is faster: slow +10.0%, "
+                                  "big does not fit (as given)")  # fmt: skip
