@@ -35,8 +35,14 @@ from gpuplan.sim.stacks import KV_CACHES, Stack
 from gpuplan.sim.step import _as_run, _with_launch, layer_groups
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.model import ModelConfig
-from gpuplan.workloads.operators import embedding_forward, head_forward, layer_forward
-from gpuplan.workloads.ops import Attention, Elementwise, Memory
+from gpuplan.workloads.operators import (
+    embedding_forward,
+    head_forward,
+    layer_forward,
+    rmsnorm_pieces,
+    with_eager_rmsnorm,
+)
+from gpuplan.workloads.ops import Attention, Memory
 from gpuplan.workloads.params import count_params
 
 # nn.Module calls of one step of an HF decoder (modeling_llama.py): per block the decoder layer,
@@ -210,12 +216,6 @@ def runs_transformers(stack: Stack) -> bool:
     return stack.repeat_kv_masked
 
 
-def rmsnorm_pieces(e: int = 2) -> tuple:
-    """(kernel, bytes per element, bytes per row) of transformers' RMSNorm on ``e``-byte input."""
-    return (("to_float32", e + 4, 0), ("pow", 8, 0), ("mean", 4, 4), ("add_eps", 0, 8),
-            ("rsqrt", 0, 8), ("mul_rsqrt", 8, 4), ("to_dtype", 4 + e, 0), ("mul_weight", 2 * e, 0))
-
-
 def transformers_rmsnorm(ops: list, stack: Stack) -> list:
     """RMSNorms as transformers' eager ``LlamaRMSNorm.forward`` (and Qwen2's, Mistral's,
     Mixtral's, DeepSeek-V2's, the same code) runs them: ``to(float32)``, ``pow(2)``,
@@ -228,25 +228,23 @@ def transformers_rmsnorm(ops: list, stack: Stack) -> list:
     HF prefills' kernel times at 4-8k tokens were 6-12% over the priced kernels with a one-
     kernel norm (data/h200_stacks/run2 ``device_kernel_s``), and their kernel counts ~22 per
     block over the priced ones. Eager stacks that run transformers' code only: Inductor fuses
-    the norm into one kernel (``torch-compile``)."""
-    if not (runs_transformers(stack) and stack.elementwise == "eager"):
+    the norm into one kernel (``torch-compile``).
+    The pieces are ``workloads.operators.eager_rmsnorm``'s, the training step's too
+    (``sim.parallel.compute``, forward and backward): one definition."""
+    from gpuplan.sim.parallel.compute import transformers_norm_of
+
+    if not transformers_norm_of(stack):
         return ops
-    out = []
-    for op in ops:
-        if not (isinstance(op, Elementwise) and op.op == "rmsnorm" and op.pass_ == "fwd"):
-            out.append(op)
-            continue
-        n, rows, e = op.tokens * op.hidden * op.count, op.tokens * op.count, dtype_bytes(op.dtype)
-        out += [Memory(name=f"{op.name}.{piece}", op="copy", bytes_moved=per_elem * n
-                       + per_row * rows) for piece, per_elem, per_row in rmsnorm_pieces(e)]
-    return out
+    return with_eager_rmsnorm(ops)[0]
 
 
 def transformers_rmsnorm_calls(cfg: ModelConfig, stack: Stack) -> int:
     """Torch calls of one step's RMSNorms under ``transformers_rmsnorm`` beyond one per norm
     (the block's two and the final one): a decode prices its norms as one kernel each, and
     their other seven calls cost the CPU as the prefill's do."""
-    if not (runs_transformers(stack) and stack.elementwise == "eager" and cfg.norm == "rmsnorm"):
+    from gpuplan.sim.parallel.compute import transformers_norm_of
+
+    if not (transformers_norm_of(stack) and cfg.norm == "rmsnorm"):
         return 0
     return (len(rmsnorm_pieces()) - 1) * (2 * cfg.n_layers + 1)
 

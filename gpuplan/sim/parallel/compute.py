@@ -28,7 +28,12 @@ from gpuplan.sim.breakdown import Item, priced_items
 from gpuplan.sim.parallel.fp8 import fp8_cast_ops
 from gpuplan.sim.step import _as_run, layer_groups
 from gpuplan.workloads.dtypes import dtype_bytes
-from gpuplan.workloads.operators import backward_of, embedding_forward, layer_forward
+from gpuplan.workloads.operators import (
+    backward_of,
+    embedding_forward,
+    layer_forward,
+    with_eager_rmsnorm,
+)
 from gpuplan.workloads.ops import Attention, Elementwise, Gemm, Memory, Op
 
 # ops outside the tensor-parallel region (what sequence parallelism splits)
@@ -58,6 +63,9 @@ class Shape:
     # the dtype of the residual stream, norms and RoPE (``Stack.residual_dtype`` under autocast
     # over fp32 weights; bf16 otherwise): see ``_stream_dtype``
     residual_dtype: str = "bf16"
+    # the RMSNorms as transformers' eager code runs them (``transformers_norm_of``): eight ATen
+    # kernels forward and autograd's over them backward (``operators.eager_rmsnorm``)
+    transformers_norm: bool = False
 
     @property
     def tokens(self) -> int:
@@ -111,6 +119,15 @@ def expert_dtype_of(stack, precision: str) -> str:
     if stack is None or precision != "bf16" or stack.mixed_precision != "autocast":
         return "bf16"
     return stack.moe_autocast_dtype
+
+
+def transformers_norm_of(stack) -> bool:
+    """Whether ``stack`` runs its RMSNorms as transformers' eager ``LlamaRMSNorm`` does
+    (``workloads.operators.eager_rmsnorm``): stacks that run transformers' modelling code
+    (``repeat_kv_masked``, hf-transformers and torch-compile) with eager elementwise kernels
+    (Inductor fuses the norm into one kernel). Prefill, decode and training all ask this."""
+    return (stack is not None and getattr(stack, "repeat_kv_masked", False)
+            and stack.elementwise == "eager")
 
 
 def residual_dtype_of(stack, precision: str) -> str:
@@ -284,6 +301,9 @@ def layer_forward_ops(cfg, shape: Shape, layer: int,
         fwd, cast_bwd = _stream_dtype(cfg, fwd, shape.residual_dtype,
                                       shape.micro_batch * (shape.seq // shape.cp))  # fmt: skip
         extra_bwd = extra_bwd + cast_bwd
+    if shape.transformers_norm:
+        fwd, norm_bwd = with_eager_rmsnorm(fwd)
+        extra_bwd = extra_bwd + norm_bwd
     return fwd, extra_bwd
 
 
@@ -307,7 +327,10 @@ def head_ops(cfg, shape: Shape) -> tuple[list[Op], list[Op]]:
     fwd = _gemm_dtype(fwd, shape.precision)
     head, cast_bwd = _stream_dtype(cfg, fwd[:2], shape.residual_dtype, t)  # final norm in fp32
     bwd = [Memory(name="cross_entropy.bwd", op="cross_entropy", bytes_moved=t * v_local * 10)]
-    return head + fwd[2:], bwd + backward_of(head[:2]) + cast_bwd
+    norm_bwd: list[Op] = []
+    if shape.transformers_norm:
+        head, norm_bwd = with_eager_rmsnorm(head)
+    return head + fwd[2:], bwd + backward_of(head) + norm_bwd + cast_bwd
 
 
 def embedding_ops(cfg, shape: Shape) -> tuple[list[Op], list[Op]]:

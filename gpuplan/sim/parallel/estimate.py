@@ -29,6 +29,7 @@ from gpuplan.sim.parallel.compute import (
     expert_dtype_of,
     grouped_experts_of,
     residual_dtype_of,
+    transformers_norm_of,
 )
 from gpuplan.sim.parallel.evaluate import evaluate
 from gpuplan.sim.parallel.memory import RECOMPUTE_CODES, SCHEDULE_CODES, model_facts
@@ -183,6 +184,7 @@ def shape_of(st: Strategy, cfg: ModelConfig, seq: int, stack=None) -> Shape:
         expert_dtype=expert_dtype_of(stack, st.precision) if cfg.is_moe else "bf16",
         grouped_experts=grouped_experts_of(stack, st.precision) and cfg.is_moe,
         residual_dtype=residual_dtype_of(stack, st.precision),
+        transformers_norm=transformers_norm_of(stack),
     )
 
 

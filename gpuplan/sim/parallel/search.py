@@ -39,6 +39,7 @@ from gpuplan.sim.parallel.compute import (
     expert_dtype_of,
     grouped_experts_of,
     residual_dtype_of,
+    transformers_norm_of,
 )
 from gpuplan.sim.parallel.cost import usd_per_hour
 from gpuplan.sim.parallel.estimate import flops_per_sequence, training_efficiency
@@ -145,6 +146,7 @@ def _price_piece(kernels: ShapeKernels, seq: int, space: SearchSpace, shapes: np
             grouped_experts=(grouped_experts_of(get_stack(space.stack), "fp8" if fp8 else "bf16")
                              and cfg.is_moe),
             residual_dtype=residual_dtype_of(get_stack(space.stack), "fp8" if fp8 else "bf16"),
+            transformers_norm=transformers_norm_of(get_stack(space.stack)),
         )
         parts.append(kernels.parts(shape))
     return shape_time_table(parts, kernels.table, kernels.table.eff)
