@@ -16,9 +16,9 @@ from gpuplan.sim.parallel.compute import (
     transformers_norm_of,
 )
 from gpuplan.sim.stacks import get_stack
-from gpuplan.workloads.presets import get_model
 from gpuplan.workloads.operators import eager_rmsnorm, layer_forward
 from gpuplan.workloads.ops import Elementwise, Memory
+from gpuplan.workloads.presets import get_model
 
 CFG = get_model("llama3-8b")
 HF = get_stack("hf-transformers")
