@@ -12,6 +12,10 @@ import time
 from gpuplan.cli.diagnose_cmd import diagnose_setup
 
 CASES = {
+    "train megatron-gpt-145.6b 1024 x h200 (tp8 pp16, unfused attention, no dp overlap)": (
+        "train", ["--model", "megatron-gpt-145.6b", "--gpus", "1024", "--tp", "8", "--pp", "16",
+                  "--global-batch", "1024", "--seq", "2048", "--attention", "unfused",
+                  "--no-overlap-dp"]),
     "train gpt3-175b 1024 x h200 (tp8 pp8, unfused attention)": (
         "train", ["--model", "gpt3-175b", "--gpus", "1024", "--tp", "8", "--pp", "8",
                   "--global-batch", "1536", "--seq", "2048", "--attention", "unfused"]),
@@ -30,6 +34,7 @@ def main() -> None:
         print(f"{name}: {wall:.2f} s wall, {cpu:.2f} s CPU; {diag.metric} "
               f"{diag.baseline.metric:.4g} -> {diag.layers[-1].metric_after:.4g} "
               f"(limit {diag.limit.metric:.4g}); shares {shares}")
+        print(f"  layer 4: {diag.layers[3].change}")
 
 
 if __name__ == "__main__":
