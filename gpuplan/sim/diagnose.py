@@ -188,7 +188,10 @@ def _confirmed(current, now: Priced, left, price, ranked, verdicts: dict | None 
     """The candidates ``ranked`` finds faster, in its order; the first that ``price`` finds
     faster too comes first, priced in full (the rest keep their screened price)."""
     base = ranked(current)
-    screened = _improving(current, base, left, ranked, verdicts) if base else []
+    seen: dict[str, str] = {}
+    screened = _improving(current, base, left, ranked, seen) if base else []
+    if verdicts is not None:  # priced on the screening run only
+        verdicts.update({k: v + " (screened)" for k, v in seen.items()})
     for i, (_, cand, s, _) in enumerate(screened):
         p = _try_price(price, s)
         if p is not None and p.ok and p.metric < now.metric:
