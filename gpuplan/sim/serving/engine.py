@@ -35,7 +35,7 @@ from gpuplan.sim.serving.metrics import (
 from gpuplan.sim.serving.policies import IDLE, DecodeRun, Iteration, WaitUntil, make_policy
 from gpuplan.sim.serving.router import Router
 from gpuplan.sim.serving.state import ReplicaState, RequestTable
-from gpuplan.sim.serving.step_model import StepModel
+from gpuplan.sim.serving.step_model import StepModel, check_servable
 from gpuplan.sim.serving.vision import (
     cross_attention_step,
     cross_kv_deployment,
@@ -291,6 +291,7 @@ def simulate(
     workload = prepare_images(dep, workload)  # a VLM's image tokens and encoder, if any
     dep = cross_kv_deployment(dep, workload)  # and a cross-attention VLM's image cache
     env, table = simpy.Environment(), RequestTable(workload)
+    check_servable(dep)
     step = step or StepModel(dep, max_tokens=_table_tokens(sched, dep.model))
     step = cross_attention_step(step, dep, workload, speculator)  # a cross-attention VLM's
     line = Timeline(timeline)

@@ -167,15 +167,43 @@ def masked_decode_attention(dep, dec: Attention) -> list[Op]:
     """A decode's attention as the deployment runs it: under ``repeat_kv_masked`` with a fixed
     masked span (a static cache), GQA keys and values are first copied to every query head
     (transformers' ``repeat_kv``: an expand and a reshape each, one copy kernel each, reading
-    the cache once and writing it ``heads_q / heads_kv`` times), and the kernel reads the copies."""
+    the cache once and writing it ``heads_q / heads_kv`` times), and the kernel reads the copies.
+    A sliding-window block's static cache holds at most its window a sequence (transformers
+    ``cache_utils``: a sliding layer's cache is ``min(sliding_window, max_cache_len)`` long), so
+    its copies stop growing at the window, as its attention's reads do (``Attention.kv_read``)."""
     if not dep.repeat_kv_masked or dep.decode_context_tokens is None or dec.heads_kv >= dec.heads_q:
         return [dec]
-    kv_tokens = dec.batch * dec.seq_kv
+    held = min(dec.seq_kv, dec.window) if dec.window else dec.seq_kv
+    kv_tokens = dec.batch * held
     per_token = cache_bytes_per_token_layer(dep.model, dep.stack, dep.kv_dtype) / dep.tp
     rep = dec.heads_q / dec.heads_kv
     copy = Memory(name="repeat_kv", op="copy", bytes_moved=kv_tokens * per_token * (1 + rep) / 2,
                   count=2, calls=3)  # keys and values: index with None, expand, reshape
     return [copy, replace(dec, heads_kv=dec.heads_q)]
+
+
+def decode_ops(dep, att: Attention, *, seqs: int, kv_tokens: float) -> list[Op]:
+    """One block's decode attention as the deployment runs it (``decode_attention`` under
+    ``masked_decode_attention``): what ``iteration_breakdown`` prices and ``StepModel`` fits."""
+    return masked_decode_attention(dep, decode_attention(dep, att, seqs=seqs, kv_tokens=kv_tokens))
+
+
+def cache_ops(dep, kv_tokens: float) -> list[Op]:
+    """One block's cache maintenance of a decode beyond its append: a dynamic cache's
+    ``cache_concat``, none for a static or paged one."""
+    return [cache_concat(dep, kv_tokens)] if dep.kv_cache == "dynamic" else []
+
+
+def iteration_launch(dep, n_kernels: int, kernels_s: float, host_calls: int, *, graph: bool,
+                     overlap: float | None = None):
+    """``launch_cost`` of one iteration's ``n_kernels`` kernels (``kernels_s`` of device time,
+    ``host_calls`` torch calls) as the deployment issues them: a CUDA-graph replay when
+    ``graph``, else eager issue with the framework's ``host_extra_s``, hidden behind the share
+    ``host_overlap`` of the device's time. The one launch model of ``iteration_breakdown`` and
+    ``StepModel`` (``overlap``: another share, 0 for the CPU's whole issue time)."""
+    return launch_cost(n_kernels, kernels_s, dep.eff, cuda_graph=graph, host_calls=host_calls,
+                       extra_host_s=0.0 if graph else dep.host_extra_s,
+                       overlap=dep.host_overlap if overlap is None else overlap)  # fmt: skip
 
 
 def prefill_attention(att: Attention, *, tokens: int, cached: int, seqs: int) -> Attention:
@@ -249,23 +277,19 @@ def stage_breakdown(dep, batch: Batch, stage, *, overhead: bool) -> Breakdown:
         if tokens:
             items += _items(token_ops(dep, tokens=tokens, layer=layer), dep, repeat=count)
         if batch.decode_seqs:
-            dec = decode_attention(
-                dep, att, seqs=batch.decode_seqs, kv_tokens=batch.decode_kv_tokens
-            )
-            items += _items(masked_decode_attention(dep, dec), dep, repeat=count)
+            dec = decode_ops(dep, att, seqs=batch.decode_seqs, kv_tokens=batch.decode_kv_tokens)
+            items += _items(dec, dep, repeat=count)
         for c, cached, seqs in batch.prefill:
             pre = prefill_attention(att, tokens=c, cached=cached, seqs=seqs)
             items += _items([pre], dep, repeat=count)
-    if dep.kv_cache == "dynamic" and batch.decode_seqs:
-        items += _items([cache_concat(dep, batch.decode_kv_tokens)], dep, repeat=n_layers)
+    if batch.decode_seqs:
+        items += _items(cache_ops(dep, batch.decode_kv_tokens), dep, repeat=n_layers)
     if batch.samples and last:
         items += _items(sample_ops(dep, seqs=batch.samples), dep)
     graph = dep.cuda_graph and not batch.prefill
     kernels_s = sum(i.time_s for i in items)
-    cost = launch_cost(sum(i.kernels for i in items), kernels_s, dep.eff, cuda_graph=graph,
-                       host_calls=sum(i.host_calls for i in items),
-                       extra_host_s=0.0 if graph else dep.host_extra_s,
-                       overlap=dep.host_overlap)
+    cost = iteration_launch(dep, sum(i.kernels for i in items), kernels_s,
+                            sum(i.host_calls for i in items), graph=graph)
     what = "graph replay gaps" if graph else "host issue time not hidden"
     items.append(Item(layer="runtime", category="launch", op=what, phase="iteration",
                       time_s=cost.total_s, bound="launch"))  # fmt: skip

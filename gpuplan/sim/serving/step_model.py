@@ -24,13 +24,14 @@ import math
 import numpy as np
 
 from gpuplan.errors import GpuplanError
-from gpuplan.hwmodels.launch import launch_cost
 from gpuplan.hwmodels.price import host_calls, kernel_count
 from gpuplan.sim.serving.iteration import (
     Batch,
     attention_template,
-    decode_attention,
+    cache_ops,
+    decode_ops,
     iteration_breakdown,
+    iteration_launch,
     outer_ops,
     prefill_attention,
     price_op,
@@ -50,7 +51,10 @@ from gpuplan.workloads.ops import Op
 __all__ = ["Batch", "StepModel", "iteration_breakdown"]
 
 
-def _check_cache(dep) -> None:
+def check_servable(dep) -> None:
+    """A serving simulation keeps a paged or static cache: a dynamic one (Hugging Face's
+    ``DynamicCache``, a ``torch.cat`` per step) is priced per iteration (``StepModel``,
+    ``iteration_breakdown``) but not simulated as traffic."""
     if dep.kv_cache == "dynamic":
         raise GpuplanError(
             "kv_cache='dynamic' (a torch.cat per step) is not simulated: a serving engine "
@@ -85,7 +89,6 @@ class StepModel:
 
     def __init__(self, dep, *, max_tokens: int = 4096, stage: Stage | None = None):
         """``stage``: price only that pipeline stage's blocks and ends (None: the whole model)."""
-        _check_cache(dep)
         self.dep = dep
         self._groups = layer_groups(dep.model) if stage is None else stage_groups(dep.model, stage)
         self._first, self._last = (True, True) if stage is None else (stage.first, stage.last)
@@ -128,20 +131,26 @@ class StepModel:
             self._sample_memo[seqs] = hit
         return hit
 
+    def _decode_ops_s(self, seqs: int, kv_tokens: float, *, windowed: bool) -> float:
+        """Decode attention (``iteration.decode_ops``) of the groups with (``windowed``) or
+        without a sliding window; the latter with the cache's upkeep (``iteration.cache_ops``)."""
+        dep = self.dep
+        total = sum(count * _total_s(decode_ops(dep, att, seqs=seqs, kv_tokens=kv_tokens), dep)
+                    for (_, count), att in zip(self._groups, self._templates, strict=True)
+                    if bool(att.window) == windowed)  # fmt: skip
+        if not windowed:
+            total += self._n_layers * _total_s(cache_ops(dep, kv_tokens), dep)
+        return total
+
     def decode_attention_terms(self, seqs: int) -> tuple[float, float]:
         """(intercept, per cached token) of the decode attention of ``seqs`` sequences, all
-        layers: flash-decoding's time is linear in the bytes it reads for a given batch."""
+        layers: flash-decoding's time is linear in the bytes it reads for a given batch (as
+        are a masked decode's K/V repeat and a dynamic cache's concatenation)."""
         hit = self._decode_memo.get(seqs)
         if hit is None:
             one, many = seqs, 1001 * seqs  # 1 and 1001 cached tokens per sequence
-            lo = hi = 0.0
-            for (_, count), att in zip(self._groups, self._templates, strict=True):
-                if att.window:
-                    continue
-                for kv, acc in ((one, "lo"), (many, "hi")):
-                    op = decode_attention(self.dep, att, seqs=seqs, kv_tokens=kv)
-                    t = count * price_op(op, self.dep).total_s
-                    lo, hi = (lo + t, hi) if acc == "lo" else (lo, hi + t)
+            lo = self._decode_ops_s(seqs, one, windowed=False)
+            hi = self._decode_ops_s(seqs, many, windowed=False)
             slope = (hi - lo) / (many - one)
             hit = (lo - slope * one, slope)
             self._decode_memo[seqs] = hit
@@ -157,8 +166,8 @@ class StepModel:
                 if not att.window:
                     continue
                 top = min(1001, att.window)
-                lo, hi = (count * price_op(decode_attention(self.dep, att, seqs=seqs,
-                                                            kv_tokens=kv * seqs), self.dep).total_s
+                lo, hi = (count * _total_s(decode_ops(self.dep, att, seqs=seqs,
+                                                      kv_tokens=kv * seqs), self.dep)
                           for kv in (1, top))  # fmt: skip
                 slope = (hi - lo) / ((top - 1) * seqs) if top > 1 else 0.0
                 hit.append((lo - slope * seqs, slope, att.window))
@@ -201,17 +210,31 @@ class StepModel:
         sampling = sample_ops(dep, seqs=1) if self._last else []
         self._sample_kernels = _kernels(sampling)
         self._sample_calls = _calls(sampling)
-        # the host calls of one attention kernel per block
-        self._attn_calls = _calls([attention_template(dep)])
-        n_dec = self._token_kernels + self._sample_kernels + self._n_layers
-        calls = self._token_calls + self._sample_calls + self._n_layers * self._attn_calls
-        # a decode-only iteration takes max(K + gaps, host) for kernels K (the launch model)
+        # the decode attention of every block (with its K/V repeat and cache upkeep), and one
+        # prefill piece's attention: kernels and torch calls
+        groups = list(zip((c for _, c in self._groups), self._templates, strict=True))
+        dec = [(c, decode_ops(dep, att, seqs=1, kv_tokens=1)) for c, att in groups]
+        dec.append((self._n_layers, cache_ops(dep, 1)))
+        self._dec_kernels = sum(c * _kernels(ops) for c, ops in dec)
+        self._dec_calls = sum(c * _calls(ops) for c, ops in dec)
+        pre = [(c, [prefill_attention(att, tokens=1, cached=0, seqs=1)]) for c, att in groups]
+        self._pre_kernels = sum(c * _kernels(ops) for c, ops in pre)
+        self._pre_calls = sum(c * _calls(ops) for c, ops in pre)
+        n_dec = self._token_kernels + self._sample_kernels + self._dec_kernels
+        calls = self._token_calls + self._sample_calls + self._dec_calls
+        # a decode-only iteration of device time A = kernels + gaps takes A + max(0, H - o A)
+        # (the launch model): H the CPU's issue time, o the share of the device's time that
+        # hides it. A graph replay hides nothing: its launch joins A (o = 1, H = A's fixed
+        # part); with o = 1 the cost is max(A, H)
         graph = dep.cuda_graph
-        extra = 0.0 if graph else dep.host_extra_s
-        self._dec_gap_s = launch_cost(n_dec, math.inf, dep.eff, cuda_graph=graph).total_s
-        self._dec_host_s = launch_cost(
-            n_dec, 0.0, dep.eff, cuda_graph=graph, host_calls=calls, extra_host_s=extra
-        ).total_s
+        o = 1.0 if graph else dep.host_overlap
+        self._dec_gap_s = iteration_launch(dep, n_dec, 0.0, calls, graph=graph).total_s \
+            if graph else iteration_launch(dep, n_dec, 0.0, calls, graph=graph).gaps_s
+        self._dec_host_s = iteration_launch(dep, n_dec, 0.0, calls, graph=graph,
+                                            overlap=None if o == 1.0 else 0.0)  # fmt: skip
+        self._dec_host_s = (self._dec_host_s.total_s if o == 1.0
+                            else self._dec_host_s.host_exposed_s)  # fmt: skip
+        self._dec_overlap = o
 
     # iteration times
 
@@ -236,20 +259,17 @@ class StepModel:
             tokens += c * seqs
             kernels_s += self.prefill_attention_s(c, cached, seqs)
         kernels_s += self.token_s(tokens) + self.sample_s(sampled)
-        n = self._token_kernels + self._n_layers * len(prefill)
-        calls = self._token_calls + self._n_layers * len(prefill) * self._attn_calls
+        n = self._token_kernels + self._pre_kernels * len(prefill)
+        calls = self._token_calls + self._pre_calls * len(prefill)
         if sampled:
             n += self._sample_kernels
             calls += self._sample_calls
         if decode_seqs:
             kernels_s += self.decode_attention_s(decode_seqs, decode_kv_tokens)
-            n += self._n_layers
-            calls += self._n_layers * self._attn_calls
+            n += self._dec_kernels
+            calls += self._dec_calls
         graph = self.dep.cuda_graph and not prefill if replay is None else replay
-        extra = 0.0 if graph else self.dep.host_extra_s
-        launch = launch_cost(
-            n, kernels_s, self.dep.eff, cuda_graph=graph, host_calls=calls, extra_host_s=extra
-        ).total_s
+        launch = iteration_launch(self.dep, n, kernels_s, calls, graph=graph).total_s
         return kernels_s + launch + cpu_s
 
     def _decode_kernels_s(self, seqs: int, kv_tokens: float) -> float:
@@ -257,30 +277,32 @@ class StepModel:
 
     def decode_s(self, seqs: int, kv_tokens: int) -> float:
         """One decode-only iteration of ``seqs`` sequences reading ``kv_tokens`` in all."""
-        k = self._decode_kernels_s(*self.dep.padded_decode(seqs, kv_tokens))
-        return max(k + self._dec_gap_s, self._dec_host_s) + self._overhead_s + self._seq_s * seqs
+        a = self._decode_kernels_s(*self.dep.padded_decode(seqs, kv_tokens)) + self._dec_gap_s
+        cost = _run_costs(a, self._dec_host_s, self._dec_overlap)
+        return cost + self._overhead_s + self._seq_s * seqs
 
-    def _run_terms(self, seqs: int, kv_tokens: int) -> tuple[float, float, float, int]:
-        """(A, b, H, j*): iteration j of a run costs max(A + b j, H) + overhead; the first j*
-        iterations are host-bound (cost H). The last run's terms are kept: a run asks for its
-        own again at each request it finishes and at an interrupt."""
+    def _run_terms(self, seqs: int, kv_tokens: int) -> tuple[float, float, float, float, int]:
+        """(A, b, H, o, j*): iteration j of a run has device time A + b j and costs
+        A + b j + max(0, H - o (A + b j)) + overhead; the first j* iterations are host-bound
+        (cost H + (1 - o)(A + b j)). The last run's terms are kept: a run asks for its own
+        again at each request it finishes and at an interrupt."""
         if self._last_run[0] == (seqs, kv_tokens):
             return self._last_run[1]
         terms = self._new_run_terms(seqs, kv_tokens)
         self._last_run = ((seqs, kv_tokens), terms)
         return terms
 
-    def _new_run_terms(self, seqs: int, kv_tokens: int) -> tuple[float, float, float, int]:
+    def _new_run_terms(self, seqs: int, kv_tokens: int) -> tuple[float, float, float, float, int]:
         rows, padded_kv = self.dep.padded_decode(seqs, kv_tokens)
         a = self._decode_kernels_s(rows, padded_kv) + self._dec_gap_s
         # the real sequences read one more token each iteration, unless the span is fixed
         grows = self.dep.decode_context_tokens is None
         b = self.decode_attention_terms(rows)[1] * seqs if grows else 0.0
-        h = self._dec_host_s
-        if a >= h:
-            return a, b, h, 0
-        flat = math.ceil((h - a) / b) if b > 0 else 1 << 62
-        return a, b, h, flat
+        h, o = self._dec_host_s, self._dec_overlap
+        if o * a >= h:
+            return a, b, h, o, 0
+        flat = math.ceil((h / o - a) / b) if b > 0 and o > 0 else 1 << 62
+        return a, b, h, o, flat
 
     def decode_run_s(self, seqs: int, kv_tokens: int, iterations: int) -> float:
         """Total time of ``iterations`` decode-only iterations of the same ``seqs`` sequences,
@@ -290,11 +312,13 @@ class StepModel:
         if self.windowed:  # no closed form once the window caps the reads: iteration by iteration
             grow = seqs if self.dep.decode_context_tokens is None else 0
             return sum(self.decode_s(seqs, kv_tokens + j * grow) for j in range(iterations))
-        a, b, h, flat = self._run_terms(seqs, kv_tokens)
+        a, b, h, o, flat = self._run_terms(seqs, kv_tokens)
         j = min(flat, iterations)
         k = iterations
         rising = (k - j) * a + b * (k * (k - 1) - j * (j - 1)) / 2
-        return h * j + rising + k * (self._overhead_s + self._seq_s * seqs)
+        c = 1.0 - o  # the host-bound iterations' share of their device time
+        held = (h * j + c * (a * j + b * j * (j - 1) / 2)) if c else h * j
+        return held + rising + k * (self._overhead_s + self._seq_s * seqs)
 
     def decode_iterations_until(self, seqs: int, kv_tokens: int, elapsed_s: float) -> int:
         """The fewest iterations (at least one) of such a run that take ``elapsed_s`` or more."""
@@ -307,24 +331,29 @@ class StepModel:
                 total += self.decode_s(seqs, kv_tokens + n * grow)
                 n += 1
             return max(n, 1)
-        a, b, h, flat = self._run_terms(seqs, kv_tokens)
-        o = self._overhead_s + self._seq_s * seqs
-        if flat * (h + o) >= elapsed_s:
-            n = math.ceil(elapsed_s / (h + o))
+        a, b, h, o, flat = self._run_terms(seqs, kv_tokens)
+        over = self._overhead_s + self._seq_s * seqs
+        c = 1.0 - o
+        held_s = self.decode_run_s(seqs, kv_tokens, flat) if flat < 1 << 62 else math.inf
+        if held_s >= elapsed_s:  # within the host-bound iterations: cost h + c a + o + c b j
+            n = _first_count(h + c * a + over, c * b, elapsed_s)
         else:
-            rest = elapsed_s - flat * (h + o)
-            first = a + b * flat + o  # cost of iteration ``flat``, then + b per iteration
-            if b > 0:
-                half = first - b / 2
-                n = flat + math.ceil((-half + math.sqrt(half * half + 2 * b * rest)) / b)
-            else:
-                n = flat + math.ceil(rest / first)
+            n = flat + _first_count(a + b * flat + over, b, elapsed_s - held_s)
         n = max(n, 1)
         while n > 1 and self.decode_run_s(seqs, kv_tokens, n - 1) >= elapsed_s:
             n -= 1
         while self.decode_run_s(seqs, kv_tokens, n) < elapsed_s:
             n += 1
         return n
+
+
+def _first_count(first_s: float, slope_s: float, total_s: float) -> int:
+    """About the fewest n with sum over j < n of (first_s + slope_s j) >= total_s (the caller
+    corrects it by one either way)."""
+    if slope_s > 0:
+        half = first_s - slope_s / 2
+        return math.ceil((-half + math.sqrt(half * half + 2 * slope_s * total_s)) / slope_s)
+    return math.ceil(total_s / first_s)
 
 
 class PipelineStepModel(StepModel):
@@ -339,7 +368,6 @@ class PipelineStepModel(StepModel):
     """
 
     def __init__(self, dep, *, max_tokens: int = 4096):
-        _check_cache(dep)
         self.dep = dep
         self.max_tokens = max_tokens
         self.stages = [StepModel(dep, max_tokens=max_tokens, stage=st) for st in dep.stages]
@@ -413,8 +441,8 @@ class PipelineStepModel(StepModel):
         j = np.arange(n, dtype=float)
         stage_s, sends = [], []  # [micro-batch][stage] -> an array over iterations; [micro-batch]
         for _, d, kv, _ in micro_batches((), seqs, kv_tokens, seqs, self.dep.pp):
-            stage_s.append([np.maximum(a + b * j, h)
-                            for a, b, h, _ in (st._run_terms(d, kv) for st in self.stages)])  # fmt: skip
+            stage_s.append([_run_costs(a + b * j, h, o)
+                            for a, b, h, o, _ in (st._run_terms(d, kv) for st in self.stages)])  # fmt: skip
             sends.append(self.sends_s(self._rows((), d)))
         latency = np.max([sum(row) + p for row, p in zip(stage_s, sends, strict=True)], axis=0)
         busy = np.max([sum(col) for col in zip(*stage_s, strict=True)], axis=0)
@@ -434,3 +462,13 @@ class PipelineStepModel(StepModel):
             n = 2 * (len(times) - 1)
             times = self._run_times(seqs, kv_tokens, n)
         return max(1, int(np.searchsorted(times, elapsed_s, side="left")))
+
+
+def _run_costs(device_s, host_s: float, overlap: float):
+    """Iteration costs of device times ``device_s`` (a number or an array) under the launch
+    model: ``device_s + max(0, host_s - overlap device_s)``, i.e. ``max(device_s, host_s)``
+    when the CPU runs ahead (``overlap`` 1)."""
+    if overlap == 1.0:
+        return np.maximum(device_s, host_s) if isinstance(device_s, np.ndarray) \
+            else max(device_s, host_s)
+    return device_s + np.maximum(0.0, host_s - overlap * device_s)
