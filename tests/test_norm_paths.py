@@ -80,3 +80,28 @@ def test_training_step_prices_the_norm_backward():
     a = micro_batch_costs(CFG, shape, acc, eff, "eager")
     b = micro_batch_costs(CFG, replace(shape, transformers_norm=True), acc, eff, "eager")
     assert b.dense.bwd_s > a.dense.bwd_s and b.dense.fwd_s > a.dense.fwd_s
+
+
+def test_fp32_stream_activations_in_training_memory():
+    """Llama-3-8B cut to 8 blocks, b2 s4096 on the H200 (data/h200_stacks/run2): 66.95 GB
+    measured; the 16-bit count alone gave 59.99 GB (-10.4%)."""
+    from gpuplan.sim.model_estimate import one_gpu_training
+
+    acc = get_accelerator("h200")
+    eff = efficiency_for(acc.key)
+    cfg = replace(CFG, n_layers=8)
+    params = {"micro_batch": 2, "seq": 4096, "optimizer": "adamw", "precision": "bf16-mixed"}
+    hf = one_gpu_training(acc, eff, cfg, HF, params).breakdown.memory_bytes
+    peak = sum(v for k, v in hf.items() if k not in ("fragmentation", "cuda_context"))
+    assert abs(peak / 66.95e9 - 1) < 0.03
+    # a stack on a bf16 stream keeps the 16-bit count (pytorch eager: same terms as before)
+    from gpuplan.sim.parallel.memory import autocast_stream_facts, model_facts
+
+    f = model_facts(cfg)
+    assert autocast_stream_facts(f, cfg, get_stack("torch-compile")) is f
+    assert autocast_stream_facts(f, cfg, get_stack("pytorch")) is f
+    assert autocast_stream_facts(f, cfg, HF, "fp8") is f
+    g = autocast_stream_facts(f, cfg, HF)
+    # per token: (8 + 2 x 5 readers) d of the stream and norms, and SwiGLU's silu output
+    assert g.stream_rep[0] == 18 * cfg.d_model + 2 * cfg.d_ff
+    assert g.stream_head == 10 * cfg.d_model

@@ -147,6 +147,14 @@ _MODULES = {"qkv_proj": 3, "gate_up_proj": 2, "shared_gate_up_proj": 2}
 _NOT_READERS = ("o_proj",)  # reads the attention's bf16 output (its width may be d_model)
 
 
+def stream_readers(cfg, ops: list[Op]) -> int:
+    """The torch modules of ``ops`` that read the residual stream's normed output (each an
+    ``nn.Linear`` autocast casts its input for: q, k, v, gate, up, a router, the LM head)."""
+    return sum(_MODULES.get(op.name, 1) for op in ops
+               if isinstance(op, Gemm) and op.k == cfg.d_model and op.name not in _NOT_READERS
+               and not op.name.startswith("expert_"))  # fmt: skip
+
+
 def _stream_dtype(cfg, ops: list[Op], dtype: str, tokens: int) -> tuple[list[Op], list[Op]]:
     """``ops`` with the residual stream's ops in ``dtype``, and autocast's casts of it into the
     Linear modules that read it (forward; and their backward, listed apart): each reads
@@ -155,9 +163,7 @@ def _stream_dtype(cfg, ops: list[Op], dtype: str, tokens: int) -> tuple[list[Op]
         return ops, []
     out = [replace(op, dtype=dtype) if isinstance(op, Elementwise) and op.name in _STREAM_OPS
            else op for op in ops]  # fmt: skip
-    readers = sum(_MODULES.get(op.name, 1) for op in ops
-                  if isinstance(op, Gemm) and op.k == cfg.d_model and op.name not in _NOT_READERS
-                  and not op.name.startswith("expert_"))  # fmt: skip
+    readers = stream_readers(cfg, ops)
     if not readers:
         return out, []
     per = tokens * cfg.d_model * (dtype_bytes(dtype) + dtype_bytes("bf16"))

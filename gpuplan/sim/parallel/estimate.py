@@ -32,7 +32,12 @@ from gpuplan.sim.parallel.compute import (
     transformers_norm_of,
 )
 from gpuplan.sim.parallel.evaluate import evaluate
-from gpuplan.sim.parallel.memory import RECOMPUTE_CODES, SCHEDULE_CODES, model_facts
+from gpuplan.sim.parallel.memory import (
+    RECOMPUTE_CODES,
+    SCHEDULE_CODES,
+    autocast_stream_facts,
+    model_facts,
+)
 from gpuplan.sim.parallel.stage import (
     SAC_GEMM_FRACTION,
     StageKinds,
@@ -223,7 +228,7 @@ def estimate_training(
     eff = training_efficiency(stack, eff or efficiency_for(acc.key), acc)
     costs = costs or CostCache(cfg, acc, eff, stack.elementwise)
     mbc = costs(shape_of(strategy, cfg, seq, stack))
-    facts = model_facts(cfg)
+    facts = autocast_stream_facts(model_facts(cfg), cfg, stack, strategy.precision)
     s = strategy_arrays(strategy, cfg)
     kinds = strategy_kinds(strategy, cfg)
     c, terms, mem = evaluate(

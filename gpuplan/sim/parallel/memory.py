@@ -33,7 +33,7 @@ the logits, a middle stage of an uneven split may hold more blocks; the peak is 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -86,6 +86,10 @@ class ModelFacts:
     # per token under op-level selective checkpointing (``sac_saved_bytes``): (dense, moe)
     sac_rep: tuple[float, float] = (0.0, 0.0)
     sac_split: tuple[float, float] = (0.0, 0.0)
+    # per token, beyond ``act_rep``: what transformers' eager blocks keep on an fp32 residual
+    # stream under autocast (``autocast_stream_facts``): (dense, moe) block, and the head's
+    stream_rep: tuple[float, float] = (0.0, 0.0)
+    stream_head: float = 0.0
 
 
 @functools.cache
@@ -121,6 +125,70 @@ def model_facts(cfg: ModelConfig) -> ModelFacts:
         sac_rep=tuple(sac_saved_bytes(cfg, i)[0] for i in (dense_layer, moe_layer or dense_layer)),
         sac_split=tuple(sac_saved_bytes(cfg, i)[1] for i in (dense_layer, moe_layer or dense_layer)),
     )
+
+
+def autocast_stream_facts(f: ModelFacts, cfg: ModelConfig, stack, precision: str = "bf16"):
+    """``f`` with the activations ``stack`` keeps beyond the 16-bit count when it runs
+    transformers' eager modelling code on an fp32 residual stream (``compute.residual_dtype_of``
+    and ``compute.transformers_norm_of``: hf-transformers under autocast over fp32 weights);
+    ``f`` itself otherwise. The stream is fp32 because the embedding's output is: ``nn.Embedding``
+    is on no autocast list (aten/src/ATen/autocast_mode.cpp), so its fp32 weight gives fp32
+    hidden states, and every residual add ``residual + hidden_states`` (modeling_llama.py
+    ``LlamaDecoderLayer.forward``) promotes the bf16 sub-block output back to fp32."""
+    from gpuplan.sim.parallel.compute import (
+        expert_dtype_of,
+        residual_dtype_of,
+        transformers_norm_of,
+    )
+
+    stream = residual_dtype_of(stack, precision)
+    if stream == "bf16" or not transformers_norm_of(stack):
+        return f
+    rep, head = _stream_saved(cfg, stream, expert_dtype_of(stack, precision))
+    return replace(f, stream_rep=rep, stream_head=head)
+
+
+@functools.cache
+def _stream_saved(cfg: ModelConfig, stream: str, expert_dtype: str) -> tuple:
+    """Per token: ((dense, moe) block, head) bytes that transformers' eager code keeps for the
+    backward on a ``stream``-dtype residual stream, beyond ``layer_activation_bytes``' 16-bit
+    count (its block input, normed inputs and mid-block residual at 2 B each, SwiGLU's 3 f).
+    Per block, saved by autograd (derivatives.yaml: what each op's backward reads):
+    - each of the two norms (``operators.eager_rmsnorm``): its fp32 input (``pow`` and the
+      ``x * rsqrt`` multiply save it) and the fp32 ``x * rsqrt`` (the weight's multiply saves
+      it, the weight requiring grad): 4 + 4 B against the count's 2 + 2;
+    - autocast's bf16 copy of the norm's fp32 output for every ``nn.Linear`` reading it
+      (``compute.stream_readers``: q, k, v, gate, up, a router): autocast casts an activation
+      per op (``cached_cast`` caches leaf weights only), and each linear saves its own copy;
+    - SwiGLU's silu output (``act_fn(gate) * up``: the multiply saves both; eager, not fused);
+    - an MoE block's routed rows and their expert intermediates in the experts' dtype
+      (``compute.expert_dtype_of``: fp32 ``_grouped_mm`` under autocast).
+    The head: the final norm's fp32 input and ``x * rsqrt``, and the LM head's bf16 copy."""
+    from gpuplan.sim.parallel.compute import stream_readers
+    from gpuplan.workloads.dtypes import dtype_bytes
+    from gpuplan.workloads.operators import layer_forward
+
+    es, ex, d = dtype_bytes(stream), dtype_bytes(expert_dtype), cfg.d_model
+    swiglu = cfg.activation != "gelu"
+    out = []
+    for layer in (next((i for i in range(cfg.n_layers) if not cfg.is_moe_layer(i)), 0),
+                  next((i for i in range(cfg.n_layers) if cfg.is_moe_layer(i)), None)):
+        if layer is None:
+            out.append(0.0)
+            continue
+        readers = stream_readers(cfg, layer_forward(cfg, batch=1, seq=1, dtype="bf16",
+                                                    layer=layer))
+        extra = d * (2 * 2 * (es - ACT_BYTES) + ACT_BYTES * readers)
+        if not cfg.is_moe_layer(layer):
+            extra += ACT_BYTES * cfg.d_ff if swiglu else 0.0
+        else:
+            f = cfg.d_ff_expert
+            width = 4 if swiglu else 2
+            routed = cfg.top_k * ((width * f + d) * ex - ((width - (1 if swiglu else 0)) * f + d)
+                                  * ACT_BYTES)  # fmt: skip
+            extra += routed + (ACT_BYTES * f * cfg.n_shared_experts if swiglu else 0.0)
+        out.append(float(extra))
+    return (out[0], out[1]), float(d * (2 * es + ACT_BYTES))
 
 
 def sac_saved_bytes(cfg: ModelConfig, layer: int) -> tuple[float, float]:
@@ -258,6 +326,12 @@ def memory_terms(
         attention=attention, selective=selective,
     )  # fmt: skip
     tokens = mb * seq / cp
+    # an fp32 stream's tensors (``autocast_stream_facts``): bf16 compute only (an fp8 recipe
+    # keeps its stream in bf16: ``compute.residual_dtype_of``), nothing recomputed
+    stream = tokens / np.where(sp, tp, 1) * (
+        ((k.layers - k.moe) * f.stream_rep[0] + k.moe * f.stream_rep[1])
+        * in_flight(k, pp=pp, m=m, v=v, sched=sched) + k.head * f.stream_head)
+    held = held + np.where(np.asarray(precision_fp8) | (np.asarray(rc) != 0), 0.0, stream)
     kw = dict(zero=zero, dp=dp, cp=cp, ep=ep, state_precision=state_precision, fp8=precision_fp8)
     weights, grads, optim = state_bytes(f, stage_p, expert_p, pp_unsharded=pp_unsharded, **kw)
     # parameters held, after sharding (whole blocks: their 16-bit copies are in the weights)

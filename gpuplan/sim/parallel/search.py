@@ -45,7 +45,7 @@ from gpuplan.sim.parallel.cost import usd_per_hour
 from gpuplan.sim.parallel.estimate import flops_per_sequence, training_efficiency
 from gpuplan.sim.parallel.evaluate import memory_of, time_terms
 from gpuplan.sim.parallel.interruptions import Interruptions, expected_interruptions
-from gpuplan.sim.parallel.memory import model_facts
+from gpuplan.sim.parallel.memory import autocast_stream_facts, model_facts
 from gpuplan.sim.parallel.op_memo import KernelTable, ShapeKernels, shape_time_table
 from gpuplan.sim.parallel.space import (
     RECOMPUTE_NAMES,
@@ -253,7 +253,7 @@ def _evaluate_all(cfg, s, index, table, *, cluster, acc, eff, seq, space, gpus, 
     pieces of ``CHUNK`` rows concatenated in order (each row depends on its own inputs only):
     (the strategies that fit, the leanest strategy of each piece)."""
     import pandas as pd  # here: a serve plan pricing GPUs by cost.price_for never loads it
-    facts = model_facts(cfg)
+    facts = autocast_stream_facts(model_facts(cfg), cfg, get_stack(space.stack))
     flops = flops_per_sequence(cfg, seq, False)
     peaks = {False: acc.peak("bf16"), True: acc.peak("fp8") if acc.supports("fp8") else np.nan}
     pieces = [({k: v[sl] for k, v in s.items()}, index[sl]) for sl in chunks(len(index), CHUNK)]
