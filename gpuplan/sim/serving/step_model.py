@@ -224,16 +224,14 @@ class StepModel:
         calls = self._token_calls + self._sample_calls + self._dec_calls
         # a decode-only iteration of device time A = kernels + gaps takes A + max(0, H - o A)
         # (the launch model): H the CPU's issue time, o the share of the device's time that
-        # hides it. A graph replay hides nothing: its launch joins A (o = 1, H = A's fixed
-        # part); with o = 1 the cost is max(A, H)
+        # hides it; with o = 1 that is max(A, H), H then the launch model's cost of an
+        # iteration without kernels. A graph replay hides nothing: its launch joins A (o = 1)
         graph = dep.cuda_graph
         o = 1.0 if graph else dep.host_overlap
-        self._dec_gap_s = iteration_launch(dep, n_dec, 0.0, calls, graph=graph).total_s \
-            if graph else iteration_launch(dep, n_dec, 0.0, calls, graph=graph).gaps_s
-        self._dec_host_s = iteration_launch(dep, n_dec, 0.0, calls, graph=graph,
-                                            overlap=None if o == 1.0 else 0.0)  # fmt: skip
-        self._dec_host_s = (self._dec_host_s.total_s if o == 1.0
-                            else self._dec_host_s.host_exposed_s)  # fmt: skip
+        bare = iteration_launch(dep, n_dec, 0.0, calls, graph=graph)  # no kernel time
+        self._dec_gap_s = bare.total_s if graph else bare.gaps_s
+        self._dec_host_s = bare.total_s if o == 1.0 else iteration_launch(
+            dep, n_dec, 0.0, calls, graph=graph, overlap=0.0).host_exposed_s
         self._dec_overlap = o
 
     # iteration times
