@@ -104,3 +104,21 @@ def test_estimate_decode_step_is_the_serving_iteration(stack, capsys):
             served = StepModel(dep).iteration_s(
                 Batch(decode_seqs=batch, decode_kv_tokens=batch * (context + 1)))
             assert _cli_decode_s(capsys, argv) == pytest.approx(served, rel=0.005), kv_cache
+
+
+def test_a_dynamic_cache_is_priced_but_not_simulated_as_traffic():
+    from gpuplan.errors import GpuplanError
+    from gpuplan.sim.serving.deployment import SchedulerConfig
+    from gpuplan.sim.serving.disagg import Disaggregation, simulate_disaggregated
+    from gpuplan.sim.serving.engine import simulate
+    from gpuplan.sim.serving.requests import make_workload
+
+    st = get_stack("hf-transformers")  # DynamicCache by default
+    eff = stack_efficiency(st, efficiency_for("h200"), H200, phase="decode")
+    dep = decode_deployment(H200, eff, MODELS["dense-gqa"], st)
+    assert dep.kv_cache == "dynamic" and StepModel(dep).decode_s(2, 200) > 0
+    load = make_workload(rate_per_s=1, n=3, prompt_tokens=64, output_tokens=4, seed=0)
+    with pytest.raises(GpuplanError, match="kv_cache='dynamic'"):
+        simulate(dep, SchedulerConfig(), load)
+    with pytest.raises(GpuplanError, match="kv_cache='dynamic'"):
+        simulate_disaggregated(dep, SchedulerConfig(), load, Disaggregation(prefill_replicas=1, decode_replicas=1))

@@ -34,7 +34,7 @@ from gpuplan.sim.serving.kv_cache import kv_bytes_per_token, kv_capacity
 from gpuplan.sim.serving.metrics import Timeline, conservation, request_columns, summarize
 from gpuplan.sim.serving.router import Router
 from gpuplan.sim.serving.state import RequestTable
-from gpuplan.sim.serving.step_model import StepModel
+from gpuplan.sim.serving.step_model import StepModel, check_servable
 from gpuplan.sim.serving.vision import cross_attention_step, encoder_summary, prepare_images
 
 LINKS = ("scaleout", "scaleup")
@@ -125,6 +125,7 @@ def simulate_disaggregated(
     env, table = simpy.Environment(), RequestTable(workload)
     pre_sched = prefill_sched or sched
     budget = max(pre_sched.batched_tokens(dep.model) or 0, sched.batched_tokens(dep.model) or 0)
+    check_servable(dep)
     step = step or StepModel(dep, max_tokens=max(budget, sched.max_seqs))
     step = cross_attention_step(step, dep, workload, disaggregated=True)  # refused with images
     line = Timeline(timeline)
