@@ -13,13 +13,20 @@ An iteration of a replica (Orca, Yu et al. OSDI 2022; vLLM; Sarathi-Serve, Agraw
 - padding: a decode-only iteration of a deployment with ``decode_buckets`` or
   ``decode_context_tokens`` runs the padded batch (``Deployment.padded_decode``): every
   operator over the bucket's rows, the attention over the fixed span of each;
+- the cache: a masked static-cache decode's GQA K/V repeat (``masked_decode_attention``) and a
+  dynamic cache's ``torch.cat`` (``cache_concat``), both linear in the tokens cached;
 - launch: the CPU issues every kernel eagerly, except that decode-only iterations replay a CUDA
-  graph when ``cuda_graph`` is set (vLLM captures decode batches only); plus a fixed CPU cost per
-  iteration (``Deployment.iteration_overhead_s``).
+  graph when ``cuda_graph`` is set (vLLM captures decode batches only); eager issue hides
+  behind the share ``host_overlap`` of the device's time (``iteration_launch``); plus a fixed
+  CPU cost per iteration (``Deployment.iteration_overhead_s``) and per running sequence
+  (``seq_overhead_s``).
 
 ``iteration_breakdown`` prices those operators through ``hwmodels`` (quantized GEMMs through
 ``quantization``) and returns a ``Breakdown`` whose items sum to the iteration's time.
-``step_model.StepModel`` gives the same number fast.
+``step_model.StepModel`` gives the same number fast, from the same operator lists
+(``token_ops``, ``outer_ops``, ``sample_ops``, ``decode_ops``, ``cache_ops``,
+``prefill_attention``) and the same launch model (``iteration_launch``):
+``tests/test_one_cost_path.py`` holds them equal for every stack preset.
 
 Under pipeline parallelism (``pipeline``) each stage runs the token part and the attention of
 its own blocks, the first the embedding, the last the final norm and the sampling part, and

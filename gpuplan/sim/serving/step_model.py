@@ -10,8 +10,9 @@ take.
 
 A run of decode-only iterations with a fixed set of sequences has a closed form: the cached
 tokens grow by the number of sequences each iteration, so the total of k iterations is a sum
-of ``max(A + b j, H)`` terms (the launch model: the GPU's time or the CPU's issue time,
-whichever is longer). ``decode_run_s`` and ``decode_iterations_until`` use it, which lets the
+of ``A + b j + max(0, H - o (A + b j))`` terms (the launch model: the CPU's issue time H
+shows where the share ``o`` of the GPU's time does not hide it; ``max(A + b j, H)`` when the
+CPU runs ahead, o = 1). ``decode_run_s`` and ``decode_iterations_until`` use it, which lets the
 simulator jump from event to event instead of stepping every iteration. Under the deployment's
 decode padding (``Deployment.padded_decode``) every decode-only time is that of the padded
 batch; with a fixed attention span the cost per iteration of such a run is constant (b = 0).
