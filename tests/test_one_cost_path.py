@@ -122,3 +122,18 @@ def test_a_dynamic_cache_is_priced_but_not_simulated_as_traffic():
         simulate(dep, SchedulerConfig(), load)
     with pytest.raises(GpuplanError, match="kv_cache='dynamic'"):
         simulate_disaggregated(dep, SchedulerConfig(), load, Disaggregation(prefill_replicas=1, decode_replicas=1))
+
+
+@pytest.mark.parametrize("stack", [s.name for s in list_stacks() if s.serving is not None])
+def test_estimate_decode_step_on_a_serving_stack_is_what_serve_prices(stack, capsys):
+    # a serving engine's runtime (CPU per iteration and per sequence, graph buckets) is in both
+    from gpuplan.sim.serving.on_stack import stack_deployment
+
+    cfg = dataclasses.replace(_LLAMA, n_layers=4)
+    for batch, context, tp in ((3, 200, 1), (8, 2048, 2)):
+        dep = stack_deployment(cfg, "h200", stack, tp=tp)
+        served = StepModel(dep).iteration_s(
+            Batch(decode_seqs=batch, decode_kv_tokens=batch * (context + 1)))
+        argv = ["--batch", str(batch), "--context", str(context), "--stack", stack,
+                "--kv-cache", "paged", "--tp", str(tp)]  # fmt: skip
+        assert _cli_decode_s(capsys, argv) == pytest.approx(served, rel=0.005), (batch, tp)

@@ -96,6 +96,10 @@ def decode_deployment(
     if not graph:  # the torch calls of transformers' RMSNorm beyond the one the iteration counts
         # (``eff`` is the stack's: its ``host_launch_s`` carries the host's speed already)
         host_extra_s += transformers_rmsnorm_calls(cfg, stack) * eff.host_launch_s
+    # a serving engine's decode step carries its runtime's CPU work per iteration and per
+    # sequence, its graph buckets and all-reduce: what ``gpuplan serve --stack`` prices
+    # (``on_stack.deployment_fields``), so that the two are one iteration
+    runtime = _runtime_fields(stack, tp=tp, gpu=acc.key, graph=graph)
     return Deployment(
         model=cfg, acc=acc, eff=queued(eff), tp=tp, cuda_graph=graph, impl=stack.elementwise,
         kv_cache=kv_cache, host_extra_s=host_extra_s, stack=stack.name,
@@ -104,8 +108,24 @@ def decode_deployment(
         host_overlap=stack.host.device_overlap,
         # a compiled model's call before its CUDA graph replays (``HostModel.graph_call_s``)
         iteration_overhead_s=(stack.host.graph_call_s * stack.host.speed_factor
-                              if graph and stack.host.mode == "compiled" else 0.0),
+                              if graph and stack.host.mode == "compiled" else 0.0)
+        + runtime.pop("iteration_overhead_s", 0.0),
+        **runtime,
     )
+
+
+def _runtime_fields(stack: Stack, *, tp: int, gpu: str, graph: bool) -> dict:
+    """The ``Deployment`` fields of ``stack``'s serving runtime (none without one): its CPU
+    time per iteration and per sequence, large all-reduce factor and, under its CUDA graphs,
+    the decode buckets."""
+    if stack.serving is None:
+        return {}
+    from gpuplan.sim.serving.on_stack import deployment_fields
+
+    f = deployment_fields(stack, tp=tp, gpu=gpu)
+    keys = ("iteration_overhead_s", "seq_overhead_s", "large_allreduce_bytes",
+            "large_allreduce_factor") + (("decode_buckets",) if graph else ())  # fmt: skip
+    return {k: f[k] for k in keys}
 
 
 def decode_breakdown(
