@@ -230,12 +230,6 @@ def sliding_window_masked(cfg: ModelConfig, stack: Stack, ops: list) -> list:
     return out
 
 
-def runs_transformers(stack: Stack) -> bool:
-    """Whether the stack runs transformers' modelling code (its SDPA integration's
-    ``repeat_kv`` under a mask is the mark: hf-transformers and torch-compile)."""
-    return stack.repeat_kv_masked
-
-
 def transformers_rmsnorm(ops: list, stack: Stack) -> list:
     """RMSNorms as transformers' eager ``LlamaRMSNorm.forward`` (and Qwen2's, Mistral's,
     Mixtral's, DeepSeek-V2's, the same code) runs them: ``to(float32)``, ``pow(2)``,

@@ -22,7 +22,6 @@ from gpuplan.hwmodels.efficiency import queued
 from gpuplan.sim.breakdown import Breakdown, Item, priced_items
 from gpuplan.sim.inputs import check_seq
 from gpuplan.sim.step import _as_run, _launch_item, _with_launch
-from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.memory import kv_cache_bytes_per_token_layer
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.operators import backward_of
@@ -103,12 +102,6 @@ def cross_kv_bytes(cfg: ModelConfig, image_tokens: int, dtype: str = "bf16") -> 
     return image_tokens * per * len(cfg.vision_tower.cross_attention_layers)
 
 
-def encoder_weight_bytes(cfg: ModelConfig, dtype: str = "bf16") -> float:
-    from gpuplan.workloads.vision import tower_params
-
-    return tower_params(cfg) * dtype_bytes(dtype)
-
-
 # --- training -------------------------------------------------------------------------------
 
 
@@ -172,11 +165,12 @@ def vision_training_breakdown(acc, eff, cfg: ModelConfig, stack, *, micro_batch:
     tower = cfg.vision_tower
     work = EncoderWork.of(tower, images)
     encoder = encoder_forward(cfg, work, seqs=micro_batch)
+    per_seq_tokens = work.images * work.tokens_per_image  # the encoder's tokens of one sequence
+    enc_tokens = micro_batch * per_seq_tokens
     cross: list[OpGroup] = []
     if tower.style == "cross-attention":
-        tokens = micro_batch * work.images * work.tokens_per_image
-        cross = cross_kv_forward(cfg, image_tokens=tokens) + cross_layer_forward(
-            cfg, seqs=micro_batch, tokens_per_seq=seq, image_tokens=tokens // micro_batch)
+        cross = cross_kv_forward(cfg, image_tokens=enc_tokens) + cross_layer_forward(
+            cfg, seqs=micro_batch, tokens_per_seq=seq, image_tokens=per_seq_tokens)
     trained = cross + ([] if freeze_vision else encoder)
     impl = stack.elementwise
     items = group_items(encoder + cross, acc, eff, impl=impl, phase="fwd")
@@ -193,13 +187,12 @@ def vision_training_breakdown(acc, eff, cfg: ModelConfig, stack, *, micro_batch:
     state = training_state_bytes(n_trained, precision)
     frozen_w = training_state_bytes(n_tower if freeze_vision else 0, precision).weights_bytes
     enc = tower.encoder
-    enc_tokens = micro_batch * work.images * work.tokens_per_image
     acts = 0.0 if freeze_vision else (enc.n_layers + tower.global_layers) * layer_activation_bytes(
         enc, tokens=enc_tokens, impl=impl).total_bytes
     if cross:
         per = layer_activation_bytes(cfg, tokens=micro_batch * seq, impl=impl).total_bytes
         acts += len(tower.cross_attention_layers) * per + micro_batch * cross_kv_bytes(
-            cfg, enc_tokens // micro_batch)
+            cfg, per_seq_tokens)
     memory = {"vision_weights": state.weights_bytes + frozen_w,
               "vision_gradients": state.grads_bytes, "vision_optimizer": state.optimizer_bytes,
               "vision_activations": acts}
