@@ -57,6 +57,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 from gpuplan.errors import GpuplanError
@@ -104,17 +105,11 @@ def families(path: str | Path | None = None) -> tuple[str, ...]:
     return tuple(sorted(table(path)["families"]))
 
 
-def _median(values: list[float]) -> float:
-    v = sorted(values)
-    mid = len(v) // 2
-    return v[mid] if len(v) % 2 else 0.5 * (v[mid - 1] + v[mid])
-
-
 def _extra(fam: dict) -> tuple[float, float]:
     """How far a family's pooled band reaches beyond its typical (median) group's band."""
     p = fam["pooled"]
-    return (max(_median([g["p10"] for g in fam["groups"]]) - p["p10"], 0.0),
-            max(p["p90"] - _median([g["p90"] for g in fam["groups"]]), 0.0))  # fmt: skip
+    return (max(median([g["p10"] for g in fam["groups"]]) - p["p10"], 0.0),
+            max(p["p90"] - median([g["p90"] for g in fam["groups"]]), 0.0))  # fmt: skip
 
 
 def _widening(data: Mapping) -> tuple[float, float]:
@@ -122,7 +117,7 @@ def _widening(data: Mapping) -> tuple[float, float]:
     many = [_extra(f) for f in data["families"].values() if len(f["groups"]) >= 2]
     if not many:
         return 0.0, 0.0
-    return _median([m[0] for m in many]), _median([m[1] for m in many])
+    return median([m[0] for m in many]), median([m[1] for m in many])
 
 
 def _unmeasured(data: Mapping, family: str) -> tuple[float, float]:
@@ -131,8 +126,14 @@ def _unmeasured(data: Mapping, family: str) -> tuple[float, float]:
     if len(fam["groups"]) < 2:
         d_lo, d_hi = _widening(data)
         lo, hi = lo - d_lo, hi + d_hi
-    widest = max((g["p90"] - g["p10"] for g in fam["groups"]), default=0.0)
-    if hi - lo < widest:  # never narrower than a measured group's band
+    return _at_least(lo, hi, fam["groups"])
+
+
+def _at_least(lo: float, hi: float, groups: Iterable[Mapping]) -> tuple[float, float]:
+    """``[lo, hi]`` widened symmetrically, if need be, to the widest measured group's band: an
+    unmeasured band is never narrower than a measured one it stands for."""
+    widest = max((g["p90"] - g["p10"] for g in groups), default=0.0)
+    if hi - lo < widest:
         pad = 0.5 * (widest - (hi - lo))
         lo, hi = lo - pad, hi + pad
     return lo, hi
@@ -148,11 +149,7 @@ def _level(fam: Mapping, stack: str, device: str) -> tuple[float, float, str] | 
             continue
         pooled = [g for g in fam["groups"]
                   if (g["device"] == device if key == "devices" else ARCH.get(g["device"]) == arch)]
-        lo, hi = entry["p10"], entry["p90"]
-        widest = max((g["p90"] - g["p10"] for g in pooled), default=0.0)
-        if hi - lo < widest:  # never narrower than a measured group it pools
-            pad = 0.5 * (widest - (hi - lo))
-            lo, hi = lo - pad, hi + pad
+        lo, hi = _at_least(entry["p10"], entry["p90"], pooled)
         if key == "devices":
             how = (f"band of the stacks measured on {device} "
                    f"({', '.join(entry['stacks'])}; {entry['n_sources']} sources)")
@@ -336,15 +333,6 @@ def serve_bands(doc: Mapping[str, Any], *, stack: str, device: str) -> dict[str,
                 labels.append(join_labels(b.label.split("; ")))
     out["error_band_label"] = next((x for x in labels if x), "")
     return out
-
-
-def banded_text(text: str, band: list[float] | Band | None, fmt=None) -> str:
-    """``577 ms (540–610)``: a printed value followed by its band formatted by ``fmt``."""
-    if band is None:
-        return text
-    low, high = (band.low, band.high) if isinstance(band, Band) else band
-    fmt = fmt or (lambda v: f"{v:.3g}")
-    return f"{text} ({fmt(low)}–{fmt(high)})"
 
 
 # A breakdown category's family: the harness kind that measures that kernel class. Categories of
