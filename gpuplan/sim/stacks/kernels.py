@@ -155,18 +155,21 @@ ISOLATED_PRIORS = {"gemm": 40e-6, "elementwise": 25e-6, "attention": 40e-6,
                    "backward": 120e-6, "forced_kernel": 30e-6}
 
 
-def _isolated_fitted() -> dict:
+def stack_fit(section: str) -> dict:
+    """One section of the committed H200 stack-campaign fit (``data/stack_fit.json``, written by
+    ``python3 -m gpuplan.validate.fit_stacks``): ``isolated`` here, ``stacks`` for the presets'
+    host factors (``stacks.pytorch``); {} without the file."""
     import json
     from pathlib import Path
 
     path = Path(__file__).resolve().parent / "data" / "stack_fit.json"
     try:
-        return dict(json.loads(path.read_text()).get("isolated", {}))
+        return dict(json.loads(path.read_text()).get(section, {}))
     except FileNotFoundError:
         return {}
 
 
-ISOLATED_CALL_S = ISOLATED_PRIORS | _isolated_fitted()
+ISOLATED_CALL_S = ISOLATED_PRIORS | stack_fit("isolated")
 
 
 def isolated_call_s(stack, kind: str, params, values: dict | None = None) -> float:

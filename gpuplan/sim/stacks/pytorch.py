@@ -46,10 +46,8 @@ L2 flush (``harness/timing.py``): its committed records score under this stack.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from gpuplan.sim.stacks import SDPA_DEFAULT, AttentionChoice, HostModel, Stack, register
+from gpuplan.sim.stacks.kernels import stack_fit
 
 # The unmeasured priors of the host-side factors below, and the values fitted on the fit part
 # (70%, seeded, stratified) of the H200 stack campaign (data/h200_stacks) by
@@ -59,17 +57,7 @@ PRIORS = {
     "hf-transformers": {"module_call_s": 8e-6, "device_overlap": 1.0, "moe_block_s": 0.0},
     "torch-compile": {"call_factor": 0.3, "graph_call_s": 0.0},
 }
-FIT_FILE = Path(__file__).resolve().parent / "data" / "stack_fit.json"
-
-
-def _fitted() -> dict:
-    try:
-        return json.loads(FIT_FILE.read_text())["stacks"]
-    except FileNotFoundError:
-        return {}
-
-
-_FIT = _fitted()
+_FIT = stack_fit("stacks")
 
 
 def _fit(stack: str, name: str) -> float:
