@@ -69,10 +69,13 @@ class Batch:
         return sum(c * b for c, _, b in self.prefill) + self.decode_seqs
 
     @property
-    def samples(self) -> int:
-        if self.sampled is not None:
-            return self.sampled
+    def seqs(self) -> int:
+        """Sequences running in the iteration: decoding or in a prefill piece."""
         return self.decode_seqs + sum(b for _, _, b in self.prefill)
+
+    @property
+    def samples(self) -> int:
+        return self.seqs if self.sampled is None else self.sampled
 
 
 # --- the operators of an iteration (the reference) ------------------------------------------
@@ -236,7 +239,7 @@ def _engine_all_reduce(op: Collective, dep) -> KernelTime:
     model's time, the rest the model's (``stacks.serving.ServingRuntime``: the values and their
     evidence)."""
     t = price(op, dep.acc, dep.eff)
-    limit = getattr(dep, "large_allreduce_bytes", 0.0)
+    limit = dep.large_allreduce_bytes
     if not limit or op.bytes_per_rank <= limit:
         return t
     f = 1.0 + (dep.large_allreduce_factor - 1.0) * (op.bytes_per_rank - limit) / op.bytes_per_rank
@@ -271,7 +274,7 @@ def stage_breakdown(dep, batch: Batch, stage, *, overhead: bool) -> Breakdown:
     """One iteration's kernels on one pipeline ``stage`` (None: the whole model), with their
     launch, and the CPU's fixed cost when ``overhead``."""
     items: list[Item] = []
-    running = batch.decode_seqs + sum(b for _, _, b in batch.prefill)  # before any padding
+    running = batch.seqs  # before any padding
     batch = padded_batch(dep, batch)
     tokens = batch.tokens
     first, last = (True, True) if stage is None else (stage.first, stage.last)
@@ -300,13 +303,22 @@ def stage_breakdown(dep, batch: Batch, stage, *, overhead: bool) -> Breakdown:
     what = "graph replay gaps" if graph else "host issue time not hidden"
     items.append(Item(layer="runtime", category="launch", op=what, phase="iteration",
                       time_s=cost.total_s, bound="launch"))  # fmt: skip
-    if dep.iteration_overhead_s and overhead:
+    if overhead:
+        items += _cpu_items(dep, running)
+    return Breakdown(items=tuple(items))
+
+
+def _cpu_items(dep, running: int) -> list[Item]:
+    """The replica's CPU work of one iteration of ``running`` sequences beyond issuing kernels
+    (``Deployment.iteration_overhead_s``, ``seq_overhead_s``), once per iteration."""
+    items = []
+    if dep.iteration_overhead_s:
         items.append(Item(layer="runtime", category="scheduler", op="per-iteration CPU work",
                           phase="iteration", time_s=dep.iteration_overhead_s, bound="launch"))  # fmt: skip
-    if getattr(dep, "seq_overhead_s", 0.0) and overhead and running:
+    if dep.seq_overhead_s and running:
         items.append(Item(layer="runtime", category="scheduler", op="per-sequence CPU work",
                           phase="iteration", time_s=running * dep.seq_overhead_s, bound="launch"))  # fmt: skip
-    return Breakdown(items=tuple(items))
+    return items
 
 
 def pipeline_breakdown(dep, batch: Batch) -> Breakdown:
@@ -325,15 +337,7 @@ def pipeline_breakdown(dep, batch: Batch) -> Breakdown:
     paths = [[i for cell in row for i in cell.items] + items for row, items in zip(cells, sends, strict=True)]
     paths += [[i for row in cells for i in row[s].items] for s in range(dep.pp)]
     items = max(paths, key=lambda path: sum(i.time_s for i in path))
-    if dep.iteration_overhead_s:
-        items.append(Item(layer="runtime", category="scheduler", op="per-iteration CPU work",
-                          phase="iteration", time_s=dep.iteration_overhead_s, bound="launch"))  # fmt: skip
-    running = batch.decode_seqs + sum(b for _, _, b in batch.prefill)
-    per_seq = getattr(dep, "seq_overhead_s", 0.0)
-    if per_seq and running:
-        items.append(Item(layer="runtime", category="scheduler", op="per-sequence CPU work",
-                          phase="iteration", time_s=running * per_seq, bound="launch"))  # fmt: skip
-    return Breakdown(items=tuple(items))
+    return Breakdown(items=tuple(items + _cpu_items(dep, batch.seqs)))
 
 
 def _send_items(dep, tokens: int) -> list[Item]:

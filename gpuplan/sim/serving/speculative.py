@@ -141,7 +141,7 @@ class Speculator:
         if (spec.method == "draft") != (draft is not None):
             raise GpuplanError("speculative method 'draft' needs a draft model (draft:MODEL), "
                                "and only it takes one")  # fmt: skip
-        if getattr(dep, "pp", 1) > 1:
+        if dep.pp > 1:
             raise GpuplanError(f"speculative decoding with pp={dep.pp} is not modelled: "
                                "give --pp 1")  # fmt: skip
         from gpuplan.sim.serving.step_model import StepModel

@@ -95,7 +95,7 @@ class StepModel:
         self._first, self._last = (True, True) if stage is None else (stage.first, stage.last)
         # the CPU's fixed cost is once per iteration of the replica, not once per stage
         self._overhead_s = dep.iteration_overhead_s if stage is None else 0.0
-        self._seq_s = getattr(dep, "seq_overhead_s", 0.0) if stage is None else 0.0  # per sequence
+        self._seq_s = dep.seq_overhead_s if stage is None else 0.0  # per sequence
         self._n_layers = sum(count for _, count in self._groups)
         self._templates = [attention_template(dep, layer=layer) for layer, _ in self._groups]
         # sliding-window groups read at most their window a sequence: priced apart (``_windowed``)
@@ -416,7 +416,7 @@ class PipelineStepModel(StepModel):
     def _cpu_s(self, running: int) -> float:
         """The replica's CPU cost of one iteration (the scheduler's fixed and per-sequence
         work, ``Deployment.seq_overhead_s``), once per iteration, not once per stage."""
-        return self.dep.iteration_overhead_s + getattr(self.dep, "seq_overhead_s", 0.0) * running
+        return self.dep.iteration_overhead_s + self.dep.seq_overhead_s * running
 
     def decode_s(self, seqs: int, kv_tokens: int) -> float:
         return self.mixed_s((), seqs, kv_tokens, seqs)
