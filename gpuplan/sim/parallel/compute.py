@@ -370,8 +370,13 @@ def _cost(ops: tuple[list[Op], list[Op]], acc, eff, impl: str = "fused",
     fwd, bwd = (_as_run(o, impl) for o in ops)
     cast_fwd, cast_bwd = fp8_cast_ops(ops[0], impl)  # an fp8 recipe's casts (sim.parallel.fp8)
     fwd, bwd = fwd + cast_fwd, bwd + cast_bwd
-    fwd_items = _priced(fwd, acc, eff, "fwd", kernels)
-    bwd_items = _priced(bwd, acc, eff, "bwd", kernels)
+    return cost_of(_priced(fwd, acc, eff, "fwd", kernels), _priced(bwd, acc, eff, "bwd", kernels),
+                   eff)  # fmt: skip
+
+
+def cost_of(fwd_items: tuple[Item, ...], bwd_items: tuple[Item, ...], eff) -> Cost:
+    """The ``Cost`` of priced forward and backward items: the host's time is every torch call's
+    launch, plus the autograd engine's share for each backward call."""
     calls = sum(i.host_calls for i in fwd_items + bwd_items)
     bwd_calls = sum(i.host_calls for i in bwd_items)
     host_s = calls * eff.host_launch_s + bwd_calls * eff.autograd_op_s

@@ -20,7 +20,7 @@ import numpy as np
 
 from gpuplan.hwmodels.bulk import price_ops
 from gpuplan.hwmodels.price import host_calls
-from gpuplan.sim.breakdown import Item, priced_items
+from gpuplan.sim.breakdown import Item
 from gpuplan.sim.parallel.compute import (
     CORE,
     Cost,
@@ -28,6 +28,8 @@ from gpuplan.sim.parallel.compute import (
     Shape,
     _cost,
     _experts,
+    _priced,
+    cost_of,
     embedding_ops,
     head_ops,
     layer_forward_ops,
@@ -61,13 +63,7 @@ class OpMemoCosts:
         self._shared: dict[Shape, tuple] = {}  # by shape at ep=1, load=1: dense, head, emb
 
     def _priced(self, ops, phase: str) -> tuple[Item, ...]:
-        out: list[Item] = []
-        for op in ops:
-            key = (op, phase)
-            if key not in self._kernels:
-                self._kernels[key] = priced_items((op,), self.acc, self.eff, phase=phase)
-            out += self._kernels[key]
-        return tuple(out)
+        return _priced(ops, self.acc, self.eff, phase, self._kernels)
 
     def _op_items(self, op) -> tuple:
         got = self._ops.get(op)
@@ -109,10 +105,7 @@ class OpMemoCosts:
             bwd_items += got
         for _run, _bwd, _cf, cast_bwd in per_op:
             bwd_items += cast_bwd
-        calls = sum(i.host_calls for i in fwd_items) + sum(i.host_calls for i in bwd_items)
-        bwd_calls = sum(i.host_calls for i in bwd_items)
-        host_s = calls * self.eff.host_launch_s + bwd_calls * self.eff.autograd_op_s
-        return Cost(tuple(fwd_items), tuple(bwd_items), host_s)
+        return cost_of(tuple(fwd_items), tuple(bwd_items), self.eff)
 
     def __call__(self, shape: Shape) -> MicroBatchCosts:
         """The costs ``micro_batch_costs(cfg, shape, ...)`` gives."""
