@@ -333,14 +333,13 @@ def run_serve(args) -> int:
 def _speculator(args, dep, stack):
     """``--speculative``'s drafter for the replica ``dep`` (its draft model on the same GPUs,
     stack and formats), or None."""
-    if getattr(args, "speculative", None) is None:
-        if getattr(args, "spec_tokens", None) is not None or getattr(args, "accept_rate", None) is not None:
-            raise GpuplanError("--spec-tokens and --accept-rate go with --speculative")
+    speculation = _speculation(args)
+    if speculation is None:
         return None
     from gpuplan.sim.serving.on_stack import stack_deployment
-    from gpuplan.sim.serving.speculative import Speculator, serving_speculation
+    from gpuplan.sim.serving.speculative import Speculator
 
-    spec, draft_name = serving_speculation(args.speculative, args.spec_tokens, args.accept_rate)
+    spec, draft_name = speculation
     draft = None
     if draft_name is not None:
         draft = stack_deployment(draft_name, args.gpu, stack, fit=_fit(args), tp=dep.tp,
@@ -611,7 +610,7 @@ def run_plan(args) -> int:
         ratios=() if args.no_disaggregation else RATIOS,
         max_gpus=args.max_gpus,
         stack=_plan_stack(args),
-        speculation=_plan_speculation(args),
+        speculation=_speculation(args),
     )
     with open_pool(args) as pool:
         result = _plan(args, load, space, pool)
@@ -668,12 +667,12 @@ def run_plan(args) -> int:
     return 0
 
 
-def _plan_speculation(args):
-    """``serve plan --speculative``'s (speculation, draft model name), or None."""
+def _speculation(args):
+    """``--speculative``'s (speculation, draft model name) for serve and serve plan, or None."""
     from gpuplan.sim.serving.speculative import serving_speculation
 
-    if args.speculative is None:
-        if args.spec_tokens is not None or args.accept_rate is not None:
+    if getattr(args, "speculative", None) is None:
+        if getattr(args, "spec_tokens", None) is not None or getattr(args, "accept_rate", None) is not None:
             raise GpuplanError("--spec-tokens and --accept-rate go with --speculative")
         return None
     return serving_speculation(args.speculative, args.spec_tokens, args.accept_rate)
