@@ -14,6 +14,7 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tiny_cluster import TINY_SCENARIO
 
 from gpuplan.cli import build_parser, main
 
@@ -44,13 +45,6 @@ BASES = [
 SLOW_COMMANDS = {("validate", "calibrate"), ("validate", "report"), ("diagnose", "train"),
                  ("diagnose", "serve"), ("report", "train"), ("report", "serve"),
                  ("report", "cluster")}  # fmt: skip
-TINY = """name: tiny
-horizon_days: 1
-cluster: {preset: dgx-h100, nodes: 1}
-failures: {enabled: false}
-jobs:
-  - {id: a, model: megatron-gpt-1.7b, gpus: 8, steps: 10}
-"""
 KERNELS = (
     '{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "sm90_gemm_bf16", "ts": 0, '
     '"dur": 5, "pid": 0, "tid": 7}]}'
@@ -100,7 +94,7 @@ def _run(argv: list[str]) -> tuple[int, str, set[str], set[str]]:
     """Run ``gpuplan argv`` in a fresh folder: (exit code, stderr, files before, files after)."""
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        (folder / "tiny.yaml").write_text(TINY)
+        (folder / "tiny.yaml").write_text(TINY_SCENARIO)
         (folder / "records.jsonl").write_text(RECORD)
         (folder / "kernels.json").write_text(KERNELS)
         (folder / "folder").mkdir()

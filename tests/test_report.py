@@ -10,6 +10,7 @@ import subprocess
 from html.parser import HTMLParser
 
 import pytest
+from tiny_cluster import TINY_SCENARIO
 
 from gpuplan.cli import main
 from gpuplan.cli.tables import format_value
@@ -130,19 +131,10 @@ def test_a_band_is_rendered_where_the_document_has_one():
     assert band_section(doc).tables[0].rows == (("step_time_s", "540 ms", "610 ms"),)
 
 
-TINY = """name: tiny
-horizon_days: 1
-cluster: {preset: dgx-h100, nodes: 1}
-failures: {enabled: false}
-jobs:
-  - {id: a, model: megatron-gpt-1.7b, gpus: 8, steps: 10}
-"""
-
-
 @pytest.mark.slow
 def test_cluster_report_shows_each_run_and_its_energy(tmp_path, capsys):
     scenario, out = tmp_path / "tiny.yaml", tmp_path / "c.html"
-    scenario.write_text(TINY)
+    scenario.write_text(TINY_SCENARIO)
     assert main(["report", "cluster", str(scenario), "--no-progress", "--electricity-price",
                  "0.1", "--out", str(out)]) == 0  # fmt: skip
     page = Page()
