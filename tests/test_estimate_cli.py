@@ -57,3 +57,9 @@ def test_bad_input_is_one_clear_line_and_exit_code_2(capsys, argv, message):
     code, out, err = run(capsys, "estimate", *argv)
     assert code == 2 and out == "" and "Traceback" not in err
     assert err.startswith("gpuplan: error:") and message in err
+
+
+def test_model_on_a_kernel_kind_is_a_one_line_error(capsys):
+    code, _out, err = run(capsys, "estimate", "gemm", "--model", "llama3-8b")
+    assert code != 0
+    assert "estimate gemm does not use --model" in err and len(err.strip().splitlines()) == 1

@@ -245,3 +245,21 @@ def test_cudnn_decode_streams_the_cache_at_its_own_rate_with_no_split():
     cudnn = price(op, H200, cudnn_eff)
     assert cudnn.memory_s == pytest.approx(op.bytes / (H200.hbm_bytes_per_s * 0.8))
     assert cudnn.total_s < flash.total_s
+
+
+def test_a_backward_on_an_inference_only_attention_kernel_is_an_error():
+    from gpuplan.hwmodels.attention import attention_time
+
+    eff = replace(EFF, prefill_attention_kernel="flashinfer")
+    op = Attention(name="attn", batch=1, heads_q=16, heads_kv=16, seq_q=4096, seq_kv=4096,
+                   head_dim=128, v_head_dim=128, causal=True, pass_="bwd", dtype="bf16")
+    with pytest.raises(GpuplanError, match="'flashinfer' has no backward .*train with flash2"):
+        attention_time(H200, op, eff)
+
+
+@pytest.mark.parametrize("key", ["", "  ", None, 200])
+def test_an_empty_or_non_string_device_key_is_a_one_line_error(key):
+    with pytest.raises(GpuplanError, match=r"accelerator key .* is invalid: give a non-empty"):
+        get_accelerator(key)
+    with pytest.raises(GpuplanError, match=r"device key .* is invalid: give a non-empty"):
+        efficiency_for(key)

@@ -103,3 +103,10 @@ def test_models_frame_has_one_row_per_preset_with_parameter_counts():
     assert row["params_active"] == 12_879_925_248
     assert row["attention_kind"] == "gqa"
     assert (frame["params_active"] <= frame["params_total"]).all()
+
+
+def test_windowed_blocks_per_full_one_without_a_window_is_a_one_line_error():
+    import dataclasses
+
+    with pytest.raises(GpuplanError, match="local_per_global=5 needs a sliding_window > 0"):
+        dataclasses.replace(get_model("llama3-8b"), local_per_global=5)

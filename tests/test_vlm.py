@@ -136,3 +136,28 @@ def test_the_catalogue_shows_a_vlm_tower(capsys):
     assert shown["vision_style"] == "inline"
     assert shown["image_tokens_per_image"] == "256 at 448x448"
     assert shown["vision_params"] == count_params(get_model("qwen2-vl-7b")).vision
+
+
+def test_a_tower_whose_style_and_cross_attention_layers_disagree_is_an_error():
+    from dataclasses import replace
+
+    tower = get_model("qwen2-vl-7b").vision_tower
+    with pytest.raises(GpuplanError, match="style='inline' and cross_attention_layers=.* disagree"):
+        replace(tower, cross_attention_layers=(3,))
+
+
+def test_train_image_flags_without_images_are_a_one_line_error(capsys):
+    from gpuplan.cli import main
+
+    for flag in (["--image-size", "448x448"], ["--freeze-vision"]):
+        assert main(["train", "--model", "qwen2-vl-7b", "--gpus", "1", *flag]) != 0
+        err = capsys.readouterr().err
+        assert "--image-size and --freeze-vision need --images N" in err
+        assert len(err.strip().splitlines()) == 1
+
+
+def test_an_image_size_without_images_is_an_error():
+    from gpuplan.sim.model_estimate import images_of
+
+    with pytest.raises(GpuplanError, match="image_size='448x448' needs images=N"):
+        images_of(get_model("qwen2-vl-7b"), {"image_size": "448x448"})
