@@ -74,7 +74,7 @@ def _slices(tl: StepTimeline, detail: str):
     tids = {s: k for k, s in enumerate(STREAMS)}
     last, events = None, []  # a copied replica's slice follows its original: the same events
     for row in tl.slices:
-        gid, stream, name, start, end, work, mb, chunk = row
+        gid = row[0]
         if row[1:] != last:
             last, events = row[1:], _row_events(tids, detail, row)
         for ev in events:
@@ -217,8 +217,12 @@ def trace_slices(tl: StepTimeline, detail: str = "kernel", every_rank: bool = Tr
     """How many slices ``chrome_trace`` would draw (to choose the detail before writing)."""
     check_choice("detail", detail, DETAILS)
     pids = _pids(tl, every_rank)
-    counts = _task_counts(tl) if detail == "task" else _counts(tl)[detail]
-    return sum(k * len(pids[gid]) for gid, k in counts.items())
+    return _drawn(_task_counts(tl) if detail == "task" else _counts(tl)[detail], pids)
+
+
+def _drawn(per_gpu: dict[int, int], pids) -> int:
+    """Slices in the trace: each simulated GPU's, once for every rank it is drawn as."""
+    return sum(k * len(pids[gid]) for gid, k in per_gpu.items())
 
 
 def _counts(tl: StepTimeline) -> dict[str, dict[int, int]]:
@@ -263,9 +267,8 @@ def choose_detail(tl: StepTimeline, max_slices: int) -> tuple[str, bool, int]:
     counts = _counts(tl)
     n = 0
     for detail, every_rank in LADDER:
-        pids = _pids(tl, every_rank)
-        per_gpu = _task_counts(tl) if detail == "task" else counts[detail]
-        n = sum(k * len(pids[gid]) for gid, k in per_gpu.items())
+        n = _drawn(_task_counts(tl) if detail == "task" else counts[detail],
+                   _pids(tl, every_rank))
         if n <= max_slices:
             break
     return detail, every_rank, n
