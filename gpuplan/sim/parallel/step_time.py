@@ -78,8 +78,8 @@ ACCUMULATE_BYTES = {"bf16-mixed-megatron": 10, "bf16-mixed": 10, "bf16": 6}  # d
 # and writes 4, so 18 bytes per parameter; it is a separate pass, never fused into the GEMMs.
 CAST_ADD_BYTES = 18
 ACCUMULATE_BYTES["bf16-deepspeed"] = ACCUMULATE_BYTES["bf16-deepspeed-2022"] = CAST_ADD_BYTES
-# FSDP2 accumulating whole gradients between reductions does the same (cast_add_s)
-# it reduces that fp32 buffer whole (the pipeline engine's ``_bf16_reduce_grads``:
+# (FSDP2 accumulating whole gradients between reductions does the same: cast_add_s.) DeepSpeed
+# reduces that fp32 buffer whole (the pipeline engine's ``_bf16_reduce_grads``:
 # ``buffered_allreduce_fallback(grads=optimizer.get_grads_for_reduction())``, an all-reduce) and
 # the tied embedding's fp32 gradient (``_exec_reduce_tied_grads``: ``weight._hp_grad``), then
 # all-gathers the updated bf16 partitions (``update_lp_params``, ``all_gather_dp_groups``)
@@ -109,14 +109,18 @@ def cast_s(params_local, state_precision: str, rc, acc, eff):
 
 def accumulate_s(params_local, state_precision: str, acc, eff):
     """One separate gradient-accumulation kernel over ``params_local`` parameters."""
-    nbytes = params_local * ACCUMULATE_BYTES[state_precision]
-    return nbytes / (acc.hbm_bytes_per_s * eff.elementwise_fraction("add")) + eff.kernel_overhead_s
+    return _accumulate_pass_s(params_local, ACCUMULATE_BYTES[state_precision], acc, eff)
 
 
 def cast_add_s(params_local, acc, eff):
     """Adding each micro-batch's 16-bit gradient into an fp32 buffer by a cast and an add
     (``CAST_ADD_BYTES``): DeepSpeed's BF16_Optimizer, FSDP2 without gradient sync."""
-    nbytes = params_local * CAST_ADD_BYTES
+    return _accumulate_pass_s(params_local, CAST_ADD_BYTES, acc, eff)
+
+
+def _accumulate_pass_s(params_local, bytes_per_param, acc, eff):
+    """One bandwidth-bound kernel moving ``bytes_per_param`` for each local parameter."""
+    nbytes = params_local * bytes_per_param
     return nbytes / (acc.hbm_bytes_per_s * eff.elementwise_fraction("add")) + eff.kernel_overhead_s
 
 

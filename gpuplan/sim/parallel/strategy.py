@@ -279,7 +279,7 @@ def _check_degrees(s: Strategy, cfg: ModelConfig, n_gpus: int, seq: int) -> None
     if s.tp not in tps:
         why = _tp_reason(s.tp, cfg)
         raise GpuplanError(f"tp={s.tp} {why}; valid tp: {nearest(s.tp, tps)}")
-    _check_stages(s, cfg)
+    check_stages(s, cfg)
     if seq % s.cp:
         cps = [c for c in divisors(seq) if c <= n_gpus]
         raise GpuplanError(f"cp={s.cp} does not divide seq={seq}; valid cp: {nearest(s.cp, cps)}")
@@ -290,7 +290,8 @@ def _check_degrees(s: Strategy, cfg: ModelConfig, n_gpus: int, seq: int) -> None
         )
 
 
-def _check_stages(s: Strategy, cfg: ModelConfig) -> None:
+def check_stages(s: Strategy, cfg: ModelConfig) -> None:
+    """``s``'s pipeline split checked against ``cfg``: one rule for training and serving."""
     if s.pp > cfg.n_layers:
         raise GpuplanError(
             f"pp={s.pp} is more pipeline stages than n_layers={cfg.n_layers} blocks; valid pp: "
@@ -312,11 +313,6 @@ def _check_stages(s: Strategy, cfg: ModelConfig) -> None:
             f"pp_layers={text} sums to {total} blocks but {cfg.name} has n_layers="
             f"{cfg.n_layers}: the {s.pp} stage counts must add up to {cfg.n_layers}"
         )
-
-
-def check_stages(s: Strategy, cfg: ModelConfig) -> None:
-    """``s``'s pipeline split checked against ``cfg``: one rule for training and serving."""
-    _check_stages(s, cfg)
 
 
 def _auto_or_none(cfg: ModelConfig, pp: int) -> tuple[int, ...]:
