@@ -158,9 +158,8 @@ def candidates(cfg, acc, eff, space: SearchSpace) -> list[tuple[Candidate, Deplo
     out = []
     for tp in tps:
         for weight, kv in space.formats:
-            fields = {} if space.stack is None else deployment_fields(space.stack, tp=tp, gpu=acc.key)
-            dep = Deployment(model=cfg, acc=acc, eff=eff, tp=tp, weight_dtype=weight, kv_dtype=kv,
-                             **fields)  # fmt: skip
+            dep = _deployment(cfg, acc, eff, space, tp=tp, weight_dtype=weight, kv_dtype=kv)
+            spec = speculator_for(space, dep)
             for seqs in space.max_seqs:
                 base = Candidate(tp=tp, weight_dtype=weight, kv_dtype=kv, max_seqs=seqs,
                                  policy=space.policy)  # fmt: skip
@@ -168,13 +167,19 @@ def candidates(cfg, acc, eff, space: SearchSpace) -> list[tuple[Candidate, Deplo
                     continue
                 out.append((base, dep))
                 out += [(replace(base, prefill=p, decode=d), dep) for p, d in space.ratios]
-                spec = speculator_for(space, dep)
                 if spec is not None and _fits(dep, _sched(base), spec):
                     out.append((replace(base, speculative=True), dep))
     # a format no node's TP holds gets pipelines of nodes (``_pipeline_candidates``)
     held = {(c.weight_dtype, c.kv_dtype) for c, _ in out}
     rest = tuple(f for f in space.formats if f not in held)
     return out + (_pipeline_candidates(cfg, acc, eff, replace(space, formats=rest)) if rest else [])
+
+
+def _deployment(cfg, acc, eff, space: SearchSpace, **fields) -> Deployment:
+    """A candidate's deployment: ``fields`` (tp, formats, pipeline) over the space's stack's."""
+    stack = {} if space.stack is None else deployment_fields(space.stack, tp=fields["tp"],
+                                                             gpu=acc.key)  # fmt: skip
+    return Deployment(model=cfg, acc=acc, eff=eff, **fields, **stack)
 
 
 def _sched(c: Candidate) -> SchedulerConfig:
@@ -648,9 +653,8 @@ def _pipeline_candidates(cfg, acc, eff, space: SearchSpace) -> list[tuple[Candid
         layers = None if cfg.n_layers % pp == 0 else auto_pp_layers(cfg.n_layers, pp)
         found = len(out)
         for weight, kv in space.formats:
-            fields = {} if space.stack is None else deployment_fields(space.stack, tp=tp, gpu=acc.key)
-            dep = Deployment(model=cfg, acc=acc, eff=eff, tp=tp, pp=pp, pp_layers=layers,
-                             weight_dtype=weight, kv_dtype=kv, **fields)  # fmt: skip
+            dep = _deployment(cfg, acc, eff, space, tp=tp, pp=pp, pp_layers=layers,
+                              weight_dtype=weight, kv_dtype=kv)  # fmt: skip
             for seqs in space.max_seqs:
                 c = Candidate(tp=tp, pp=pp, weight_dtype=weight, kv_dtype=kv, max_seqs=seqs,
                               policy=space.policy)  # fmt: skip
