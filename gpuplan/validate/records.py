@@ -150,14 +150,14 @@ def _model_names() -> tuple[str, ...]:
 # named model (``prefill_step``), one decode step against its cache (``model_decode_step``), one
 # training step (``model_train_step``), ``layers`` the layer count kept; priced by the same path
 # as ``gpuplan estimate prefill-step / decode-step / train-step --model``.
-_MODEL = MODEL_NAME = "model name"  # a rule: one of _model_names(), resolved when checked
+MODEL_NAME = "model name"  # a rule: one of _model_names(), resolved when checked
 PARAM_RULES |= {
-    "prefill_step": {"model": _MODEL, "layers": POSITIVE_INT, "batch": POSITIVE_INT,
+    "prefill_step": {"model": MODEL_NAME, "layers": POSITIVE_INT, "batch": POSITIVE_INT,
                      "seq": POSITIVE_INT, "dtype": FLOAT_DTYPES},
-    "model_decode_step": {"model": _MODEL, "layers": POSITIVE_INT, "batch": POSITIVE_INT,
+    "model_decode_step": {"model": MODEL_NAME, "layers": POSITIVE_INT, "batch": POSITIVE_INT,
                           "context": POSITIVE_INT, "kv_cache": ("dynamic", "static", "paged"),
                           "dtype": FLOAT_DTYPES},
-    "model_train_step": {"model": _MODEL, "layers": POSITIVE_INT, "micro_batch": POSITIVE_INT,
+    "model_train_step": {"model": MODEL_NAME, "layers": POSITIVE_INT, "micro_batch": POSITIVE_INT,
                          "seq": POSITIVE_INT, "optimizer": ("adamw",),
                          "precision": ("bf16-mixed",)},
 }
