@@ -11,11 +11,11 @@ each timed call.
 
 from __future__ import annotations
 
-import random
-
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from .context import interleaved
 
 # (heads_q, heads_kv, head_dim): Llama-3-8B, Llama-2-7B, a head_dim-64 MHA model, Llama-3-70B.
 _HEADS = ((32, 8, 128), (32, 32, 128), (16, 16, 64), (64, 8, 128))
@@ -74,15 +74,7 @@ def cases(tiny: bool, device: str) -> list[dict]:
             _case(2, 4, 4, 32, 32, 16, False, "fwd_bwd"),
             _case(2, 4, 2, 1, 64, 16, False, "fwd"),
         ]
-    rng = random.Random(1)
-    train, decode = _train_cases(), _decode_cases()
-    rng.shuffle(train)
-    rng.shuffle(decode)
-    out = []
-    while train or decode:
-        out += train[:2] + decode[:1]
-        train, decode = train[2:], decode[1:]
-    return out
+    return interleaved(_train_cases(), _decode_cases(), take_a=2, take_b=1, seed=1)
 
 
 def _sdpa_fn(ctx, p: dict, backends):

@@ -4,6 +4,7 @@ number came from. Also the dtype names of the contract and random (never zero) i
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 from .timing import Clock, Timing
@@ -54,3 +55,17 @@ class Context:
             lib, timer, gpu = f"torch {t.__version__}", "perf_counter", "CPU"
         l2 = "L2 flushed (256 MB write) before each run" if timing.l2 == "flushed" else "no flush"
         return f"{lib}, {what}, {timer}, median of {len(timing.times_s)}, {l2}, {gpu}"
+
+
+def interleaved(a: list, b: list, *, take_a: int, take_b: int, seed: int) -> list:
+    """``a`` and ``b`` shuffled (one ``random.Random(seed)``, ``a`` first), then ``take_a`` of ``a``
+    and ``take_b`` of ``b`` in turn: a run that stops at its time box still spans both grids."""
+    rng = random.Random(seed)
+    a, b = list(a), list(b)
+    rng.shuffle(a)
+    rng.shuffle(b)
+    out = []
+    while a or b:
+        out += a[:take_a] + b[:take_b]
+        a, b = a[take_a:], b[take_b:]
+    return out

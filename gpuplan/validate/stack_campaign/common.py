@@ -17,27 +17,17 @@ the smoke path only checks the plumbing).
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
 import time
-from pathlib import Path
 
-# Whole-model kinds, additive to the contract (gpuplan/validate/records.py holds their rules).
-MODEL_PARAM_KEYS: dict[str, tuple[str, ...]] = {
-    "prefill_step": ("model", "layers", "batch", "seq", "dtype"),
-    "model_decode_step": ("model", "layers", "batch", "context", "kv_cache", "dtype"),
-    "model_train_step": ("model", "layers", "micro_batch", "seq", "optimizer", "precision"),
-}
+from ..records import MODEL_KINDS, PARAM_RULES
+
+# The contract's params of each kind the campaign records, in the contract's order
+# (gpuplan/validate/records.py holds their rules; the whole-model kinds are additive to it).
 CONTRACT_PARAM_KEYS: dict[str, tuple[str, ...]] = {
-    "gemm": ("m", "n", "k", "dtype"),
-    "attention": ("batch", "heads_q", "heads_kv", "seq_q", "seq_kv", "head_dim", "causal",
-                  "pass", "dtype"),
-    "elementwise": ("op", "tokens", "hidden", "pass", "dtype"),
-    **MODEL_PARAM_KEYS,
+    kind: tuple(PARAM_RULES[kind]) for kind in ("gemm", "attention", "elementwise", *MODEL_KINDS)
 }
 OPTIONAL_PARAMS = ("stack", "attention_kernel", "timing", "max_cache_len")
-TIMINGS = ("isolated", "device")
 # GPU spin before a device-timed block: 2e7 cycles, about 10 ms at the H200's 1.98 GHz maximum
 # SM clock (nvidia-smi clocks.max.sm, docs/dev/campaign.md): longer than the CPU takes to queue
 # the block's repetitions of any case here (at most ~1 ms each).
@@ -55,22 +45,6 @@ def make_record(kind: str, device: str, params: dict, measured: dict, source: st
     ordered |= {k: params[k] for k in OPTIONAL_PARAMS if k in params}
     return {"kind": kind, "device": device, "params": ordered, "measured": measured,
             "source": source, **extra}
-
-
-class Writer:
-    """Appends records to ``DIR/<name>.jsonl``, one line each, flushed and synced at once."""
-
-    def __init__(self, out_dir: Path, name: str) -> None:
-        self.path = Path(out_dir) / f"{name}.jsonl"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.count = 0
-
-    def write(self, record: dict) -> None:
-        with self.path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        self.count += 1
 
 
 class TimeBox:

@@ -25,7 +25,8 @@ from __future__ import annotations
 import gc
 import time
 
-from .common import TimeBox, Timer, Writer, lib_source, log, make_record
+from ..harness.records import RecordWriter
+from .common import TimeBox, Timer, lib_source, log, make_record
 from .configs import MODELS, tiny_config
 
 PREFILL = ((1, 512), (1, 4096), (8, 2048))  # (batch, seq)
@@ -290,7 +291,7 @@ def run(torch, device, device_key, out_dir, box: TimeBox, tiny: bool, *, compile
     from ..harness.timing import Clock
 
     torch._dynamo.config.cache_size_limit = 64
-    part = _Part(torch, device, device_key, Writer(out_dir, "models"), tiny)
+    part = _Part(torch, device, device_key, RecordWriter(out_dir, "models"), tiny)
     part.extended = extended
     names = COMPILE_MODELS if compiled else tuple(MODELS)
     if extended and compiled:

@@ -9,12 +9,11 @@ decode, prefill and training token counts.
 
 from __future__ import annotations
 
-import random
-
 from ..harness import elementwise as h_elementwise
 from ..harness import gemm as h_gemm
-from .common import TimeBox, Timer, Writer, lib_source, log, make_record
-from .common import timed as _timed
+from ..harness.context import interleaved
+from ..harness.records import RecordWriter
+from .common import TimeBox, Timer, lib_source, log, make_record, timed
 
 _GEMM_DTYPES = ("bf16", "fp16", "fp8")
 _GEMM_SHAPES = (
@@ -38,14 +37,7 @@ def cases(tiny: bool) -> list[dict]:
     ew = [{"kind": "elementwise", "op": op, "tokens": t, "hidden": h, "pass": p, "dtype": "bf16"}
           for op in h_elementwise.OPS for t in _EW_TOKENS for h in _EW_HIDDEN
           for p in ("fwd", "fwd_bwd")]
-    rng = random.Random(2)
-    rng.shuffle(gemm)
-    rng.shuffle(ew)
-    out = []
-    while gemm or ew:
-        out += gemm[:1] + ew[:2]
-        gemm, ew = gemm[1:], ew[2:]
-    return out
+    return interleaved(gemm, ew, take_a=1, take_b=2, seed=2)
 
 
 def _context(torch, device: str, device_key: str):
@@ -57,7 +49,7 @@ def _context(torch, device: str, device_key: str):
 
 
 def run(torch, device: str, device_key: str, out_dir, box: TimeBox, tiny: bool) -> dict:
-    writer = Writer(out_dir, "ops")
+    writer = RecordWriter(out_dir, "ops")
     timer = Timer(torch, device, max_reps=3 if tiny else 20)
     ctx = _context(torch, device, device_key)
     failed = 0
@@ -79,7 +71,7 @@ def run(torch, device: str, device_key: str, out_dir, box: TimeBox, tiny: bool) 
             log(f"  ops {case} FAILED {type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
             continue
         for timing in ("isolated", "device"):
-            stats = _timed(timer, fn, timing)
+            stats = timed(timer, fn, timing)
             if stats is None:
                 continue
             rec = make_record(kind, device_key, dict(params, stack="pytorch", timing=timing),

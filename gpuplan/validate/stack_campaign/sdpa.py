@@ -13,10 +13,9 @@ recorded. q [B, Hq, Sq, D], k/v [B, Hkv, Skv, D], bf16, ``enable_gqa`` when Hq !
 
 from __future__ import annotations
 
-import random
-
-from .common import TimeBox, Timer, Writer, lib_source, log, make_record
-from .common import timed as _timed
+from ..harness.context import interleaved
+from ..harness.records import RecordWriter
+from .common import TimeBox, Timer, lib_source, log, make_record, timed
 
 # (heads_q, heads_kv, head_dim): Llama-3-8B GQA, Llama-2-7B MHA, an MQA model, a head_dim-64
 # MHA model, a head_dim-256 GQA model (Gemma-7B's head_dim, Gemma report Table 1).
@@ -44,14 +43,7 @@ def cases(tiny: bool) -> list[dict]:
                for p in ("fwd", "fwd_bwd")]
     decode = [_case(b, hq, hkv, 1, ctx, d, False, "fwd")
               for hq, hkv, d in HEADS for b, ctx in DECODE]
-    rng = random.Random(1)
-    rng.shuffle(prefill)
-    rng.shuffle(decode)
-    out = []
-    while prefill or decode:
-        out += prefill[:3] + decode[:1]
-        prefill, decode = prefill[3:], decode[1:]
-    return out
+    return interleaved(prefill, decode, take_a=3, take_b=1, seed=1)
 
 
 def _backend_ctx(torch, backend: str):
@@ -94,7 +86,7 @@ def _math_fits(p: dict) -> bool:
 
 
 def run(torch, device: str, device_key: str, out_dir, box: TimeBox, tiny: bool) -> dict:
-    writer = Writer(out_dir, "attention")
+    writer = RecordWriter(out_dir, "attention")
     timer = Timer(torch, device, max_reps=3 if tiny else 20)
     refused: dict[str, int] = {}
     shapes = 0
@@ -116,7 +108,7 @@ def run(torch, device: str, device_key: str, out_dir, box: TimeBox, tiny: bool) 
                 _free(torch, device)
                 continue
             for timing in ("isolated", "device"):
-                stats = _timed(timer, fn, timing)
+                stats = timed(timer, fn, timing)
                 if stats is None:
                     continue
                 params = dict(p, stack="pytorch", timing=timing)
