@@ -28,12 +28,19 @@ from gpuplan.errors import GpuplanError, check_choice, check_positive
 from gpuplan.hwmodels.accelerators import Accelerator, get_accelerator
 from gpuplan.hwmodels.attention import ATTENTION_KERNELS
 from gpuplan.hwmodels.efficiency import Efficiency, efficiency_for, queued
-from gpuplan.sim.serving.pipeline import Stage, auto_split, check_ep, stage_split, stages
+from gpuplan.sim.serving.pipeline import (
+    NODE_GPUS,
+    Stage,
+    auto_split,
+    check_ep,
+    stage_split,
+    stages,
+)
 from gpuplan.sim.serving.quantization import check_formats
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.presets import get_model
 
-MAX_TP = 8  # GPUs of one node joined by the scale-up link
+MAX_TP = NODE_GPUS  # GPUs of one node joined by the scale-up link
 IMPLS = ("fused", "eager", "compiled")
 POLICIES = ("static", "dynamic", "continuous", "chunked")
 PREEMPTION = ("recompute", "swap")

@@ -38,7 +38,9 @@ from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.ops import Collective, Gemm, Op
 from gpuplan.workloads.params import count_params
 
-NODE_GPUS = 8  # GPUs of one node joined by the scale-up link (DGX/HGX), as deployment.MAX_TP
+# GPUs of one node joined by the scale-up link (DGX/HGX H100: 8 GPUs over NVSwitch, NVIDIA DGX
+# H100 user guide, "Hardware Overview"); also the widest TP (``deployment.MAX_TP``)
+NODE_GPUS = 8
 PP_TENSORS = 2  # hidden states and residual cross each stage boundary (vLLM IntermediateTensors)
 
 
