@@ -6,15 +6,7 @@ from __future__ import annotations
 
 import math
 
-from gpuplan.sim.diagnose import Priced, walk, with_edits
-
-
-def _argv(settings) -> list[str]:
-    out = []
-    for flag, value in settings.items():
-        out += [flag] if value is None else [flag, str(value)]
-    return out
-
+from gpuplan.sim.diagnose import Priced, argv_of, walk, with_edits
 
 # -- training ------------------------------------------------------------------------------
 
@@ -41,7 +33,7 @@ def train_pricer(parser):
     from gpuplan.sim.parallel.estimate import estimate_training
 
     def price(settings) -> Priced:
-        args = parser.parse_args(_argv(settings))
+        args = parser.parse_args(argv_of(settings))
         cfg, cluster, stack, strategy, seq, eff = _train_context(args)
         est = estimate_training(cfg, strategy, cluster=cluster, seq=seq, gpus=args.gpus,
                                 stack=stack, eff=eff)  # fmt: skip
@@ -56,7 +48,7 @@ def train_walk(settings, parser):
     from gpuplan.cli.train_cmd import DEFAULT_TRAINING_STACK
     from gpuplan.sim.diagnose_layers import training_limit, training_offers
 
-    args = parser.parse_args(_argv(settings))
+    args = parser.parse_args(argv_of(settings))
     cfg, cluster, stack, strategy, seq, eff = _train_context(args)
     gpus = args.gpus or strategy.world
 
@@ -108,11 +100,12 @@ def serve_pricer(parser):
         _stack_scheduler,
         _workload,
     )
+    from gpuplan.sim.diagnose_layers import usd_per_million_tokens
     from gpuplan.sim.parallel.cost import usd_per_hour
     from gpuplan.sim.serving.engine import simulate
 
     def price(settings) -> Priced:
-        args = parser.parse_args(_argv(settings))
+        args = parser.parse_args(argv_of(settings))
         _check_serve_outputs(args)
         dep, stack = _stack_deployment(args)
         sched = _stack_scheduler(args, stack, dep)
@@ -123,7 +116,8 @@ def serve_pricer(parser):
         s = result.summary
         gpus = args.replicas * dep.gpus  # tp x pp a replica
         out_per_s = s["output_tokens_per_s"]
-        usd = gpus * usd_per_hour(dep.acc.key) / 3600 / out_per_s * 1e6 if out_per_s else math.inf
+        usd = (usd_per_million_tokens(gpus, usd_per_hour(dep.acc.key), out_per_s) if out_per_s
+               else math.inf)  # fmt: skip
         figures = {"ttft_s": s["ttft_s"]["mean"], "tpot_s": s["tpot_s"]["mean"],
                    "e2e_s": s["e2e_s"]["mean"], "output_tokens_per_s": out_per_s,
                    "usd_per_million_tokens": usd}  # fmt: skip
@@ -143,7 +137,7 @@ def serve_walk(settings, parser):
     from gpuplan.sim.parallel.cost import usd_per_hour
     from gpuplan.workloads.presets import get_model
 
-    args = parser.parse_args(_argv(settings))
+    args = parser.parse_args(argv_of(settings))
     missing = [f"--{m}" for m in ("model", "gpu") if getattr(args, m) is None]
     if missing:
         raise GpuplanError(f"gpuplan diagnose serve needs {', '.join(missing)}")
@@ -153,7 +147,7 @@ def serve_walk(settings, parser):
 
     def limit(s, now):
         weights_bytes_per_gpu, workload = now.detail
-        a = parser.parse_args(_argv(s))
+        a = parser.parse_args(argv_of(s))
         return serving_limit(now, cfg=cfg, acc=acc, gpus=gpus, tp=a.tp,
                              weights_bytes_per_gpu=weights_bytes_per_gpu,
                              prompt_tokens=float(workload.prompt_tokens.mean()),

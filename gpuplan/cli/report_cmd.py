@@ -102,13 +102,14 @@ def _serve_inputs(args) -> dict:
     import math
 
     from gpuplan.hwmodels.accelerators import get_accelerator
+    from gpuplan.report.build import SWING
     from gpuplan.sim.parallel.cost import price_for, usd_per_hour
 
     acc = get_accelerator(args.gpu)
     price = price_for(acc.key)
     at_rates = {}
     if args.rate is not None and not math.isinf(args.rate) and not args.trace:
-        for name, factor in (("low", 0.8), ("high", 1.2)):
+        for name, factor in (("low", 1 - SWING), ("high", 1 + SWING)):
             a = copy.copy(args)
             a.rate = args.rate * factor
             at_rates[name] = _document(a)

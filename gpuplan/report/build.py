@@ -9,7 +9,9 @@ from typing import Any
 from gpuplan.cli.tables import format_value
 from gpuplan.report import FigurePng, Report, Section, Table
 from gpuplan.report.figures import bars
-from gpuplan.sim.parallel.cost import KWH, POWER_FRACTION, PUE  # noqa: F401 - cited below
+from gpuplan.sim.diagnose_layers import usd_per_million_tokens
+from gpuplan.sim.parallel.cost import KWH, POWER_FRACTION, PUE
+from gpuplan.units import HOUR
 
 SWING = 0.2  # the sensitivity table's +-20%
 ENERGY_SOURCE = (f"each GPU at {POWER_FRACTION:.0%} of its TDP, PUE {PUE} (sim/parallel/cost.py: "
@@ -24,7 +26,7 @@ def fmt(key: str, value: Any) -> str:
     if key.endswith("kwh"):
         return f"{value:,.0f} kWh"
     if key == "time_to_train_s" or key.endswith("with_failures_s"):
-        return f"{value / 86400:,.2f} days"
+        return f"{value / (24 * HOUR):,.2f} days"
     if key.endswith("gpu_hours"):
         return f"{value:,.0f} GPU-hours"
     return format_value(key, value)
@@ -192,7 +194,7 @@ def serve_report(doc: dict, diag: dict | None, *, command: str, usd_per_gpu_hour
     c = doc["config"]
     gpus = c["gpus"]
     out_s = doc["output_tokens_per_s"]
-    usd_m = gpus * usd_per_gpu_hour / 3600 / out_s * 1e6
+    usd_m = usd_per_million_tokens(gpus, usd_per_gpu_hour, out_s)
     kwh_m = gpus * tdp_w * POWER_FRACTION * PUE / out_s * 1e6 / KWH
     head = [("output tokens/s", banded(doc, "output_tokens_per_s", out_s)),
             ("requests/s", f"{doc['requests_per_s']:.3g}"),

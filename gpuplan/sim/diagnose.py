@@ -244,10 +244,15 @@ def command(kind: str, settings: Settings) -> str:
     """The ``gpuplan train|serve`` command line of ``settings``."""
     import shlex
 
-    parts = ["gpuplan", kind]
+    return shlex.join(["gpuplan", kind, *argv_of(settings)])
+
+
+def argv_of(settings: Settings) -> list[str]:
+    """The flags of ``settings`` as a command line: ``--x v``, a bare ``--x`` for a switch."""
+    out: list[str] = []
     for flag, value in settings.items():
-        parts += [flag] if value is None else [flag, str(value)]
-    return shlex.join(parts)
+        out += [flag] if value is None else [flag, str(value)]
+    return out
 
 
 def settings_from_argv(argv: Sequence[str], takes_value: Callable[[str], bool]) -> dict:

@@ -6,11 +6,18 @@ layer cannot express as a flag (padding a model's dimensions needs a new config.
 from __future__ import annotations
 
 from gpuplan.sim.diagnose import Candidate, LayerOffer, Limit, Priced, Settings
+from gpuplan.units import HOUR
 
 TILE = 128  # tensor-core tile edge of Hopper's WGMMA kernels (CUTLASS 3 tile shapes)
 # gpuplan has no prefill or training fit of FlashInfer (pricing it fails): left out
 DECODE_ONLY_KERNELS = ("flashinfer",)
 OVERLAPS = ("--overlap-dp", "--overlap-tp", "--overlap-pp")
+
+
+def usd_per_million_tokens(gpus: int, usd_per_gpu_hour: float, output_tokens_per_s: float) -> float:
+    """GPU cost of a million output tokens: ``gpus`` GPU-hours an hour over the tokens made in
+    that hour."""
+    return gpus * usd_per_gpu_hour / HOUR / output_tokens_per_s * 1e6
 
 
 def unaligned_dims(cfg) -> list[str]:
@@ -175,6 +182,7 @@ def serving_offers(cfg, acc, *, gpus: int, default_stack: str = "gpuplan-server"
     """The layers' offers for ``gpuplan serve`` settings on ``gpus`` GPUs; ``default_stack``:
     the stack ``gpuplan serve`` runs when ``--stack`` is not given."""
     from gpuplan.sim.parallel.strategy import valid_tp
+    from gpuplan.sim.serving.deployment import MAX_TP  # one HGX/DGX node (DGX H100 user guide)
 
     def offers(layer: int, s: Settings, now: Priced) -> LayerOffer:
         if layer == 1:
@@ -186,7 +194,7 @@ def serving_offers(cfg, acc, *, gpus: int, default_stack: str = "gpuplan-server"
             tp_now = int(s.get("--tp", "1"))
             c = [Candidate(change=f"tp={tp} x {gpus // tp} replicas",
                            edits={"--tp": str(tp), "--replicas": str(gpus // tp)})
-                 for tp in valid_tp(cfg, min(gpus, acc_gpus_per_node(acc)))
+                 for tp in valid_tp(cfg, min(gpus, MAX_TP))
                  if gpus % tp == 0 and tp != tp_now]  # fmt: skip
             return LayerOffer(candidates=tuple(c), why=f"tp={tp_now} is the best split of {gpus} GPUs")
         if layer == 3:
@@ -233,12 +241,6 @@ def _serving_compilation(stack, s: Settings) -> LayerOffer:
                       why=f"on {stack.name} as it is: elementwise {impl}; {graphs}")
 
 
-def acc_gpus_per_node(acc) -> int:
-    """Tensor parallelism of a serving replica stays within one 8-GPU node, the HGX/DGX
-    baseboard (NVIDIA DGX H100/H200 user guide: 8 GPUs on NVSwitch)."""
-    return 8
-
-
 def serving_limit(now: Priced, *, cfg, acc, gpus: int, tp: int, weights_bytes_per_gpu: float,
                   prompt_tokens: float, output_tokens: float, offline: bool,
                   usd_per_gpu_hour: float) -> Limit:
@@ -254,7 +256,7 @@ def serving_limit(now: Priced, *, cfg, acc, gpus: int, tp: int, weights_bytes_pe
     tpot = weights_bytes_per_gpu / acc.hbm_bytes_per_s
     e2e = ttft + max(output_tokens - 1, 0) * tpot
     out_per_s = gpus * acc.peak(precision) / (2 * n) * output_tokens / (prompt_tokens + output_tokens)
-    usd_per_m = gpus * usd_per_gpu_hour / 3600 / out_per_s * 1e6
+    usd_per_m = usd_per_million_tokens(gpus, usd_per_gpu_hour, out_per_s)
     figures = {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e, "output_tokens_per_s": out_per_s,
                "usd_per_million_tokens": usd_per_m}  # fmt: skip
     return Limit(metric=usd_per_m if offline else e2e, figures=figures,
