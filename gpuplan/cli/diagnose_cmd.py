@@ -14,10 +14,9 @@ import argparse
 from gpuplan.cli.tables import dump_json, format_value, render_table
 from gpuplan.errors import GpuplanError
 
-REFUSED = {"train": ("--reproduce", "--timeline", "--all-ranks", "--straggler", "--jitter",
-                     "--json", "--debug", "--no-timing"),
+REFUSED = {"train": ("--reproduce", "--timeline", "--all-ranks", "--straggler", "--jitter"),
            "serve": ("--reproduce", "--disaggregate", "--requests-csv", "--timeline-csv",
-                     "--progress", "--json", "--debug", "--no-timing")}  # fmt: skip
+                     "--progress")}  # fmt: skip
 DROPPED = ("--json", "--debug", "--no-timing")  # accepted, but not part of the setup
 
 
@@ -97,7 +96,7 @@ def settings_of(kind: str, argv: list[str], command: str = "diagnose") -> dict:
         raise GpuplanError(f"diagnose serve takes the flags of `gpuplan serve`, not "
                            f"`serve {args.serve_command}`")  # fmt: skip
     for flag in REFUSED[kind]:
-        if flag not in DROPPED and any(t.partition("=")[0] == flag for t in argv):
+        if any(t.partition("=")[0] == flag for t in argv):
             raise GpuplanError(f"{command} {kind} prices one setup: drop {flag}")
     actions = parser._option_string_actions  # noqa: SLF001 - which flags take a value
 
