@@ -312,3 +312,9 @@ def test_a_timing_other_than_the_stacks_own_is_its_own_group(capsys):
     dev = json.loads(run(capsys, *flags, "--timing", "device"))
     assert iso["error_band"]["time_s"] != dev["error_band"]["time_s"]
     assert iso["error_band_label"] == dev["error_band_label"] == ""
+
+
+def test_a_power_other_than_one_or_minus_one_is_refused_naming_it():
+    res = bands.Residuals("f", -0.1, 0.1, True, "")
+    with pytest.raises(GpuplanError, match=r"power=2 is invalid: give 1 or -1"):
+        bands.interval(1.0, res, power=2)

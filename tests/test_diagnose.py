@@ -165,3 +165,17 @@ def test_a_layer_with_nothing_to_gain_says_why_for_each_candidate():
              limit=lambda s, now: Limit(metric=0.0, figures={}, basis=""))  # fmt: skip
     assert d.layers[3].change == ("nothing to gain: none is faster: slow +10.0%, "
                                   "big does not fit (as given)")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["diagnose", "train", "--gpus", "8"], "gpuplan diagnose train needs --model"),
+        (["diagnose", "serve", "--model", "llama3-8b"], "gpuplan diagnose serve needs --gpu"),
+        (["diagnose", "serve", "plan", "--model", "llama3-8b"], "unrecognized arguments: plan"),
+    ],
+)
+def test_a_setup_that_is_not_one_is_refused_in_one_line_naming_the_flag(capsys, argv, message):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and message in err
