@@ -88,9 +88,10 @@ def vision_prefill_breakdown(acc, eff, cfg: ModelConfig, stack, *, batch: int, s
         return enc + lm
     lm = prefill_breakdown(acc, eff, cfg, stack, batch=batch, seq=seq, tp=tp)
     cross = cross_layer_forward(cfg, seqs=batch, tokens_per_seq=seq, image_tokens=per_seq, tp=tp)
-    items = group_items(cross, acc, queued(eff), impl=stack.elementwise)
+    q = queued(eff)
+    items = group_items(cross, acc, q, impl=stack.elementwise)
     # inside the language model's forward: its kernels' issue cost, no second launch latency
-    items.append(_launch_item(items, queued(eff), cuda_graph=False))
+    items.append(_launch_item(items, q, cuda_graph=False))
     cross_bd = Breakdown(items=tuple(items))
     memory = {"cross_kv_cache": batch * cross_kv_bytes(cfg, per_seq) / tp}
     return enc + lm + dataclasses.replace(cross_bd, memory_bytes=memory)

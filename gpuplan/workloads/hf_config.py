@@ -103,14 +103,16 @@ def _whole(low: int, high: int) -> Callable[[Any], bool]:
 # it (the largest vocabularies hold about 256k tokens, Gemma's, arXiv:2403.08295; the longest
 # context is Llama 4 Scout's 10M tokens, https://ai.meta.com/blog/llama-4-multimodal-intelligence/),
 # and a layer count of 10^30 would be priced, layer by layer, for ever.
-# Layers are priced and played out one by one: MAX_LAYERS is 80x the deepest published decoder
+# Layers are priced and played out one by one: MAX_CONFIG_LAYERS (a config.json's bound, not
+# ``gpuplan.limits.MAX_LAYERS``, the API's) is 80x the deepest published decoder
 # (Llama 3.1 405B, 126 layers, Dubey et al. 2024, arXiv:2407.21783, Table 3).
 MAX_FIELD = 10**10
-MAX_LAYERS = 10_000
+MAX_CONFIG_LAYERS = 10_000
 KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "count": (_whole(1, MAX_FIELD), f"a whole number from 1 to {MAX_FIELD:,} (a JSON integer)"),
     "size": (_whole(0, MAX_FIELD), f"a whole number from 0 to {MAX_FIELD:,} (a JSON integer)"),
-    "layers": (_whole(1, MAX_LAYERS), f"a whole number from 1 to {MAX_LAYERS:,} (a JSON integer)"),
+    "layers": (_whole(1, MAX_CONFIG_LAYERS),
+               f"a whole number from 1 to {MAX_CONFIG_LAYERS:,} (a JSON integer)"),
     "bool": (lambda v: isinstance(v, bool), "true or false (a JSON boolean)"),
     "str": (lambda v: isinstance(v, str), "a string"),
     "list": (lambda v: isinstance(v, list), "a list (a JSON array)"),
@@ -273,6 +275,8 @@ def _qwen2_vl(f: _Fields) -> dict[str, Any]:
     encoder = ModelConfig(
         name="vision", n_layers=v.get("depth", 32, "layers"), d_model=width, n_heads=heads,
         n_kv_heads=heads, d_ff=width * v.get("mlp_ratio", 4), vocab_size=0, norm="layernorm",
+        # Qwen2-VL's resolution is dynamic: 448 x 448 (32 patches a side) is only the default
+        # image when none is given, as the preset's; 32768 the language model's context
         activation="gelu", bias=True, position="rope", max_seq_len=32768, causal=False,
         patch_size=patch, image_size=patch * 32, n_channels=channels,
     )
