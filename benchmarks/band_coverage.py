@@ -59,9 +59,7 @@ def composed_coverage(data_dir=None, device: str = "h200") -> pd.DataFrame:
     from gpuplan.validate import calibrate
 
     eff = calibrated_efficiency(device)
-    prov = eff.provenance
-    records, _ = calibrate.load_measurements(data_dir, device)
-    _, test = calibrate.split(records, seed=prov["seed"], train_fraction=prov["train_fraction"])
+    _, _, test = calibrate.split_as_calibrated(eff, data_dir, device)
     out = []
     for r in test:
         if r.kind not in COMPOSED_KINDS or not r.measured.get("time_s"):

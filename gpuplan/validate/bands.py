@@ -85,9 +85,7 @@ def harness_residuals(data_dir=None, device: str = "h200") -> pd.DataFrame:
     eff = calibrated_efficiency(device)
     if eff is None:
         raise GpuplanError(f"device={device!r}: no calibration to score its records with")
-    prov = eff.provenance
-    records, _ = calibrate.load_measurements(data_dir, device)
-    train, test = calibrate.split(records, seed=prov["seed"], train_fraction=prov["train_fraction"])
+    _, train, test = calibrate.split_as_calibrated(eff, data_dir, device)
     parts = []
     for part, recs in (("fit", train), ("held_out", test)):
         rows = calibrate.score(recs, eff).rows

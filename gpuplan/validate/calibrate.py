@@ -299,6 +299,17 @@ def split(
     return train, test
 
 
+def split_as_calibrated(
+    eff, data_dir: str | Path | None, device: str
+) -> tuple[list[Record], list[Record], list[Record]]:
+    """``device``'s records and the (fit, held-out) split the calibration ``eff`` was fitted on
+    (its provenance's seed and train fraction): the records, the fit part, the held-out part."""
+    prov = eff.provenance
+    records, _ = load_measurements(data_dir, device)
+    train, test = split(records, seed=prov["seed"], train_fraction=prov["train_fraction"])
+    return records, train, test
+
+
 def run_of(record: Record) -> str:
     """The run (data folder) a loaded record came from: ``load_measurements`` names it first in
     the record's source; '' for a record from elsewhere."""

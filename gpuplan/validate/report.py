@@ -48,8 +48,7 @@ def held_out_scores(data_dir: str | Path | None = None, device: str = "h200") ->
     if fitted is None:
         raise FileNotFoundError(f"no calibration for {device}: run `gpuplan validate calibrate`")
     prov = fitted.provenance
-    records, _ = calibrate.load_measurements(data_dir, device)
-    train, test = calibrate.split(records, seed=prov["seed"], train_fraction=prov["train_fraction"])
+    records, train, test = calibrate.split_as_calibrated(fitted, data_dir, device)
     out = {
         "n_records": len(records),
         "n_train": len(train),
