@@ -38,9 +38,8 @@ def check_positive(
 def check_key(kind: str, key: object) -> None:
     """Raise a GpuplanError unless ``key`` (a catalogue key or a path) is a non-empty string."""
     if not isinstance(key, str) or not key.strip():
-        raise GpuplanError(f"{kind} key {key!r} is invalid: give a non-empty string, e.g. 'h200'"
-                           if kind in ("accelerator", "device") else
-                           f"{kind} key {key!r} is invalid: give a non-empty string")  # fmt: skip
+        example = ", e.g. 'h200'" if kind in ("accelerator", "device") else ""
+        raise GpuplanError(f"{kind} key {key!r} is invalid: give a non-empty string{example}")
 
 
 def check_number(field: str, value: float, *, allow_inf: bool = False) -> None:

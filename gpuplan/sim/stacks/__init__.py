@@ -32,6 +32,7 @@ HOST_MODES = ("eager", "cuda_graph", "compiled")
 KV_CACHES = ("dynamic", "static", "paged")
 MOE_IMPLS = ("grouped_gemm", "expert_loop")
 MOE_AUTOCAST_DTYPES = ("bf16", "fp32")  # the dtype MoE experts' GEMMs run in under autocast
+RESIDUAL_DTYPES = ("bf16", "fp32")  # the residual stream's dtype under autocast
 OPTIMIZERS = ("foreach", "fused")
 TIMINGS = ("isolated", "device")
 MIXED_PRECISION = ("autocast", "bf16-params")
@@ -144,7 +145,7 @@ class Stack:
         check_choice("elementwise", self.elementwise, ELEMENTWISE_IMPLS)
         check_choice("moe", self.moe, MOE_IMPLS)
         check_choice("moe_autocast_dtype", self.moe_autocast_dtype, MOE_AUTOCAST_DTYPES)
-        check_choice("residual_dtype", self.residual_dtype, MOE_AUTOCAST_DTYPES)
+        check_choice("residual_dtype", self.residual_dtype, RESIDUAL_DTYPES)
         check_choice("kv_cache", self.kv_cache, KV_CACHES)
         check_choice("optimizer", self.optimizer, OPTIMIZERS)
         check_choice("mixed_precision", self.mixed_precision, MIXED_PRECISION)
