@@ -103,3 +103,15 @@ def test_a_kv_context_beyond_the_models_position_table_is_refused(setup):
     with pytest.raises(GpuplanError, match="context=1,000,000,000 is longer than"):
         model_breakdown("decode_step", acc, efficiency_for("h200"), m,
                         {"batch": 1, "context": 10**9})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [(n, v) for n in sorted(CALLS) for v in HOSTILE
+     if not (v is None and n in NONE_IS_THE_DEFAULT) and not (v == "8" and n in TEXT_IS_A_SPEC)],  # fmt: skip
+)
+def test_a_hostile_sizes_error_is_one_line_naming_the_field(setup, name, value):
+    field = name.split("(")[1].rstrip(")")  # "estimate_training(gpus)" -> "gpus"
+    with pytest.raises(GpuplanError) as err:
+        CALLS[name](*setup, value)
+    assert field in str(err.value) and "\n" not in str(err.value)
