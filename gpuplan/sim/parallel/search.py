@@ -129,8 +129,10 @@ def _price_piece(kernels: ShapeKernels, seq: int, space: SearchSpace, shapes: np
     Each shape's kernels are listed as numbers, the new ones priced in a few array calls
     (``hwmodels.bulk``), and the per-shape sums taken at once (``op_memo.shape_time_table``)."""
     cfg = kernels.cfg
+    stack = get_stack(space.stack)
     parts = []
     for mb, tp, cp, sp, ep, fp8 in shapes.tolist():
+        precision = "fp8" if fp8 else "bf16"
         shape = Shape(
             micro_batch=int(mb),
             seq=seq,
@@ -139,14 +141,12 @@ def _price_piece(kernels: ShapeKernels, seq: int, space: SearchSpace, shapes: np
             sp=bool(sp),
             ep=int(ep) if cfg.is_moe else 1,
             load=space.load if cfg.is_moe else 1.0,
-            precision="fp8" if fp8 else "bf16",
+            precision=precision,
             attention=space.attention,
-            expert_dtype=(expert_dtype_of(get_stack(space.stack), "fp8" if fp8 else "bf16")
-                          if cfg.is_moe else "bf16"),
-            grouped_experts=(grouped_experts_of(get_stack(space.stack), "fp8" if fp8 else "bf16")
-                             and cfg.is_moe),
-            residual_dtype=residual_dtype_of(get_stack(space.stack), "fp8" if fp8 else "bf16"),
-            transformers_norm=transformers_norm_of(get_stack(space.stack)),
+            expert_dtype=expert_dtype_of(stack, precision) if cfg.is_moe else "bf16",
+            grouped_experts=grouped_experts_of(stack, precision) and cfg.is_moe,
+            residual_dtype=residual_dtype_of(stack, precision),
+            transformers_norm=transformers_norm_of(stack),
         )
         parts.append(kernels.parts(shape))
     return shape_time_table(parts, kernels.table, kernels.table.eff)
@@ -190,7 +190,7 @@ def search(
     eff = training_efficiency(stack, eff or efficiency_for(acc.key), acc)
     s = enumerate_space(cfg, gpus, global_batch, seq, acc, space)
     keep = layout_mask(runtime_of(stack), s["tp"], s["pp"], s["zero"], s["cp"])  # it runs
-    s = {k: v[keep] if np.ndim(v) and len(v) == len(keep) else v for k, v in s.items()}
+    s = _rows(s, keep)
     total = len(s["tp"])
     if total == 0:
         raise GpuplanError(
@@ -295,8 +295,7 @@ def _evaluate_piece(facts, arrays, *, table, cluster, acc, eff, seq, space, gpus
     fits = peak_mem <= acc.hbm_bytes
     if not fits.any():
         return None, leanest
-    n = len(fits)
-    sc = {k: v[fits] if np.ndim(v) and len(v) == n else v for k, v in sc.items()}
+    sc = _rows(sc, fits)
     t = {f: table[f][shape_index[fits]] for f in TIME_FIELDS}
     _c, terms = time_terms(facts, sc, t, kinds=layouts.take(sc["pp"]), cluster=cluster, acc=acc,
                            eff=eff, seq=seq, **opts)  # fmt: skip
@@ -326,6 +325,12 @@ def _evaluate_piece(facts, arrays, *, table, cluster, acc, eff, seq, space, gpus
         }
     )
     return frame, leanest
+
+
+def _rows(columns: dict, mask: np.ndarray) -> dict:
+    """The strategy columns at the rows ``mask`` keeps (scalars, one for all rows, stay)."""
+    n = len(mask)
+    return {k: v[mask] if np.ndim(v) and len(v) == n else v for k, v in columns.items()}
 
 
 def _with_cost(fits, *, gpus, acc, tokens, usd, global_batch, seq, interruptions=None):
