@@ -198,18 +198,6 @@ def conservation(requests, table, states) -> dict:
     return out
 
 
-def meets_slo(done: pd.DataFrame, *, slo_ttft_s=None, slo_tpot_s=None) -> pd.Series:
-    """Per finished request: whether its TTFT and TPOT are within the SLOs given."""
-    import pandas as pd
-
-    ok = pd.Series(True, index=done.index)
-    if slo_ttft_s is not None:
-        ok &= done["ttft_s"] <= slo_ttft_s
-    if slo_tpot_s is not None:
-        ok &= done["tpot_s"].fillna(0.0) <= slo_tpot_s
-    return ok
-
-
 class Timeline:
     """Queue length and KV-cache use, appended at every event (compact arrays)."""
 
