@@ -29,7 +29,6 @@ from gpuplan.workloads.vision import (
     EncoderWork,
     Images,
     OpGroup,
-    check_images,
     cross_kv_forward,
     cross_layer_forward,
     encoder_forward,
@@ -74,8 +73,7 @@ def vision_prefill_breakdown(acc, eff, cfg: ModelConfig, stack, *, batch: int, s
     language model's prefill (module docstring); peak memory adds the image tokens' cache."""
     from gpuplan.sim.inference_step import prefill_breakdown
 
-    check_images(cfg, images)
-    per_seq = image_tokens(cfg, images)
+    per_seq = image_tokens(cfg, images)  # checks them (``workloads.vision.check_images``)
     if not per_seq:
         return prefill_breakdown(acc, eff, cfg, stack, batch=batch, seq=seq, tp=tp)
     tower = cfg.vision_tower

@@ -266,6 +266,8 @@ def cross_kv_forward(cfg: ModelConfig, *, image_tokens: int, dtype: str = "bf16"
     ops: list[Op] = [
         Gemm(name="cross_attn.kv_proj", m=image_tokens, n=2 * width, k=cfg.d_model, dtype=dtype),
         _ew("cross_attn.k_norm", "rmsnorm", image_tokens, width, dtype),
+        # K and V (2 x width each) read from the projection and written into the cache (2 x),
+        # as the prefill's own ``kv_cache_write``; one copy call each for K and V
         Memory(name="cross_attn.kv_cache_write", op="copy", bytes_moved=2 * image_tokens * 2 *
                width * e, calls=2),
     ]
