@@ -20,12 +20,19 @@ from __future__ import annotations
 import statistics
 import time
 
-from ..records import MODEL_KINDS, PARAM_RULES
+from ..harness.records import PARAM_KEYS
 
-# The contract's params of each kind the campaign records, in the contract's order
-# (gpuplan/validate/records.py holds their rules; the whole-model kinds are additive to it).
+# Whole-model kinds, additive to the contract: gpuplan/validate/records.py holds their rules, and
+# this copy of their keys (the package imports nothing of gpuplan but the harness) is checked
+# against them by tests/test_stack_campaign.py.
+MODEL_PARAM_KEYS: dict[str, tuple[str, ...]] = {
+    "prefill_step": ("model", "layers", "batch", "seq", "dtype"),
+    "model_decode_step": ("model", "layers", "batch", "context", "kv_cache", "dtype"),
+    "model_train_step": ("model", "layers", "micro_batch", "seq", "optimizer", "precision"),
+}
 CONTRACT_PARAM_KEYS: dict[str, tuple[str, ...]] = {
-    kind: tuple(PARAM_RULES[kind]) for kind in ("gemm", "attention", "elementwise", *MODEL_KINDS)
+    **{kind: PARAM_KEYS[kind] for kind in ("gemm", "attention", "elementwise")},
+    **MODEL_PARAM_KEYS,
 }
 OPTIONAL_PARAMS = ("stack", "attention_kernel", "timing", "max_cache_len")
 # GPU spin before a device-timed block: 2e7 cycles, about 10 ms at the H200's 1.98 GHz maximum
