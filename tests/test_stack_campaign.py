@@ -140,3 +140,11 @@ def test_the_split_is_seeded_stratified_and_keeps_a_case_on_one_side():
     side = {fit_stacks._case_key(r): "fit" for r in fit}
     assert all(fit_stacks._case_key(r) not in side for r in held)
     assert [r.params for r in fit] != [r.params for r in fit_stacks.split(records, seed=4)[0]]
+
+
+def test_whole_model_param_keys_match_the_record_contract():
+    # the campaign keeps its own copy (it imports nothing of gpuplan but the harness)
+    from gpuplan.validate.records import MODEL_KINDS, PARAM_RULES
+    from gpuplan.validate.stack_campaign.common import MODEL_PARAM_KEYS
+
+    assert {kind: tuple(PARAM_RULES[kind]) for kind in MODEL_KINDS} == MODEL_PARAM_KEYS
