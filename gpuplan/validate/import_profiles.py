@@ -61,9 +61,9 @@ from pathlib import Path
 from typing import Any
 
 from gpuplan.errors import GpuplanError
+from gpuplan.units import MS  # vidur's time_stats are milliseconds
 
 VIDUR_COMMIT = "7d47513363ec447a741ac5e47241580b47724fbf"
-MS = 1e-3  # vidur's time_stats are milliseconds
 DEVICES = {"a100": "a100-sxm-80gb", "h100": "h100-sxm"}
 MODELS = (
     "meta-llama/Llama-2-7b-hf",
