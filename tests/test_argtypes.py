@@ -114,3 +114,11 @@ def test_an_unknown_plot_extension_is_refused_before_any_simulation(tmp_path, ca
     code = main(["cluster", "llama3-405b", "--plot", str(tmp_path / "t.bogus"), "--jobs", str(jobs)])
     err = capsys.readouterr().err
     assert code == 2 and "--plot" in err and ".png" in err and list(tmp_path.iterdir()) == []
+
+
+def test_an_empty_cluster_calibration_is_refused_before_any_simulation(capsys):
+    from gpuplan.cli import main
+
+    assert main(["cluster", "thousand-gpu", "--calibration", ""]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--calibration '' is empty: give a fit file" in err
