@@ -34,6 +34,7 @@ from gpuplan.sim.parallel.published_training import (
     split_sources,
     training_rows,
 )
+from gpuplan.sim.stacks.training import runtime_of
 
 GRID = (0.0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)
 OUT = Path(__file__).with_suffix(".json")
@@ -52,7 +53,7 @@ def errors(rows: list[dict], interference: float) -> np.ndarray:
 
     def stack_for(row):
         stack = row_stack(row)
-        runtime = dataclasses.replace(stack_runtime(stack), comm_interference=interference)
+        runtime = dataclasses.replace(runtime_of(stack), comm_interference=interference)
         return dataclasses.replace(stack, training=runtime)
 
     caches: dict = {}
@@ -62,12 +63,6 @@ def errors(rows: list[dict], interference: float) -> np.ndarray:
         if status == "ok":
             out.append(100 * abs(predicted - row["published"]) / row["published"])
     return np.asarray(out)
-
-
-def stack_runtime(stack):
-    from gpuplan.sim.stacks.training import runtime_of
-
-    return runtime_of(stack)
 
 
 def fit_stack(rows: list[dict], check: list[dict] = ()) -> dict:
@@ -117,14 +112,14 @@ def main() -> int:
     return 0
 
 
-def families(before_after: bool = True) -> str:
+def families() -> str:
     """Median absolute step-time error per source family, before the rows' stacks were passed
     (every row as megatron-te) and after, with the held-out flag: the table the fit is judged by."""
     from gpuplan.sim.parallel.published_training import reproduce_training, training_sources
 
     names = {k: v.get("family", k) for k, v in training_sources()["sources"].items()}
     out = {}
-    for stacks in (False, True) if before_after else (True,):
+    for stacks in (False, True):
         f = reproduce_training(stacks=stacks)
         f = f[(f["kind"] == "time") & (f["status"] == "ok")].assign(
             family=lambda x: x["source"].map(names)
