@@ -93,7 +93,8 @@ class TrainingRuntime:
     selective: str = "attention-core"  # what recompute=selective re-runs
     overlap_zero3: bool = False  # ZeRO-3 gathers overlap compute even where overlap_dp is off
     # share of overlapped communication the compute still loses (SMs and HBM held by the
-    # collectives' kernels): no cited value; fitted on the fit part of the published runs
+    # collectives' kernels): no cited value; fitted per stack on the fit part of the published
+    # runs by benchmarks/fit_training_stacks.py, whose .json records that no stack adopts one
     comm_interference: float = 0.0
     # point-to-point transfers on a stage's path per micro-batch and chunk boundary: Megatron
     # pairs each send with a receive (``send_forward_recv_backward``, one batch_isend_irecv),
@@ -250,7 +251,7 @@ def check_layout(stack, strategy) -> None:
 def pipeline_unsharded(runtime, pp, zero):
     """Where ``runtime`` keeps ZeRO-2/3 blocks whole through a pipelined step
     (``TrainingRuntime.pp_unsharded``): a boolean array of the layouts."""
-    on = runtime is not None and getattr(runtime, "pp_unsharded", False)
+    on = runtime is not None and runtime.pp_unsharded
     return np.asarray(on) & (np.asarray(pp) > 1) & (np.asarray(zero) >= 2)
 
 
