@@ -45,6 +45,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from gpuplan.errors import GpuplanError
+from gpuplan.validate.records import MODEL_KINDS
 
 FIT_SHARE = 0.7
 RATE_KEYS = ("cudnn_fwd", "cudnn_bwd", "efficient_fwd", "efficient_bwd", "efficient_decode")
@@ -58,7 +59,6 @@ HOST_PARAMS = {"module_call_s": "hf-transformers", "device_overlap": "hf-transfo
 HOST_KINDS = {"device_overlap": ("model_decode_step",), "graph_call_s": ("model_decode_step",),
               "moe_block_s": ("prefill_step", "model_decode_step")}
 _MOE_ONLY = ("moe_block_s",)  # fitted on the MoE models' records alone
-MODEL_KINDS = ("prefill_step", "model_decode_step", "model_train_step")
 HOST_PASSES = 3  # hf-transformers' host factors share records: fitted in turn, 3 rounds
 _LINEAR = {"device_overlap": [k / 32 for k in range(33)],  # a share: absolute grid on [0, 1]
            "moe_block_s": [k * 0.05e-3 for k in range(101)],  # 0 to 5 ms in 50 us steps
