@@ -148,3 +148,14 @@ def test_whole_model_param_keys_match_the_record_contract():
     from gpuplan.validate.stack_campaign.common import MODEL_PARAM_KEYS
 
     assert {kind: tuple(PARAM_RULES[kind]) for kind in MODEL_KINDS} == MODEL_PARAM_KEYS
+
+
+def test_fit_stacks_data_errors_are_one_line_naming_the_folder(tmp_path, capsys):
+    out = str(tmp_path / "fit.json")
+    missing = tmp_path / "missing"
+    assert fit_stacks.main(["--data", str(missing), "--out", out]) == 2
+    assert capsys.readouterr().out == f"fit_stacks: error: --data {str(missing)!r}: not a folder of records\n"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert fit_stacks.main(["--data", str(empty), "--out", out]) == 2
+    assert capsys.readouterr().out == f"fit_stacks: error: --data {str(empty)!r}: no records\n"

@@ -78,6 +78,12 @@ def auto_split(n_layers: int, pp: int) -> tuple[int, ...]:
     return auto_pp_layers(n_layers, pp)
 
 
+def even_or_auto_split(n_layers: int, pp: int) -> tuple[int, ...] | None:
+    """``pp_layers`` of a suggested pipeline: None (an even split) where ``pp`` divides the
+    blocks, else ``auto_split``'s."""
+    return None if n_layers % pp == 0 else auto_split(n_layers, pp)
+
+
 def stages(cfg: ModelConfig, counts: tuple[int, ...]) -> tuple[Stage, ...]:
     """The stages of a split, first to last."""
     out, start = [], 0
@@ -249,15 +255,13 @@ MAX_PP_ADVICE = 16  # the deepest pipeline an error message suggests (16 nodes o
 def fitting_pp(dep, sched, fits) -> str | None:
     """Advice for a model that fits no single node: the shallowest pipeline of stages of the
     widest TP that divides the heads on which ``fits(deployment)`` holds, or None."""
-    from gpuplan.sim.parallel.strategy import auto_pp_layers
-
     cfg = dep.model
     tp = max(t for t in range(1, NODE_GPUS + 1) if cfg.n_heads % t == 0)
     for pp in range(2, min(cfg.n_layers, MAX_PP_ADVICE) + 1):
         if tp * pp <= dep.gpus:
             continue
         try:
-            layers = None if cfg.n_layers % pp == 0 else auto_pp_layers(cfg.n_layers, pp)
+            layers = even_or_auto_split(cfg.n_layers, pp)
             ep = dep.ep if tp % dep.ep == 0 else 1
             trial = replace(dep, tp=tp, pp=pp, pp_layers=layers, ep=ep)
         except GpuplanError:

@@ -641,8 +641,7 @@ def _pipeline_candidates(cfg, acc, eff, space: SearchSpace) -> list[tuple[Candid
     """For formats in which no node's TP holds the model: colocated replicas of ``pp`` stages of
     the widest TP of the space, for the shallowest pipeline that holds it and the next deeper
     one (more KV blocks per stage), split evenly or by ``strategy.auto_pp_layers``."""
-    from gpuplan.sim.parallel.strategy import auto_pp_layers
-    from gpuplan.sim.serving.pipeline import MAX_PP_ADVICE
+    from gpuplan.sim.serving.pipeline import MAX_PP_ADVICE, even_or_auto_split
 
     tp = max(t for t in (space.tps or range(1, MAX_TP + 1)) if cfg.n_heads % t == 0)
     out: list[tuple[Candidate, Deployment]] = []
@@ -650,7 +649,7 @@ def _pipeline_candidates(cfg, acc, eff, space: SearchSpace) -> list[tuple[Candid
     for pp in range(2, min(cfg.n_layers, MAX_PP_ADVICE) + 1):
         if depths == 2 or tp * pp > space.max_gpus:
             break
-        layers = None if cfg.n_layers % pp == 0 else auto_pp_layers(cfg.n_layers, pp)
+        layers = even_or_auto_split(cfg.n_layers, pp)
         found = len(out)
         for weight, kv in space.formats:
             dep = _deployment(cfg, acc, eff, space, tp=tp, pp=pp, pp_layers=layers,
