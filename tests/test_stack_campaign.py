@@ -159,3 +159,22 @@ def test_fit_stacks_data_errors_are_one_line_naming_the_folder(tmp_path, capsys)
     empty.mkdir()
     assert fit_stacks.main(["--data", str(empty), "--out", out]) == 2
     assert capsys.readouterr().out == f"fit_stacks: error: --data {str(empty)!r}: no records\n"
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--only", "nope"], "--only 'nope': choose among sdpa, ops, hf, compile"),
+    (["--models", "gpt-9"], "--models 'gpt-9': choose among"),
+    (["--budget-s", "0"], "--budget-s 0.0: must be a positive number of seconds"),
+    (["--weights", "sdpa=x"], "--weights 'sdpa=x': write part=share,... with numbers"),
+    (["--only", "sdpa,ops", "--weights", "sdpa=1"],
+     "--weights 'sdpa=1': give each part of --only a share > 0"),
+    (["--only", "ops", "--weights", "ops=0"], "--weights 'ops=0': give each part of --only a share > 0"),
+])
+def test_each_cli_error_is_one_line_naming_the_flag_and_value(argv, message, capsys):
+    from gpuplan.validate.stack_campaign.runner import main
+
+    with pytest.raises(SystemExit) as err:
+        main(["--out", "x", *argv])
+    assert err.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert message in last
