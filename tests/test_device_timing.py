@@ -59,3 +59,22 @@ def test_the_h200_profiler_elementwise_records_score_within_8_percent_median():
               if r.kind == "elementwise" and r.params.get("timing") == "device"]
     assert len(errors) == 84
     assert statistics.median(errors) < 0.08
+
+
+def test_device_timing_cli_errors_are_one_line(tmp_path, capsys):
+    from gpuplan.validate.device_timing import main
+
+    missing = str(tmp_path / "missing.jsonl")
+    assert main([missing]) == 2
+    assert capsys.readouterr().err == f"error: RECORDS={missing!r}: No such file or directory\n"
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    assert main([str(empty)]) == 2
+    assert capsys.readouterr().err == f"error: RECORDS={str(empty)!r}: no records\n"
+    isolated = tmp_path / "isolated.jsonl"
+    isolated.write_text(json.dumps({"kind": "elementwise", "device": "h200",
+                                    "params": _ew("add", 16, 4096, "isolated"),
+                                    "measured": {"time_s": 1e-5}, "stats": {}}) + "\n")
+    assert main([str(isolated)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no device-timed single-kernel record" in err

@@ -21,6 +21,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.efficiency import Efficiency, efficiency_for, queued
 
 DEFAULT_RECORDS = "data/h200_stacks/ops.jsonl"
@@ -33,6 +34,9 @@ def derive(records: Iterable[Mapping[str, Any]], eff: Efficiency) -> dict[str, A
     device = [r for r in records if r["params"].get("timing") == "device"]
     gaps = [r["stats"]["gpu_span_per_call_s"] - r["stats"]["median_s"] for r in device
             if r["stats"].get("kernels_per_call") == 1.0 and "gpu_span_per_call_s" in r["stats"]]
+    if not gaps:
+        raise GpuplanError("records: no device-timed single-kernel record with stats."
+                           "gpu_span_per_call_s: give the stack campaign's ops.jsonl")
     gap_s = statistics.median(gaps)
     fixed_s = queued(eff).kernel_overhead_s - gap_s
     rows: dict[str, float] = {}
@@ -48,11 +52,20 @@ def derive(records: Iterable[Mapping[str, Any]], eff: Efficiency) -> dict[str, A
 
 def main(argv: list[str]) -> int:
     path = argv[0] if argv else DEFAULT_RECORDS
-    with open(path, encoding="utf-8") as fh:
-        records = [json.loads(line) for line in fh if line.strip()]
-    device = records[0]["device"]
-    out = {"source": f"derived by gpuplan.validate.device_timing from {path} ({device})"}
-    out |= derive(records, efficiency_for(device))
+    try:
+        with open(path, encoding="utf-8") as fh:
+            records = [json.loads(line) for line in fh if line.strip()]
+        if not records:
+            raise GpuplanError(f"RECORDS={path!r}: no records")
+        device = records[0]["device"]
+        out = {"source": f"derived by gpuplan.validate.device_timing from {path} ({device})"}
+        out |= derive(records, efficiency_for(device))
+    except OSError as err:
+        print(f"error: RECORDS={path!r}: {err.strerror}", file=sys.stderr)
+        return 2
+    except GpuplanError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     print(json.dumps(out, indent=2, sort_keys=True))
     return 0
 
