@@ -28,15 +28,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuplan.hwmodels.attention import (
-    BLOCKS_PER_SM,
-    INFERENCE_ONLY,
-    SPLIT_FILL,
-    attention_time,
-)
+from gpuplan.hwmodels.attention import INFERENCE_ONLY, attention_time, decode_hbm_fraction
 from gpuplan.hwmodels.collectives import ALGORITHMS, link_override_or_default
 from gpuplan.hwmodels.elementwise import ROW_REDUCTIONS, kernel_family
-from gpuplan.hwmodels.gemm import MIN_K_SLICE, OUT_DTYPE, SIMT_TILES, TILES
+from gpuplan.hwmodels.gemm import (
+    ALIGN_BYTES,
+    MIN_K_SLICE,
+    SIMT_TILES,
+    TILES,
+    _tile_fixed_s,
+    gemm_bytes,
+)
 from gpuplan.hwmodels.power import SIMT_DTYPES
 from gpuplan.hwmodels.price import price
 from gpuplan.workloads.dtypes import dtype_bytes
@@ -85,7 +87,7 @@ def gemm_times(acc, m, n, k, dtype: str, eff, count=1) -> KernelTimes:
     """``gemm_time(acc, m, n, k, dtype, eff).scaled(count)`` for arrays of one ``dtype``."""
     m, n, k = (np.asarray(x, dtype=np.int64) for x in (m, n, k))
     count = np.broadcast_to(np.asarray(count, dtype=np.int64), m.shape)
-    elems = max(1, int(16 // dtype_bytes(dtype)))  # gemm.is_aligned
+    elems = max(1, int(ALIGN_BYTES // dtype_bytes(dtype)))  # gemm.is_aligned
     aligned = (n % elems == 0) & (k % elems == 0)
     tiles = SIMT_TILES if dtype in SIMT_DTYPES else TILES
     compute = _tiled_compute_s(acc, m, n, k, dtype, eff, tiles[0], aligned)
@@ -113,20 +115,13 @@ def _tiled_compute_s(acc, m, n, k, dtype, eff, tile, aligned) -> np.ndarray:
     return waves * (main_loop_s + _tile_fixed_s(acc, tile_m, tile_n, dtype, eff) * small)
 
 
-def _tile_fixed_s(acc, tile_m: int, tile_n: int, dtype: str, eff) -> float:
-    ref = next((d for d in ("bf16", "fp16") if d in acc.peak_flops_per_s), dtype)
-    per_sm_flops_per_s = acc.peak(ref) * eff.gemm_fraction(ref) / (acc.n_sms or 1)
-    return 2.0 * tile_m * tile_n * eff.gemm_k_overhead / per_sm_flops_per_s
-
-
 def _gemm_memory_s(acc, m, n, k, dtype, eff, aligned) -> np.ndarray:
     """``gemm.gemm_memory_s`` of each element."""
-    e = dtype_bytes(dtype)
-    read = (m * k + k * n) * e
-    moved = read + m * n * dtype_bytes(OUT_DTYPE.get(dtype, dtype))
+    moved = gemm_bytes(m, n, k, dtype)  # whole arrays: the same integer arithmetic
     if eff.steady_state or not eff.l2_flushed:
         hbm_bytes = moved + 0.0
-    else:
+    else:  # gemm.flushed_l2_writeback_bytes
+        read = (m * k + k * n) * dtype_bytes(dtype)
         hbm_bytes = moved + np.minimum(read, acc.l2_bytes or 0.0)
     fraction = np.where(aligned, eff.gemm_hbm_fraction, eff.gemm_unaligned_hbm_fraction)
     return hbm_bytes / (acc.hbm_bytes_per_s * fraction)
@@ -154,7 +149,7 @@ def attention_times(acc, ops: Sequence[Attention], eff) -> KernelTimes:
     compute = np.zeros(len(ops))
     dec = decode & ~np.array(scalar)
     if dec.any():
-        frac = _floats([_decode_fraction(acc, op, eff, kn) if d else 1.0
+        frac = _floats([decode_hbm_fraction(acc, op, eff, kn) if d else 1.0
                         for op, d, kn in zip(ops, dec, kernel, strict=True)])  # fmt: skip
         memory = np.where(dec, np.maximum(memory, nbytes / (acc.hbm_bytes_per_s * frac)), memory)
     flash = ~decode & ~np.array(scalar)
@@ -199,19 +194,6 @@ def _flash_work(acc, ops, eff) -> np.ndarray:
     softmax_factor = (d + eff.attn_softmax_head_dim) / d
     flops = _floats([o.flops for o in ops])
     return flops * wave_factor * block_factor * softmax_factor
-
-
-def _decode_fraction(acc, op: Attention, eff, kernel: str) -> float:
-    """``attention.decode_hbm_fraction`` (a table look-up per op)."""
-    if kernel == "cudnn":
-        return eff.attn_decode_cudnn_hbm_fraction
-    if kernel == "flash2":
-        packed = op.seq_q == 1 and op.heads_q > op.heads_kv
-        blocks = op.batch * (op.heads_kv if packed else op.heads_q)
-        if blocks < SPLIT_FILL * BLOCKS_PER_SM * (acc.n_sms or 1):
-            return eff.attn_decode_hbm_fraction
-        return eff.attn_decode_nosplit_hbm_fraction
-    return eff.attn_kernel_rate[f"{kernel}_decode"]
 
 
 # --- bandwidth-bound kernels (hwmodels.elementwise) -------------------------------------------
