@@ -24,11 +24,11 @@ import simpy
 
 from gpuplan.errors import GpuplanError, check_choice, check_positive
 from gpuplan.sim.serving.engine import (
-    Progress,
     ServingResult,
     arrival_watched,
     arrivals,
     make_replica,
+    watched_progress,
 )
 from gpuplan.sim.serving.kv_cache import kv_bytes_per_token, kv_capacity
 from gpuplan.sim.serving.metrics import Timeline, conservation, request_columns, summarize
@@ -129,9 +129,7 @@ def simulate_disaggregated(
     step = step or StepModel(dep, max_tokens=max(budget, sched.max_seqs))
     step = cross_attention_step(step, dep, workload, disaggregated=True)  # refused with images
     line = Timeline(timeline)
-    first = getattr(watch, "first_token", None)
-    bar = Progress(workload.n, progress, watch and (lambda rid, at_s: watch(table, rid, at_s)),
-                   first and (lambda rid, at_s: first(table, rid, at_s)))  # fmt: skip
+    bar = watched_progress(workload.n, progress, watch, table)
     pre = [
         make_replica(env, i, table, dep, pre_sched, step, line, prefill_only=True)
         for i in range(dis.prefill_replicas)

@@ -295,8 +295,7 @@ def simulate(
     step = step or StepModel(dep, max_tokens=_table_tokens(sched, dep.model))
     step = cross_attention_step(step, dep, workload, speculator)  # a cross-attention VLM's
     line = Timeline(timeline)
-    bar = Progress(workload.n, progress, watch and partial(watch, table),
-                   _first_token_watch(watch, table))  # fmt: skip
+    bar = watched_progress(workload.n, progress, watch, table)
     cap = kv_capacity(dep, sched, speculator)
     reps = [
         make_replica(env, i, table, dep, sched, step, line, max_run_iterations=max_run_iterations,
@@ -348,10 +347,12 @@ def arrival_watched(dispatch, watch, table, env):
     return told
 
 
-def _first_token_watch(watch, table):
-    """A watch's ``first_token(table, rid, at_s)``, bound to the table (None if it has none)."""
+def watched_progress(total: int, enabled: bool, watch, table) -> Progress:
+    """The run's ``Progress``, telling ``watch(table, rid, at_s)`` (if any) each request finished
+    or rejected, and its ``first_token(table, rid, at_s)`` (if it has one) each first token."""
     first = getattr(watch, "first_token", None)
-    return None if first is None else partial(first, table)
+    return Progress(total, enabled, watch and partial(watch, table),
+                    None if first is None else partial(first, table))  # fmt: skip
 
 
 def _check_speculation(sched, speculator) -> None:
