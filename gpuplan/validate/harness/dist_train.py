@@ -110,9 +110,14 @@ def cases(tiny: bool, device: str, world: int) -> list[tuple[str, dict]]:
     ]
 
 
+def _adamw_impl(device: str) -> str:
+    """The AdamW implementation run: fused on CUDA, foreach on the CPU."""
+    return "fused" if device.startswith("cuda") else "foreach"
+
+
 def _optimizer(params, device: str, *, sharded: bool):
-    """Fused AdamW (foreach on the CPU); ``sharded``: inside a ZeroRedundancyOptimizer."""
-    kw = {"fused": True} if device.startswith("cuda") else {"foreach": True}
+    """AdamW of ``_adamw_impl``; ``sharded``: inside a ZeroRedundancyOptimizer."""
+    kw = {_adamw_impl(device): True}
     if sharded:
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
@@ -219,7 +224,7 @@ def measure_rank(rt: distributed.Rank, layout: str, p: dict) -> dict | None:
         return None
     stack, zero, wrapper = LAYOUTS[layout]
     contract = {k: v for k, v in p.items() if k not in OPTIONAL_PARAMS}
-    impl = "fused" if rt.device.startswith("cuda") else "foreach"  # as _optimizer builds it
+    impl = _adamw_impl(rt.device)
     what = (
         f"{layout}: {wrapper}, fp32 master + bf16 autocast, AdamW({impl}=True), "
         f"accumulation {p['accumulation']}"
