@@ -71,6 +71,16 @@ def log(msg: str) -> None:
     print(msg, flush=True)
 
 
+PROBE_LAUNCHES = 64  # tiny kernels per host probe (``harness.timing.Clock.host_probe_s``)
+
+
+def host_probe_s_per_launch(torch, device: str) -> float:
+    """The harness's host probe now, in seconds per kernel launch."""
+    from ..harness.timing import Clock
+
+    return Clock(torch, device).host_probe_s(launches=PROBE_LAUNCHES) / PROBE_LAUNCHES
+
+
 class Timer:
     """Both timing conventions on one device ("cuda" or "cpu")."""
 

@@ -26,7 +26,7 @@ import gc
 import time
 
 from ..harness.records import RecordWriter
-from .common import TimeBox, Timer, lib_source, log, make_record
+from .common import TimeBox, Timer, host_probe_s_per_launch, lib_source, log, make_record
 from .configs import MODELS, tiny_config
 
 PREFILL = ((1, 512), (1, 4096), (8, 2048))  # (batch, seq)
@@ -123,9 +123,7 @@ class _Part:
         """The host probe now (s per launch), in the extended grid; else the model's."""
         if not self.extended:
             return self.probe_s
-        from ..harness.timing import Clock
-
-        return Clock(self.torch, self.device).host_probe_s() / 64
+        return host_probe_s_per_launch(self.torch, self.device)
 
     def kernels(self, fn, before=None) -> dict:
         """The kernels' own time of one call (extended grid only): ``device_kernel_s``."""
@@ -288,8 +286,6 @@ def run(torch, device, device_key, out_dir, box: TimeBox, tiny: bool, *, compile
         return {"skipped": "transformers is not installed"}
     if hasattr(tf, "logging"):
         tf.logging.set_verbosity_error()
-    from ..harness.timing import Clock
-
     torch._dynamo.config.cache_size_limit = 64
     part = _Part(torch, device, device_key, RecordWriter(out_dir, "models"), tiny)
     part.extended = extended
@@ -316,7 +312,7 @@ def run(torch, device, device_key, out_dir, box: TimeBox, tiny: bool, *, compile
         model_s = box.left_s() / (len(names) - i)
         lay = {k: 2 for k in MODELS[name]["layers"]} if tiny else MODELS[name]["layers"]
         infer_layers = lay["compile"] if compiled else lay["infer"]
-        part.probe_s = Clock(torch, device).host_probe_s() / 64
+        part.probe_s = host_probe_s_per_launch(torch, device)
         for phase in ("infer",) if decode_only and not compiled else ("infer", "train"):
             start = time.monotonic()
             # Inference gets 60% of the model's share, training the rest (and what is left).

@@ -13,7 +13,7 @@ import time
 import traceback
 from pathlib import Path
 
-from .common import TimeBox, log
+from .common import TimeBox, host_probe_s_per_launch, log
 
 PARTS = ("sdpa", "ops", "hf", "compile")
 # Share of the budget left when a part starts (relative weights).
@@ -47,12 +47,6 @@ def _environment(torch, device: str) -> dict:
     return env
 
 
-def _probe(torch, device: str) -> float:
-    from ..harness.timing import Clock
-
-    return Clock(torch, device).host_probe_s() / 64
-
-
 def run(out_dir, *, device: str | None, budget_s: float, only: list[str],
         ceilings: bool = True, models: tuple[str, ...] | None = None,
         grid: str = "base", weights: dict | None = None) -> dict:
@@ -73,7 +67,7 @@ def run(out_dir, *, device: str | None, budget_s: float, only: list[str],
         env["ceilings"] = _ceilings(torch)
     env |= {"campaign": "gpuplan.validate.stack_campaign", "parts": only, "tiny": tiny,
             "budget_s": budget_s, "grid": grid,
-            "host_probe_start_s_per_launch": _probe(torch, device)}
+            "host_probe_start_s_per_launch": host_probe_s_per_launch(torch, device)}
     _write_env(out_dir, env)
     log(f"stack campaign: {env.get('gpu_name', 'cpu')}, torch {torch.__version__}, "
         f"transformers {env['transformers']}, budget {budget_s:.0f} s -> {out_dir}")
@@ -94,7 +88,7 @@ def run(out_dir, *, device: str | None, budget_s: float, only: list[str],
             log(traceback.format_exc())
         summaries[part]["elapsed_s"] = round(time.monotonic() - t0, 1)
         log(f"== {part}: {json.dumps(summaries[part])}")
-    env |= {"host_probe_end_s_per_launch": _probe(torch, device), "summary": summaries,
+    env |= {"host_probe_end_s_per_launch": host_probe_s_per_launch(torch, device), "summary": summaries,
             "total_s": round(time.monotonic() - start, 1)}
     _write_env(out_dir, env)
     log(f"stack campaign done in {env['total_s']} s")
