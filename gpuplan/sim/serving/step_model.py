@@ -294,14 +294,18 @@ class StepModel:
     def _new_run_terms(self, seqs: int, kv_tokens: int) -> tuple[float, float, float, float, int]:
         rows, padded_kv = self.dep.padded_decode(seqs, kv_tokens)
         a = self._decode_kernels_s(rows, padded_kv) + self._dec_gap_s
-        # the real sequences read one more token each iteration, unless the span is fixed
-        grows = self.dep.decode_context_tokens is None
-        b = self.decode_attention_terms(rows)[1] * seqs if grows else 0.0
+        grow = self._growth(seqs)  # the real sequences read one more token each iteration
+        b = self.decode_attention_terms(rows)[1] * grow if grow else 0.0
         h, o = self._dec_host_s, self._dec_overlap
         if o * a >= h:
             return a, b, h, o, 0
         flat = math.ceil((h / o - a) / b) if b > 0 and o > 0 else 1 << 62
         return a, b, h, o, flat
+
+    def _growth(self, seqs: int) -> int:
+        """Tokens a decode run's ``seqs`` real sequences add to its reads each iteration: one
+        each, or none when the deployment reads a fixed span (``decode_context_tokens``)."""
+        return seqs if self.dep.decode_context_tokens is None else 0
 
     def decode_run_s(self, seqs: int, kv_tokens: int, iterations: int) -> float:
         """Total time of ``iterations`` decode-only iterations of the same ``seqs`` sequences,
@@ -309,7 +313,7 @@ class StepModel:
         if iterations <= 0:
             return 0.0
         if self.windowed:  # no closed form once the window caps the reads: iteration by iteration
-            grow = seqs if self.dep.decode_context_tokens is None else 0
+            grow = self._growth(seqs)
             return sum(self.decode_s(seqs, kv_tokens + j * grow) for j in range(iterations))
         a, b, h, o, flat = self._run_terms(seqs, kv_tokens)
         j = min(flat, iterations)
@@ -324,7 +328,7 @@ class StepModel:
         if elapsed_s <= 0:
             return 1
         if self.windowed:
-            grow = seqs if self.dep.decode_context_tokens is None else 0
+            grow = self._growth(seqs)
             n, total = 0, 0.0
             while total < elapsed_s:
                 total += self.decode_s(seqs, kv_tokens + n * grow)
@@ -434,7 +438,7 @@ class PipelineStepModel(StepModel):
 
     def _decode_times(self, seqs: int, kv_tokens: int, n: int):
         """Each of the first ``n`` iterations of the run, as an array."""
-        grow = seqs if self.dep.decode_context_tokens is None else 0
+        grow = self._growth(seqs)
         if self.windowed:
             return np.array([self.decode_s(seqs, kv_tokens + j * grow) for j in range(n)])
         j = np.arange(n, dtype=float)
