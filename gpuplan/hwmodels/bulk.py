@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuplan.hwmodels.attention import INFERENCE_ONLY, attention_time, decode_hbm_fraction
-from gpuplan.hwmodels.collectives import ALGORITHMS, link_override_or_default
+from gpuplan.hwmodels.collectives import ALGORITHMS, link_override_or_default, tree_terms
 from gpuplan.hwmodels.elementwise import ROW_REDUCTIONS, kernel_family
 from gpuplan.hwmodels.gemm import (
     ALIGN_BYTES,
@@ -247,7 +247,7 @@ def collective_times(acc, op: str, world, bytes_per_rank, eff, *,
     world = np.where(alone, 2, world)
     options = [_ring_terms(op, world, nbytes)]
     if op == "all_reduce" and algorithm != "ring":
-        steps = np.array([2 * math.ceil(math.log2(w)) for w in world.ravel().tolist()])
+        steps = np.array([tree_terms(w, 0.0)[0] for w in world.ravel().tolist()])
         tree = (steps.reshape(world.shape), 2.0 * nbytes)
         options = [tree] + (options if algorithm == "auto" else [])
     launch_s = eff.collective_launch_s + (eff.p2p_launch_s if op == "send_recv" else 0.0)
