@@ -318,3 +318,12 @@ def test_a_power_other_than_one_or_minus_one_is_refused_naming_it():
     res = bands.Residuals("f", -0.1, 0.1, True, "")
     with pytest.raises(GpuplanError, match=r"power=2 is invalid: give 1 or -1"):
         bands.interval(1.0, res, power=2)
+
+
+def test_the_harness_residuals_of_an_uncalibrated_device_are_a_one_line_error():
+    from gpuplan.errors import GpuplanError
+    from gpuplan.validate.bands import harness_residuals
+
+    with pytest.raises(GpuplanError) as err:
+        harness_residuals(device="l4")
+    assert str(err.value) == "device='l4': no calibration to score its records with"

@@ -94,3 +94,12 @@ def test_p2p_setup_is_host_time():
         assert alone.total_s == pytest.approx(whole)  # the isolated price is unchanged
         setup = eff.p2p_launch_s if op == "send_recv" else 0.0
         assert alone.total_s - kernel.total_s == pytest.approx(setup)
+
+
+def test_the_cli_names_its_usage_and_a_missing_profile_on_one_line(tmp_path, capsys):
+    assert import_profiles.main([str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (
+        "usage: python3 -m gpuplan.validate.import_profiles VIDUR_CHECKOUT OUT_DIR\n")
+    assert import_profiles.main([str(tmp_path), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: profile ") and "does not exist" in err
