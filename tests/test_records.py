@@ -265,3 +265,14 @@ def test_an_integer_too_long_to_print_is_named_by_its_size():
     obj = sample_objects()["gemm"]
     obj = obj | {"params": obj["params"] | {"m": 10**5000}}
     assert "params.m=an integer of 16,610 bits is invalid" in reason_of(obj)
+
+
+def test_a_whole_model_record_naming_an_unknown_model_is_one_line_naming_it():
+    rec = {"kind": "prefill_step", "device": "h200", "source": "x", "measured": {"time_s": 0.1},
+           "params": {"model": "gpt-9", "layers": 2, "batch": 1, "seq": 16, "dtype": "bf16"}}
+    with pytest.raises(GpuplanError) as err:
+        parse_record(rec)
+    message = str(err.value)
+    assert "\n" not in message
+    assert "params.model='gpt-9' is invalid: choose a model name among" in message
+    assert "llama3-8b" in message
