@@ -174,6 +174,11 @@ def _fit(stack: str, name: str, prior: float) -> float:
     return float(_FIT.get(stack, {}).get(name, prior))
 
 
+def _fit_pairs(stack: str, name: str) -> tuple[tuple[str, float], ...]:
+    """The committed fitted (key, value) pairs of ``stack``'s ``name`` (none before any fit)."""
+    return tuple((k, float(v)) for k, v in _FIT.get(stack, {}).get(name, ()))
+
+
 _FA = AttentionChoice(prefill=FA_DEFAULT, train=FA_DEFAULT, decode=FA_DEFAULT)
 
 VLLM = Stack(
@@ -246,8 +251,7 @@ EAGER_2023 = Stack(
                            large_allreduce_factor=_fit("eager-2023", "large_allreduce_factor",
                                                        1.0),
                            seq_overhead_s=_fit("eager-2023", "seq_overhead_s", 0.0),
-                           host_factors=tuple((k, float(v)) for k, v in
-                                              _FIT.get("eager-2023", {}).get("host_factors", ()))),
+                           host_factors=_fit_pairs("eager-2023", "host_factors")),
     sources=("Patel et al., Splitwise, ISCA 2024; SplitwiseSim data/perf_model.csv",),
     notes=("engine not stated by its source: FlashAttention-2 and fused kernels assumed",
            "call_factor, iteration_overhead_s and overhead_per_rank_s fitted on published rows",
