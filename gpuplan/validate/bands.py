@@ -73,8 +73,11 @@ STACK_CAMPAIGN = "h200_stacks"  # data/h200_stacks/: the stack campaign's record
 STACK_SEED = 0  # the seed of its committed fit (gpuplan/sim/stacks/data/stack_fit.json)
 
 
-def _sha256(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+def _files_digest(paths) -> str:
+    """The sha256 of the files' sha256s, in the order given."""
+    from gpuplan.validate.calibrate import file_sha256
+
+    return hashlib.sha256("".join(file_sha256(f) for f in paths).encode()).hexdigest()
 
 
 def harness_residuals(data_dir=None, device: str = "h200") -> pd.DataFrame:
@@ -257,13 +260,13 @@ def _inputs() -> dict[str, str]:
         "published_training": root / "sim/parallel/data/published_training.csv",
         "published_serving": root / "sim/serving/data/published_serving.csv",
     }
-    out = {k: f"{p.relative_to(root.parent)} sha256:{_sha256(p)}" for k, p in files.items()}
+    out = {k: f"{p.relative_to(root.parent)} sha256:{calibrate.file_sha256(p)}" for k, p in files.items()}
     found = calibrate.load_runs(None, "h200")
-    digest = hashlib.sha256("".join(_sha256(f) for f in sorted(found.files)).encode()).hexdigest()
+    digest = _files_digest(sorted(found.files))
     out["harness_records"] = f"{len(found.files)} files of data/ (h200), sha256 of their sha256s:{digest}"
     base = stack_dir()
     stack_files = sorted([*base.glob("*.jsonl"), *base.glob("*/*.jsonl")])
-    digest = hashlib.sha256("".join(_sha256(f) for f in stack_files).encode()).hexdigest()
+    digest = _files_digest(stack_files)
     out["stack_records"] = (f"{len(stack_files)} files of data/{STACK_CAMPAIGN}/ (seed "
                             f"{STACK_SEED}), sha256 of their sha256s:{digest}")  # fmt: skip
     return out

@@ -449,7 +449,7 @@ def score(records: Sequence[Record], eff: Efficiency) -> ScoreResult:
     return score_records(records, _predictor(eff))
 
 
-def _sha256(path: str) -> str:
+def file_sha256(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
@@ -475,7 +475,7 @@ def calibration_document(
             "device": device,
             "seed": seed,
             "train_fraction": train_fraction,
-            "files": {Path(f).parent.name + "/" + Path(f).name: _sha256(f) for f in files},
+            "files": {Path(f).parent.name + "/" + Path(f).name: file_sha256(f) for f in files},
             "n_train": int(len(train.rows)),
             "n_test": int(len(test.rows)),
             "train_error": train.summary.to_dict("records"),
