@@ -284,7 +284,7 @@ def simulate(
     and whose summary joins the result's)."""
     check_gpus(replicas, "replicas")
     if speculator is not None:
-        _check_speculation(sched, speculator)
+        _start_speculation(sched, speculator)
     if horizon_s is not None:
         check_positive("horizon_s", horizon_s)
     started = time.perf_counter()
@@ -355,7 +355,8 @@ def watched_progress(total: int, enabled: bool, watch, table) -> Progress:
                     None if first is None else partial(first, table))  # fmt: skip
 
 
-def _check_speculation(sched, speculator) -> None:
+def _start_speculation(sched, speculator) -> None:
+    """Check that ``sched`` can speculate, and clear what ``speculator`` counted before."""
     if sched.policy not in ("continuous", "chunked"):
         raise GpuplanError(f"speculative decoding runs with continuous or chunked batching, not "
                            f"policy={sched.policy!r}")  # fmt: skip

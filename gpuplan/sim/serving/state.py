@@ -59,7 +59,7 @@ class RequestTable:
         self.prefix_tokens = workload.prefix_tokens.tolist() if has_prefix else None
         self.prefix_hit = [0] * n  # prompt tokens found cached, summed over its prefills
         # a VLM's encoder seconds still to pay, per request (serving.vision.prepare_images)
-        due = getattr(workload, "encoder_s", None)
+        due = workload.encoder_s
         self.encoder_due = None if due is None else due.tolist()
 
     def take_encoder_s(self, pieces) -> float:
