@@ -98,10 +98,8 @@ def model_facts(cfg: ModelConfig) -> ModelFacts:
     dense_layer = next((i for i in range(cfg.n_layers) if not cfg.is_moe_layer(i)), 0)
     experts = cfg.n_experts * ffn_params(cfg, cfg.d_ff_expert) if cfg.is_moe else 0
     moe_total = layer_params(cfg, moe_layer) if moe_layer is not None else 0
-    acts = [
-        layer_activation_bytes(cfg, tokens=1, layer=layer)
-        for layer in (dense_layer, moe_layer if moe_layer is not None else dense_layer)
-    ]
+    moe_or_dense = moe_layer if moe_layer is not None else dense_layer  # block 0 may be MoE
+    acts = [layer_activation_bytes(cfg, tokens=1, layer=layer) for layer in (dense_layer, moe_or_dense)]
     head = lm_head_params(cfg) or cfg.vocab_size * cfg.d_model
     return ModelFacts(
         n_layers=cfg.n_layers,
@@ -122,8 +120,8 @@ def model_facts(cfg: ModelConfig) -> ModelFacts:
         act_split=(acts[0].split_bytes, acts[1].split_bytes),
         unfused_saved_delta=cfg.n_heads * cfg.v_dim_per_head * ACT_BYTES + 4 * cfg.n_heads,
         moe_flags=tuple(cfg.is_moe_layer(i) for i in range(cfg.n_layers)),
-        sac_rep=tuple(sac_saved_bytes(cfg, i)[0] for i in (dense_layer, moe_layer or dense_layer)),
-        sac_split=tuple(sac_saved_bytes(cfg, i)[1] for i in (dense_layer, moe_layer or dense_layer)),
+        sac_rep=tuple(sac_saved_bytes(cfg, i)[0] for i in (dense_layer, moe_or_dense)),
+        sac_split=tuple(sac_saved_bytes(cfg, i)[1] for i in (dense_layer, moe_or_dense)),
     )
 
 
