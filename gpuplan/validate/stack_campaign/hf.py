@@ -292,7 +292,8 @@ def run(torch, device, device_key, out_dir, box: TimeBox, tiny: bool, *, compile
     names = COMPILE_MODELS if compiled else tuple(MODELS)
     if extended and compiled:
         names = EXT_COMPILE_MODELS
-    names = tuple(n for n in names if models is None or n in models)
+    # models named on the command line run as given (compiled ones too)
+    names = tuple(models) if models is not None else names
     stack = "torch-compile" if compiled else "hf-transformers"
     failed = {}
     pre, dec, tr = (TINY_PREFILL, TINY_DECODE, TINY_TRAIN) if tiny else (PREFILL, DECODE, TRAIN)

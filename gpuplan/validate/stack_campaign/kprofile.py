@@ -1,0 +1,95 @@
+"""Every kernel one call runs, with its time: SDPA's math backend and cuDNN's backward.
+
+For a few attention cases of the ``sdpa`` part, the calls run back to back under
+``torch.profiler`` behind a GPU spin (``common.Timer.device_time``'s method) and each GPU
+activity's name, launches per call and summed duration per call are kept, in the order of the
+first call. ``kernel_profile.jsonl``: one line per (case, backend), ``params`` as the ``sdpa``
+part's, ``backend``, ``kernels`` [{name, launches_per_call, time_s_per_call}],
+``total_s_per_call``. Not contract records: the breakdown behind the math backend's and cuDNN's
+prices (``hwmodels/attention.py``), read by people and by tests of what the prices assume.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from . import sdpa
+from .common import SPIN_CYCLES, TimeBox, log
+
+REPS = 5
+
+
+def cases(tiny: bool) -> list[tuple[dict, str]]:
+    c = sdpa._case
+    if tiny:
+        return [(c(1, 4, 2, 32, 32, 16, True, "fwd"), "math")]
+    math = [c(16, 16, 16, 1, 4096, 64, False, "fwd"), c(16, 32, 8, 1, 4096, 128, False, "fwd"),
+            c(32, 16, 16, 512, 512, 64, False, "fwd"), c(32, 16, 16, 512, 512, 64, True, "fwd"),
+            c(8, 32, 8, 2048, 2048, 128, True, "fwd"), c(8, 32, 32, 2048, 2048, 128, False, "fwd"),
+            c(32, 16, 16, 512, 512, 64, False, "fwd_bwd"),
+            c(32, 16, 16, 512, 512, 64, True, "fwd_bwd"),
+            c(8, 32, 8, 2048, 2048, 128, True, "fwd_bwd")]
+    cudnn = [c(16384 // s, hq, hkv, s, s, d, causal, "fwd_bwd")
+             for hq, hkv, d in ((16, 16, 64), (32, 8, 128), (16, 8, 256))
+             for s in (2048, 8192) for causal in (True, False)]
+    cudnn += [c(16384 // 8192, 16, 8, 8192, 8192, 256, True, "fwd")]
+    return [(p, "math") for p in math] + [(p, "cudnn") for p in cudnn]
+
+
+def profile(torch, fn) -> dict:
+    t = torch
+    act = [t.profiler.ProfilerActivity.CPU, t.profiler.ProfilerActivity.CUDA]
+    fn()
+    t.cuda.synchronize()
+    with t.profiler.profile(activities=act) as prof:
+        t.cuda._sleep(SPIN_CYCLES)
+        with t.profiler.record_function("kprofile_block"):
+            for _ in range(REPS):
+                fn()
+            t.cuda.synchronize()
+    events = prof.events()
+    block = [e for e in events if e.name == "kprofile_block"
+             and e.device_type == t.autograd.DeviceType.CPU]
+    lo, hi = block[0].time_range.start, block[0].time_range.end
+    order, agg = [], {}
+    for e in sorted(events, key=lambda e: e.time_range.start):
+        if e.device_type != t.autograd.DeviceType.CUDA or "sleep" in e.name.lower():
+            continue
+        if e.name == "kprofile_block" or not lo <= e.time_range.start <= hi:
+            continue
+        if e.name not in agg:
+            order.append(e.name)
+            agg[e.name] = [0, 0.0]
+        agg[e.name][0] += 1
+        agg[e.name][1] += e.time_range.elapsed_us() * 1e-6
+    kernels = [{"name": n[:200], "launches_per_call": agg[n][0] / REPS,
+                "time_s_per_call": agg[n][1] / REPS} for n in order]
+    return {"kernels": kernels, "total_s_per_call": sum(k["time_s_per_call"] for k in kernels)}
+
+
+def run(torch, device: str, device_key: str, out_dir, box: TimeBox, tiny: bool) -> dict:
+    if device != "cuda":
+        return {"skipped": "no GPU: the profile needs CUDA kernels"}
+    path = Path(out_dir) / "kernel_profile.jsonl"
+    n = 0
+    with path.open("a") as f:
+        for p, backend in cases(tiny):
+            if box.over():
+                log(f"  kprofile: time box reached after {n} cases")
+                break
+            try:
+                fn = sdpa.make_fn(torch, device, p, backend)
+                out = profile(torch, fn)
+            except RuntimeError as exc:
+                log(f"  kprofile {backend} {p} FAILED {str(exc).splitlines()[0][:120]}")
+                continue
+            f.write(json.dumps({"device": device_key, "params": p, "backend": backend,
+                                "torch": torch.__version__, **out}) + "\n")
+            f.flush()
+            n += 1
+            log(f"  kprofile {backend} {p}: {len(out['kernels'])} kernels, "
+                f"{out['total_s_per_call'] * 1e3:.3f} ms")
+            del fn
+            torch.cuda.empty_cache()
+    return {"profiles": n}
