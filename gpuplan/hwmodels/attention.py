@@ -60,10 +60,29 @@ def attention_time(acc, op: Attention, eff: Efficiency) -> KernelTime:
     if kernel == "flashinfer":  # its prefill follows FlashAttention-2's tiling (Ye et al. 2025,
         kernel = "flash2"  # sec. 3.2): priced at FlashAttention-2's fitted rate
     if kernel != "flash2":
-        fraction *= eff.attn_kernel_rate[f"{kernel}_{'bwd' if op.pass_ == 'bwd' else 'fwd'}"]
+        fraction *= kernel_rate(eff, kernel, op.pass_, op.head_dim)
     compute_s = _flash_work(acc, op, eff) / (acc.peak(_dtype(acc, op)) * fraction)
     compute_s = throttled(compute_s, eff, _dtype(acc, op))
     return KernelTime(compute_s, memory_s, fixed_s)
+
+
+# Heads wider than this run their own backward tiles: cuDNN's sm90 backward at head_dim 256 keeps
+# 64x64 tiles with the whole head in shared memory and reaches about 0.68 of its head-128 rate
+# (data/h200_stacks/run4/kernel_profile.json: 407 against 597 TFLOP/s at 2k tokens); a rate key
+# with the ``_d256`` suffix prices such heads where one is known.
+WIDE_HEAD_DIM = 128
+
+
+def kernel_rate(eff: Efficiency, kernel: str, pass_: str, head_dim: int) -> float:
+    """``attn_kernel_rate`` of ``kernel`` in ``pass_`` (against FlashAttention-2): its wide-head
+    entry (``<kernel>_<pass>_d256``) for heads wider than ``WIDE_HEAD_DIM`` where one exists."""
+    return eff.attn_kernel_rate[rate_key(eff.attn_kernel_rate, kernel, pass_, head_dim)]
+
+
+def rate_key(rates, kernel: str, pass_: str, head_dim: int) -> str:
+    key = f"{kernel}_{'bwd' if pass_ == 'bwd' else 'fwd'}"
+    wide = f"{key}_d256"
+    return wide if head_dim > WIDE_HEAD_DIM and wide in rates else key
 
 
 def _dtype(acc, op: Attention) -> str:
@@ -94,43 +113,120 @@ def decode_hbm_fraction(acc, op: Attention, eff: Efficiency, kernel: str) -> flo
     return eff.attn_kernel_rate[f"{kernel}_decode"]
 
 
-def math_attention_time(acc, op: Attention, eff: Efficiency) -> KernelTime:
-    """SDPA's math backend: QK^T and PV as batched GEMMs and a softmax over the materialized
-    scores (every score written and read back), no causal skipping; the backward runs twice the
-    GEMMs and twice the score traffic (dS from dP and P). PyTorch's
-    ``_scaled_dot_product_attention_math`` (aten/src/ATen/native/transformers/attention.cpp)
-    converts fp16/bf16 queries, keys and values to fp32 first unless
-    ``torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)`` (off by default), so its
-    GEMMs run at the fp32 (non-tensor-core, TF32 off by default) rate over fp32 scores, and it
-    repeats GQA keys and values to every query head (``repeat_interleave``) before them."""
+# --- SDPA's math backend: the ATen kernels it runs ------------------------------------------
+#
+# ``_scaled_dot_product_attention_math`` (aten/src/ATen/native/transformers/attention.cpp) is a
+# composite of ATen ops, each its own kernel. On an H200 (torch 2.11, data/h200_stacks/run4/
+# kernel_profile.json, ``python3 -m gpuplan.validate.stack_campaign --only kprofile``) one bf16
+# call runs, in order: three fp32 casts of q, k, v (fp16/bf16 inputs are upcast unless
+# ``torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)``, off by default); under GQA the
+# two K/V repeats to every query head (``repeat_interleave``); the scale's multiply of q and of the
+# repeated k; under ``is_causal`` the mask's build (a bool fill, ``tril``, three fills and a
+# ``where`` into a float mask of [Sq, Skv]) and its add to the scores; QK^T as an fp32 batched
+# GEMM (a cuBLAS GEMV for one query); ``_safe_softmax``: the softmax, ``isneginf``, an ``all`` over
+# each row, a fill and a ``where`` that zeroes fully masked rows; PV; and the casts of the output
+# and of the attention weights back to bf16. The backward adds the cast of dO, the four GEMMs
+# (dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q), the softmax's backward, the ``where``'s
+# backward (a multiply over the scores), the scale's two multiplies, the casts of dq, dk, dv and,
+# under GQA, the sums of dk and dv over the repeated heads. The kernels fall into three classes
+# by how they move memory, each at its own share of HBM bandwidth (``MATH_HBM_FRACTION``).
+MATH_CLASSES = ("vectorized", "cast", "unvectorized", "strided", "reduce", "gemv")
+# Medians over the profile's nine math cases, by ``python3 -m gpuplan.validate.fit_math_sdpa``
+# (its printout; tests/test_fit_math_sdpa.py checks these against it): vectorized elementwise
+# kernels (multiplies, softmax, isneginf, the casts back to bf16), the unrolled casts to fp32,
+# TensorIterator's unvectorized ``elementwise_kernel<128, 2>`` (the ``where``, the mask's add),
+# the strided K/V repeats, the row reductions (``all``, the GQA sums) and the one-query QK^T GEMV
+# over the transposed keys (two profiles: 0.19 with 16 MHA heads of 64, 0.40 with 32 GQA heads
+# of 128; the median of the two is what is known).
+MATH_HBM_FRACTION = {"vectorized": 0.88, "cast": 0.43, "unvectorized": 0.59, "strided": 0.40,
+                     "reduce": 0.22, "gemv": 0.29}
+MATH_GEMV_CLASS = "gemv"  # the one-query QK^T: a cuBLAS GEMV over the transposed keys
+
+
+def math_attention_kernels(op: Attention) -> list[tuple[str, str, float, int]]:
+    """The memory-bound kernels of one SDPA math-backend call (``op.pass_`` fwd or bwd, one of
+    ``op.count``): (label, class, bytes, launches), in the order they run (section above)."""
     e_in = dtype_bytes(op.dtype)
-    upcast = e_in == 2 and acc.supports("fp32")
-    work = "fp32" if upcast else _dtype(acc, op)
+    upcast = e_in == 2
     e = 4 if upcast else e_in
-    rows = op.batch * op.heads_q * op.seq_q
-    rep = op.heads_q / op.heads_kv
-    q_el = rows * op.head_dim
-    o_el = rows * op.v_head_dim
-    kv_el = op.batch * op.heads_kv * op.seq_kv * (op.head_dim + op.v_head_dim)
-    gemm_flops = 2 * rows * op.seq_kv * (op.head_dim + op.v_head_dim)
-    score_bytes = rows * op.seq_kv * e * 4  # write S, read S, write P, read P
-    operand_bytes = (q_el + kv_el * rep + o_el) * e
-    convert_bytes = (q_el + kv_el + o_el) * (e_in + e) if upcast else 0.0
-    repeat_bytes = kv_el * e * (1 + rep) if rep > 1 else 0.0
-    # QK^T, softmax, PV and the scale; the fp32 casts of q, k, v and back; the two K/V repeats
-    kernels = 4 + (4 if upcast else 0) + (2 if rep > 1 else 0)
-    times = 2 if op.pass_ == "bwd" else 1
-    rate = acc.peak(work) * eff.gemm_fraction(work)
-    bw = acc.hbm_bytes_per_s * eff.hbm_fraction
-    gemm_s = throttled(times * gemm_flops * op.count / rate, eff, work)
-    # the GEMMs move their operands, write S and read P; the softmax (read S, write P), the
-    # casts and the repeats are kernels of their own, which run after the GEMMs, not under them
-    gemm_bytes = times * (operand_bytes + score_bytes / 2) * op.count
-    other_s = (times * score_bytes / 2 + convert_bytes + repeat_bytes) * op.count / bw
-    compute_s = max(gemm_s, gemm_bytes / bw) + other_s
-    memory_s = gemm_bytes / bw + other_s
-    fixed_s = (kernels * eff.kernel_overhead_s + eff.attn_fixed_s) * op.count * times
-    return KernelTime(compute_s, memory_s, fixed_s)
+    rep = op.heads_q // op.heads_kv if op.heads_q % op.heads_kv == 0 else op.heads_q / op.heads_kv
+    b, hq, sq, skv = op.batch, op.heads_q, op.seq_q, op.seq_kv
+    q_el = b * hq * sq * op.head_dim
+    o_el = b * hq * sq * op.v_head_dim
+    kv_el = b * op.heads_kv * skv * (op.head_dim + op.v_head_dim)
+    k_rep_el = b * hq * skv * op.head_dim  # the scale multiplies the repeated keys
+    scores = b * hq * sq * skv
+    out: list[tuple[str, str, float, int]] = []
+    if op.pass_ == "bwd":
+        if upcast:
+            out.append(("cast dO", "cast", o_el * (e_in + e), 1))
+        out += [("softmax backward", "vectorized", scores * 3 * e, 1),
+                ("where backward", "vectorized", scores * 3 * e, 1),
+                ("scale backward", "vectorized", (q_el + k_rep_el) * 2 * e, 2)]
+        if rep > 1:
+            out.append(("sum over repeated heads", "reduce", kv_el * (rep + 1) * e, 4))
+        if upcast:
+            out.append(("cast dq, dk, dv", "vectorized", (q_el + kv_el) * (e + e_in), 3))
+        return out
+    if upcast:
+        out.append(("cast q, k, v", "cast", (q_el + kv_el) * (e_in + e), 3))
+    if rep > 1:
+        out.append(("repeat k, v", "strided", kv_el * (1 + rep) * e, 2))
+    out.append(("scale", "vectorized", (q_el + k_rep_el) * 2 * e, 2))
+    if op.causal:
+        out += [("causal mask", "vectorized", sq * skv * (2 + 2 * e), 6),
+                ("mask add", "unvectorized", scores * 2 * e, 1)]
+    out += [("softmax", "vectorized", scores * 2 * e, 1),
+            ("isneginf", "vectorized", scores * (e + 1), 1),
+            ("all", "reduce", scores, 1),
+            ("where", "unvectorized", scores * (1 + 2 * e), 2)]
+    if upcast:
+        out.append(("cast out, weights", "vectorized", (o_el + scores) * (e + e_in), 2))
+    return out
+
+
+def math_attention_gemms(op: Attention) -> list[tuple[str, int, int, int]]:
+    """The fp32 (upcast) GEMMs of one math-backend call, per (batch, query head): (label, m, n,
+    k), QK^T and PV forward, the four products of the backward."""
+    sq, skv, d, dv = op.seq_q, op.seq_kv, op.head_dim, op.v_head_dim
+    if op.pass_ == "bwd":
+        return [("dV = P^T dO", skv, dv, sq), ("dP = dO V^T", sq, skv, dv),
+                ("dQ = dS K", sq, d, skv), ("dK = dS^T Q", skv, d, sq)]
+    return [("QK^T", sq, skv, d), ("PV", sq, dv, skv)]
+
+
+def math_attention_time(acc, op: Attention, eff: Efficiency) -> KernelTime:
+    """SDPA's math backend as the ATen kernels it runs (section above), one after another: the
+    GEMMs at the GEMM model's rate in the dtype they run (fp32 for 16-bit inputs: the backend
+    upcasts, and TF32 is off by default), the other kernels at their class's share of HBM
+    bandwidth, every launch its fixed cost, no causal skipping (the mask is added to every
+    score)."""
+    from gpuplan.hwmodels.gemm import gemm_bytes, gemm_time
+
+    work = "fp32" if dtype_bytes(op.dtype) == 2 and acc.supports("fp32") else _dtype(acc, op)
+    heads = op.batch * op.heads_q
+    busy_s = memory_s = 0.0
+    launches = 0
+    for label, m, n, k in math_attention_gemms(op):
+        # one batched GEMM over every (batch, head): its tiles fill the GPU together (priced as
+        # the heads' rows stacked), each head reading its own operands
+        compute_s = gemm_time(acc, m * heads, n, k, work, eff).compute_s
+        fraction = eff.gemm_hbm_fraction
+        if label == "QK^T" and m == 1:  # a GEMV over the transposed keys
+            fraction = MATH_HBM_FRACTION[MATH_GEMV_CLASS]
+        gemm_memory_s = heads * gemm_bytes(m, n, k, work) / (acc.hbm_bytes_per_s * fraction)
+        busy_s += max(compute_s, gemm_memory_s)
+        memory_s += gemm_memory_s
+        launches += 1
+    for _, klass, nbytes, n in math_attention_kernels(op):
+        t = nbytes / (acc.hbm_bytes_per_s * MATH_HBM_FRACTION[klass])
+        busy_s += t
+        memory_s += t
+        launches += n
+    count = op.count
+    fixed_s = (launches * eff.kernel_overhead_s + eff.attn_fixed_s) * count
+    # kernels run one after another: the busy time is the sum of each kernel's bound
+    return KernelTime(busy_s * count, memory_s * count, fixed_s)
 
 
 # FlashAttention-2 flash_api.cpp: num_splits_heuristic(blocks, 2 * SMs, ...) returns one split

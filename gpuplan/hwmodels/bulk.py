@@ -28,7 +28,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuplan.hwmodels.attention import INFERENCE_ONLY, attention_time, decode_hbm_fraction
+from gpuplan.hwmodels.attention import (
+    INFERENCE_ONLY,
+    attention_time,
+    decode_hbm_fraction,
+    kernel_rate,
+)
 from gpuplan.hwmodels.collectives import ALGORITHMS, link_override_or_default, tree_terms
 from gpuplan.hwmodels.elementwise import ROW_REDUCTIONS, kernel_family
 from gpuplan.hwmodels.gemm import (
@@ -38,6 +43,7 @@ from gpuplan.hwmodels.gemm import (
     TILES,
     _tile_fixed_s,
     gemm_bytes,
+    is_grouped,
 )
 from gpuplan.hwmodels.power import SIMT_DTYPES
 from gpuplan.hwmodels.price import price
@@ -162,17 +168,16 @@ def attention_times(acc, ops: Sequence[Attention], eff) -> KernelTimes:
 def _flash_compute_s(acc, ops, eff, kernel, rows) -> np.ndarray:
     """``attention_time``'s compute term of the fused forward/backward kernels in ``rows``."""
     out = np.zeros(len(ops))
-    groups: dict[tuple[str, str, str], list[int]] = {}
+    groups: dict[tuple[str, str, str, int], list[int]] = {}
     for i, (op, kn) in enumerate(zip(ops, kernel, strict=True)):
         if rows[i]:
             work = op.dtype if acc.supports(op.dtype) else "bf16"  # attention._dtype
-            groups.setdefault((op.pass_, "flash2" if kn == "flashinfer" else kn, work), []).append(
-                i
-            )
-    for (pass_, kn, work), idx in groups.items():
+            kn = "flash2" if kn == "flashinfer" else kn
+            groups.setdefault((op.pass_, kn, work, op.head_dim), []).append(i)
+    for (pass_, kn, work, head_dim), idx in groups.items():
         fraction = eff.attn_bwd_fraction if pass_ == "bwd" else eff.attn_fwd_fraction
         if kn != "flash2":
-            fraction *= eff.attn_kernel_rate[f"{kn}_{'bwd' if pass_ == 'bwd' else 'fwd'}"]
+            fraction *= kernel_rate(eff, kn, pass_, head_dim)
         sel = [ops[i] for i in idx]
         compute = _flash_work(acc, sel, eff) / (acc.peak(work) * fraction)
         out[idx] = throttled(compute, eff, work)
@@ -293,7 +298,9 @@ def price_ops(ops: Sequence, acc, eff) -> KernelTimes:
     compute, memory, launch = (np.zeros(len(ops)) for _ in range(3))
     groups: dict[object, list[int]] = {}
     for i, op in enumerate(ops):
-        if isinstance(op, Gemm):
+        if isinstance(op, Gemm) and is_grouped(op):
+            key = "scalar"  # a grouped GEMM: a few per step, priced by the scalar model
+        elif isinstance(op, Gemm):
             key = ("gemm", op.dtype)
         elif isinstance(op, Attention):
             key = "attention"
@@ -309,7 +316,7 @@ def price_ops(ops: Sequence, acc, eff) -> KernelTimes:
         elif key == "elementwise":
             t = elementwise_times(acc, sel, eff)
         elif key == "scalar":
-            t = _scalar(sel, lambda op: price(op, acc, eff))
+            t = _scalar(sel, lambda op: price(op, acc, eff))  # collectives, grouped GEMMs
         else:
             t = gemm_times(acc, [o.m for o in sel], [o.n for o in sel], [o.k for o in sel],
                            key[1], eff, [o.count for o in sel])  # fmt: skip

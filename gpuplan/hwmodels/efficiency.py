@@ -100,6 +100,10 @@ class Efficiency:
     # is a fraction of HBM bandwidth. Priors from published kernel benchmarks (sources in
     # efficiency_prior.json) until a device's own measurements are fitted.
     attn_kernel_rate: dict[str, float] = field(default_factory=dict)
+    # torch._grouped_mm's CUTLASS kernel (bf16 MoE experts): its shares of the dense 16-bit
+    # peak and of HBM bandwidth over the groups' aggregate work (hwmodels.gemm.grouped_gemm_time)
+    grouped_gemm_fraction: float = 0.78
+    grouped_gemm_hbm_fraction: float = 0.85
 
     def gemm_fraction(self, dtype: str, *, aligned: bool = True) -> float:
         table = self.gemm_peak_fraction if aligned else self.gemm_unaligned_fraction
@@ -107,11 +111,16 @@ class Efficiency:
 
     def elementwise_fraction(self, op: str, pass_: str = "fwd") -> float:
         """Of HBM bandwidth, for ``op`` in ``pass_``: its backward's own entry (``op_bwd``)
-        where one was fitted, else the op's, else the default."""
+        where one was fitted, else the op's, else a family measured apart
+        (``hwmodels.elementwise.MEASURED_FRACTION``), else the default."""
         table = self.elementwise_hbm_fraction
         if pass_ == "bwd" and f"{op}_bwd" in table:
             return table[f"{op}_bwd"]
-        return table.get(op, table["default"])
+        if op not in table:
+            from gpuplan.hwmodels.elementwise import MEASURED_FRACTION
+
+            return MEASURED_FRACTION.get(op, table["default"])
+        return table[op]
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -157,6 +166,14 @@ def calibrated_efficiency(device_key: str) -> Efficiency | None:
     if fitted is None:
         return None
     merged = prior_efficiency().to_dict() | fitted["parameters"]
+    # the attention kernels' rates and the grouped GEMM's shares fitted on the device's stack
+    # campaign (written by ``python3 -m gpuplan.validate.fit_stacks --package-rates``): SDPA's
+    # cuDNN and memory-efficient kernels and torch._grouped_mm, which the harness's records do
+    # not run
+    stack_rates = _read_json(f"stack_rates_{device_key}.json")
+    if stack_rates is not None:
+        merged["attn_kernel_rate"] = merged["attn_kernel_rate"] | stack_rates["attn_kernel_rate"]
+        merged |= stack_rates.get("parameters", {})  # the grouped GEMM's shares
     merged["source"] = fitted.get("source", f"calibration_{device_key}.json")
     merged["provenance"] = fitted.get("provenance", {})
     return _from_dict(merged)

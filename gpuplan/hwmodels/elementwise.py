@@ -20,6 +20,17 @@ from gpuplan.workloads.ops import Elementwise, Memory
 ROW_REDUCTIONS = ("rmsnorm", "layernorm", "softmax")
 
 
+# Kernel families measured on an H200 beside the calibrated ones (a calibration's table replaces
+# the prior's whole, so these stand apart): TensorIterator's unvectorized elementwise kernel
+# (``elementwise_kernel<128, 4>``: strided or mixed-dtype operands, e.g. an activation over
+# one half of a chunked tensor, a bf16 tensor times fp32 weights, a masked_fill) and a
+# device-to-device ``cudaMemcpy``; shares of HBM bandwidth, medians of the transformers MoE
+# profile (``python3 -m gpuplan.validate.fit_hf_moe``, data/h200_stacks/run6).
+UNVECTORIZED = "unvectorized"
+MEMCPY = "memcpy"
+MEASURED_FRACTION = {UNVECTORIZED: 0.30, MEMCPY: 0.32}
+
+
 def elementwise_time(acc, op: Elementwise | Memory, eff: Efficiency) -> KernelTime:
     """Time of a bandwidth-bound kernel (``op.count`` of them)."""
     if op.bytes == 0:

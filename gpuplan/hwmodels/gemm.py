@@ -66,6 +66,36 @@ def gemm_time(acc, m: int, n: int, k: int, dtype: str, eff: Efficiency) -> Kerne
     return KernelTime(compute_s, memory_s, eff.gemm_overhead_s)
 
 
+# torch._grouped_mm's CUDA path is CUTLASS for bf16 only (ATen native/cuda/GroupedBlas.cpp);
+# other dtypes take ``_grouped_mm_fallback`` (native/GroupedMMUtils.h), one ``mm`` per group.
+GROUPED_CUTLASS_DTYPES = ("bf16",)
+
+
+def grouped_gemm_time(acc, groups: int, m: int, n: int, k: int, dtype: str,
+                      eff: Efficiency) -> KernelTime:
+    """``groups`` products C_g[m, n] = A_g[m, k] B_g[k, n] in one ``torch._grouped_mm`` call.
+
+    bf16 runs one CUTLASS kernel over every group's tiles, priced on the groups' aggregate work:
+    their FLOPs at ``grouped_gemm_fraction`` of the dense peak, their bytes (each group's
+    weights, rows in and rows out) at ``grouped_gemm_hbm_fraction`` of HBM bandwidth, one
+    launch. On the H200 the kernel streams the weights at about 3 TB/s whatever the group count
+    and reaches 650-780 TFLOP/s once a group has 256 rows or more (data/h200_stacks/run4/
+    grouped.jsonl), where cuBLAS would run each expert's small GEMM apart. Other dtypes are the
+    fallback's per-group GEMMs."""
+    if dtype not in GROUPED_CUTLASS_DTYPES:
+        return gemm_time(acc, m, n, k, dtype, eff).scaled(groups)
+    flops = 2.0 * groups * m * n * k
+    compute_s = throttled(flops / (acc.peak(dtype) * eff.grouped_gemm_fraction), eff, dtype)
+    nbytes = groups * gemm_bytes(m, n, k, dtype)
+    memory_s = nbytes / (acc.hbm_bytes_per_s * eff.grouped_gemm_hbm_fraction)
+    return KernelTime(compute_s, memory_s, eff.gemm_overhead_s)
+
+
+def is_grouped(op) -> bool:
+    """A GEMM op that runs its ``count`` problems as one grouped call (``launches == 1``)."""
+    return getattr(op, "launches", None) == 1 and op.count > 1
+
+
 def gemm_bytes(m: int, n: int, k: int, dtype: str) -> float:
     """Fewest bytes a GEMM moves: A and B read once, C written once."""
     out = OUT_DTYPE.get(dtype, dtype)

@@ -6,13 +6,15 @@ from gpuplan.hwmodels.attention import attention_time
 from gpuplan.hwmodels.collectives import collective_time
 from gpuplan.hwmodels.efficiency import Efficiency
 from gpuplan.hwmodels.elementwise import elementwise_time
-from gpuplan.hwmodels.gemm import gemm_time
+from gpuplan.hwmodels.gemm import gemm_time, grouped_gemm_time, is_grouped
 from gpuplan.hwmodels.kernel_time import KernelTime
 from gpuplan.workloads.ops import Attention, Collective, Elementwise, Gemm, Memory, Op
 
 
 def price(op: Op, acc, eff: Efficiency) -> KernelTime:
     """Time of ``op`` (all ``op.count`` repetitions) on accelerator ``acc``."""
+    if isinstance(op, Gemm) and is_grouped(op):
+        return grouped_gemm_time(acc, op.count, op.m, op.n, op.k, op.dtype, eff)
     if isinstance(op, Gemm):
         return gemm_time(acc, op.m, op.n, op.k, op.dtype, eff).scaled(op.count)
     if isinstance(op, Attention):

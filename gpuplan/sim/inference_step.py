@@ -104,7 +104,8 @@ def decode_deployment(
         model=cfg, acc=acc, eff=queued(eff), tp=tp, cuda_graph=graph, impl=stack.elementwise,
         kv_cache=kv_cache, host_extra_s=host_extra_s, stack=stack.name,
         decode_context_tokens=max_cache_len if kv_cache == "static" else None,
-        grouped_experts=stack.moe == "grouped_gemm", repeat_kv_masked=stack.repeat_kv_masked,
+        grouped_experts=stack.moe == "grouped_gemm", moe_glue=stack.moe_glue,
+        repeat_kv_masked=stack.repeat_kv_masked,
         host_overlap=stack.host.device_overlap,
         # a compiled model's call before its CUDA graph replays (``HostModel.graph_call_s``)
         iteration_overhead_s=(stack.host.graph_call_s * stack.host.speed_factor
@@ -182,7 +183,8 @@ def prefill_breakdown(
                                      phase="fwd")
     for layer, count in layer_groups(cfg):
         ops = layer_forward(cfg, batch=batch, seq=seq, dtype=dtype, layer=layer, tp=tp,
-                            grouped_experts=stack.moe == "grouped_gemm")
+                            grouped_experts=stack.moe == "grouped_gemm",
+                            moe_glue=stack.moe_glue)
         ops = [*ops, Memory(name="kv_cache_write", op="copy",
                             bytes_moved=2 * t * kv_bytes_per_token_layer(cfg, stack, dtype) / tp,
                             calls=2)]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpuplan.hwmodels.collectives import collective_time
-from gpuplan.hwmodels.gemm import gemm_time
+from gpuplan.hwmodels.gemm import gemm_time, grouped_gemm_time
 from gpuplan.hwmodels.launch import launch_cost
 from gpuplan.sim.breakdown import Breakdown, Item, priced_items
 from gpuplan.workloads.operators import backward_of as backward_ops
@@ -24,6 +24,18 @@ def gemm_breakdown(acc, eff, *, m: int, n: int, k: int, dtype: str) -> Breakdown
         kernels=1,
         bound=kt.bound,
     )
+    return Breakdown(items=(item, latency_item(eff)))
+
+
+def grouped_gemm_breakdown(acc, eff, *, groups: int, m: int, n: int, k: int,
+                           dtype: str) -> Breakdown:
+    """One ``torch._grouped_mm`` call: ``groups`` GEMMs of ``m`` rows against their own [n, k]
+    weights (``hwmodels.gemm.grouped_gemm_time``, the price the MoE blocks' experts take)."""
+    kt = grouped_gemm_time(acc, groups, m, n, k, dtype, eff)
+    op = Gemm(name="grouped_gemm", m=m, n=n, k=k, dtype=dtype, count=groups, launches=1)
+    item = Item(layer="model", category="gemm", op=f"grouped_gemm {groups}x{m}x{n}x{k} {dtype}",
+                phase="fwd", time_s=kt.total_s, flops=op.flops, bytes=op.bytes,
+                kernels=1 if dtype == "bf16" else groups, bound=kt.bound)
     return Breakdown(items=(item, latency_item(eff)))
 
 

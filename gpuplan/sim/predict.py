@@ -48,6 +48,8 @@ KINDS = (
     "prefill_step",
     "model_decode_step",
     "model_train_step",
+    # MoE experts' grouped GEMM (stack_campaign/grouped.py)
+    "grouped_gemm",
 )
 # whole-model record kind -> the kind of ``model_estimate.model_breakdown`` (what ``gpuplan
 # estimate prefill-step / decode-step / train-step --model`` prices)
@@ -70,6 +72,11 @@ def contract_model(p: Mapping[str, Any], *, layers: int = 1, vocab: int = 32000)
 
 def _gemm(acc, eff, p):
     return kernels.gemm_breakdown(acc, eff, m=p["m"], n=p["n"], k=p["k"], dtype=p["dtype"])
+
+
+def _grouped_gemm(acc, eff, p):
+    return kernels.grouped_gemm_breakdown(acc, eff, groups=p["groups"], m=p["m"], n=p["n"],
+                                          k=p["k"], dtype=p["dtype"])
 
 
 def _attention(acc, eff, p):
@@ -156,6 +163,7 @@ def _tp_mlp(acc, eff, p):
 
 _PREDICTORS: dict[str, Callable[[Any, Efficiency, Mapping[str, Any]], Breakdown]] = {
     "gemm": _gemm,
+    "grouped_gemm": _grouped_gemm,
     "attention": _attention,
     "elementwise": _elementwise,
     "layer": _layer,
@@ -247,6 +255,11 @@ def _whole_model(kind: str, acc, raw: Efficiency, params: Mapping[str, Any], sta
 
     est_params = {k: v for k, v in params.items()
                   if k not in ("model", "stack", "attention_kernel", "timing")}
+    if kind == "prefill_step":
+        # the kind is one forward with ``logits_to_keep=1`` (what ``generate`` asks for;
+        # stack_campaign/hf.py): the LM head over each prompt's last position, whatever the
+        # stack's default for a plain forward
+        stack = replace(stack, logits="last")
     bd = model_breakdown(_MODEL_KINDS[kind], acc, raw, record_model(params["model"]), est_params,
                          stack=stack)
     if kind == "model_train_step":

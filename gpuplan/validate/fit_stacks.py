@@ -10,8 +10,10 @@ Parameters (their priors: ``hwmodels/data/efficiency_prior.json``, ``sim/stacks/
   kind, a backward's start, a forced SDPA backend (the isolated records of the ``pytorch`` stack);
 
 - ``attn_kernel_rate`` entries the records exercise: ``cudnn_fwd``, ``cudnn_bwd``,
-  ``efficient_fwd``, ``efficient_bwd``, ``efficient_decode`` (attention records whose kernel,
-  named or resolved from SDPA's default dispatch, is cuDNN's or the memory-efficient one);
+  ``cudnn_bwd_d256`` (heads wider than 128), ``efficient_fwd``, ``efficient_bwd``,
+  ``efficient_decode`` (attention records whose kernel, named or resolved from SDPA's default
+  dispatch, is cuDNN's or the memory-efficient one); ``--package-rates PATH`` writes them as
+  ``hwmodels.efficiency`` reads them (``gpuplan/hwmodels/data/stack_rates_h200.json``);
 - ``hf-transformers``' ``HostModel.moe_block_s`` (its MoE models' prefill and decode records; a
   linear grid over 0-5 ms in 50 us steps), ``HostModel.module_call_s`` (its whole-model records)
   and ``HostModel.device_overlap`` (its decode records; a linear grid over [0, 1] in steps of
@@ -48,11 +50,15 @@ from gpuplan.errors import GpuplanError
 from gpuplan.validate.records import MODEL_KINDS
 
 FIT_SHARE = 0.7
-RATE_KEYS = ("cudnn_fwd", "cudnn_bwd", "efficient_fwd", "efficient_bwd", "efficient_decode")
+RATE_KEYS = ("cudnn_fwd", "cudnn_bwd", "cudnn_bwd_d256", "efficient_fwd", "efficient_bwd",
+             "efficient_decode")
 # the fixed cost of a call timed in isolation (sim/stacks/kernels.py ``ISOLATED_CALL_S``), each
 # fitted on the isolated records of the single-op kinds it adds to
 ISOLATED_KEYS = ("isolated_elementwise", "isolated_gemm", "isolated_attention",
-                 "isolated_backward", "isolated_forced_kernel")
+                 "isolated_backward", "isolated_forced_kernel", "isolated_grouped_gemm")
+# Efficiency fields fitted on one kind's records (the bf16 grouped GEMMs: the fp32 ones are the
+# fallback's per-group cuBLAS GEMMs, which these do not price)
+EFF_KEYS = {"grouped_gemm_fraction": "grouped_gemm", "grouped_gemm_hbm_fraction": "grouped_gemm"}
 HOST_PARAMS = {"module_call_s": "hf-transformers", "device_overlap": "hf-transformers",
                "moe_block_s": "hf-transformers", "call_factor": "torch-compile",
                "graph_call_s": "torch-compile"}
@@ -161,8 +167,13 @@ def attention_rate_key(rec, acc) -> str | None:
     kernel = rec.params.get("attention_kernel")
     if kernel is None and rec.params.get("stack", "pytorch") == "pytorch":
         kernel = sdpa_default(acc, phase)
-    suffix = "decode" if decode else ("bwd" if rec.params["pass"] == "fwd_bwd" else "fwd")
-    key = f"{kernel}_{suffix}"
+    if decode:
+        key = f"{kernel}_decode"
+    else:
+        from gpuplan.hwmodels.attention import rate_key
+
+        pass_ = "bwd" if rec.params["pass"] == "fwd_bwd" else "fwd"
+        key = rate_key(RATE_KEYS, kernel, pass_, rec.params["head_dim"])
     return key if key in RATE_KEYS else None
 
 
@@ -171,11 +182,14 @@ class Model:
 
     def __init__(self, device: str) -> None:
         from gpuplan.hwmodels.accelerators import get_accelerator
-        from gpuplan.hwmodels.efficiency import efficiency_for
+        from gpuplan.hwmodels.efficiency import efficiency_for, prior_efficiency
 
         self.acc = get_accelerator(device)
         self.eff = efficiency_for(self.acc.key)
-        self.values = {k: self.eff.attn_kernel_rate[k] for k in RATE_KEYS}
+        # the rates start from their priors, not from a previous fit's installed values
+        prior = prior_efficiency()
+        self.values = {k: prior.attn_kernel_rate[k] for k in RATE_KEYS}
+        self.values |= {k: getattr(prior, k) for k in EFF_KEYS}
         self.values |= {name: _host_value(stack, name) for name, stack in HOST_PARAMS.items()}
         from gpuplan.sim.stacks.kernels import ISOLATED_PRIORS
 
@@ -186,7 +200,7 @@ class Model:
 
         v = self.values | (values or {})
         eff = replace(self.eff, attn_kernel_rate=self.eff.attn_kernel_rate
-                      | {k: v[k] for k in RATE_KEYS})
+                      | {k: v[k] for k in RATE_KEYS}, **{k: v[k] for k in EFF_KEYS})
         stack = record_stack(rec.params)
         for name, owner in HOST_PARAMS.items():
             if stack.name == owner:
@@ -222,6 +236,8 @@ class Model:
             return rec.kind == what
         if name in RATE_KEYS:
             return attention_rate_key(rec, self.acc) == name
+        if name in EFF_KEYS:
+            return rec.kind == EFF_KEYS[name] and rec.params.get("dtype") == "bf16"
         if name in _MOE_ONLY:
             from gpuplan.sim.predict import record_model
 
@@ -249,7 +265,7 @@ def fit(model: Model, records: list) -> dict[str, dict]:
     # the MoE blocks' own cost first, so that module_call_s is not pulled up by it
     shared = sorted((n for n, owner in HOST_PARAMS.items() if owner == "hf-transformers"),
                     key=lambda n: n not in _MOE_ONLY)
-    for name in (*ISOLATED_KEYS, *RATE_KEYS, *shared * HOST_PASSES, "call_factor",
+    for name in (*ISOLATED_KEYS, *RATE_KEYS, *EFF_KEYS, *shared * HOST_PASSES, "call_factor",
                  "graph_call_s"):
         recs = [r for r in records if model.touches(r, name)]
         prior = model.values[name]
@@ -330,6 +346,22 @@ def write_package(doc: dict, path: str | Path) -> None:
     Path(path).write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
 
 
+def write_rates(doc: dict, path: str | Path) -> None:
+    """The fitted attention-kernel rates and grouped-GEMM shares, as ``hwmodels.efficiency``
+    reads them
+    (``gpuplan/hwmodels/data/stack_rates_<device>.json``)."""
+    rates = {k: doc["parameters"][k]["fitted"] for k in RATE_KEYS
+             if doc["parameters"].get(k, {}).get("fitted") is not None}
+    out = {"source": f"python3 -m gpuplan.validate.fit_stacks --data {doc['data']} (seed "
+                     f"{doc['seed']}, fit share {doc['fit_share']}, {doc['fit_records']} fit "
+                     f"records of {doc['records']}, device {doc['device']})",
+           "attn_kernel_rate": rates,
+           "parameters": {k: doc["parameters"][k]["fitted"] for k in EFF_KEYS
+                          if doc["parameters"].get(k, {}).get("fitted") is not None}}
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+
+
 def format_table(doc: dict) -> str:
     lines = [f"{'stack':<16} {'kind':<18} {'n':>4}  prior med/p90 %   fit med/p90 %   peak med %"]
     for r in doc["held_out"]:
@@ -352,6 +384,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="h200", help="catalogue key of the records' device")
     ap.add_argument("--package", help="also write the fitted host factors as the presets read "
                     "them (gpuplan/sim/stacks/data/stack_fit.json)")
+    ap.add_argument("--package-rates", help="also write the fitted attention-kernel rates as "
+                    "hwmodels reads them (gpuplan/hwmodels/data/stack_rates_h200.json)")
     ap.add_argument("--host-probes", action="store_true",
                     help="price each whole-model record at its own host probe (HOST_PROBE_S)")
     args = ap.parse_args(argv)
@@ -364,6 +398,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.package:
         write_package(doc, args.package)
+    if args.package_rates:
+        write_rates(doc, args.package_rates)
     print(format_table(doc))
     return 0
 

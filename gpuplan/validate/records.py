@@ -162,6 +162,11 @@ PARAM_RULES |= {
                          "precision": ("bf16-mixed",)},
 }
 MODEL_KINDS = ("prefill_step", "model_decode_step", "model_train_step")
+# MoE experts' grouped GEMM (additive; stack_campaign/grouped.py measures it): ``groups`` GEMMs
+# of ``m`` rows each against their own [n, k] weight in one ``torch._grouped_mm`` call, priced
+# by ``hwmodels.gemm.grouped_gemm_time`` (the path the MoE blocks of whole models take).
+PARAM_RULES |= {"grouped_gemm": {"groups": POSITIVE_INT, "m": POSITIVE_INT, "n": POSITIVE_INT,
+                                 "k": POSITIVE_INT, "dtype": FLOAT_DTYPES}}
 # Optional params of one kind, checked and kept when present. A data-parallel ``train_step``
 # (harness.dist_train) names its ranks ``dp``, its micro-batches per step ``accumulation`` and
 # its ZeRO stage ``zero_stage`` (absent: 1, 1, 0, the one-GPU step); ``optimizer_impl`` the

@@ -156,14 +156,23 @@ def experts_hit(cfg: ModelConfig, tokens: int) -> int:
 
 
 def moe_block(cfg: ModelConfig, *, tokens: int, dtype: str, tp: int = 1,
-              grouped: bool = False) -> list[Op]:
+              grouped: bool = False, glue: str = "none") -> list[Op]:
     """Router, token permutation, balanced routed experts and shared experts (forward).
 
     ``grouped``: the routed experts run as one grouped GEMM per projection over the experts
     that received tokens (``torch.nn.functional.grouped_mm``, Hugging Face transformers'
     ``experts_implementation="grouped_mm"``, docs/source/en/experts_interface.md), so their
     weights are read only for those experts and each projection and the activation launch one
-    kernel; otherwise every expert runs its own GEMMs over an equal share of the tokens."""
+    kernel; otherwise every expert runs its own GEMMs over an equal share of the tokens.
+
+    ``glue="transformers"`` (grouped, 16-bit): what transformers 5.17's grouped_mm experts
+    forward runs besides, in a torch.profiler trace of Mixtral-8x7B and DeepSeek-V2-Lite
+    prefills on an H200 (data/h200_stacks/run6/hf_kernel_profile.json): three ``masked_fill``
+    passes over the grouped GEMMs' rows in and out, the activation's ``silu`` and multiply over
+    the strided halves of the gate+up output (TensorIterator's unvectorized kernels), the routing
+    weights' multiply (promoted to fp32), the sum over each token's experts and three
+    device-to-device copies of the fp32 hidden states; ``UNVECTORIZED`` and ``MEMCPY`` price
+    them (``hwmodels.elementwise``)."""
     h, e = cfg.d_model, dtype
     routed_tokens = max(1, round(tokens * cfg.top_k / cfg.n_experts))
     n_run = cfg.n_experts
@@ -207,6 +216,9 @@ def moe_block(cfg: ModelConfig, *, tokens: int, dtype: str, tp: int = 1,
             # and views that launch nothing: reshape, unsqueeze, two transposes, chunk
             Memory(name="expert_grouping_views", op="copy", bytes_moved=0.0, calls=5),
         ]
+    if grouped and glue == "transformers" and dtype_bytes(e) == 2:
+        experts = _transformers_glue(experts, cfg, tokens=tokens, rows=tokens * cfg.top_k, e=e,
+                                     tp=tp)
     ops += experts
     ops.append(
         Elementwise(
@@ -225,6 +237,29 @@ def moe_block(cfg: ModelConfig, *, tokens: int, dtype: str, tp: int = 1,
     return ops
 
 
+def _transformers_glue(experts: list[Op], cfg: ModelConfig, *, tokens: int, rows: int,
+                       e: str, tp: int) -> list[Op]:
+    """The grouped experts as transformers' grouped_mm forward runs them (``moe_block``):
+    the GEMMs kept, the activation replaced by its unvectorized silu and multiply, the rest
+    added."""
+    from gpuplan.hwmodels.elementwise import MEMCPY, UNVECTORIZED
+
+    h, f, b = cfg.d_model, cfg.d_ff_expert // tp, dtype_bytes(e)
+    gemms = [op for op in experts if isinstance(op, Gemm)]
+    return [
+        # over the rows into and out of each grouped GEMM: [rows, h], [rows, 2f], [rows, h]
+        Memory(name="expert_masked_fill", op=UNVECTORIZED,
+               bytes_moved=2 * b * rows * (2 * f + 2 * h) / 3, count=3),
+        gemms[0],
+        Memory(name="expert_silu", op=UNVECTORIZED, bytes_moved=2 * b * rows * f),
+        Memory(name="expert_mul", op=UNVECTORIZED, bytes_moved=3 * b * rows * f),
+        *gemms[1:],
+        Memory(name="expert_weights_mul", op=UNVECTORIZED, bytes_moved=(b + 4) * rows * h),
+        Memory(name="expert_combine", op="add", bytes_moved=4 * (rows + tokens) * h),
+        Memory(name="expert_copies", op=MEMCPY, bytes_moved=2 * 4 * tokens * h, count=3),
+    ]
+
+
 def layer_forward(
     cfg: ModelConfig,
     *,
@@ -235,10 +270,12 @@ def layer_forward(
     tp: int = 1,
     context: int = 0,
     grouped_experts: bool = False,
+    moe_glue: str = "none",
 ) -> list[Op]:
     """Kernels of block ``layer`` for ``batch`` sequences of ``seq`` new tokens each, after
     ``context`` tokens already in a KV cache (decode: seq=1, context>0); ``grouped_experts``:
-    MoE experts as grouped GEMMs (``moe_block``)."""
+    MoE experts as grouped GEMMs (``moe_block``), with ``moe_glue``'s library code around
+    them."""
     t, h = batch * seq, cfg.d_model
     norm = cfg.norm
     add = "dropout_add" if cfg.bias and not cfg.is_vision else "add"  # GPT keeps dropout
@@ -255,7 +292,8 @@ def layer_forward(
         Elementwise(name="mlp_norm", op=norm, tokens=t, hidden=h, pass_="fwd", dtype=dtype),
     ]
     if cfg.is_moe_layer(layer):
-        ops += moe_block(cfg, tokens=t, dtype=dtype, tp=tp, grouped=grouped_experts)
+        ops += moe_block(cfg, tokens=t, dtype=dtype, tp=tp, grouped=grouped_experts,
+                         glue=moe_glue)
     else:
         ops += mlp_block(cfg, tokens=t, dtype=dtype, tp=tp)
     ops.append(

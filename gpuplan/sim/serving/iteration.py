@@ -90,7 +90,7 @@ def token_ops(dep, *, tokens: int, layer: int = 0) -> list[Op]:
     the KV-cache append and, under tensor parallelism, its two all-reduces (Megatron)."""
     cfg = dep.model
     ops = layer_forward(cfg, batch=1, seq=tokens, dtype=dep.act_dtype, layer=layer, tp=dep.tp,
-                        grouped_experts=dep.grouped_experts)
+                        grouped_experts=dep.grouped_experts, moe_glue=dep.moe_glue)
     ops = [op for op in ops if not isinstance(op, Attention)]
     if dep.ep > 1 and cfg.is_moe_layer(layer):
         ops = expert_parallel_ops(ops, cfg, tokens=tokens, tp=dep.tp, ep=dep.ep,

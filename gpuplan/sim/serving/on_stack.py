@@ -57,6 +57,7 @@ def deployment_fields(stack: str | Stack, *, tp: int = 1, gpu: str | None = None
         # the stack's MoE implementation (vLLM/SGLang fused_moe, TensorRT-LLM's MoE plugin: one
         # grouped GEMM over the experts; Stack.moe), as the one-GPU estimate prices it
         "grouped_experts": stack.moe == "grouped_gemm",
+        "moe_glue": stack.moe_glue,
         "kv_cache": "paged",
         "stack": stack.name,
     }

@@ -31,6 +31,7 @@ ELEMENTWISE_IMPLS = ("eager", "fused", "compiled")
 HOST_MODES = ("eager", "cuda_graph", "compiled")
 KV_CACHES = ("dynamic", "static", "paged")
 MOE_IMPLS = ("grouped_gemm", "expert_loop")
+MOE_GLUES = ("none", "transformers")
 MOE_AUTOCAST_DTYPES = ("bf16", "fp32")  # the dtype MoE experts' GEMMs run in under autocast
 RESIDUAL_DTYPES = ("bf16", "fp32")  # the residual stream's dtype under autocast
 OPTIMIZERS = ("foreach", "fused")
@@ -99,6 +100,11 @@ class Stack:
     attention: AttentionChoice
     elementwise: str = "eager"  # eager ATen kernels, hand-fused, or torch.compile's Triton
     moe: str = "grouped_gemm"
+    # the library code around the grouped GEMMs: ``none`` (the GEMMs and the routing's gathers
+    # alone: fused MoE kernels of serving engines, Megatron's grouped GEMM) or ``transformers``
+    # (its grouped_mm experts forward, as an H200 profile of transformers 5.17 shows it:
+    # ``workloads.operators.moe_block``'s ``glue``)
+    moe_glue: str = "none"
     # the dtype the routed experts' GEMMs run in when training under autocast over fp32 weights
     # (``mixed_precision='autocast'``): ``fp32`` where they are ``torch._grouped_mm`` calls,
     # which autocast leaves in the inputs' dtype (``_grouped_mm`` is on none of the CUDA cast
@@ -144,6 +150,7 @@ class Stack:
     def __post_init__(self) -> None:
         check_choice("elementwise", self.elementwise, ELEMENTWISE_IMPLS)
         check_choice("moe", self.moe, MOE_IMPLS)
+        check_choice("moe_glue", self.moe_glue, MOE_GLUES)
         check_choice("moe_autocast_dtype", self.moe_autocast_dtype, MOE_AUTOCAST_DTYPES)
         check_choice("residual_dtype", self.residual_dtype, RESIDUAL_DTYPES)
         check_choice("kv_cache", self.kv_cache, KV_CACHES)

@@ -150,9 +150,11 @@ def stack_efficiency(stack, eff, acc, *, phase: str):
 # ``python3 -m gpuplan.validate.fit_stacks`` into ``data/stack_fit.json``, key ``isolated``),
 # scaled by the stack's host speed. The harness stack times each call after an L2 flush, which
 # gives the CPU a head start instead (``Efficiency.timer_headstart_s``): no cost here.
-ISOLATED_KINDS = ("gemm", "elementwise", "attention")
+ISOLATED_KINDS = ("gemm", "elementwise", "attention", "grouped_gemm")
+# ``grouped_gemm`` (``torch._grouped_mm``): its prior is the GEMM's; bf16 calls measured 66 us
+# more isolated than in a busy stream (median, data/h200_stacks/run4/grouped.jsonl)
 ISOLATED_PRIORS = {"gemm": 40e-6, "elementwise": 25e-6, "attention": 40e-6,
-                   "backward": 120e-6, "forced_kernel": 30e-6}
+                   "backward": 120e-6, "forced_kernel": 30e-6, "grouped_gemm": 40e-6}
 
 
 def stack_fit(section: str) -> dict:

@@ -89,6 +89,7 @@ HF_TRANSFORMERS = Stack(
     attention=_DEFAULT,
     elementwise="eager",
     moe="grouped_gemm",
+    moe_glue="transformers",
     # training under autocast over fp32 weights (the Trainer's bf16=True): the experts'
     # torch._grouped_mm calls run in fp32 (Stack.moe_autocast_dtype); the H200 campaign's
     # Mixtral steps grow 92 ms per 1,000 tokens over 4.2 TFLOP of expert work: ~46 TFLOP/s

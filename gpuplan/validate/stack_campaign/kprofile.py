@@ -3,7 +3,8 @@
 For a few attention cases of the ``sdpa`` part, the calls run back to back under
 ``torch.profiler`` behind a GPU spin (``common.Timer.device_time``'s method) and each GPU
 activity's name, launches per call and summed duration per call are kept, in the order of the
-first call. ``kernel_profile.jsonl``: one line per (case, backend), ``params`` as the ``sdpa``
+first call. ``kernel_profile.json``: {"profiles": [...]}, one per (case, backend), rewritten
+after each case (not a ``.jsonl``: the record readers glob those), ``params`` as the ``sdpa``
 part's, ``backend``, ``kernels`` [{name, launches_per_call, time_s_per_call}],
 ``total_s_per_call``. Not contract records: the breakdown behind the math backend's and cuDNN's
 prices (``hwmodels/attention.py``), read by people and by tests of what the prices assume.
@@ -71,25 +72,72 @@ def profile(torch, fn) -> dict:
 def run(torch, device: str, device_key: str, out_dir, box: TimeBox, tiny: bool) -> dict:
     if device != "cuda":
         return {"skipped": "no GPU: the profile needs CUDA kernels"}
-    path = Path(out_dir) / "kernel_profile.jsonl"
-    n = 0
-    with path.open("a") as f:
-        for p, backend in cases(tiny):
-            if box.over():
-                log(f"  kprofile: time box reached after {n} cases")
-                break
-            try:
-                fn = sdpa.make_fn(torch, device, p, backend)
-                out = profile(torch, fn)
-            except RuntimeError as exc:
-                log(f"  kprofile {backend} {p} FAILED {str(exc).splitlines()[0][:120]}")
-                continue
-            f.write(json.dumps({"device": device_key, "params": p, "backend": backend,
-                                "torch": torch.__version__, **out}) + "\n")
-            f.flush()
-            n += 1
-            log(f"  kprofile {backend} {p}: {len(out['kernels'])} kernels, "
-                f"{out['total_s_per_call'] * 1e3:.3f} ms")
-            del fn
-            torch.cuda.empty_cache()
+    path = Path(out_dir) / "kernel_profile.json"
+    profiles: list[dict] = []
+    for p, backend in cases(tiny):
+        if box.over():
+            log(f"  kprofile: time box reached after {len(profiles)} cases")
+            break
+        try:
+            fn = sdpa.make_fn(torch, device, p, backend)
+            out = profile(torch, fn)
+        except RuntimeError as exc:
+            log(f"  kprofile {backend} {p} FAILED {str(exc).splitlines()[0][:120]}")
+            continue
+        profiles.append({"device": device_key, "params": p, "backend": backend,
+                         "torch": torch.__version__, **out})
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"profiles": profiles}, indent=1) + "\n")
+        tmp.replace(path)
+        log(f"  kprofile {backend} {p}: {len(out['kernels'])} kernels, "
+            f"{out['total_s_per_call'] * 1e3:.3f} ms")
+        del fn
+        torch.cuda.empty_cache()
+    n = len(profiles)
     return {"profiles": n}
+
+
+# Whole Hugging Face models' forwards (``hf.py``'s prefill call, eager, bf16 weights), layers cut
+# to 4: which kernels a prefill runs and how long each takes, MoE experts included.
+HF_CASES = (("mixtral-8x7b", 4, ((1, 4096), (1, 512))),
+            ("deepseek-v2-lite", 4, ((1, 4096), (1, 512))),
+            ("llama3-8b", 4, ((1, 4096),)))
+
+
+def run_hf(torch, device: str, device_key: str, out_dir, box: TimeBox, tiny: bool) -> dict:
+    """``hf_kernel_profile.json``: {"profiles": [...]}, one per (model, batch, seq)."""
+    from . import hf
+
+    tf = hf.transformers_or_none()
+    if device != "cuda" or tf is None:
+        return {"skipped": "needs CUDA and transformers"}
+    if hasattr(tf, "logging"):
+        tf.logging.set_verbosity_error()
+    path = Path(out_dir) / "hf_kernel_profile.json"
+    profiles: list[dict] = []
+    for name, layers, shapes in HF_CASES:
+        if box.over():
+            log(f"  hfprofile: time box reached before {name}")
+            break
+        model, info = hf._build(torch, tf, device, name, layers, torch.bfloat16, tiny)
+        model.eval()
+        for b, s in shapes:
+            x = torch.randint(0, model.config.vocab_size, (b, s), device=device)
+
+            def fn(x=x, model=model):
+                with torch.no_grad():
+                    return model(input_ids=x, use_cache=False, logits_to_keep=1)
+
+            out = profile(torch, fn)
+            profiles.append({"device": device_key, "torch": torch.__version__,
+                             "params": {"model": name, "layers": layers, "batch": b, "seq": s,
+                                        "dtype": "bf16", "stack": "hf-transformers"},
+                             "hf": info, **out})
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"profiles": profiles}, indent=1) + "\n")
+            tmp.replace(path)
+            log(f"  hfprofile {name} {b}x{s}: {len(out['kernels'])} kernel names, "
+                f"{out['total_s_per_call'] * 1e3:.3f} ms")
+        model = None
+        torch.cuda.empty_cache()
+    return {"profiles": len(profiles)}

@@ -15,10 +15,10 @@ from pathlib import Path
 
 from .common import TimeBox, host_probe_s_per_launch, log
 
-PARTS = ("sdpa", "ops", "grouped", "kprofile", "hf", "compile")
+PARTS = ("sdpa", "ops", "grouped", "kprofile", "hfprofile", "hf", "compile")
 # Share of the budget left when a part starts (relative weights).
 WEIGHTS = {"sdpa": 0.30, "ops": 0.08, "hf": 0.32, "compile": 0.30, "grouped": 0.06,
-           "kprofile": 0.04}
+           "kprofile": 0.04, "hfprofile": 0.04}
 
 
 def _environment(torch, device: str) -> dict:
@@ -105,11 +105,11 @@ def _run_part(part, torch, device, key, out_dir, box, tiny, models, grid="base")
         from . import ops
 
         return ops.run(torch, device, key, out_dir, box, tiny)
-    if part in ("grouped", "kprofile"):
+    if part in ("grouped", "kprofile", "hfprofile"):
         from . import grouped, kprofile
 
-        mod = grouped if part == "grouped" else kprofile
-        return mod.run(torch, device, key, out_dir, box, tiny)
+        fn = {"grouped": grouped.run, "kprofile": kprofile.run, "hfprofile": kprofile.run_hf}
+        return fn[part](torch, device, key, out_dir, box, tiny)
     from . import hf
 
     return hf.run(torch, device, key, out_dir, box, tiny, compiled=part == "compile",

@@ -1,0 +1,96 @@
+"""The HBM shares of the kernels transformers' MoE experts run around their grouped GEMMs.
+
+``python3 -m gpuplan.validate.fit_hf_moe [--profile FILE]``
+
+Reads the MoE models' prefill profiles of ``data/h200_stacks/run6/hf_kernel_profile.json``
+(``python3 -m gpuplan.validate.stack_campaign --only hfprofile``: every kernel of one eager
+forward of Mixtral-8x7B and DeepSeek-V2-Lite cut to 4 layers, bf16, at 512 and 4,096 tokens, in
+a busy stream), takes the kernels of each family by ATen name (``PATTERNS``) and the bytes the
+model gives them (``workloads.operators.moe_block`` with ``glue="transformers"``, summed over the
+model's MoE layers), and prints the share of the H200's datasheet HBM bandwidth each profile
+implies and their median: ``hwmodels.elementwise.MEASURED_FRACTION``. The profile fits them;
+the campaign's whole-model ``prefill_step`` records (``hf-transformers``, MoE models) check them
+(``fit_stacks``' held-out table). Valid for transformers 5.17 and torch 2.11 on an H200.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+PROFILE = Path(__file__).resolve().parents[2] / "data" / "h200_stacks" / "run6" / \
+    "hf_kernel_profile.json"
+# family -> (model op names, ATen kernel-name patterns: a kernel counts if all of one tuple's
+# strings are in its name)
+PATTERNS: dict[str, tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]] = {
+    "unvectorized": (("expert_masked_fill", "expert_silu", "expert_weights_mul"),
+                     (("masked_fill",), ("elementwise_kernel<128, 4", "silu_kernel"),
+                      ("elementwise_kernel<128, 4", "gpu_kernel_impl<", "BinaryFunctor<float"))),
+    "memcpy": (("expert_copies",), (("Memcpy DtoD",),)),
+}
+
+
+def model_bytes(params: dict) -> dict[str, float]:
+    """The model's bytes per family for one profiled forward."""
+    from gpuplan.sim.predict import record_model
+    from gpuplan.workloads.operators import layer_forward
+
+    cfg = record_model(params["model"])
+    out: dict[str, float] = {}
+    for layer in range(params["layers"]):
+        if not cfg.is_moe_layer(layer):
+            continue
+        ops = layer_forward(cfg, batch=params["batch"], seq=params["seq"], dtype=params["dtype"],
+                            layer=layer, grouped_experts=True, moe_glue="transformers")
+        for family, (names, _) in PATTERNS.items():
+            out[family] = out.get(family, 0.0) + sum(op.bytes for op in ops if op.name in names)
+    return out
+
+
+def measured_s(profile: dict) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for k in profile["kernels"]:
+        for family, (_, patterns) in PATTERNS.items():
+            if any(all(p in k["name"] for p in pat) for pat in patterns):
+                out[family] = out.get(family, 0.0) + k["time_s_per_call"]
+                break
+    return out
+
+
+def fit(path: str | Path = PROFILE) -> dict[str, dict]:
+    from gpuplan.hwmodels.accelerators import get_accelerator
+
+    doc = json.loads(Path(path).read_text())
+    shares: dict[str, list[float]] = {}
+    for prof in doc["profiles"]:
+        from gpuplan.sim.predict import record_model
+
+        if not record_model(prof["params"]["model"]).is_moe:
+            continue
+        acc = get_accelerator(prof["device"])
+        nbytes, secs = model_bytes(prof["params"]), measured_s(prof)
+        for family, t in secs.items():
+            if t > 0 and nbytes.get(family):
+                shares.setdefault(family, []).append(nbytes[family] / (t * acc.hbm_bytes_per_s))
+    return {k: {"fraction": statistics.median(v), "profiles": v} for k, v in sorted(shares.items())}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m gpuplan.validate.fit_hf_moe",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", default=str(PROFILE), help="an hf_kernel_profile.json")
+    args = ap.parse_args(argv)
+    from gpuplan.hwmodels.elementwise import MEASURED_FRACTION
+
+    print(f"{'family':<14} {'profiles':>8}  {'median':>6}  {'in model':>8}  per profile")
+    for family, r in fit(args.profile).items():
+        per = " ".join(f"{x:.2f}" for x in r["profiles"])
+        print(f"{family:<14} {len(r['profiles']):>8}  {r['fraction']:>6.2f}  "
+              f"{MEASURED_FRACTION[family]:>8.2f}  {per}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,122 @@
+"""The HBM shares of SDPA's math-backend kernels, from the committed H200 kernel profile.
+
+``python3 -m gpuplan.validate.fit_math_sdpa [--profile FILE]``
+
+Reads the math-backend profiles of ``data/h200_stacks/run4/kernel_profile.json`` (measured by
+``python3 -m gpuplan.validate.stack_campaign --only kprofile``: every kernel of one call, its
+launches and time, in a busy stream), matches each measured kernel to the kernel the model
+names (``hwmodels.attention.math_attention_kernels``, by ATen kernel name: ``PATTERNS``), and
+prints, per class of ``MATH_HBM_FRACTION``, the share of HBM bandwidth each profile implies
+(the model's bytes of that class over the measured time of its kernels, at the H200's datasheet
+bandwidth) and their median: the constants ``hwmodels/attention.py`` holds. Only profiles where a
+class's kernels take at least ``MIN_CLASS_S`` count (shorter ones are launch-bound). The fit
+uses the profile alone; the campaign's own math-backend attention records
+(``data/h200_stacks``, ``attention_kernel: math``) check it (``fit_stacks``' held-out table and
+``docs/validation.md``). Valid for PyTorch 2.11 on an H200 (the profile's stack).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+PROFILE = Path(__file__).resolve().parents[2] / "data" / "h200_stacks" / "run4" / \
+    "kernel_profile.json"
+MIN_CLASS_S = 50e-6
+# ATen kernel names (torch 2.11) of each model label's kernels; the first pattern that matches
+# a measured kernel's name wins, a label's kernels are those of every pattern listed for it
+PATTERNS: dict[str, tuple[str, ...]] = {
+    "cast": ("unrolled_elementwise_kernel<at::native::direct_copy",),
+    "strided": ("elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::"
+                "direct_copy",),
+    "reduce": ("and_kernel_cuda", "sum_functor"),
+    "unvectorized": ("where_kernel_impl", "CUDAFunctor_add"),
+    "vectorized": ("MulFunctor", "isneginf", "oftMax", "softmax_warp", "bfloat16_copy"),
+    "gemv": ("gemvx::kernel",),
+}
+
+
+def classify(name: str) -> str | None:
+    """The class of one measured kernel, or None (GEMMs, fills, memsets: not fitted here)."""
+    for klass, patterns in PATTERNS.items():
+        if any(p in name for p in patterns):
+            return klass
+    return None
+
+
+def _op(params: dict, pass_: str):
+    from gpuplan.workloads.ops import Attention
+
+    p = params
+    return Attention(name="sdpa", batch=p["batch"], heads_q=p["heads_q"], heads_kv=p["heads_kv"],
+                     seq_q=p["seq_q"], seq_kv=p["seq_kv"], head_dim=p["head_dim"],
+                     v_head_dim=p["head_dim"], causal=p["causal"], pass_=pass_,
+                     dtype=p["dtype"])
+
+
+def model_bytes(params: dict) -> dict[str, float]:
+    """The model's bytes per class for one profiled call (fwd, and bwd for ``fwd_bwd``)."""
+    from gpuplan.hwmodels.attention import MATH_GEMV_CLASS, math_attention_kernels
+
+    out: dict[str, float] = {}
+    passes = ("fwd", "bwd") if params["pass"] == "fwd_bwd" else ("fwd",)
+    for pass_ in passes:
+        op = _op(params, pass_)
+        for _, klass, nbytes, _n in math_attention_kernels(op):
+            out[klass] = out.get(klass, 0.0) + nbytes
+        if pass_ == "fwd" and op.seq_q == 1:  # the one-query QK^T GEMV reads every key
+            out[MATH_GEMV_CLASS] = out.get(MATH_GEMV_CLASS, 0.0) + (
+                op.batch * op.heads_q * op.seq_kv * op.head_dim * 4)
+    return out
+
+
+def measured_s(profile: dict) -> dict[str, float]:
+    out: dict[str, float] = {}
+    gemvs = 0
+    for k in profile["kernels"]:
+        klass = classify(k["name"])
+        if klass == "gemv":  # the first GEMV is QK^T, the second PV (priced as a GEMM)
+            gemvs += 1
+            if gemvs > 1:
+                continue
+        if klass is not None:
+            out[klass] = out.get(klass, 0.0) + k["time_s_per_call"]
+    return out
+
+
+def fit(path: str | Path = PROFILE) -> dict[str, dict]:
+    """{class: {"fraction": median, "profiles": [per-profile shares]}}."""
+    from gpuplan.hwmodels.accelerators import get_accelerator
+
+    doc = json.loads(Path(path).read_text())
+    shares: dict[str, list[float]] = {}
+    for prof in doc["profiles"]:
+        if prof["backend"] != "math":
+            continue
+        acc = get_accelerator(prof["device"])
+        nbytes, secs = model_bytes(prof["params"]), measured_s(prof)
+        for klass, t in secs.items():
+            if t >= MIN_CLASS_S and nbytes.get(klass):
+                shares.setdefault(klass, []).append(nbytes[klass] / (t * acc.hbm_bytes_per_s))
+    return {k: {"fraction": statistics.median(v), "profiles": v} for k, v in sorted(shares.items())}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m gpuplan.validate.fit_math_sdpa",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", default=str(PROFILE), help="a kernel_profile.json")
+    args = ap.parse_args(argv)
+    from gpuplan.hwmodels.attention import MATH_HBM_FRACTION
+
+    print(f"{'class':<14} {'profiles':>8}  {'median':>6}  {'in model':>8}  per profile")
+    for klass, r in fit(args.profile).items():
+        per = " ".join(f"{x:.2f}" for x in r["profiles"])
+        print(f"{klass:<14} {len(r['profiles']):>8}  {r['fraction']:>6.2f}  "
+              f"{MATH_HBM_FRACTION.get(klass, float('nan')):>8.2f}  {per}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
