@@ -38,7 +38,7 @@ def cases(tiny: bool) -> list[tuple[dict, str]]:
     return [(p, "math") for p in math] + [(p, "cudnn") for p in cudnn]
 
 
-def profile(torch, fn) -> dict:
+def profile(torch, fn, cpu_top: int = 0) -> dict:
     t = torch
     act = [t.profiler.ProfilerActivity.CPU, t.profiler.ProfilerActivity.CUDA]
     fn()
@@ -66,7 +66,14 @@ def profile(torch, fn) -> dict:
         agg[e.name][1] += e.time_range.elapsed_us() * 1e-6
     kernels = [{"name": n[:200], "launches_per_call": agg[n][0] / REPS,
                 "time_s_per_call": agg[n][1] / REPS} for n in order]
-    return {"kernels": kernels, "total_s_per_call": sum(k["time_s_per_call"] for k in kernels)}
+    out = {"kernels": kernels, "total_s_per_call": sum(k["time_s_per_call"] for k in kernels),
+           "block_cpu_s_per_call": (hi - lo) * 1e-6 / REPS}
+    if cpu_top:  # the CPU ops taking the most self time (the profiler's own overhead included)
+        avg = sorted(prof.key_averages(), key=lambda a: -a.self_cpu_time_total)[:cpu_top]
+        out["cpu_ops"] = [{"name": a.key[:120], "calls_per_call": a.count / REPS,
+                           "self_cpu_s_per_call": a.self_cpu_time_total * 1e-6 / REPS}
+                          for a in avg]
+    return out
 
 
 def run(torch, device: str, device_key: str, out_dir, box: TimeBox, tiny: bool) -> dict:
@@ -102,9 +109,15 @@ def run(torch, device: str, device_key: str, out_dir, box: TimeBox, tiny: bool) 
 HF_CASES = (("mixtral-8x7b", 4, ((1, 4096), (1, 512))),
             ("deepseek-v2-lite", 4, ((1, 4096), (1, 512))),
             ("llama3-8b", 4, ((1, 4096),)))
+# ``--grid extended`` adds the sliding-window model at and past its window and the host-bound
+# short prompts of two dense models, with the CPU ops that take the most time
+HF_CASES_EXTENDED = (("mistral-7b", 4, ((1, 4096), (1, 1024))),
+                     ("qwen2.5-7b", 4, ((1, 128),)), ("llama3-8b", 4, ((1, 128),)),
+                     ("deepseek-v2-lite", 4, ((1, 128),)))
 
 
-def run_hf(torch, device: str, device_key: str, out_dir, box: TimeBox, tiny: bool) -> dict:
+def run_hf(torch, device: str, device_key: str, out_dir, box: TimeBox, tiny: bool,
+           extended: bool = False) -> dict:
     """``hf_kernel_profile.json``: {"profiles": [...]}, one per (model, batch, seq)."""
     from . import hf
 
@@ -115,7 +128,7 @@ def run_hf(torch, device: str, device_key: str, out_dir, box: TimeBox, tiny: boo
         tf.logging.set_verbosity_error()
     path = Path(out_dir) / "hf_kernel_profile.json"
     profiles: list[dict] = []
-    for name, layers, shapes in HF_CASES:
+    for name, layers, shapes in HF_CASES_EXTENDED if extended else HF_CASES:
         if box.over():
             log(f"  hfprofile: time box reached before {name}")
             break
@@ -128,7 +141,7 @@ def run_hf(torch, device: str, device_key: str, out_dir, box: TimeBox, tiny: boo
                 with torch.no_grad():
                     return model(input_ids=x, use_cache=False, logits_to_keep=1)
 
-            out = profile(torch, fn)
+            out = profile(torch, fn, cpu_top=30 if extended else 0)
             profiles.append({"device": device_key, "torch": torch.__version__,
                              "params": {"model": name, "layers": layers, "batch": b, "seq": s,
                                         "dtype": "bf16", "stack": "hf-transformers"},

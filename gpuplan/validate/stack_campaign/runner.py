@@ -108,7 +108,10 @@ def _run_part(part, torch, device, key, out_dir, box, tiny, models, grid="base")
     if part in ("grouped", "kprofile", "hfprofile"):
         from . import grouped, kprofile
 
-        fn = {"grouped": grouped.run, "kprofile": kprofile.run, "hfprofile": kprofile.run_hf}
+        if part == "hfprofile":
+            return kprofile.run_hf(torch, device, key, out_dir, box, tiny,
+                                   extended=grid != "base")
+        fn = {"grouped": grouped.run, "kprofile": kprofile.run}
         return fn[part](torch, device, key, out_dir, box, tiny)
     from . import hf
 
