@@ -28,7 +28,10 @@ ROW_REDUCTIONS = ("rmsnorm", "layernorm", "softmax")
 # profile (``python3 -m gpuplan.validate.fit_hf_moe``, data/h200_stacks/run6).
 UNVECTORIZED = "unvectorized"
 MEMCPY = "memcpy"
-MEASURED_FRACTION = {UNVECTORIZED: 0.30, MEMCPY: 0.32}
+# and an attention kernel's reads of an explicit mask, once per query head (Mistral-7B's
+# sliding-window prefill, data/h200_stacks/run7: ``sim.inference_step.sliding_window_masked``)
+ATTN_MASK = "attn_mask"
+MEASURED_FRACTION = {UNVECTORIZED: 0.30, MEMCPY: 0.32, ATTN_MASK: 0.75}
 
 
 def elementwise_time(acc, op: Elementwise | Memory, eff: Efficiency) -> KernelTime:

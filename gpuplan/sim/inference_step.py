@@ -28,6 +28,7 @@ import dataclasses
 
 from gpuplan.errors import GpuplanError, check_choice, check_positive
 from gpuplan.hwmodels.efficiency import queued
+from gpuplan.hwmodels.elementwise import ATTN_MASK
 from gpuplan.sim.breakdown import Breakdown, Item, priced_items
 from gpuplan.sim.serving.deployment import Deployment
 from gpuplan.sim.serving.iteration import Batch, cache_bytes_per_token_layer, iteration_breakdown
@@ -213,7 +214,10 @@ def sliding_window_masked(cfg: ModelConfig, stack: Stack, ops: list) -> list:
     ``check_attn_mask_shape``, no check against a mask), which is first in Hopper's priority
     order. Observed on the H200 (data/h200_stacks/run2): Mistral-7B (window 4096) at 4096
     tokens ran 1612 kernels against Llama-3-8B's 1441, and its kernel time was 142 ms against
-    114 ms priced as causal. Only for stacks that run transformers' modelling code
+    114 ms priced as causal. Its profile (data/h200_stacks/run7/hf_kernel_profile.json) gives
+    the attention kernel 833 us a layer against Llama's causal 266: twice the scores (532 us)
+    and 301 us more, the mask read once per query head (32 x 4096^2 x 2 B = 1.07 GB, at 0.75
+    of HBM bandwidth: ``hwmodels.elementwise.MEASURED_FRACTION["attn_mask"]``). Only for stacks that run transformers' modelling code
     (``repeat_kv_masked``); elsewhere a window is priced as the window it is."""
     if not stack.repeat_kv_masked:
         return ops
@@ -229,6 +233,10 @@ def sliding_window_masked(cfg: ModelConfig, stack: Stack, ops: list) -> list:
             out.append(Memory(name="repeat_kv", op="copy", bytes_moved=kv_bytes * (1 + rep),
                               calls=6))  # per K and V: index with None, expand, reshape
         out.append(dataclasses.replace(op, causal=False, window=0, heads_kv=op.heads_q))
+        # the kernel reads the [batch, 1, seq_q, seq_kv] mask once for every query head
+        out.append(Memory(name="attention_mask_read", op=ATTN_MASK,
+                          bytes_moved=(op.batch * op.heads_q * op.seq_q * op.seq_kv
+                                       * dtype_bytes(op.dtype)), calls=0))
     return out
 
 
