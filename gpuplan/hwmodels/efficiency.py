@@ -159,21 +159,26 @@ def prior_efficiency() -> Efficiency:
     return _from_dict(_read_json("efficiency_prior.json"))
 
 
+def _with_stack_rates(merged: dict[str, Any], device_key: str) -> dict[str, Any]:
+    """``merged`` with the attention kernels' rates and the grouped GEMM's shares fitted on the
+    device's stack campaign (written by ``python3 -m gpuplan.validate.fit_stacks
+    --package-rates``): SDPA's cuDNN and memory-efficient kernels and torch._grouped_mm, which
+    the harness's calibration records do not run."""
+    stack_rates = _read_json(f"stack_rates_{device_key}.json")
+    if stack_rates is None:
+        return merged
+    merged = merged | stack_rates.get("parameters", {})
+    merged["attn_kernel_rate"] = merged["attn_kernel_rate"] | stack_rates["attn_kernel_rate"]
+    return merged
+
+
 @functools.cache
 def calibrated_efficiency(device_key: str) -> Efficiency | None:
     """The fit for ``device_key`` from ``data/calibration_<key>.json``, or None if there is none."""
     fitted = _read_json(f"calibration_{device_key}.json")
     if fitted is None:
         return None
-    merged = prior_efficiency().to_dict() | fitted["parameters"]
-    # the attention kernels' rates and the grouped GEMM's shares fitted on the device's stack
-    # campaign (written by ``python3 -m gpuplan.validate.fit_stacks --package-rates``): SDPA's
-    # cuDNN and memory-efficient kernels and torch._grouped_mm, which the harness's records do
-    # not run
-    stack_rates = _read_json(f"stack_rates_{device_key}.json")
-    if stack_rates is not None:
-        merged["attn_kernel_rate"] = merged["attn_kernel_rate"] | stack_rates["attn_kernel_rate"]
-        merged |= stack_rates.get("parameters", {})  # the grouped GEMM's shares
+    merged = _with_stack_rates(prior_efficiency().to_dict() | fitted["parameters"], device_key)
     merged["source"] = fitted.get("source", f"calibration_{device_key}.json")
     merged["provenance"] = fitted.get("provenance", {})
     return _from_dict(merged)
@@ -280,7 +285,7 @@ def efficiency_from_file(path: str | Path, device_key: str) -> Efficiency:
     prior = prior_efficiency().to_dict()
     for name, value in doc["parameters"].items():
         _check_parameter(where, name, value, prior)
-    merged = prior | doc["parameters"]
+    merged = _with_stack_rates(prior | doc["parameters"], device_key)
     merged["source"] = f"{doc.get('source', 'a calibration fit')} ({Path(path).name})"
     merged["provenance"] = doc.get("provenance", {}) | {"file": str(path)}
     return _from_dict(merged)

@@ -18,9 +18,12 @@ Parameters (their priors: ``hwmodels/data/efficiency_prior.json``, ``sim/stacks/
   linear grid over 0-5 ms in 50 us steps), ``HostModel.module_call_s`` (its whole-model records)
   and ``HostModel.device_overlap`` (its decode records; a linear grid over [0, 1] in steps of
   1/32);
-- ``torch-compile``'s ``HostModel.call_factor`` (its whole-model records) and
-  ``HostModel.graph_call_s`` (its CUDA-graph decode records; a linear grid over 0-2 ms in
-  10 us steps).
+- ``torch-compile``'s ``HostModel.moe_block_s`` (``compile_moe_block_s``: its MoE models'
+  prefill and decode records, whose experts break the graph), ``HostModel.call_factor`` (its
+  whole-model records) and ``HostModel.graph_call_s`` (its CUDA-graph decode records; a linear
+  grid over 0-2 ms in 10 us steps), in two rounds;
+- the grouped GEMM's ``grouped_gemm_fraction`` and ``grouped_gemm_hbm_fraction`` (the bf16
+  ``grouped_gemm`` records; written with the rates by ``--package-rates``).
 
 Split: the records are grouped by case (params without ``timing``, so a case's two timings and a
 repeat stay on one side), the cases of each (stack, kind) shuffled with ``--seed`` and 70% taken
@@ -61,13 +64,18 @@ ISOLATED_KEYS = ("isolated_elementwise", "isolated_gemm", "isolated_attention",
 EFF_KEYS = {"grouped_gemm_fraction": "grouped_gemm", "grouped_gemm_hbm_fraction": "grouped_gemm"}
 HOST_PARAMS = {"module_call_s": "hf-transformers", "device_overlap": "hf-transformers",
                "moe_block_s": "hf-transformers", "call_factor": "torch-compile",
-               "graph_call_s": "torch-compile"}
+               "graph_call_s": "torch-compile", "compile_moe_block_s": "torch-compile"}
+# the HostModel field a parameter sets, where its name differs
+HOST_FIELD = {"compile_moe_block_s": "moe_block_s"}
 HOST_KINDS = {"device_overlap": ("model_decode_step",), "graph_call_s": ("model_decode_step",),
-              "moe_block_s": ("prefill_step", "model_decode_step")}
-_MOE_ONLY = ("moe_block_s",)  # fitted on the MoE models' records alone
+              "moe_block_s": ("prefill_step", "model_decode_step"),
+              "compile_moe_block_s": ("prefill_step", "model_decode_step")}
+_MOE_ONLY = ("moe_block_s", "compile_moe_block_s")  # fitted on the MoE models' records alone
 HOST_PASSES = 3  # hf-transformers' host factors share records: fitted in turn, 3 rounds
+COMPILE_PASSES = 2  # torch-compile's likewise, 2 rounds
 _LINEAR = {"device_overlap": [k / 32 for k in range(33)],  # a share: absolute grid on [0, 1]
            "moe_block_s": [k * 0.05e-3 for k in range(101)],  # 0 to 5 ms in 50 us steps
+           "compile_moe_block_s": [k * 0.05e-3 for k in range(101)],
            "graph_call_s": [k * 0.01e-3 for k in range(201)]}  # 0 to 2 ms in 10 us steps
 _COARSE = [2 ** (k / 8) for k in range(-24, 25)]
 _FINE = [2 ** (k / 64) for k in range(-8, 9)]
@@ -204,7 +212,8 @@ class Model:
         stack = record_stack(rec.params)
         for name, owner in HOST_PARAMS.items():
             if stack.name == owner:
-                stack = replace(stack, host=replace(stack.host, **{name: v[name]}))
+                field = HOST_FIELD.get(name, name)
+                stack = replace(stack, host=replace(stack.host, **{field: v[name]}))
         speed = host_speed(rec)
         if speed is not None:
             stack = replace(stack, host=replace(stack.host, speed_factor=speed))
@@ -250,7 +259,7 @@ class Model:
 def _host_value(stack_name: str, name: str) -> float:
     from gpuplan.sim.stacks.pytorch import PRIORS
 
-    return float(PRIORS[stack_name][name])
+    return float(PRIORS[stack_name][HOST_FIELD.get(name, name)])
 
 
 def _log_error(model: Model, recs: list, values: dict, *, mean: bool = False) -> float:
@@ -265,8 +274,9 @@ def fit(model: Model, records: list) -> dict[str, dict]:
     # the MoE blocks' own cost first, so that module_call_s is not pulled up by it
     shared = sorted((n for n, owner in HOST_PARAMS.items() if owner == "hf-transformers"),
                     key=lambda n: n not in _MOE_ONLY)
-    for name in (*ISOLATED_KEYS, *RATE_KEYS, *EFF_KEYS, *shared * HOST_PASSES, "call_factor",
-                 "graph_call_s"):
+    compiled = ("compile_moe_block_s", "call_factor", "graph_call_s")
+    for name in (*ISOLATED_KEYS, *RATE_KEYS, *EFF_KEYS, *shared * HOST_PASSES,
+                 *compiled * COMPILE_PASSES):
         recs = [r for r in records if model.touches(r, name)]
         prior = model.values[name]
         if not recs:
@@ -335,7 +345,7 @@ def write_package(doc: dict, path: str | Path) -> None:
     for name, owner in HOST_PARAMS.items():
         fitted = doc["parameters"][name]["fitted"]
         if fitted is not None:
-            stacks.setdefault(owner, {})[name] = fitted
+            stacks.setdefault(owner, {})[HOST_FIELD.get(name, name)] = fitted
     isolated = {k.removeprefix("isolated_"): doc["parameters"][k]["fitted"] for k in ISOLATED_KEYS
                 if doc["parameters"].get(k, {}).get("fitted") is not None}
     out = {"source": f"python3 -m gpuplan.validate.fit_stacks --data {doc['data']} (seed "
