@@ -183,7 +183,7 @@ def test_score_json_is_one_document_with_the_contract_shape(capsys, predictor):
     assert code == 0 and err == ""
     doc = json.loads(out)
     assert list(doc) == ["rows", "summary", "errors"]
-    assert len(doc["rows"]) == 16  # 14 times, 2 peak memories
+    assert len(doc["rows"]) == 17  # 15 times, 2 peak memories
     for row in doc["rows"]:
         assert {"kind", "metric", "measured", "predicted", "abs_pct_error"} <= set(row)
     times = [r for r in doc["rows"] if r["metric"] == "time_s"]
@@ -202,7 +202,7 @@ def test_score_tables_show_rows_and_summary_in_readable_units(capsys, predictor)
     code, out, _ = run(capsys, "validate", "score", SAMPLE, "--rows", "3")
     assert code == 0
     assert "545 µs" in out and "600 µs" in out  # measured and 1.1 x measured
-    assert "... and 13 more rows" in out
+    assert "... and 14 more rows" in out
     assert "median |error|" in out and "10.0%" in out
 
 
