@@ -242,6 +242,8 @@ class Model:
                 return rec.params.get("pass") == "fwd_bwd"
             if what == "forced_kernel":
                 return rec.kind == "attention" and rec.params.get("attention_kernel") is not None
+            if what == "grouped_gemm":  # the CUTLASS call; fp32's per-group fallback is apart
+                return rec.kind == what and rec.params.get("dtype") == "bf16"
             return rec.kind == what
         if name in RATE_KEYS:
             return attention_rate_key(rec, self.acc) == name
