@@ -50,6 +50,10 @@ EXT_COMPILE_MODELS = ("qwen2.5-7b", "llama3-8b")
 EXT_COMPILE_PREFILL = ((1, 512), (1, 2048), (4, 2048))
 EXT_COMPILE_DECODE = ((1, 512), (4, 2048), (32, 1024))
 EXT_COMPILE_TRAIN = ((1, 1024), (2, 2048))
+# ``--grid compile2`` (H200 run8): more compiled sizes, none of them the extended grid's
+EXT2_COMPILE_PREFILL = ((1, 1024), (2, 4096), (8, 512))
+EXT2_COMPILE_DECODE = ((1, 2048), (16, 1024), (8, 4096))
+EXT2_COMPILE_TRAIN = ((1, 512), (1, 4096))
 ROUNDS = 2
 
 
@@ -306,6 +310,8 @@ def run(torch, device, device_key, out_dir, box: TimeBox, tiny: bool, *, compile
             pre, dec = (), EXT_DECODE
         if compiled:
             pre, dec, tr = EXT_COMPILE_PREFILL, EXT_COMPILE_DECODE, EXT_COMPILE_TRAIN
+        if compiled and grid == "compile2":
+            pre, dec, tr = EXT2_COMPILE_PREFILL, EXT2_COMPILE_DECODE, EXT2_COMPILE_TRAIN
     for i, name in enumerate(names):
         if box.over():
             log(f"  hf: time box reached before {name}")

@@ -135,11 +135,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default=None,
                     help="comma-separated models of the hf and compile parts (default: all)")
     ap.add_argument("--no-ceilings", action="store_true", help="skip the copy/GEMM ceilings")
-    ap.add_argument("--grid", choices=("base", "extended", "decode"), default="base",
+    ap.add_argument("--grid", choices=("base", "extended", "decode", "compile2"), default="base",
                     help="the hf and compile parts' sizes: base (the first run), extended "
                          "(more sizes, two rounds, host probe and kernel time per case) or "
                          "decode (the extended grid's eager decodes alone, one round; compile "
-                         "as extended)")
+                         "as extended) or compile2 (the compile part's other sizes)")
     ap.add_argument("--weights", default=None,
                     help="the parts' shares of the budget, as part=w,... (default: "
                          + ",".join(f"{k}={v}" for k, v in WEIGHTS.items()) + ")")
