@@ -121,7 +121,7 @@ def decode_hbm_fraction(acc, op: Attention, eff: Efficiency, kernel: str) -> flo
 # call runs, in order: three fp32 casts of q, k, v (fp16/bf16 inputs are upcast unless
 # ``torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)``, off by default); under GQA the
 # two K/V repeats to every query head (``repeat_interleave``); the scale's multiply of q and of the
-# repeated k; under ``is_causal`` the mask's build (a bool fill, ``tril``, three fills and a
+# repeated k; under ``is_causal`` the mask's build (a bool fill, ``tril``, two fills and a
 # ``where`` into a float mask of [Sq, Skv]) and its add to the scores; QK^T as an fp32 batched
 # GEMM (a cuBLAS GEMV for one query); ``_safe_softmax``: the softmax, ``isneginf``, an ``all`` over
 # each row, a fill and a ``where`` that zeroes fully masked rows; PV; and the casts of the output
@@ -174,7 +174,7 @@ def math_attention_kernels(op: Attention) -> list[tuple[str, str, float, int]]:
         out.append(("repeat k, v", "strided", kv_el * (1 + rep) * e, 2))
     out.append(("scale", "vectorized", (q_el + k_rep_el) * 2 * e, 2))
     if op.causal:
-        out += [("causal mask", "vectorized", sq * skv * (2 + 2 * e), 6),
+        out += [("causal mask", "vectorized", sq * skv * (2 + 2 * e), 5),
                 ("mask add", "unvectorized", scores * 2 * e, 1)]
     out += [("softmax", "vectorized", scores * 2 * e, 1),
             ("isneginf", "vectorized", scores * (e + 1), 1),
