@@ -198,6 +198,14 @@ def prefill_breakdown(
     head = [*transformers_rmsnorm([dataclasses.replace(final_norm, tokens=t)], stack), lm_head]
     items += priced_items(_as_run(head, stack.elementwise), acc, eff, phase="fwd")
     bd = _with_launch(items, eff, extra_host_s=_host_extra_s(cfg, stack))
+    if stack.host.mode == "compiled" and stack.host.compiled_call_s:
+        # a compiled forward's fixed CPU cost before its first kernel (Dynamo's guards, the
+        # wrapper's entry), while the GPU waits (``HostModel.compiled_call_s``): the H200's
+        # compiled prefills ran 1.0-1.3 ms over their kernels' sum whatever the model and size
+        # (data/h200_stacks/run3, run5, run8)
+        bd = dataclasses.replace(bd, items=(*bd.items, Item(
+            layer="runtime", category="launch", op="compiled call", phase="step",
+            time_s=stack.host.compiled_call_s * stack.host.speed_factor, bound="launch")))
     memory = prefill_memory(cfg, stack, batch=batch, seq=seq, dtype=dtype, tp=tp)
     return dataclasses.replace(bd, memory_bytes=memory)
 

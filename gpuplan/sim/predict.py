@@ -234,7 +234,7 @@ def predict_breakdown(
     except KeyError as exc:
         raise GpuplanError(f"{kind}: missing parameter {exc.args[0]!r}") from None
     if timing == "isolated":  # the CPU's time to the first kernel (stacks.kernels)
-        bd = with_isolated_call(bd, stack, kind, params, first_call_s=eff.host_launch_s)
+        bd = with_isolated_call(bd, stack, kind, params)
     return device_time(bd) if timing == "device" else bd
 
 

@@ -18,10 +18,10 @@ Parameters (their priors: ``hwmodels/data/efficiency_prior.json``, ``sim/stacks/
   linear grid over 0-5 ms in 50 us steps), ``HostModel.module_call_s`` (its whole-model records)
   and ``HostModel.device_overlap`` (its decode records; a linear grid over [0, 1] in steps of
   1/32);
-- ``torch-compile``'s ``HostModel.moe_block_s`` (``compile_moe_block_s``: its MoE models'
-  prefill and decode records, whose experts break the graph), ``HostModel.call_factor`` (its
-  whole-model records) and ``HostModel.graph_call_s`` (its CUDA-graph decode records; a linear
-  grid over 0-2 ms in 10 us steps), in two rounds;
+- ``torch-compile``'s ``HostModel.call_factor`` (its whole-model records),
+  ``HostModel.graph_call_s`` (its CUDA-graph decode records) and ``HostModel.compiled_call_s``
+  (its prefill records; linear grids over 0-2 ms in 10 us steps and 0-5 ms in 25 us), in two
+  rounds;
 - the grouped GEMM's ``grouped_gemm_fraction`` and ``grouped_gemm_hbm_fraction`` (the bf16
   ``grouped_gemm`` records; written with the rates by ``--package-rates``).
 
@@ -64,19 +64,19 @@ ISOLATED_KEYS = ("isolated_elementwise", "isolated_gemm", "isolated_attention",
 EFF_KEYS = {"grouped_gemm_fraction": "grouped_gemm", "grouped_gemm_hbm_fraction": "grouped_gemm"}
 HOST_PARAMS = {"module_call_s": "hf-transformers", "device_overlap": "hf-transformers",
                "moe_block_s": "hf-transformers", "call_factor": "torch-compile",
-               "graph_call_s": "torch-compile", "compile_moe_block_s": "torch-compile"}
-# the HostModel field a parameter sets, where its name differs
-HOST_FIELD = {"compile_moe_block_s": "moe_block_s"}
-HOST_KINDS = {"device_overlap": ("model_decode_step",), "graph_call_s": ("model_decode_step",),
-              "moe_block_s": ("prefill_step", "model_decode_step"),
-              "compile_moe_block_s": ("prefill_step", "model_decode_step")}
-_MOE_ONLY = ("moe_block_s", "compile_moe_block_s")  # fitted on the MoE models' records alone
+               "graph_call_s": "torch-compile", "compiled_call_s": "torch-compile"}
+# the HostModel field a parameter sets, where its name differs (none at present)
+HOST_FIELD: dict[str, str] = {}
+HOST_KINDS = {"device_overlap": ("model_decode_step",),
+              "graph_call_s": ("model_decode_step",), "compiled_call_s": ("prefill_step",),
+              "moe_block_s": ("prefill_step", "model_decode_step")}
+_MOE_ONLY = ("moe_block_s",)  # fitted on the MoE models' records alone
 HOST_PASSES = 3  # hf-transformers' host factors share records: fitted in turn, 3 rounds
 COMPILE_PASSES = 2  # torch-compile's likewise, 2 rounds
 _LINEAR = {"device_overlap": [k / 32 for k in range(33)],  # a share: absolute grid on [0, 1]
            "moe_block_s": [k * 0.05e-3 for k in range(101)],  # 0 to 5 ms in 50 us steps
-           "compile_moe_block_s": [k * 0.05e-3 for k in range(101)],
-           "graph_call_s": [k * 0.01e-3 for k in range(201)]}  # 0 to 2 ms in 10 us steps
+           "graph_call_s": [k * 0.01e-3 for k in range(201)],  # 0 to 2 ms in 10 us steps
+           "compiled_call_s": [k * 0.025e-3 for k in range(201)]}  # 0 to 5 ms in 25 us steps
 _COARSE = [2 ** (k / 8) for k in range(-24, 25)]
 _FINE = [2 ** (k / 64) for k in range(-8, 9)]
 
@@ -276,7 +276,7 @@ def fit(model: Model, records: list) -> dict[str, dict]:
     # the MoE blocks' own cost first, so that module_call_s is not pulled up by it
     shared = sorted((n for n, owner in HOST_PARAMS.items() if owner == "hf-transformers"),
                     key=lambda n: n not in _MOE_ONLY)
-    compiled = ("compile_moe_block_s", "call_factor", "graph_call_s")
+    compiled = ("call_factor", "graph_call_s", "compiled_call_s")
     for name in (*ISOLATED_KEYS, *RATE_KEYS, *EFF_KEYS, *shared * HOST_PASSES,
                  *compiled * COMPILE_PASSES):
         recs = [r for r in records if model.touches(r, name)]

@@ -74,6 +74,9 @@ class HostModel:
     # launches: Dynamo's guards and CUDA-graph trees' own bookkeeping per replay (not hidden:
     # the GPU has nothing queued until the replay)
     graph_call_s: float = 0.0
+    # CPU time of one call of a compiled model run without CUDA graphs (a prefill) before its
+    # first kernel: Dynamo's guards and the compiled wrapper's entry, the GPU waiting
+    compiled_call_s: float = 0.0
 
     def __post_init__(self) -> None:
         check_choice("host.mode", self.mode, HOST_MODES)
@@ -85,7 +88,7 @@ class HostModel:
             if not (value > 0 and value < float("inf")):
                 raise GpuplanError(f"host.{name}={value!r} is invalid: it must be a finite "
                                    "number greater than zero")
-        for name in ("module_call_s", "moe_block_s", "graph_call_s"):
+        for name in ("module_call_s", "moe_block_s", "graph_call_s", "compiled_call_s"):
             if not (0 <= getattr(self, name) < 1):
                 raise GpuplanError(f"host.{name}={getattr(self, name)!r} is invalid: it must "
                                    "be in [0, 1) seconds")

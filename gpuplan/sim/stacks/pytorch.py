@@ -55,7 +55,7 @@ from gpuplan.sim.stacks.kernels import stack_fit
 # the presets use the fitted value where the file has one.
 PRIORS = {
     "hf-transformers": {"module_call_s": 8e-6, "device_overlap": 1.0, "moe_block_s": 0.0},
-    "torch-compile": {"call_factor": 0.3, "graph_call_s": 0.0, "moe_block_s": 0.0},
+    "torch-compile": {"call_factor": 0.3, "graph_call_s": 0.0, "compiled_call_s": 0.0},
 }
 _FIT = stack_fit("stacks")
 
@@ -118,14 +118,14 @@ TORCH_COMPILE = Stack(
     elementwise="compiled",
     host=HostModel(mode="compiled", call_factor=_fit("torch-compile", "call_factor"),
                    graph_call_s=_fit("torch-compile", "graph_call_s"),
-                   moe_block_s=_fit("torch-compile", "moe_block_s")),
+                   compiled_call_s=_fit("torch-compile", "compiled_call_s")),
     kv_cache="static",
-    # the MoE experts break the graph: transformers' grouped_mm path refuses non-bf16 weights
-    # under compile and its own fallback (``torch.ops.transformers.grouped_mm_fallback``, which
-    # casts the input to the weights' dtype) fails in Inductor on ``aten._local_scalar_dense``
-    # and runs eagerly (data/h200_stacks/run5/campaign.log.gz): under autocast over fp32 weights
-    # its mms are fp32, as in the eager model, and its CPU time per MoE block is eager
-    # (``moe_block_s``, fitted on the campaign's compiled MoE records; prior 0)
+    # training over fp32 weights, the MoE experts break the graph: transformers' grouped_mm
+    # path refuses non-bf16 weights under compile and its own fallback
+    # (``torch.ops.transformers.grouped_mm_fallback``, which casts the input to the weights'
+    # dtype) fails in Inductor on ``aten._local_scalar_dense`` and runs eagerly
+    # (data/h200_stacks/run5/campaign.log.gz): under autocast its mms are fp32, as in the
+    # eager model (Mixtral's compiled steps: -46..-72% priced bf16, within 3% priced fp32)
     moe_autocast_dtype="fp32",
     # ``torch.compile(model)`` compiles the model, not the optimizer: ``torch.optim.AdamW`` runs
     # eagerly in its CUDA default, foreach (torch.optim docs, "Algorithms"), as the campaign's
@@ -144,8 +144,8 @@ TORCH_COMPILE = Stack(
         "transformers integrations/sdpa_attention.py use_gqa_in_sdpa, repeat_kv",
     ),
     notes=("call_factor (Inductor wrapper launch vs eager dispatch; prior 0.3), graph_call_s "
-           "and moe_block_s fitted on the H200 campaign's fit part "
-           "(sim/stacks/data/stack_fit.json)",),
+           "(a CUDA-graph decode call's fixed CPU cost) and compiled_call_s (a compiled "
+           "prefill's) fitted on the H200 campaign's fit part (sim/stacks/data/stack_fit.json)",),
 )
 
 HARNESS = Stack(
