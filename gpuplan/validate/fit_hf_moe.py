@@ -83,12 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", default=str(PROFILE), help="an hf_kernel_profile.json")
     args = ap.parse_args(argv)
     from gpuplan.hwmodels.elementwise import MEASURED_FRACTION
+    from gpuplan.validate.fit_math_sdpa import format_shares
 
-    print(f"{'family':<14} {'profiles':>8}  {'median':>6}  {'in model':>8}  per profile")
-    for family, r in fit(args.profile).items():
-        per = " ".join(f"{x:.2f}" for x in r["profiles"])
-        print(f"{family:<14} {len(r['profiles']):>8}  {r['fraction']:>6.2f}  "
-              f"{MEASURED_FRACTION[family]:>8.2f}  {per}")
+    print(format_shares(fit(args.profile), MEASURED_FRACTION, "family"))
     return 0
 
 

@@ -110,12 +110,18 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from gpuplan.hwmodels.attention import MATH_HBM_FRACTION
 
-    print(f"{'class':<14} {'profiles':>8}  {'median':>6}  {'in model':>8}  per profile")
-    for klass, r in fit(args.profile).items():
-        per = " ".join(f"{x:.2f}" for x in r["profiles"])
-        print(f"{klass:<14} {len(r['profiles']):>8}  {r['fraction']:>6.2f}  "
-              f"{MATH_HBM_FRACTION.get(klass, float('nan')):>8.2f}  {per}")
+    print(format_shares(fit(args.profile), MATH_HBM_FRACTION, "class"))
     return 0
+
+
+def format_shares(fitted: dict[str, dict], in_model: dict[str, float], what: str) -> str:
+    """The fit's table: per class, its profiles, their median share and the model's constant."""
+    lines = [f"{what:<14} {'profiles':>8}  {'median':>6}  {'in model':>8}  per profile"]
+    for name, r in fitted.items():
+        per = " ".join(f"{x:.2f}" for x in r["profiles"])
+        lines.append(f"{name:<14} {len(r['profiles']):>8}  {r['fraction']:>6.2f}  "
+                     f"{in_model.get(name, float('nan')):>8.2f}  {per}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

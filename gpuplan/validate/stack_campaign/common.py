@@ -132,21 +132,10 @@ class Timer:
         if self.device != "cuda":
             times = sorted(self._once(fn) for _ in range(reps))
             return _stats(times, "device (CPU wall time: smoke path)")
-        act = [t.profiler.ProfilerActivity.CPU, t.profiler.ProfilerActivity.CUDA]
-        fn()
-        t.cuda.synchronize()
-        with t.profiler.profile(activities=act) as prof:
-            t.cuda._sleep(SPIN_CYCLES)
-            with t.profiler.record_function("campaign_block"):
-                for _ in range(reps):
-                    fn()
-                t.cuda.synchronize()
-        events = prof.events()
-        block = [e for e in events if e.name == "campaign_block"
-                 and e.device_type == t.autograd.DeviceType.CPU]
-        if not block:
+        got = profiled_block(t, fn, reps, "campaign_block")
+        if got is None:
             return None
-        lo, hi = block[0].time_range.start, block[0].time_range.end
+        _, events, lo, hi = got
         total_us, kernels, names, span_us = 0.0, 0, [], None
         for e in events:
             if e.device_type != t.autograd.DeviceType.CUDA or "sleep" in e.name.lower():
@@ -165,6 +154,27 @@ class Timer:
         span = None if span_us is None else span_us * 1e-6 / reps
         return {"median_s": per_call, "reps": reps, "kernels_per_call": kernels / reps,
                 "kernel_names": names, "gpu_span_per_call_s": span, "timing": "device"}
+
+
+def profiled_block(torch, fn, reps: int, label: str):
+    """``reps`` calls of ``fn`` under torch.profiler, queued behind a GPU spin inside a
+    ``record_function(label)`` block: (profiler, events, block start us, block end us), or None
+    where the profiler recorded no such block."""
+    t = torch
+    act = [t.profiler.ProfilerActivity.CPU, t.profiler.ProfilerActivity.CUDA]
+    fn()
+    t.cuda.synchronize()
+    with t.profiler.profile(activities=act) as prof:
+        t.cuda._sleep(SPIN_CYCLES)
+        with t.profiler.record_function(label):
+            for _ in range(reps):
+                fn()
+            t.cuda.synchronize()
+    events = prof.events()
+    block = [e for e in events if e.name == label and e.device_type == t.autograd.DeviceType.CPU]
+    if not block:
+        return None
+    return prof, events, block[0].time_range.start, block[0].time_range.end
 
 
 def _stats(times: list[float], timing: str) -> dict:

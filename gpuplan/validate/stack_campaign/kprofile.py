@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 from . import sdpa
-from .common import SPIN_CYCLES, TimeBox, log
+from .common import TimeBox, log, profiled_block
 
 REPS = 5
 
@@ -40,19 +40,10 @@ def cases(tiny: bool) -> list[tuple[dict, str]]:
 
 def profile(torch, fn, cpu_top: int = 0) -> dict:
     t = torch
-    act = [t.profiler.ProfilerActivity.CPU, t.profiler.ProfilerActivity.CUDA]
-    fn()
-    t.cuda.synchronize()
-    with t.profiler.profile(activities=act) as prof:
-        t.cuda._sleep(SPIN_CYCLES)
-        with t.profiler.record_function("kprofile_block"):
-            for _ in range(REPS):
-                fn()
-            t.cuda.synchronize()
-    events = prof.events()
-    block = [e for e in events if e.name == "kprofile_block"
-             and e.device_type == t.autograd.DeviceType.CPU]
-    lo, hi = block[0].time_range.start, block[0].time_range.end
+    got = profiled_block(t, fn, REPS, "kprofile_block")
+    if got is None:
+        raise RuntimeError("the profiler recorded no kprofile_block")
+    prof, events, lo, hi = got
     order, agg = [], {}
     for e in sorted(events, key=lambda e: e.time_range.start):
         if e.device_type != t.autograd.DeviceType.CUDA or "sleep" in e.name.lower():
