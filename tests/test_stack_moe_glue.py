@@ -3,10 +3,13 @@ head's backward rate and a sliding-window model's mask read."""
 
 import dataclasses
 
+import pytest
+
+from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.attention import kernel_rate
 from gpuplan.hwmodels.efficiency import efficiency_for
 from gpuplan.sim.predict import predict_breakdown, record_model
-from gpuplan.sim.stacks import get_stack
+from gpuplan.sim.stacks import HostModel, get_stack
 from gpuplan.workloads.operators import moe_block
 
 EFF = efficiency_for("h200")
@@ -62,3 +65,15 @@ def test_a_windowed_model_at_its_window_reads_its_mask_per_query_head():
         return sum(it.bytes for it in bd.items if it.op == "attention_mask_read")
     assert mask_bytes(2048) == 0  # below the window: is_causal, no mask
     assert mask_bytes(4096) == 32 * 4096 * 4096 * 2
+
+
+@pytest.mark.parametrize(("field", "value"), [("moe_glue", "vllm"), ("residual_dtype", "fp16")])
+def test_an_unknown_stack_choice_is_a_one_line_error_naming_it(field, value):
+    with pytest.raises(GpuplanError, match=rf"{field}='{value}' is invalid: choose one of"):
+        dataclasses.replace(get_stack("hf-transformers"), **{field: value})
+
+
+@pytest.mark.parametrize("field", ["moe_block_s", "compiled_call_s"])
+def test_a_negative_host_cost_is_a_one_line_error_naming_it(field):
+    with pytest.raises(GpuplanError, match=rf"host.{field}=-1e-06 is invalid"):
+        HostModel(mode="compiled", **{field: -1e-6})

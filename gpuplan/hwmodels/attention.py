@@ -128,9 +128,8 @@ def decode_hbm_fraction(acc, op: Attention, eff: Efficiency, kernel: str) -> flo
 # and of the attention weights back to bf16. The backward adds the cast of dO, the four GEMMs
 # (dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q), the softmax's backward, the ``where``'s
 # backward (a multiply over the scores), the scale's two multiplies, the casts of dq, dk, dv and,
-# under GQA, the sums of dk and dv over the repeated heads. The kernels fall into three classes
+# under GQA, the sums of dk and dv over the repeated heads. The kernels fall into six classes
 # by how they move memory, each at its own share of HBM bandwidth (``MATH_HBM_FRACTION``).
-MATH_CLASSES = ("vectorized", "cast", "unvectorized", "strided", "reduce", "gemv")
 # Medians over the profile's nine math cases, by ``python3 -m gpuplan.validate.fit_math_sdpa``
 # (its printout; tests/test_fit_math_sdpa.py checks these against it): vectorized elementwise
 # kernels (multiplies, softmax, isneginf, the casts back to bf16), the unrolled casts to fp32,
@@ -149,7 +148,7 @@ def math_attention_kernels(op: Attention) -> list[tuple[str, str, float, int]]:
     e_in = dtype_bytes(op.dtype)
     upcast = e_in == 2
     e = 4 if upcast else e_in
-    rep = op.heads_q // op.heads_kv if op.heads_q % op.heads_kv == 0 else op.heads_q / op.heads_kv
+    rep = op.heads_q / op.heads_kv  # query heads per K/V head: the repeats' copies
     b, hq, sq, skv = op.batch, op.heads_q, op.seq_q, op.seq_kv
     q_el = b * hq * sq * op.head_dim
     o_el = b * hq * sq * op.v_head_dim

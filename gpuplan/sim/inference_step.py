@@ -225,8 +225,9 @@ def sliding_window_masked(cfg: ModelConfig, stack: Stack, ops: list) -> list:
     114 ms priced as causal. Its profile (data/h200_stacks/run7/hf_kernel_profile.json) gives
     the attention kernel 833 us a layer against Llama's causal 266: twice the scores (532 us)
     and 301 us more, the mask read once per query head (32 x 4096^2 x 2 B = 1.07 GB, at 0.75
-    of HBM bandwidth: ``hwmodels.elementwise.MEASURED_FRACTION["attn_mask"]``). Only for stacks that run transformers' modelling code
-    (``repeat_kv_masked``); elsewhere a window is priced as the window it is."""
+    of HBM bandwidth: ``hwmodels.elementwise.MEASURED_FRACTION["attn_mask"]``). Only for stacks
+    that run transformers' modelling code (``repeat_kv_masked``); elsewhere a window is priced
+    as the window it is."""
     if not stack.repeat_kv_masked:
         return ops
     out = []

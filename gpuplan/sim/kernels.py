@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpuplan.hwmodels.collectives import collective_time
-from gpuplan.hwmodels.gemm import gemm_time, grouped_gemm_time
+from gpuplan.hwmodels.gemm import GROUPED_CUTLASS_DTYPES, gemm_time, grouped_gemm_time
 from gpuplan.hwmodels.launch import launch_cost
 from gpuplan.sim.breakdown import Breakdown, Item, priced_items
 from gpuplan.workloads.operators import backward_of as backward_ops
@@ -35,7 +35,7 @@ def grouped_gemm_breakdown(acc, eff, *, groups: int, m: int, n: int, k: int,
     op = Gemm(name="grouped_gemm", m=m, n=n, k=k, dtype=dtype, count=groups, launches=1)
     item = Item(layer="model", category="gemm", op=f"grouped_gemm {groups}x{m}x{n}x{k} {dtype}",
                 phase="fwd", time_s=kt.total_s, flops=op.flops, bytes=op.bytes,
-                kernels=1 if dtype == "bf16" else groups, bound=kt.bound)
+                kernels=1 if dtype in GROUPED_CUTLASS_DTYPES else groups, bound=kt.bound)
     return Breakdown(items=(item, latency_item(eff)))
 
 

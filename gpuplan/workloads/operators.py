@@ -217,8 +217,8 @@ def moe_block(cfg: ModelConfig, *, tokens: int, dtype: str, tp: int = 1,
             Memory(name="expert_grouping_views", op="copy", bytes_moved=0.0, calls=5),
         ]
     if grouped and glue == "transformers" and dtype_bytes(e) == 2:
-        experts = _transformers_glue(experts, cfg, tokens=tokens, rows=tokens * cfg.top_k, e=e,
-                                     tp=tp)
+        experts = _transformers_glue(experts, cfg, tokens=tokens, rows=tokens * cfg.top_k,
+                                     dtype=e, tp=tp)
     ops += experts
     ops.append(
         Elementwise(
@@ -238,13 +238,13 @@ def moe_block(cfg: ModelConfig, *, tokens: int, dtype: str, tp: int = 1,
 
 
 def _transformers_glue(experts: list[Op], cfg: ModelConfig, *, tokens: int, rows: int,
-                       e: str, tp: int) -> list[Op]:
+                       dtype: str, tp: int) -> list[Op]:
     """The grouped experts as transformers' grouped_mm forward runs them (``moe_block``):
     the GEMMs kept, the activation replaced by its unvectorized silu and multiply, the rest
     added."""
     from gpuplan.hwmodels.elementwise import MEMCPY, UNVECTORIZED
 
-    h, f, b = cfg.d_model, cfg.d_ff_expert // tp, dtype_bytes(e)
+    h, f, b = cfg.d_model, cfg.d_ff_expert // tp, dtype_bytes(dtype)
     gemms = [op for op in experts if isinstance(op, Gemm)]
     return [
         # over the rows into and out of each grouped GEMM: [rows, h], [rows, 2f], [rows, h]

@@ -31,12 +31,13 @@ keys and values are repeated to every head (``repeat_kv_masked``).
 ops into Triton kernels (``sim.compilation``), keeps SDPA calls (same dispatch, GQA keys and
 values repeated under a StaticCache's mask as the eager model does), and its generated wrapper
 still launches
-each kernel from Python (``call_factor`` against eager dispatch: prior 0.3, fitted on 5
-records); ``mode="reduce-overhead"`` replays decode from CUDA graphs (docs/stacks.md), each call
-first running Dynamo's guards and CUDA-graph trees' replay bookkeeping on the CPU
-(torch/_inductor/cudagraph_trees.py ``CUDAGraphNode.run``: static-input checks, input copies,
-``graph.replay()``) while the GPU waits (``graph_call_s``: prior 0, fitted on the campaign's
-compiled decode records).
+each kernel from Python (``call_factor`` against eager dispatch: prior 0.3, fitted on the
+campaign's compiled records); ``mode="reduce-overhead"`` replays decode from CUDA graphs
+(docs/stacks.md), each call first running Dynamo's guards and CUDA-graph trees' replay
+bookkeeping on the CPU (torch/_inductor/cudagraph_trees.py ``CUDAGraphNode.run``: static-input
+checks, input copies, ``graph.replay()``) while the GPU waits (``graph_call_s``: prior 0, fitted
+on the campaign's batch-1 compiled decodes); a compiled prefill pays its own fixed CPU cost
+before its first kernel (``compiled_call_s``: prior 0, fitted on the compiled prefills).
 
 ``harness`` - exactly what ``validate/harness`` forces: FlashAttention-2 for every SDPA call
 (``sdpa_kernel(SDPBackend.FLASH_ATTENTION)``), its own Llama-style layer code in eager ATen ops,
