@@ -116,9 +116,7 @@ def expert_dtype_of(stack, precision: str) -> str:
     """The dtype ``stack``'s routed experts run in when training at ``precision``: its
     ``moe_autocast_dtype`` where it trains under autocast over fp32 weights in bf16 (the experts'
     inputs and weights stay fp32: autocast_mode.cpp casts no ``_grouped_mm``), else bf16."""
-    if stack is None or precision != "bf16" or stack.mixed_precision != "autocast":
-        return "bf16"
-    return stack.moe_autocast_dtype
+    return stack.moe_autocast_dtype if _autocast_over_fp32(stack, precision) else "bf16"
 
 
 def transformers_norm_of(stack) -> bool:
@@ -133,9 +131,22 @@ def transformers_norm_of(stack) -> bool:
 def residual_dtype_of(stack, precision: str) -> str:
     """The dtype of ``stack``'s residual stream when training at ``precision``: its
     ``residual_dtype`` under autocast over fp32 weights in bf16, else bf16."""
-    if stack is None or precision != "bf16" or stack.mixed_precision != "autocast":
-        return "bf16"
-    return stack.residual_dtype
+    return stack.residual_dtype if _autocast_over_fp32(stack, precision) else "bf16"
+
+
+def _autocast_over_fp32(stack, precision: str) -> bool:
+    """Whether ``stack`` trains at ``precision`` under autocast over fp32 weights in bf16 (where
+    its ``moe_autocast_dtype`` and ``residual_dtype`` apply)."""
+    return stack is not None and precision == "bf16" and stack.mixed_precision == "autocast"
+
+
+def stack_shape_fields(stack, precision: str, is_moe: bool) -> dict:
+    """The ``Shape`` fields ``stack`` sets for a training micro-batch at ``precision``: its
+    experts' dtype and grouping (MoE models only), its residual stream's dtype, its norms."""
+    return dict(expert_dtype=expert_dtype_of(stack, precision) if is_moe else "bf16",
+                grouped_experts=is_moe and grouped_experts_of(stack, precision),
+                residual_dtype=residual_dtype_of(stack, precision),
+                transformers_norm=transformers_norm_of(stack))  # fmt: skip
 
 
 # the ops that run on the fp32 residual stream (``Stack.residual_dtype``), and the Linear

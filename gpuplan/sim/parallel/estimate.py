@@ -26,10 +26,7 @@ from gpuplan.sim.parallel.compute import (
     CostCache,
     MicroBatchCosts,
     Shape,
-    expert_dtype_of,
-    grouped_experts_of,
-    residual_dtype_of,
-    transformers_norm_of,
+    stack_shape_fields,
 )
 from gpuplan.sim.parallel.evaluate import evaluate
 from gpuplan.sim.parallel.memory import (
@@ -173,8 +170,8 @@ def strategy_kinds(st: Strategy, cfg: ModelConfig) -> StageKinds:
 
 
 def shape_of(st: Strategy, cfg: ModelConfig, seq: int, stack=None) -> Shape:
-    """The per-GPU kernel shape of one micro-batch under ``st`` (on ``stack``: the dtype its
-    MoE experts run in, ``compute.expert_dtype_of``)."""
+    """The per-GPU kernel shape of one micro-batch under ``st`` (on ``stack``: the fields it
+    sets, ``compute.stack_shape_fields``)."""
     load = (st.capacity_factor or st.expert_imbalance) if cfg.is_moe else 1.0
     return Shape(
         micro_batch=st.micro_batch,
@@ -186,10 +183,7 @@ def shape_of(st: Strategy, cfg: ModelConfig, seq: int, stack=None) -> Shape:
         load=load,
         precision=st.precision,
         attention=st.attention,
-        expert_dtype=expert_dtype_of(stack, st.precision) if cfg.is_moe else "bf16",
-        grouped_experts=grouped_experts_of(stack, st.precision) and cfg.is_moe,
-        residual_dtype=residual_dtype_of(stack, st.precision),
-        transformers_norm=transformers_norm_of(stack),
+        **stack_shape_fields(stack, st.precision, cfg.is_moe),
     )
 
 

@@ -36,10 +36,7 @@ from gpuplan.limits import MAX_DIM
 from gpuplan.sim.inputs import check_gpus, check_seq
 from gpuplan.sim.parallel.compute import (
     Shape,
-    expert_dtype_of,
-    grouped_experts_of,
-    residual_dtype_of,
-    transformers_norm_of,
+    stack_shape_fields,
 )
 from gpuplan.sim.parallel.cost import usd_per_hour
 from gpuplan.sim.parallel.estimate import flops_per_sequence, training_efficiency
@@ -143,10 +140,7 @@ def _price_piece(kernels: ShapeKernels, seq: int, space: SearchSpace, shapes: np
             load=space.load if cfg.is_moe else 1.0,
             precision=precision,
             attention=space.attention,
-            expert_dtype=expert_dtype_of(stack, precision) if cfg.is_moe else "bf16",
-            grouped_experts=grouped_experts_of(stack, precision) and cfg.is_moe,
-            residual_dtype=residual_dtype_of(stack, precision),
-            transformers_norm=transformers_norm_of(stack),
+            **stack_shape_fields(stack, precision, cfg.is_moe),
         )
         parts.append(kernels.parts(shape))
     return shape_time_table(parts, kernels.table, kernels.table.eff)
