@@ -90,11 +90,17 @@ def encoder_summary(workload, dep=None) -> dict | None:
     }
 
 
+def _cross_images(dep, workload) -> bool:
+    """Whether ``workload`` carries image tokens for ``dep``'s cross-attention blocks."""
+    tower = dep.model.vision_tower
+    return (tower is not None and tower.style == "cross-attention"
+            and workload.image_tokens is not None)  # fmt: skip
+
+
 def cross_kv_deployment(dep, workload):
     """``dep`` whose KV cache also holds each request's image keys and values in every
     cross-attention layer (``blocks.BlockRule``), for a prepared cross-attention workload."""
-    tower = dep.model.vision_tower
-    if tower is None or tower.style != "cross-attention" or workload.image_tokens is None:
+    if not _cross_images(dep, workload):
         return dep
     return replace(dep, cross_kv_tokens=int(workload.image_tokens.max()))
 
@@ -102,17 +108,16 @@ def cross_kv_deployment(dep, workload):
 def cross_attention_step(step, dep, workload, speculator=None, *, disaggregated=False):
     """``step`` with the cross-attention blocks of a prepared workload's images (module
     docstring), or ``step`` itself for any other model or workload."""
-    tower = dep.model.vision_tower
-    if tower is None or tower.style != "cross-attention" or workload.image_tokens is None:
-        return step
-    if not np.any(workload.image_tokens):
+    if not _cross_images(dep, workload) or not np.any(workload.image_tokens):
         return step
     if disaggregated:
         raise GpuplanError(f"disaggregated serving of {dep.model.name} with images is not "
-                           "simulated (the transfer of its cross-attention cache)")
+                           "simulated (the transfer of its cross-attention cache): serve it "
+                           "colocated, or without images")
     if speculator is not None:
         raise GpuplanError(f"speculative decoding of {dep.model.name} with images is not "
-                           "simulated (its cross-attention blocks in the draft and verify steps)")
+                           "simulated (its cross-attention blocks in the draft and verify steps): "
+                           "serve it without --speculative, or without images")
     return CrossAttentionStep(step, int(workload.image_tokens[0]))
 
 
