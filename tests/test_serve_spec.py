@@ -119,6 +119,13 @@ def test_bad_speculation_is_a_one_line_error(capsys, extra, needle):
     assert code == 2 and needle in err and err.count("\n") == 1, err
 
 
+def test_serve_plan_speculation_flags_without_speculative_are_a_one_line_error(capsys):
+    code = main(["serve", "plan", "--model", "llama3-8b", "--gpu", "h100-sxm", "--rate", "5",
+                 "--slo-ttft-s", "1", "--slo-tpot-s", "0.05", "--spec-tokens", "3"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "go with --speculative" in err and err.count("\n") == 1, err
+
+
 def test_serve_reports_the_speculation(capsys):
     code, out, _ = _serve(capsys, "--speculative", "eagle", "--spec-tokens", "3",
                           "--accept-rate", "0.6", "--json", "--no-timing")  # fmt: skip
