@@ -181,7 +181,6 @@ def register(subparsers) -> None:
     _register_edge(sub)
 
 
-
 def _speculative_flags(p, what: str) -> None:
     """``--speculative``, ``--spec-tokens`` and ``--accept-rate`` (serve and serve plan)."""
     p.add_argument("--speculative", type=word, default=None,
@@ -190,6 +189,7 @@ def _speculative_flags(p, what: str) -> None:
     p.add_argument("--spec-tokens", type=int, default=None, help="tokens proposed a step (K >= 1)")
     p.add_argument("--accept-rate", type=float, default=None,
                    help="per-token acceptance of the proposals, in [0, 1]")  # fmt: skip
+
 
 def _register_plan(sub) -> None:
     p = sub.add_parser("plan", help="cheapest configurations that meet TTFT and TPOT SLOs")
