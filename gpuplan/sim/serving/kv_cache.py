@@ -76,15 +76,12 @@ def block_rule(cfg: ModelConfig, block_tokens: int, cross_tokens: int = 0) -> Bl
     when a cross-attention VLM's sequences each cache ``cross_tokens`` image tokens in its
     cross-attention layers (their keys and values take a layer's bytes per token each)."""
     windowed = cfg.n_windowed_layers if cfg.sliding_window else 0
-    if cross_tokens:
-        return BlockRule(block_tokens, full_layers=cfg.n_layers - windowed,
-                         windowed_layers=windowed, window=cfg.sliding_window if windowed else 0,
-                         cross_layers=len(cfg.vision_tower.cross_attention_layers),
-                         cross_tokens=cross_tokens)  # fmt: skip
-    if not windowed:
+    if not windowed and not cross_tokens:
         return BlockRule(block_tokens)
-    return BlockRule(block_tokens, full_layers=cfg.n_layers - windowed,
-                     windowed_layers=windowed, window=cfg.sliding_window)  # fmt: skip
+    cross = {} if not cross_tokens else {
+        "cross_layers": len(cfg.vision_tower.cross_attention_layers), "cross_tokens": cross_tokens}
+    return BlockRule(block_tokens, full_layers=cfg.n_layers - windowed, windowed_layers=windowed,
+                     window=cfg.sliding_window if windowed else 0, **cross)  # fmt: skip
 
 
 def _ffn_width(cfg: ModelConfig) -> int:
