@@ -100,8 +100,7 @@ def serve_pricer(parser):
         _stack_scheduler,
         _workload,
     )
-    from gpuplan.sim.diagnose_layers import usd_per_million_tokens
-    from gpuplan.sim.parallel.cost import usd_per_hour
+    from gpuplan.sim.parallel.cost import usd_per_hour, usd_per_million_tokens
     from gpuplan.sim.serving.engine import simulate
 
     def price(settings) -> Priced:

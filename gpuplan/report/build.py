@@ -9,8 +9,7 @@ from typing import Any
 from gpuplan.cli.tables import format_value
 from gpuplan.report import FigurePng, Report, Section, Table
 from gpuplan.report.figures import bars
-from gpuplan.sim.diagnose_layers import usd_per_million_tokens
-from gpuplan.sim.parallel.cost import KWH, POWER_FRACTION, PUE
+from gpuplan.sim.parallel.cost import KWH, POWER_FRACTION, PUE, usd_per_million_tokens
 from gpuplan.units import HOUR
 
 SWING = 0.2  # the sensitivity table's +-20%

@@ -6,18 +6,12 @@ layer cannot express as a flag (padding a model's dimensions needs a new config.
 from __future__ import annotations
 
 from gpuplan.sim.diagnose import Candidate, LayerOffer, Limit, Priced, Settings
-from gpuplan.units import HOUR
+from gpuplan.sim.parallel.cost import usd_per_million_tokens
 
 TILE = 128  # tensor-core tile edge of Hopper's WGMMA kernels (CUTLASS 3 tile shapes)
 # gpuplan has no prefill or training fit of FlashInfer (pricing it fails): left out
 DECODE_ONLY_KERNELS = ("flashinfer",)
 OVERLAPS = ("--overlap-dp", "--overlap-tp", "--overlap-pp")
-
-
-def usd_per_million_tokens(gpus: int, usd_per_gpu_hour: float, output_tokens_per_s: float) -> float:
-    """GPU cost of a million output tokens: ``gpus`` GPU-hours an hour over the tokens made in
-    that hour."""
-    return gpus * usd_per_gpu_hour / HOUR / output_tokens_per_s * 1e6
 
 
 def unaligned_dims(cfg) -> list[str]:
@@ -37,7 +31,7 @@ def _padding_note(cfg) -> str:
 # -- training ------------------------------------------------------------------------------
 
 
-def training_offers(cfg, cluster, *, search_layout, default_stack: str = "megatron-te"):
+def training_offers(cfg, cluster, *, search_layout, default_stack: str):
     """The layers' offers for ``gpuplan train`` settings; ``search_layout(priced)`` returns the
     flag edits of the fastest layout the search finds for the same GPUs and batch (or None);
     ``default_stack``: the stack ``gpuplan train`` runs when ``--stack`` is not given."""
@@ -178,7 +172,7 @@ def training_limit(now: Priced, acc) -> Limit:
 # -- serving -------------------------------------------------------------------------------
 
 
-def serving_offers(cfg, acc, *, gpus: int, default_stack: str = "gpuplan-server"):
+def serving_offers(cfg, acc, *, gpus: int, default_stack: str):
     """The layers' offers for ``gpuplan serve`` settings on ``gpus`` GPUs; ``default_stack``:
     the stack ``gpuplan serve`` runs when ``--stack`` is not given."""
     from gpuplan.sim.parallel.strategy import valid_tp

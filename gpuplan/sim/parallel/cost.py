@@ -116,3 +116,9 @@ def usd_per_hour(gpu: str, override: float | None = None) -> float:
         return override
     price = price_for(gpu)
     return price.usd_per_gpu_hour if price else float("nan")
+
+
+def usd_per_million_tokens(gpus: int, usd_per_gpu_hour: float, output_tokens_per_s: float) -> float:
+    """GPU cost of a million output tokens: ``gpus`` GPU-hours an hour over the tokens made in
+    that hour."""
+    return gpus * usd_per_gpu_hour / HOUR / output_tokens_per_s * 1e6
