@@ -29,10 +29,11 @@ Parameters (their priors: ``hwmodels/data/efficiency_prior.json``, ``sim/stacks/
 Split: the records are grouped by case (params without ``timing``, so a case's two timings and a
 repeat stay on one side), the cases of each (stack, kind) shuffled with ``--seed`` and 70% taken
 for the fit (at least one a stratum), the rest held out. Each parameter in turn (the order above,
-``bwd`` after ``fwd``; hf-transformers' two, which share records, in three rounds) minimizes the median absolute log error of the fit records it changes (the isolated-call costs, the
-mean: see ``fit``): a
-log grid of factors 1/8 to 8 around the prior, then a finer grid around the best point (steps of
-2^(1/64), about 1.1%). The report gives, per (stack, kind), the held-out median and p90 absolute
+``bwd`` after ``fwd``; hf-transformers' three, which share records, in three rounds, the MoE
+block's first; torch-compile's three in two rounds) minimizes the median absolute log error of
+the fit records it changes (the isolated-call costs, the mean: see ``fit``): a linear grid
+where one is named above, else a log grid of factors 1/8 to 8 around the prior, then a finer
+grid around the best point (steps of 2^(1/64), about 1.1%). The report gives, per (stack, kind), the held-out median and p90 absolute
 percent error with the priors and with the fit. Nothing installed reads FILE;
 ``--package PATH`` also writes the fitted host factors as the presets read them
 (``gpuplan/sim/stacks/data/stack_fit.json``, read by ``sim/stacks/pytorch.py``). The priors are
@@ -66,8 +67,6 @@ EFF_KEYS = {"grouped_gemm_fraction": "grouped_gemm", "grouped_gemm_hbm_fraction"
 HOST_PARAMS = {"module_call_s": "hf-transformers", "device_overlap": "hf-transformers",
                "moe_block_s": "hf-transformers", "call_factor": "torch-compile",
                "graph_call_s": "torch-compile", "compiled_call_s": "torch-compile"}
-# the HostModel field a parameter sets, where its name differs (none at present)
-HOST_FIELD: dict[str, str] = {}
 HOST_KINDS = {"device_overlap": ("model_decode_step",),
               "graph_call_s": ("model_decode_step",), "compiled_call_s": ("prefill_step",),
               "moe_block_s": ("prefill_step", "model_decode_step")}
@@ -217,8 +216,7 @@ class Model:
         stack = record_stack(rec.params)
         for name, owner in HOST_PARAMS.items():
             if stack.name == owner:
-                field = HOST_FIELD.get(name, name)
-                stack = replace(stack, host=replace(stack.host, **{field: v[name]}))
+                stack = replace(stack, host=replace(stack.host, **{name: v[name]}))
         speed = host_speed(rec)
         if speed is not None:
             stack = replace(stack, host=replace(stack.host, speed_factor=speed))
@@ -268,7 +266,7 @@ class Model:
 def _host_value(stack_name: str, name: str) -> float:
     from gpuplan.sim.stacks.pytorch import PRIORS
 
-    return float(PRIORS[stack_name][HOST_FIELD.get(name, name)])
+    return float(PRIORS[stack_name][name])
 
 
 def _log_error(model: Model, recs: list, values: dict, *, mean: bool = False) -> float:
@@ -348,37 +346,38 @@ def run(data_dir, out_file, *, seed: int = 0, device: str = "h200") -> dict:
     return doc
 
 
+def _fitted(doc: dict, keys) -> dict[str, float]:
+    """{key: fitted value} of the ``keys`` the fit has a value for."""
+    return {k: doc["parameters"][k]["fitted"] for k in keys
+            if doc["parameters"].get(k, {}).get("fitted") is not None}
+
+
+def _write_fit(doc: dict, path: str | Path, sections: dict) -> None:
+    """``sections`` with the fit's provenance as ``source``, to ``path`` (folders made)."""
+    out = {"source": f"python3 -m gpuplan.validate.fit_stacks --data {doc['data']} (seed "
+                     f"{doc['seed']}, fit share {doc['fit_share']}, {doc['fit_records']} fit "
+                     f"records of {doc['records']}, device {doc['device']})", **sections}
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+
+
 def write_package(doc: dict, path: str | Path) -> None:
-    """The fitted host factors per stack, as ``sim/stacks/pytorch.py`` reads them."""
+    """The fitted host factors per stack, as ``sim/stacks/pytorch.py`` reads them, and the
+    isolated calls' fixed costs, as ``sim/stacks/kernels.py`` does."""
     stacks: dict[str, dict] = {}
     for name, owner in HOST_PARAMS.items():
         fitted = doc["parameters"][name]["fitted"]
         if fitted is not None:
-            stacks.setdefault(owner, {})[HOST_FIELD.get(name, name)] = fitted
-    isolated = {k.removeprefix("isolated_"): doc["parameters"][k]["fitted"] for k in ISOLATED_KEYS
-                if doc["parameters"].get(k, {}).get("fitted") is not None}
-    out = {"source": f"python3 -m gpuplan.validate.fit_stacks --data {doc['data']} (seed "
-                     f"{doc['seed']}, fit share {doc['fit_share']}, {doc['fit_records']} fit "
-                     f"records of {doc['records']}, device {doc['device']})",
-           "stacks": stacks, "isolated": isolated}
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+            stacks.setdefault(owner, {})[name] = fitted
+    isolated = {k.removeprefix("isolated_"): v for k, v in _fitted(doc, ISOLATED_KEYS).items()}
+    _write_fit(doc, path, {"stacks": stacks, "isolated": isolated})
 
 
 def write_rates(doc: dict, path: str | Path) -> None:
     """The fitted attention-kernel rates and grouped-GEMM shares, as ``hwmodels.efficiency``
-    reads them
-    (``gpuplan/hwmodels/data/stack_rates_<device>.json``)."""
-    rates = {k: doc["parameters"][k]["fitted"] for k in RATE_KEYS
-             if doc["parameters"].get(k, {}).get("fitted") is not None}
-    out = {"source": f"python3 -m gpuplan.validate.fit_stacks --data {doc['data']} (seed "
-                     f"{doc['seed']}, fit share {doc['fit_share']}, {doc['fit_records']} fit "
-                     f"records of {doc['records']}, device {doc['device']})",
-           "attn_kernel_rate": rates,
-           "parameters": {k: doc["parameters"][k]["fitted"] for k in EFF_KEYS
-                          if doc["parameters"].get(k, {}).get("fitted") is not None}}
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+    reads them (``gpuplan/hwmodels/data/stack_rates_<device>.json``)."""
+    _write_fit(doc, path, {"attn_kernel_rate": _fitted(doc, RATE_KEYS),
+                           "parameters": _fitted(doc, EFF_KEYS)})
 
 
 def format_table(doc: dict) -> str:
