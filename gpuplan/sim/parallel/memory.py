@@ -92,10 +92,17 @@ class ModelFacts:
     stream_head: float = 0.0
 
 
-@functools.cache
-def model_facts(cfg: ModelConfig) -> ModelFacts:
+def _first_blocks(cfg: ModelConfig) -> tuple[int, int | None]:
+    """(the first dense block, else block 0; the first MoE block, else None): the blocks whose
+    counts stand for every block of their kind."""
     moe_layer = next((i for i in range(cfg.n_layers) if cfg.is_moe_layer(i)), None)
     dense_layer = next((i for i in range(cfg.n_layers) if not cfg.is_moe_layer(i)), 0)
+    return dense_layer, moe_layer
+
+
+@functools.cache
+def model_facts(cfg: ModelConfig) -> ModelFacts:
+    dense_layer, moe_layer = _first_blocks(cfg)
     experts = cfg.n_experts * ffn_params(cfg, cfg.d_ff_expert) if cfg.is_moe else 0
     moe_total = layer_params(cfg, moe_layer) if moe_layer is not None else 0
     moe_or_dense = moe_layer if moe_layer is not None else dense_layer  # block 0 may be MoE
@@ -169,8 +176,7 @@ def _stream_saved(cfg: ModelConfig, stream: str, expert_dtype: str) -> tuple:
     es, ex, d = dtype_bytes(stream), dtype_bytes(expert_dtype), cfg.d_model
     swiglu = cfg.activation != "gelu"
     out = []
-    for layer in (next((i for i in range(cfg.n_layers) if not cfg.is_moe_layer(i)), 0),
-                  next((i for i in range(cfg.n_layers) if cfg.is_moe_layer(i)), None)):
+    for layer in _first_blocks(cfg):
         if layer is None:
             out.append(0.0)
             continue
