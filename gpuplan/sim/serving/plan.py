@@ -439,10 +439,17 @@ def plan(
     evaluate = partial(_evaluate_candidate, rate_per_s=rate_per_s, lengths=lengths, slo=slo,
                        requests=requests, seed=seed, max_gpus=space.max_gpus, hourly=hourly,
                        per_m=per_m, prune=prune)  # fmt: skip
+
+    def piece(k: int, cap_usd: tuple[float, float], seen) -> tuple:
+        """What ``_evaluate_candidate`` takes for the ``k``-th candidate in ``ordered``."""
+        _, start, c, dep = ordered[k]
+        return (c, dep, start, steps[id(dep)], cap_usd, seen,
+                specs.get(id(dep)) if c.speculative else None)
+
     known, scouted_usd = {}, math.inf
     if prune:
-        known, scouted_usd = _scout(ordered, steps, evaluate, lengths, slo, top, hourly * per_m,
-                                    rate_per_s, specs)  # fmt: skip
+        known, scouted_usd = _scout(ordered, steps, evaluate, piece, lengths, slo, top,
+                                    hourly * per_m, rate_per_s, spec_tokens)  # fmt: skip
     rows, met = [], []
     bar = tqdm(total=len(ordered), unit="config", disable=not progress, leave=False)
     # candidates in order, ``pool.width`` at a time; the stop rule reads the rows in that order,
@@ -458,9 +465,7 @@ def plan(
         # configurations are sorted stably, the earlier first), so its cap is strictly below
         # the top-th cost met; at or below the scouts' X (a scout may come after it)
         cap = (scouted_usd, _top_cost(met, top) if prune else math.inf)
-        pieces = [(c, dep, start, steps[id(dep)], cap, known.get(lo + k),
-                   specs.get(id(dep)) if c.speculative else None)
-                  for k, (_, start, c, dep) in enumerate(batch)]  # fmt: skip
+        pieces = [piece(k, cap, known.get(k)) for k in range(lo, lo + len(batch))]
         for (gpus_floor, *_), row in zip(batch, pool.map(evaluate, pieces), strict=True):
             if _enough(met, top, gpus_floor * hourly * per_m):
                 break
@@ -484,23 +489,23 @@ def plan(
     )
 
 
-def _scout(ordered, steps, evaluate, lengths, slo: Slo, top: int, usd_per_gpu: float, rate,
-           specs: dict):  # fmt: skip
+def _scout(ordered, steps, evaluate, piece, lengths, slo: Slo, top: int, usd_per_gpu: float,
+           rate, spec_tokens: int):  # fmt: skip
     """Before the search proper, the ``top`` candidates guessed cheapest (``_guess_gpus``) are
     searched in full: ({index in ``ordered``: their runs}, X), X the ``top``-th lowest of
     max(floor, cost) among those that meet (inf if fewer meet). No candidate costing more
     than X can be among the ``top``: the ``top`` scouts cost X or less and, their floors being X
     or less, come before any candidate the stop rule could end the search at with fewer than
     ``top`` costs at or below X met. So X caps every search, and the stop rule and the
-    configurations kept are those of the search without it."""
-    guesses = [(_guess_gpus(c, dep, steps[id(dep)], lengths, slo, rate, specs), k)
+    configurations kept are those of the search without it. ``piece(k, caps, runs)``: what
+    ``evaluate`` takes for the ``k``-th candidate."""
+    guesses = [(_guess_gpus(c, dep, steps[id(dep)], lengths, slo, rate, spec_tokens), k)
                for k, (_, _, c, dep) in enumerate(ordered)]  # fmt: skip
     chosen = [k for gpus, k in sorted(guesses) if math.isfinite(gpus)][:top]
     known, usd = {}, []
     for k in sorted(chosen):
-        floor_gpus, start, c, dep = ordered[k]
-        row = evaluate((c, dep, start, steps[id(dep)], (math.inf, math.inf), None,
-                        specs.get(id(dep)) if c.speculative else None))  # fmt: skip
+        row = evaluate(piece(k, (math.inf, math.inf), None))
+        floor_gpus = ordered[k][0]
         known[k] = row["_seen"]
         if row["meets"]:
             usd.append(max(floor_gpus * usd_per_gpu, row["gpus"] * usd_per_gpu))
@@ -511,7 +516,7 @@ TAIL_FACTOR = math.log(100)  # an M/M/1 queue's p99 sojourn is ln(100) service t
 
 
 def _guess_gpus(c: Candidate, dep, step: StepModel, lengths, slo: Slo, rate: float,
-                specs: dict) -> float:  # fmt: skip
+                spec_tokens: int) -> float:  # fmt: skip
     """A rough guess at the GPUs a candidate needs, only to choose the scouts (``_scout``):
     its throughput bound (``unit_rate_bound``) at the highest load that keeps an M/M/1 queue
     of mean-prompt prefills within the TTFT target at p99; inf where a lone decode step misses
@@ -523,8 +528,7 @@ def _guess_gpus(c: Candidate, dep, step: StepModel, lengths, slo: Slo, rate: flo
         return math.inf
     if step.decode_s(1, prompt + round(output / 2)) > slo.tpot_s:
         return math.inf
-    k = specs[id(dep)].spec.k if c.speculative else 0
-    units = max(1, math.ceil(rate / (load * unit_rate_bound(c, dep, step, lengths, k))))
+    units = max(1, math.ceil(rate / (load * unit_rate_bound(c, dep, step, lengths, spec_tokens))))
     return units * c.unit_gpus
 
 
