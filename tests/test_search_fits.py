@@ -29,7 +29,7 @@ def every_row(cfg, cluster, gpus, gb, seq, space):
     eff = training_efficiency(stack, efficiency_for(acc.key), acc)
     s = S.enumerate_space(cfg, gpus, gb, seq, acc, space)
     keep = layout_mask(runtime_of(stack), s["tp"], s["pp"], s["zero"], s["cp"])
-    s = {k: v[keep] if np.ndim(v) and len(v) == len(keep) else v for k, v in s.items()}
+    s = S._rows(s, keep)  # the rows the stack runs, as the search keeps them
     index, table, _n = S._price_shapes(cfg, s, seq, acc, eff, space, InProcess(), lambda x, *a: x)
     _c, terms, mem = evaluate(
         model_facts(cfg), s, {f: table[f][index] for f in TIME_FIELDS},
