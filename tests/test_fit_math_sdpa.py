@@ -52,3 +52,15 @@ def test_gqa_and_the_causal_mask_add_kernels():
                 causal=False)
     assert _launches(base | {"heads_kv": 8}) == _launches(base) + 2  # the K/V repeats
     assert _launches(base | {"causal": True}) == _launches(base) + 6  # the mask's build, add
+
+
+@pytest.mark.parametrize("module", [fit_math_sdpa, fit_hf_moe])
+def test_a_profile_that_cannot_be_read_is_one_line_naming_it(module, tmp_path, capsys):
+    missing = str(tmp_path / "missing.json")
+    assert module.main(["--profile", missing]) == 2
+    assert capsys.readouterr().err == f"error: --profile {missing!r}: No such file or directory\n"
+    garbled = tmp_path / "garbled.json"
+    garbled.write_text("{")
+    assert module.main(["--profile", str(garbled)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: --profile {str(garbled)!r}: not JSON: give a {module.PROFILE.name}\n"

@@ -15,9 +15,7 @@ the campaign's whole-model ``prefill_step`` records (``hf-transformers``, MoE mo
 
 from __future__ import annotations
 
-import argparse
 import json
-import statistics
 from pathlib import Path
 
 PROFILE = Path(__file__).resolve().parents[2] / "data" / "h200_stacks" / "run6" / \
@@ -60,33 +58,22 @@ def measured_s(profile: dict) -> dict[str, float]:
 
 
 def fit(path: str | Path = PROFILE) -> dict[str, dict]:
-    from gpuplan.hwmodels.accelerators import get_accelerator
+    """{family: {"fraction": median, "profiles": [per-profile shares]}} over the MoE models."""
+    from gpuplan.sim.predict import record_model
+    from gpuplan.validate.fit_math_sdpa import median_shares
 
     doc = json.loads(Path(path).read_text())
-    shares: dict[str, list[float]] = {}
-    for prof in doc["profiles"]:
-        from gpuplan.sim.predict import record_model
-
-        if not record_model(prof["params"]["model"]).is_moe:
-            continue
-        acc = get_accelerator(prof["device"])
-        nbytes, secs = model_bytes(prof["params"]), measured_s(prof)
-        for family, t in secs.items():
-            if t > 0 and nbytes.get(family):
-                shares.setdefault(family, []).append(nbytes[family] / (t * acc.hbm_bytes_per_s))
-    return {k: {"fraction": statistics.median(v), "profiles": v} for k, v in sorted(shares.items())}
+    moe = [prof for prof in doc["profiles"] if record_model(prof["params"]["model"]).is_moe]
+    return median_shares(moe, model_bytes, measured_s)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m gpuplan.validate.fit_hf_moe",
-                                 description=__doc__.splitlines()[0])
-    ap.add_argument("--profile", default=str(PROFILE), help="an hf_kernel_profile.json")
-    args = ap.parse_args(argv)
     from gpuplan.hwmodels.elementwise import MEASURED_FRACTION
-    from gpuplan.validate.fit_math_sdpa import format_shares
+    from gpuplan.validate.fit_math_sdpa import shares_cli
 
-    print(format_shares(fit(args.profile), MEASURED_FRACTION, "family"))
-    return 0
+    return shares_cli(argv, module="gpuplan.validate.fit_hf_moe", doc=__doc__,
+                      profile=PROFILE, profile_help="an hf_kernel_profile.json", fit=fit,
+                      in_model=MEASURED_FRACTION, what="family")
 
 
 if __name__ == "__main__":

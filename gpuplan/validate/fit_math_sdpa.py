@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from pathlib import Path
 
 PROFILE = Path(__file__).resolve().parents[2] / "data" / "h200_stacks" / "run4" / \
@@ -66,7 +67,10 @@ def model_bytes(params: dict) -> dict[str, float]:
         op = _op(params, pass_)
         for _, klass, nbytes, _n in math_attention_kernels(op):
             out[klass] = out.get(klass, 0.0) + nbytes
-        if pass_ == "fwd" and op.seq_q == 1:  # the one-query QK^T GEMV reads every key
+        # the one-query QK^T GEMV reads every key, in fp32 (4 bytes: the backend upcasts 16-bit
+        # inputs, ``hwmodels.attention.math_attention_time``; its price, ``gemm_bytes``, also
+        # counts q and the scores: 1 + 1/head_dim + 1/seq_kv times these bytes)
+        if pass_ == "fwd" and op.seq_q == 1:
             out[MATH_GEMV_CLASS] = out.get(MATH_GEMV_CLASS, 0.0) + (
                 op.batch * op.heads_q * op.seq_kv * op.head_dim * 4)
     return out
@@ -88,29 +92,52 @@ def measured_s(profile: dict) -> dict[str, float]:
 
 def fit(path: str | Path = PROFILE) -> dict[str, dict]:
     """{class: {"fraction": median, "profiles": [per-profile shares]}}."""
+    doc = json.loads(Path(path).read_text())
+    math = [prof for prof in doc["profiles"] if prof["backend"] == "math"]
+    return median_shares(math, model_bytes, measured_s, min_s=MIN_CLASS_S)
+
+
+def median_shares(profiles, model_bytes, measured_s, *, min_s: float = 0.0) -> dict[str, dict]:
+    """{name: {"fraction": median, "profiles": [per-profile shares]}}: in each profile, the
+    model's bytes of a name (``model_bytes(params)``) over its kernels' measured time
+    (``measured_s(profile)``, counted where over 0 and at least ``min_s``) at the profile
+    device's datasheet HBM bandwidth."""
     from gpuplan.hwmodels.accelerators import get_accelerator
 
-    doc = json.loads(Path(path).read_text())
     shares: dict[str, list[float]] = {}
-    for prof in doc["profiles"]:
-        if prof["backend"] != "math":
-            continue
+    for prof in profiles:
         acc = get_accelerator(prof["device"])
         nbytes, secs = model_bytes(prof["params"]), measured_s(prof)
-        for klass, t in secs.items():
-            if t >= MIN_CLASS_S and nbytes.get(klass):
-                shares.setdefault(klass, []).append(nbytes[klass] / (t * acc.hbm_bytes_per_s))
+        for name, t in secs.items():
+            if t > 0 and t >= min_s and nbytes.get(name):
+                shares.setdefault(name, []).append(nbytes[name] / (t * acc.hbm_bytes_per_s))
     return {k: {"fraction": statistics.median(v), "profiles": v} for k, v in sorted(shares.items())}
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m gpuplan.validate.fit_math_sdpa",
-                                 description=__doc__.splitlines()[0])
-    ap.add_argument("--profile", default=str(PROFILE), help="a kernel_profile.json")
-    args = ap.parse_args(argv)
     from gpuplan.hwmodels.attention import MATH_HBM_FRACTION
 
-    print(format_shares(fit(args.profile), MATH_HBM_FRACTION, "class"))
+    return shares_cli(argv, module="gpuplan.validate.fit_math_sdpa", doc=__doc__,
+                      profile=PROFILE, profile_help="a kernel_profile.json", fit=fit,
+                      in_model=MATH_HBM_FRACTION, what="class")
+
+
+def shares_cli(argv, *, module: str, doc: str, profile: Path, profile_help: str, fit, in_model,
+               what: str) -> int:
+    """A share fit's command line (this module's and ``fit_hf_moe``'s): ``--profile FILE``, then
+    the fit's table; a profile that cannot be read is one line naming it (exit 2)."""
+    ap = argparse.ArgumentParser(prog=f"python3 -m {module}", description=doc.splitlines()[0])
+    ap.add_argument("--profile", default=str(profile), help=profile_help)
+    args = ap.parse_args(argv)
+    try:
+        fitted = fit(args.profile)
+    except OSError as err:
+        print(f"error: --profile {args.profile!r}: {err.strerror}", file=sys.stderr)
+        return 2
+    except ValueError:
+        print(f"error: --profile {args.profile!r}: not JSON: give a {profile.name}", file=sys.stderr)
+        return 2
+    print(format_shares(fitted, in_model, what))
     return 0
 
 
