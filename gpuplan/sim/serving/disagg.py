@@ -151,7 +151,7 @@ def simulate_disaggregated(
         rep.state.handoff = lambda rid, at, i=i: links.send(i, rid, table, at)
     for rep in pre + dec:
         rep.state.on_done = bar.done
-        rep.state.on_first = bar.first
+        rep.state.on_first = bar.first_token  # None without a watch of first tokens
     to_prefill = Router(dis.prefill_router, len(pre))
 
     def dispatch(rid: int) -> None:

@@ -242,11 +242,6 @@ class Progress:
 
             self.bar = tqdm(total=total, unit="req", smoothing=0.1)
 
-    def first(self, rid: int, at_s: float) -> None:
-        """A request emitted its first token (told to the watch's ``first_token``, if any)."""
-        if self.watch is not None and self.first_token is not None:
-            self.first_token(rid, at_s)
-
     def done(self, rid: int, at_s: float) -> None:
         if self.watch is not None:
             self.watch(rid, at_s)
@@ -304,7 +299,7 @@ def simulate(
     ]
     for rep in reps:
         rep.state.on_done = bar.done
-        rep.state.on_first = bar.first
+        rep.state.on_first = bar.first_token  # None without a watch of first tokens
     pick = Router(router, replicas)
     dispatch = arrival_watched(_dispatcher(pick, reps, table), watch, table, env)
     env.process(arrivals(env, table, dispatch))

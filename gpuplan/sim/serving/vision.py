@@ -71,14 +71,13 @@ def encoder_s(dep, work: EncoderWork) -> float:
     return kernels_s + cost.total_s
 
 
-def encoder_summary(workload, dep=None) -> dict | None:
-    """Image tokens and encoder time of a prepared workload, for the serving summary; the
-    tokens are prompt tokens (inline) or cross-attention keys and values (``style``)."""
+def encoder_summary(workload, dep) -> dict | None:
+    """Image tokens and encoder time of a workload ``prepare_images`` prepared for ``dep``, for
+    the serving summary; the tokens are prompt tokens (inline) or cross-attention keys and
+    values (``style``, ``dep``'s tower's)."""
     if workload.encoder_s is None:
         return None
     with_images = workload.image_tokens > 0
-    tower = None if dep is None else dep.model.vision_tower
-    style = "inline" if tower is None else tower.style
     return {
         "requests_with_images": int(with_images.sum()),
         "images": int(workload.images_per_request.sum()),
@@ -86,7 +85,7 @@ def encoder_summary(workload, dep=None) -> dict | None:
         "image_tokens_mean": float(workload.image_tokens[with_images].mean()),
         "encoder_s_total": float(workload.encoder_s.sum()),
         "encoder_s_mean": float(workload.encoder_s[with_images].mean()),
-        "style": style,
+        "style": dep.model.vision_tower.style,  # encoder_s is set only for a tower's images
     }
 
 
