@@ -51,6 +51,10 @@ from gpuplan.workloads.ops import Op
 
 __all__ = ["Batch", "StepModel", "iteration_breakdown"]
 
+# ``_run_terms``' count of host-bound iterations where the device time never catches up with
+# the host's (no growth, or none of it hides the host): more than any run takes
+_ALWAYS_HOST_BOUND = 1 << 62
+
 
 def check_servable(dep) -> None:
     """A serving simulation keeps a paged or static cache: a dynamic one (Hugging Face's
@@ -299,7 +303,7 @@ class StepModel:
         h, o = self._dec_host_s, self._dec_overlap
         if o * a >= h:
             return a, b, h, o, 0
-        flat = math.ceil((h / o - a) / b) if b > 0 and o > 0 else 1 << 62
+        flat = math.ceil((h / o - a) / b) if b > 0 and o > 0 else _ALWAYS_HOST_BOUND
         return a, b, h, o, flat
 
     def _growth(self, seqs: int) -> int:
@@ -337,7 +341,7 @@ class StepModel:
         a, b, h, o, flat = self._run_terms(seqs, kv_tokens)
         over = self._overhead_s + self._seq_s * seqs
         c = 1.0 - o
-        held_s = self.decode_run_s(seqs, kv_tokens, flat) if flat < 1 << 62 else math.inf
+        held_s = self.decode_run_s(seqs, kv_tokens, flat) if flat < _ALWAYS_HOST_BOUND else math.inf
         if held_s >= elapsed_s:  # within the host-bound iterations: cost h + c a + o + c b j
             n = _first_count(h + c * a + over, c * b, elapsed_s)
         else:
