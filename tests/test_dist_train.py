@@ -119,6 +119,21 @@ def test_the_committed_h200_records_score_on_every_line():
     assert all(abs(r["time_error_pct"]) < 100 and abs(r["peak_error_pct"]) < 100 for r in rows)
 
 
+def test_score_keeps_each_layout_past_a_blank_line(tmp_path):
+    lines = H200_RECORDS.read_text().splitlines()
+    gapped = tmp_path / "train_step.jsonl"
+    gapped.write_text(lines[0] + "\n\n" + "\n".join(lines[1:]) + "\n")
+    want = [r["layout"] for r in dist_train.score_rows(H200_RECORDS)]
+    assert [r["layout"] for r in dist_train.score_rows(gapped)] == want
+
+
+def test_score_names_a_missing_records_file_on_one_line(tmp_path):
+    missing = str(tmp_path / "missing.jsonl")
+    with pytest.raises(SystemExit) as exc:
+        dist_train.main(["score", missing])
+    assert exc.value.code == f"error: records file {missing!r} does not exist"
+
+
 @pytest.mark.slow
 def test_two_gloo_ranks_write_one_record_per_case(tmp_path):
     path = dist_train.measure(str(tmp_path), device="cpu", world=2, tiny=True, budget_s=120)

@@ -59,10 +59,12 @@ from .model import TrainModel, rope_tables
 from .records import RecordWriter, environment, make_record, write_environment
 
 KIND = "train_step"
+BUCKET_CAP_MB = 25  # DDP's default gradient bucket (torch.nn.parallel.DistributedDataParallel)
 # layout -> (stack it is priced as, ZeRO stage, what wraps the model)
 LAYOUTS = {
-    "ddp": ("pytorch", 0, "DistributedDataParallel(bucket_cap_mb=25)"),
-    "ddp-zero1": ("pytorch", 1, "DDP(bucket_cap_mb=25) + ZeroRedundancyOptimizer(AdamW)"),
+    "ddp": ("pytorch", 0, f"DistributedDataParallel(bucket_cap_mb={BUCKET_CAP_MB})"),
+    "ddp-zero1": ("pytorch", 1,
+                  f"DDP(bucket_cap_mb={BUCKET_CAP_MB}) + ZeroRedundancyOptimizer(AdamW)"),
     "fsdp2": ("fsdp2", 3, "fully_shard per layer + root, reshard_after_forward=True"),
     "fsdp2-keep": ("fsdp2", 2, "fully_shard per layer + root, reshard_after_forward=False"),
 }
@@ -70,7 +72,6 @@ ACCUMULATIONS = (1, 4)
 # params beside the contract's train_step keys (gpuplan.validate.records, KIND_OPTIONAL), with
 # optimizer_impl, the AdamW implementation run (fused on CUDA, foreach on the CPU)
 OPTIONAL_PARAMS = ("stack", "timing", "dp", "accumulation", "zero_stage")
-BUCKET_CAP_MB = 25
 PEAK_DEFINITION = (
     "torch.cuda.max_memory_allocated() over one step after reset_peak_memory_stats(), largest "
     "over ranks; the wrapped model, its optimizer state and the previous step's buffers allocated"
@@ -222,7 +223,7 @@ def measure_rank(rt: distributed.Rank, layout: str, p: dict) -> dict | None:
         torch.cuda.empty_cache()
     if rt.rank:
         return None
-    stack, zero, wrapper = LAYOUTS[layout]
+    wrapper = LAYOUTS[layout][2]
     contract = {k: v for k, v in p.items() if k not in OPTIONAL_PARAMS}
     impl = _adamw_impl(rt.device)
     what = (
@@ -305,13 +306,13 @@ def score_rows(path: str | Path) -> list[dict]:
     records, errors = read_records(path, known_devices=known)
     if errors:
         raise SystemExit(f"{path}: {errors[0]}")
-    raw = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    lines = Path(path).read_bytes().splitlines()  # numbered as read_records numbers them
     rows = []
     for rec in records:
         pred = predict_record(rec)
         p, m = rec.params, rec.measured
         rows.append({
-            "layout": raw[rec.line_no - 1].get("layout", p.get("stack", "pytorch")),
+            "layout": json.loads(lines[rec.line_no - 1]).get("layout", p.get("stack", "pytorch")),
             "model": f"h{p['hidden']} L{p['layers']} v{p['vocab']} s{p['seq']} mb{p['micro_batch']}",
             "dp": p.get("dp", 1), "accumulation": p.get("accumulation", 1),
             "measured_time_s": m["time_s"], "predicted_time_s": pred["time_s"],
@@ -353,7 +354,12 @@ def main(argv: list[str] | None = None) -> None:
         ap.add_argument("file", help="train_step.jsonl written by this module")
         ap.add_argument("--json", action="store_true", help="the rows as JSON")
         args = ap.parse_args(argv[1:])
-        rows = score_rows(args.file)
+        from gpuplan.errors import GpuplanError
+
+        try:
+            rows = score_rows(args.file)
+        except GpuplanError as err:  # a file that is missing, unreadable or empty
+            raise SystemExit(f"error: {err}") from None
         print(json.dumps(rows, indent=1)) if args.json else print_scores(rows)
         return
     ap = argparse.ArgumentParser(
