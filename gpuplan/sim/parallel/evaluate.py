@@ -167,21 +167,20 @@ def _pytorch_grad_passes(terms, runtime, s, max_p, group, unsharded, acc, eff) -
     """PyTorch's own gradient passes, in place in ``terms``: DDP's bucket copies (in the
     data-parallel reduction, ``dp_comm``) and the added gradients of the later micro-batches
     (``grad_accumulation``), each a bandwidth-bound pass over the local gradients."""
-    bw = acc.hbm_bytes_per_s * eff.elementwise_fraction("add")
     zero, m = np.asarray(s["zero"]), np.asarray(s["m"])
     copied = _bucket_copy(runtime, group) & (zero < 2)
     terms["dp_comm"] = terms["dp_comm"] + np.where(
-        copied, DDP_BUCKET_COPY_BYTES * max_p / bw + eff.kernel_overhead_s, 0.0)
+        copied, step_time.gradient_pass_s(max_p, DDP_BUCKET_COPY_BYTES, acc, eff), 0.0)
     if runtime.fsdp2_copies:  # TrainingRuntime.fsdp2_copies, per micro-batch
         gathers = np.where(zero >= 3, 2, 1)
         per_mb = (gathers * (FSDP2_COPY_IN_BYTES * max_p / group + FSDP2_COPY_OUT_BYTES * max_p)
                   + (gathers - 1) * FSDP2_RECAST_BYTES * max_p / group
                   + np.where(np.asarray(group) == 1, FSDP2_ONE_RANK_RS_BYTES * max_p, 0.0))
         terms["zero_comm"] = terms["zero_comm"] + np.where(
-            (zero >= 2) & ~unsharded, m * per_mb / bw, 0.0)
+            (zero >= 2) & ~unsharded, m * per_mb / step_time.pass_bytes_per_s(acc, eff), 0.0)
     if runtime.autograd_accumulation:
         local = np.where(zero >= 2, max_p / group, max_p)
-        add = (m - 1) * (AUTOGRAD_ACCUMULATE_BYTES * local / bw + eff.kernel_overhead_s)
+        add = (m - 1) * step_time.gradient_pass_s(local, AUTOGRAD_ACCUMULATE_BYTES, acc, eff)
         terms["grad_accumulation"] = np.where(
             unsharded | ~np.asarray(s["fused_accum"]), terms["grad_accumulation"], add)
 

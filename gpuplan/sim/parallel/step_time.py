@@ -109,19 +109,25 @@ def cast_s(params_local, state_precision: str, rc, acc, eff):
 
 def accumulate_s(params_local, state_precision: str, acc, eff):
     """One separate gradient-accumulation kernel over ``params_local`` parameters."""
-    return _accumulate_pass_s(params_local, ACCUMULATE_BYTES[state_precision], acc, eff)
+    return gradient_pass_s(params_local, ACCUMULATE_BYTES[state_precision], acc, eff)
 
 
 def cast_add_s(params_local, acc, eff):
     """Adding each micro-batch's 16-bit gradient into an fp32 buffer by a cast and an add
     (``CAST_ADD_BYTES``): DeepSpeed's BF16_Optimizer, FSDP2 without gradient sync."""
-    return _accumulate_pass_s(params_local, CAST_ADD_BYTES, acc, eff)
+    return gradient_pass_s(params_local, CAST_ADD_BYTES, acc, eff)
 
 
-def _accumulate_pass_s(params_local, bytes_per_param, acc, eff):
+def gradient_pass_s(params_local, bytes_per_param, acc, eff):
     """One bandwidth-bound kernel moving ``bytes_per_param`` for each local parameter."""
     nbytes = params_local * bytes_per_param
-    return nbytes / (acc.hbm_bytes_per_s * eff.elementwise_fraction("add")) + eff.kernel_overhead_s
+    return nbytes / pass_bytes_per_s(acc, eff) + eff.kernel_overhead_s
+
+
+def pass_bytes_per_s(acc, eff):
+    """The rate of an elementwise pass over gradients or parameters (an ``add``'s fraction of
+    HBM bandwidth)."""
+    return acc.hbm_bytes_per_s * eff.elementwise_fraction("add")
 
 
 def on_rows(rows, fn, lk, *arrays):
