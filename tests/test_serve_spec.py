@@ -119,11 +119,16 @@ def test_bad_speculation_is_a_one_line_error(capsys, extra, needle):
     assert code == 2 and needle in err and err.count("\n") == 1, err
 
 
-def test_serve_plan_speculation_flags_without_speculative_are_a_one_line_error(capsys):
+@pytest.mark.parametrize("extra, needle", [
+    (["--spec-tokens", "3"], "go with --speculative"),
+    (["--speculative", "draft:llama2-7b", "--spec-tokens", "3", "--accept-rate", "0.6"],
+     "vocab_size=32000"),
+])  # fmt: skip
+def test_serve_plan_bad_speculation_is_a_one_line_error(capsys, extra, needle):
     code = main(["serve", "plan", "--model", "llama3-8b", "--gpu", "h100-sxm", "--rate", "5",
-                 "--slo-ttft-s", "1", "--slo-tpot-s", "0.05", "--spec-tokens", "3"])  # fmt: skip
+                 "--slo-ttft-s", "1", "--slo-tpot-s", "0.05", *extra])  # fmt: skip
     err = capsys.readouterr().err
-    assert code == 2 and "go with --speculative" in err and err.count("\n") == 1, err
+    assert code == 2 and needle in err and err.count("\n") == 1, err
 
 
 def test_serve_reports_the_speculation(capsys):
