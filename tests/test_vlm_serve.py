@@ -137,16 +137,3 @@ def test_cross_attention_serving_needs_the_same_images_on_every_request(tmp_path
     trace.write_text("arrival_s,prompt_tokens,output_tokens,image_tokens\n0,100,4,1601\n1,100,4,3202\n")
     with pytest.raises(GpuplanError, match="same images on every request"):
         _run(read_trace(trace), dep=LLAMA_V)
-
-
-def test_speculative_cross_attention_images_are_a_one_line_error(capsys):
-    from gpuplan.cli import main
-
-    code = main(["serve", "--model", "llama3.2-11b-vision", "--gpu", "h100-sxm", "--rate", "1",
-                 "--prompt-tokens", "100", "--output-tokens", "4", "--requests", "2",
-                 "--images-per-request", "1", "--speculative", "ngram", "--spec-tokens", "2",
-                 "--accept-rate", "0.5"])  # fmt: skip
-    err = capsys.readouterr().err
-    assert code == 2 and err.count("\n") == 1, err
-    assert "speculative decoding of llama3.2-11b-vision with images" in err
-    assert "without --speculative" in err
