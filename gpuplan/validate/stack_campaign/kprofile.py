@@ -38,6 +38,13 @@ def cases(tiny: bool) -> list[tuple[dict, str]]:
     return [(p, "math") for p in math] + [(p, "cudnn") for p in cudnn]
 
 
+def _save(path: Path, profiles: list[dict]) -> None:
+    """``{"profiles": profiles}`` to ``path``, whole: written beside it, then moved over it."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"profiles": profiles}, indent=1) + "\n")
+    tmp.replace(path)
+
+
 def profile(torch, fn, cpu_top: int = 0) -> dict:
     t = torch
     got = profiled_block(t, fn, REPS, "kprofile_block")
@@ -84,15 +91,12 @@ def run(torch, device: str, device_key: str, out_dir, box: TimeBox, tiny: bool) 
             continue
         profiles.append({"device": device_key, "params": p, "backend": backend,
                          "torch": torch.__version__, **out})
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"profiles": profiles}, indent=1) + "\n")
-        tmp.replace(path)
+        _save(path, profiles)
         log(f"  kprofile {backend} {p}: {len(out['kernels'])} kernels, "
             f"{out['total_s_per_call'] * 1e3:.3f} ms")
         del fn
         torch.cuda.empty_cache()
-    n = len(profiles)
-    return {"profiles": n}
+    return {"profiles": len(profiles)}
 
 
 # Whole Hugging Face models' forwards (``hf.py``'s prefill call, eager, bf16 weights), layers cut
@@ -137,9 +141,7 @@ def run_hf(torch, device: str, device_key: str, out_dir, box: TimeBox, tiny: boo
                              "params": {"model": name, "layers": layers, "batch": b, "seq": s,
                                         "dtype": "bf16", "stack": "hf-transformers"},
                              "hf": info, **out})
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"profiles": profiles}, indent=1) + "\n")
-            tmp.replace(path)
+            _save(path, profiles)
             log(f"  hfprofile {name} {b}x{s}: {len(out['kernels'])} kernel names, "
                 f"{out['total_s_per_call'] * 1e3:.3f} ms")
         model = None

@@ -105,14 +105,17 @@ def _run_part(part, torch, device, key, out_dir, box, tiny, models, grid="base")
         from . import ops
 
         return ops.run(torch, device, key, out_dir, box, tiny)
-    if part in ("grouped", "kprofile", "hfprofile"):
-        from . import grouped, kprofile
+    if part == "grouped":
+        from . import grouped
+
+        return grouped.run(torch, device, key, out_dir, box, tiny)
+    if part in ("kprofile", "hfprofile"):
+        from . import kprofile
 
         if part == "hfprofile":
             return kprofile.run_hf(torch, device, key, out_dir, box, tiny,
                                    extended=grid != "base")
-        fn = {"grouped": grouped.run, "kprofile": kprofile.run}
-        return fn[part](torch, device, key, out_dir, box, tiny)
+        return kprofile.run(torch, device, key, out_dir, box, tiny)
     from . import hf
 
     return hf.run(torch, device, key, out_dir, box, tiny, compiled=part == "compile",
