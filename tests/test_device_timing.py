@@ -78,3 +78,8 @@ def test_device_timing_cli_errors_are_one_line(tmp_path, capsys):
     assert main([str(isolated)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no device-timed single-kernel record" in err
+    garbled = tmp_path / "garbled.jsonl"
+    garbled.write_text("{\n")
+    assert main([str(garbled)]) == 2
+    assert capsys.readouterr().err == (f"error: RECORDS={str(garbled)!r}: not JSON Lines: give "
+                                       "the stack campaign's ops.jsonl\n")

@@ -54,7 +54,11 @@ def main(argv: list[str]) -> int:
     path = argv[0] if argv else DEFAULT_RECORDS
     try:
         with open(path, encoding="utf-8") as fh:
-            records = [json.loads(line) for line in fh if line.strip()]
+            try:
+                records = [json.loads(line) for line in fh if line.strip()]
+            except ValueError:  # not JSON, or not UTF-8 text
+                raise GpuplanError(f"RECORDS={path!r}: not JSON Lines: give the stack "
+                                   "campaign's ops.jsonl") from None
         if not records:
             raise GpuplanError(f"RECORDS={path!r}: no records")
         device = records[0]["device"]
