@@ -141,7 +141,7 @@ def resolve_stack(args, acc):
     """The stack of --stack and its overrides; the strategy options it sets by default
     (precision of the state, overlaps) filled in where the command line left them unset."""
     stack = stack_from_args(args, acc)
-    if getattr(args, "impl", None) is not None and args.impl != stack.elementwise:
+    if args.impl is not None and args.impl != stack.elementwise:  # add_assumption_options
         import dataclasses
 
         stack = dataclasses.replace(stack, elementwise=args.impl)
