@@ -150,6 +150,13 @@ def test_whole_model_param_keys_match_the_record_contract():
     assert {kind: tuple(PARAM_RULES[kind]) for kind in MODEL_KINDS} == MODEL_PARAM_KEYS
 
 
+def test_the_grouped_gemm_param_keys_match_the_record_contract():
+    from gpuplan.validate.records import PARAM_RULES
+    from gpuplan.validate.stack_campaign.common import CONTRACT_PARAM_KEYS
+
+    assert CONTRACT_PARAM_KEYS["grouped_gemm"] == tuple(PARAM_RULES["grouped_gemm"])
+
+
 def test_fit_stacks_data_errors_are_one_line_naming_the_folder(tmp_path, capsys):
     out = str(tmp_path / "fit.json")
     missing = tmp_path / "missing"

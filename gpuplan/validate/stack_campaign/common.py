@@ -33,7 +33,8 @@ MODEL_PARAM_KEYS: dict[str, tuple[str, ...]] = {
 CONTRACT_PARAM_KEYS: dict[str, tuple[str, ...]] = {
     **{kind: PARAM_KEYS[kind] for kind in ("gemm", "attention", "elementwise")},
     **MODEL_PARAM_KEYS,
-    # MoE experts' grouped GEMM (stack_campaign/grouped.py; validate/records.py has its rules)
+    # MoE experts' grouped GEMM (stack_campaign/grouped.py; validate/records.py has its rules,
+    # which tests/test_stack_campaign.py checks this copy against)
     "grouped_gemm": ("groups", "m", "n", "k", "dtype"),
 }
 OPTIONAL_PARAMS = ("stack", "attention_kernel", "timing", "max_cache_len")
