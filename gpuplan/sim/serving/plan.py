@@ -127,14 +127,20 @@ class PlanResult:
     price_source: str
     wall_s: float
 
+    def _best(self) -> tuple[list[int], list[str]]:
+        """(indices in ``rows`` of the cheapest configurations that meet the SLO, cheapest
+        first, ties: fewer GPUs, then the order simulated; the columns they do not show)."""
+        rows = self.rows
+        met = sorted((i for i, r in enumerate(rows) if r["meets"]),
+                     key=lambda i: (rows[i]["usd_per_m_output_tokens"], rows[i]["gpus"]))  # fmt: skip
+        return met[: self.top], ["above_top_cost"] + ([] if self.speculation else ["speculative"])
+
     @property
     def best_rows(self) -> list[dict]:
-        """The cheapest configurations that meet the SLO, cheapest first (ties: fewer GPUs,
-        then the order simulated): ``best.to_dict("records")`` without pandas."""
-        met = sorted((r for r in self.rows if r["meets"]),
-                     key=lambda r: (r["usd_per_m_output_tokens"], r["gpus"]))[: self.top]  # fmt: skip
-        gone = {"above_top_cost"} | ({"speculative"} if not self.speculation else set())
-        return [{k: v for k, v in r.items() if k not in gone} for r in met]
+        """The cheapest configurations that meet the SLO (``_best``): ``best.to_dict("records")``
+        without pandas."""
+        kept, gone = self._best()
+        return [{k: v for k, v in self.rows[i].items() if k not in gone} for i in kept]
 
     @property
     def evaluated(self) -> pd.DataFrame:
@@ -146,10 +152,8 @@ class PlanResult:
     @property
     def best(self) -> pd.DataFrame:
         """``best_rows`` as a DataFrame (columns typed as in ``evaluated``)."""
-        ev = self.evaluated
-        best = ev[ev["meets"]].sort_values(["usd_per_m_output_tokens", "gpus"]).head(self.top)
-        best = best.drop(columns=["above_top_cost"] + ["speculative"] * (not self.speculation))
-        return best.reset_index(drop=True)
+        kept, gone = self._best()
+        return self.evaluated.iloc[kept].drop(columns=gone).reset_index(drop=True)
 
 
 def candidates(cfg, acc, eff, space: SearchSpace) -> list[tuple[Candidate, Deployment]]:
