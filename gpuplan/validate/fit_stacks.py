@@ -281,7 +281,7 @@ def fit(model: Model, records: list) -> dict[str, dict]:
     # the MoE blocks' own cost first, so that module_call_s is not pulled up by it
     shared = sorted((n for n, owner in HOST_PARAMS.items() if owner == "hf-transformers"),
                     key=lambda n: n not in _MOE_ONLY)
-    compiled = ("call_factor", "graph_call_s", "compiled_call_s")
+    compiled = [n for n, owner in HOST_PARAMS.items() if owner == "torch-compile"]
     for name in (*ISOLATED_KEYS, *RATE_KEYS, *EFF_KEYS, *shared * HOST_PASSES,
                  *compiled * COMPILE_PASSES):
         recs = [r for r in records if model.touches(r, name)]
