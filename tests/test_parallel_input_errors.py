@@ -65,3 +65,11 @@ def test_a_run_budget_of_an_unusable_value_is_a_one_line_error(kw, message):
     with pytest.raises(GpuplanError) as excinfo:
         run_budget(**args)
     assert _one_line(excinfo).startswith(message)
+
+
+@pytest.mark.parametrize("key", ["", " ", None])
+def test_an_empty_cluster_key_is_a_one_line_error(key):
+    # only an accelerator or device key carries the example ('h200'): a cluster's would mislead
+    with pytest.raises(GpuplanError) as excinfo:
+        get_cluster(key)
+    assert _one_line(excinfo) == f"cluster key {key!r} is invalid: give a non-empty string"
