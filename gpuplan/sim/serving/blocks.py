@@ -33,7 +33,7 @@ class BlockRule:
     cross_tokens: int = 0
 
     @property
-    def per_sequence(self) -> int:
+    def per_sequence_blocks(self) -> int:
         """Page units a sequence holds whatever its length: its cross-attention cache."""
         return self.cross_layers * -(-self.cross_tokens // self.block_tokens)
 
@@ -46,7 +46,7 @@ class BlockRule:
         """Blocks a sequence of ``tokens`` cached tokens holds."""
         b = self.block_tokens
         whole = -(-tokens // b)
-        cross = self.per_sequence if tokens > 0 else 0
+        cross = self.per_sequence_blocks if tokens > 0 else 0
         if not self.windowed_layers:
             return whole * self.full_layers + cross
         skipped = max(0, tokens - self.window + 1) // b
@@ -56,7 +56,7 @@ class BlockRule:
         """Blocks the sequences with ``cached`` tokens hold together."""
         b = self.block_tokens
         whole = -(-cached // b)
-        cross = self.per_sequence * int(np.count_nonzero(cached)) if self.cross_layers else 0
+        cross = self.per_sequence_blocks * int(np.count_nonzero(cached)) if self.cross_layers else 0
         if not self.windowed_layers:
             return int(whole.sum()) * self.full_layers + cross
         skipped = np.maximum(0, cached - self.window + 1) // b

@@ -167,7 +167,7 @@ class DecodeSet:
             if shift:
                 rem -= b * sum(self._residues[b - shift :])
             whole = (self.offset_sum + len(self.members) * (t + b - 1) - rem) // b
-            return whole * self.rule.full_layers + len(self.members) * self.rule.per_sequence
+            return whole * self.rule.full_layers + len(self.members) * self.rule.per_sequence_blocks
         return self.rule.blocks_sum(self._offsets() + (self.iters + n))
 
     def advance(self, n: int, *, keep_done: bool = False) -> list[tuple[int, int]]:
