@@ -201,9 +201,8 @@ def make_replica(env, index, table, dep, sched, step, timeline, *, prefill_only=
     )
     if sched.policy in ("static", "dynamic") and not prefill_only:
         state.use_static_batches()
-    policy = make_policy(sched, dep.model, prefill_only=prefill_only)
-    if speculator is not None:
-        policy.decode_tokens = speculator.spec.k + 1
+    decode_tokens = 1 if speculator is None else speculator.spec.k + 1  # K proposals, 1 bonus
+    policy = make_policy(sched, dep.model, prefill_only=prefill_only, decode_tokens=decode_tokens)
     return Replica(env, state, policy, step, timeline, swap_bw=swap_bytes_per_s(dep),
                    speculator=speculator, **kw)  # fmt: skip
 

@@ -277,13 +277,15 @@ class StaticPolicy(Policy):
         return Iteration(pieces, ((longest_prompt, 0, n),), sampled=n, padded_to=longest_prompt)
 
 
-def make_policy(sched, cfg, *, prefill_only: bool = False) -> Policy:
-    """The policy a ``SchedulerConfig`` names, for model ``cfg``."""
+def make_policy(sched, cfg, *, prefill_only: bool = False, decode_tokens: int = 1) -> Policy:
+    """The policy a ``SchedulerConfig`` names, for model ``cfg`` (``decode_tokens``:
+    ``Policy.decode_tokens``)."""
     kw = {
         "max_seqs": sched.max_seqs,
         "budget": sched.batched_tokens(cfg),
         "model_len": sched.model_len(cfg),
         "preemption": sched.preemption,
+        "decode_tokens": decode_tokens,
     }
     if prefill_only:
         return PrefillOnlyPolicy(**kw)
