@@ -273,9 +273,10 @@ def simulate(
 ) -> ServingResult:
     """Serve ``workload`` with ``replicas`` identical replicas behind ``router`` (``step``: a
     step model of ``dep`` to reuse, with its memo, across simulations; ``watch(table, rid,
-    at_s)``: called at each request finished or rejected (and its ``first_token(table, rid,
-    at_s)``, if it has one, at each first token), it may raise ``Settled``, which propagates; ``speculator``: a ``speculative.Speculator``, whose decode steps are speculative
-    and whose summary joins the result's)."""
+    at_s)``: called at each request finished or rejected, and its ``first_token(table, rid,
+    at_s)`` and ``arrival(table, rid, at_s)``, if it has them, at each first token and arrival;
+    any may raise ``Settled``, which propagates; ``speculator``: a ``speculative.Speculator``,
+    whose decode steps are speculative and whose summary joins the result's)."""
     check_gpus(replicas, "replicas")
     if speculator is not None:
         _start_speculation(sched, speculator)
