@@ -168,7 +168,7 @@ def _pytorch_grad_passes(terms, runtime, s, max_p, group, unsharded, acc, eff) -
     data-parallel reduction, ``dp_comm``) and the added gradients of the later micro-batches
     (``grad_accumulation``), each a bandwidth-bound pass over the local gradients."""
     zero, m = np.asarray(s["zero"]), np.asarray(s["m"])
-    copied = _bucket_copy(runtime, group) & (zero < 2)
+    copied = _bucket_copy(runtime, group, zero)
     terms["dp_comm"] = terms["dp_comm"] + np.where(
         copied, step_time.gradient_pass_s(max_p, DDP_BUCKET_COPY_BYTES, acc, eff), 0.0)
     if runtime.fsdp2_copies:  # TrainingRuntime.fsdp2_copies, per micro-batch
@@ -191,6 +191,7 @@ def memory_of(facts, s: dict, *, kinds: StageKinds, seq: int, state_precision: s
     """The memory terms of ``evaluate`` (what a search needs to know what fits)."""
     tp, cp, ep = s["tp"], s["cp"], s["ep"]
     unsharded = pipeline_unsharded(runtime, s["pp"], s["zero"])
+    zero = pipeline_zero(runtime, s["pp"], s["zero"])
     return memory_terms(
         facts,
         kinds,
@@ -200,7 +201,7 @@ def memory_of(facts, s: dict, *, kinds: StageKinds, seq: int, state_precision: s
         cp=cp,
         ep=ep,
         sp=s["sp"],
-        zero=pipeline_zero(runtime, s["pp"], s["zero"]),
+        zero=zero,
         pp_unsharded=unsharded,
         mb=s["mb"],
         m=s["m"],
@@ -215,14 +216,15 @@ def memory_of(facts, s: dict, *, kinds: StageKinds, seq: int, state_precision: s
         optimizer=optimizer,
         grads_persist=grads_persist,
         selective=_selective(runtime),
-        grad_bucket_copy=_bucket_copy(runtime, s["dp"] * cp),
+        grad_bucket_copy=_bucket_copy(runtime, s["dp"] * cp, zero),
         root_unsharded=runtime is not None and runtime.fsdp2_root_unsharded,
     )
 
 
-def _bucket_copy(runtime, group):
+def _bucket_copy(runtime, group, zero):
     """Whether DDP's buckets copy the gradients (``TrainingRuntime.ddp_bucket_copy``): a
-    wrapped model, more than one replica or a one-rank run that wraps it anyway."""
+    wrapped model whose gradients are replicated (ZeRO below 2), over more than one replica or
+    on one rank that wraps it anyway."""
     if runtime is None or not runtime.ddp_bucket_copy:
         return False
-    return (np.asarray(group) > 1) | runtime.wrapped_one_rank
+    return ((np.asarray(group) > 1) | runtime.wrapped_one_rank) & (np.asarray(zero) < 2)

@@ -320,8 +320,9 @@ def memory_terms(
     the foreach AdamW's temporary of every parameter, ``step_time.FOREACH_OPTIMIZER_BYTES``);
     with more than one micro-batch per step (``m`` > 1) the first micro-batch's gradients stay
     allocated through the later forwards, so they count at the forward's end too.
-    ``grad_bucket_copy``: PyTorch DDP's buckets hold a flat copy of the replicated gradients
-    (``stacks.training.TrainingRuntime.ddp_bucket_copy``), allocated at both moments.
+    ``grad_bucket_copy``: where PyTorch DDP's buckets hold a flat copy of the gradients
+    (``evaluate._bucket_copy``: replicated ones, ZeRO below 2;
+    ``stacks.training.TrainingRuntime.ddp_bucket_copy``), allocated at both moments.
     ``root_unsharded``: FSDP2's 16-bit weights at the forward's end under ZeRO-3 are its root
     module's only (``TrainingRuntime.fsdp2_root_unsharded``; the blocks' are comm_buffers)."""
     stage_p, blocks_p, expert_p = stage_params(f, k, tp, ep)
@@ -365,7 +366,7 @@ def memory_terms(
     # beside param.grad: "the saved memory size will be equal to the total gradients size" when
     # set True (torch/nn/parallel/distributed.py docstring; pytorch/pytorch#41954); the buckets
     # are allocated once and never freed by zero_grad, in the gradients' own dtype
-    terms["grad_buckets"] = np.where(grad_bucket_copy & (zero < 2), grads, 0.0)
+    terms["grad_buckets"] = np.where(grad_bucket_copy, grads, 0.0)
     if not grads_persist:  # whole gradients accumulate across micro-batches: all live at once
         moment = _larger_moment(terms, m)
         terms = {k: np.where(pp_unsharded, v, moment[k]) for k, v in terms.items()}
