@@ -208,9 +208,11 @@ def predict_breakdown(
     *,
     eff: Efficiency | None = None,
     stack: Stack | None = None,
+    isolated_call_s: Mapping[str, float] | None = None,
 ) -> Breakdown:
     """The predicted breakdown of one case of the record contract on ``device``, on the stack
-    and in the timing its params name (``stack`` given: that one, overrides and all)."""
+    and in the timing its params name (``stack`` given: that one, overrides and all);
+    ``isolated_call_s``: candidate values of ``stacks.kernels.ISOLATED_CALL_S`` (a fit's)."""
     check_choice("kind", kind, KINDS)
     check_params(params)
     acc = get_accelerator(device)
@@ -234,7 +236,7 @@ def predict_breakdown(
     except KeyError as exc:
         raise GpuplanError(f"{kind}: missing parameter {exc.args[0]!r}") from None
     if timing == "isolated":  # the CPU's time to the first kernel (stacks.kernels)
-        bd = with_isolated_call(bd, stack, kind, params)
+        bd = with_isolated_call(bd, stack, kind, params, isolated_call_s)
     return device_time(bd) if timing == "device" else bd
 
 

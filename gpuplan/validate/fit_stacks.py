@@ -220,14 +220,9 @@ class Model:
         speed = host_speed(rec)
         if speed is not None:
             stack = replace(stack, host=replace(stack.host, speed_factor=speed))
-        from gpuplan.sim.stacks import kernels
-
-        saved = kernels.ISOLATED_CALL_S
-        kernels.ISOLATED_CALL_S = {k.removeprefix("isolated_"): v[k] for k in ISOLATED_KEYS}
-        try:
-            bd = predict_breakdown(rec.kind, rec.device, rec.params, eff=eff, stack=stack)
-        finally:
-            kernels.ISOLATED_CALL_S = saved
+        isolated = {k.removeprefix("isolated_"): v[k] for k in ISOLATED_KEYS}
+        bd = predict_breakdown(rec.kind, rec.device, rec.params, eff=eff, stack=stack,
+                               isolated_call_s=isolated)
         out = {"time_s": bd.total_s}
         if bd.peak_bytes is not None and "peak_bytes" in rec.measured:
             out["peak_bytes"] = bd.peak_bytes
