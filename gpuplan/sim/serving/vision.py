@@ -127,8 +127,7 @@ class CrossAttentionStep:
 
     def __init__(self, inner, image_tokens: int):
         self.inner, self.dep, self.image_tokens = inner, inner.dep, image_tokens
-        self._decode: dict[int, float] = {}
-        self._prefill: dict[tuple[int, int], float] = {}
+        self._memo: dict[tuple[int, int], float] = {}  # (seqs, tokens a sequence): seconds
 
     def __getattr__(self, name: str):
         return getattr(self.inner, name)
@@ -143,8 +142,7 @@ class CrossAttentionStep:
 
     def cross_s(self, seqs: int, tokens_per_seq: int) -> float:
         """The cross-attention blocks over ``seqs`` sequences of ``tokens_per_seq`` tokens."""
-        key = (seqs, tokens_per_seq)
-        memo = self._decode if tokens_per_seq == 1 else self._prefill
+        key, memo = (seqs, tokens_per_seq), self._memo
         if key not in memo:
             memo[key] = self._priced_s(cross_layer_forward(
                 self.dep.model, seqs=seqs, tokens_per_seq=tokens_per_seq,
