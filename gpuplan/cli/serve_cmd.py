@@ -672,7 +672,7 @@ def _speculation(args):
     from gpuplan.sim.serving.speculative import serving_speculation
 
     if getattr(args, "speculative", None) is None:
-        if getattr(args, "spec_tokens", None) is not None or getattr(args, "accept_rate", None) is not None:
+        if any(getattr(args, f, None) is not None for f in ("spec_tokens", "accept_rate")):
             raise GpuplanError("--spec-tokens and --accept-rate go with --speculative")
         return None
     return serving_speculation(args.speculative, args.spec_tokens, args.accept_rate)

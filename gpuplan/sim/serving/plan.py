@@ -132,7 +132,7 @@ class PlanResult:
         first, ties: fewer GPUs, then the order simulated; the columns they do not show)."""
         rows = self.rows
         met = sorted((i for i, r in enumerate(rows) if r["meets"]),
-                     key=lambda i: (rows[i]["usd_per_m_output_tokens"], rows[i]["gpus"]))  # fmt: skip
+                     key=lambda i: (rows[i]["usd_per_m_output_tokens"], rows[i]["gpus"]))
         return met[: self.top], ["above_top_cost"] + ([] if self.speculation else ["speculative"])
 
     @property

@@ -94,8 +94,8 @@ class Workload:
             bad = np.flatnonzero((values < 0) | (values != np.floor(values)))
             if len(bad):
                 i = int(bad[0])
-                raise GpuplanError(f"request {i + 1}: {name}={values[i].item()!r} is invalid: it must "
-                                   "be a whole number, zero or more")
+                raise GpuplanError(f"request {i + 1}: {name}={values[i].item()!r} is invalid: it "
+                                   "must be a whole number, zero or more")
         if self.images is not None:
             bad = np.flatnonzero((self.images == 0) != (self.image_tokens == 0))
             if len(bad):

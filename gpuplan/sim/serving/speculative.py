@@ -34,7 +34,8 @@ A sequence's last step may accept more than it needs: the surplus is dropped (th
 done). The KV cache also holds the drafter's: a draft model's weights and cache per token, or an
 EAGLE head's block and its one layer of cache (``extra_weights_bytes``, ``kv_bytes_per_token``);
 the k proposed tokens' slots are not reserved ahead (vLLM's lookahead slots). Under chunked
-prefill a decoding sequence takes ``k + 1`` tokens of the iteration's budget (``Policy.decode_tokens``).
+prefill a decoding sequence takes ``k + 1`` tokens of the iteration's budget
+(``Policy.decode_tokens``).
 """
 
 from __future__ import annotations
