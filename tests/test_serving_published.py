@@ -251,3 +251,13 @@ def test_summary_gives_the_median_and_p90_absolute_and_the_median_signed_error()
     assert got["median_abs_pct_error"] == 20.0 and got["median_pct_error"] == 10.0
     assert got["p90_abs_pct_error"] == pytest.approx(28.0)  # linear between 20 and 30
     assert summary(rows, split="fit").empty
+
+
+def test_a_closed_loop_whose_prefills_fill_the_engine_cannot_run_rather_than_a_negative_wait():
+    from gpuplan.sim.serving.published import CannotRun, Deployments, load_rows, predict_row
+
+    frame = load_rows()
+    row = frame[frame["load"] == "concurrency"].iloc[0].copy()
+    row["output_tokens"], row["concurrency"] = 1, "3"  # one token each: all prefill
+    with pytest.raises(CannotRun, match="utilisation .* >= 1"):
+        predict_row(row, Deployments())

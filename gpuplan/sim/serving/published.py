@@ -268,6 +268,10 @@ def _closed_loop(row, dep, step, sched) -> dict[str, float]:
     # Systems" vol. 1, sec. 5.7). That wait comes out of the decode stalls already counted in
     # tpot (the same prefills), so the lifetime and the throughput stay as they are.
     rho = (b - 1) * prefill / lifetime_s
+    if rho >= 1:  # the others' prefills alone fill the engine: no steady M/D/1 queue
+        raise CannotRun(f"{clients} concurrent requests of {o} output tokens keep the engine "
+                        f"prefilling all the time (utilisation {rho:.2f} >= 1): outside the "
+                        "closed-loop queue model")
     queued = rho * prefill / (2 * (1 - rho))
     return {"ttft_s": wait + queued + service_ttft, "tpot_s": tpot,
             "output_tokens_per_s": done_per_s * o}
