@@ -15,10 +15,11 @@ from pathlib import Path
 
 from .common import TimeBox, host_probe_s_per_launch, log
 
-PARTS = ("sdpa", "ops", "grouped", "kprofile", "hfprofile", "hf", "compile")
+PARTS = ("sdpa", "ops", "grouped", "sgemm", "kprofile", "hfprofile", "cprofile", "hostpair", "hf",
+         "compile")
 # Share of the budget left when a part starts (relative weights).
 WEIGHTS = {"sdpa": 0.30, "ops": 0.08, "hf": 0.32, "compile": 0.30, "grouped": 0.06,
-           "kprofile": 0.04, "hfprofile": 0.04}
+           "kprofile": 0.04, "hfprofile": 0.04, "sgemm": 0.06, "cprofile": 0.15, "hostpair": 0.30}
 
 
 def _environment(torch, device: str) -> dict:
@@ -109,6 +110,11 @@ def _run_part(part, torch, device, key, out_dir, box, tiny, models, grid="base")
         from . import grouped
 
         return grouped.run(torch, device, key, out_dir, box, tiny)
+    if part in ("sgemm", "cprofile", "hostpair"):
+        import importlib
+
+        module = importlib.import_module(f".{part}", __package__)
+        return module.run(torch, device, key, out_dir, box, tiny)
     if part in ("kprofile", "hfprofile"):
         from . import kprofile
 
