@@ -171,9 +171,45 @@ def _prefill(part, model, name, layers, stack, info, shapes, box):
                   host_probe_s=probe, **part.kernels(fn))
 
 
-def _decode(part, tf, model, name, layers, stack, info, shapes, box, caches):
+def decode_case(part, tf, model, b: int, ctx: int, kv: str, step_fwd):
+    """One decode case's timed call: ``(fn, before, max_len, cache)``. The cache is filled by a
+    forward of ``b`` random prompts of ``ctx`` tokens; ``before`` (None or untimed before each
+    call) crops a dynamic cache back to ``ctx``; ``max_len`` is a static cache's length."""
     torch = part.torch
     vocab = model.config.vocab_size
+    prompt = part.ids(b, ctx, vocab)
+    tok = part.ids(b, 1, vocab)
+    dt = next(model.parameters()).dtype
+    before = None
+    with torch.no_grad():
+        if kv == "static":
+            max_len = ctx + STATIC_EXTRA
+            cache = _static_cache(tf, model, b, max_len, part.device, dt)
+            model(input_ids=prompt, past_key_values=cache, use_cache=True,
+                  cache_position=torch.arange(ctx, device=part.device), logits_to_keep=1)
+        else:
+            max_len = None
+            cache = model(input_ids=prompt, use_cache=True, logits_to_keep=1).past_key_values
+
+            def before(cache=cache, ctx=ctx):
+                cache.crop(ctx)
+
+            if getattr(model.config, "sliding_window", None):
+                # Sliding-window layers keep no past to crop back to (transformers 5): the
+                # cache grows by one token a repetition (at most 12 here).
+                before = None
+    pos = torch.tensor([ctx], device=part.device)
+
+    def fn(cache=cache, tok=tok, pos=pos):
+        with torch.no_grad():
+            return step_fwd(input_ids=tok, past_key_values=cache, use_cache=True,
+                            cache_position=pos, position_ids=pos.expand(tok.shape[0], 1))
+
+    return fn, before, max_len, cache
+
+
+def _decode(part, tf, model, name, layers, stack, info, shapes, box, caches):
+    torch = part.torch
     compiled = stack == "torch-compile"
     step_fwd = model.forward
     if compiled:
@@ -182,38 +218,10 @@ def _decode(part, tf, model, name, layers, stack, info, shapes, box, caches):
         for kv in caches:
             if box.over():
                 return
-            prompt = part.ids(b, ctx, vocab)
-            tok = part.ids(b, 1, vocab)
-            dt = next(model.parameters()).dtype
-            with torch.no_grad():
-                if kv == "static":
-                    max_len = ctx + STATIC_EXTRA
-                    cache = _static_cache(tf, model, b, max_len, part.device, dt)
-                    model(input_ids=prompt, past_key_values=cache, use_cache=True,
-                          cache_position=torch.arange(ctx, device=part.device), logits_to_keep=1)
-                    pos = torch.tensor([ctx], device=part.device)
-                    before = None
-                else:
-                    max_len = None
-                    cache = model(input_ids=prompt, use_cache=True,
-                                  logits_to_keep=1).past_key_values
-                    pos = torch.tensor([ctx], device=part.device)
-
-                    def before(cache=cache, ctx=ctx):
-                        cache.crop(ctx)
-
-                    if getattr(model.config, "sliding_window", None):
-                        # Sliding-window layers keep no past to crop back to (transformers 5):
-                        # the cache grows by one token a repetition (at most 12 here).
-                        before = None
-
-            def fn(cache=cache, tok=tok, pos=pos):
-                with torch.no_grad():
-                    return step_fwd(input_ids=tok, past_key_values=cache, use_cache=True,
-                                    cache_position=pos, position_ids=pos.expand(tok.shape[0], 1))
-
+            fn, before, max_len, cache = decode_case(part, tf, model, b, ctx, kv, step_fwd)
             probe = part.probe()
             stats = part.timer.isolated(fn, warmup=4 if compiled else 2, before=before)
+
             def once(fn=fn, before=before):
                 if before is not None:
                     before()
