@@ -1,0 +1,67 @@
+"""The compiled-kernel profile part (stack_campaign/cprofile.py) on a CPU: it skips with its
+reason, and its writer keeps the documented JSON, one profile a case, rewritten after each."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+FAKE = {"kernels": [{"name": "ampere_bf16_gemm", "launches_per_call": 14.0,
+                     "time_s_per_call": 2.0e-3},
+                    {"name": "triton_red_fused_add_mean_mul_pow_rsqrt_0",
+                     "launches_per_call": 5.0, "time_s_per_call": 1.0e-4}],
+        "total_s_per_call": 2.1e-3, "block_cpu_s_per_call": 5.0e-4}
+
+
+def test_the_part_skips_without_cuda_and_writes_nothing(tmp_path, capsys):
+    from gpuplan.validate.stack_campaign import cprofile
+    from gpuplan.validate.stack_campaign.common import TimeBox
+
+    got = cprofile.run(torch, "cpu", "cpu", tmp_path, TimeBox(5), True)
+    assert got["skipped"].startswith("needs CUDA and transformers")
+    assert "cprofile: skipped" in capsys.readouterr().out
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_decode_case_names_its_static_cache_and_a_prefill_its_seq():
+    from gpuplan.validate.stack_campaign.cprofile import case_params
+
+    kind, p = case_params("llama3-8b", 2, "decode", 16, 4096, 4112)
+    assert kind == "model_decode_step"
+    assert (p["context"], p["kv_cache"], p["max_cache_len"], p["stack"]) == (
+        4096, "static", 4112, "torch-compile")
+    kind, p = case_params("mixtral-8x7b", 2, "prefill", 1, 8192, None)
+    assert kind == "prefill_step" and p["seq"] == 8192 and "context" not in p
+
+
+def test_the_file_holds_each_case_so_far_with_its_kernels_and_total(tmp_path, monkeypatch):
+    from gpuplan.validate.stack_campaign import cprofile, hf
+    from gpuplan.validate.stack_campaign.common import TimeBox
+
+    monkeypatch.setattr(hf, "transformers_or_none", lambda: object())
+    seen = []
+
+    def fake_phase(torch, tf, hf, part, name, phase, shapes, box, emit):
+        if name == "mixtral-8x7b":
+            raise RuntimeError("out of memory")
+        b, n = shapes[0]
+        kind, params = cprofile.case_params(name, 2, phase, b, n, n + 16)
+        emit(cprofile.profile_entry(kind, params, FAKE, first_call_s=30.0, graph_breaks={}))
+        seen.append(len(json.loads((tmp_path / cprofile.FILE).read_text())["profiles"]))
+
+    monkeypatch.setattr(cprofile, "_phase", fake_phase)
+    got = cprofile.run(torch, "cuda", "h200", tmp_path, TimeBox(60), False)
+    assert seen == [1, 2, 3, 4]  # rewritten after each case, earlier cases kept
+    assert set(got["failed"]) == {"mixtral-8x7b/prefill", "mixtral-8x7b/decode"}
+    profiles = json.loads((tmp_path / cprofile.FILE).read_text())["profiles"]
+    assert len(profiles) == got["profiles"] == 4
+    first = profiles[0]
+    assert first["kind"] == "model_decode_step" and first["device"] == "h200"
+    assert first["params"]["model"] == "llama3-8b" and first["params"]["batch"] == 16
+    assert [k["name"] for k in first["kernels"]] == [k["name"] for k in FAKE["kernels"]]
+    assert {"launches_per_call", "time_s_per_call"} <= set(first["kernels"][0])
+    assert first["total_s_per_call"] == pytest.approx(2.1e-3)
+    assert not list(tmp_path.glob("*.jsonl")) and not list(tmp_path.glob("*.tmp"))
