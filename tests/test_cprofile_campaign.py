@@ -65,3 +65,37 @@ def test_the_file_holds_each_case_so_far_with_its_kernels_and_total(tmp_path, mo
     assert {"launches_per_call", "time_s_per_call"} <= set(first["kernels"][0])
     assert first["total_s_per_call"] == pytest.approx(2.1e-3)
     assert not list(tmp_path.glob("*.jsonl")) and not list(tmp_path.glob("*.tmp"))
+
+
+def test_kernels_fall_in_their_classes_by_name():
+    from gpuplan.validate.compare_compiled import kernel_class
+
+    assert kernel_class("nvjet_sm90_tst_128x64_64x8_1x2_h_bz_TNT") == "gemm"
+    assert kernel_class("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16") == \
+        "attention"
+    assert kernel_class("fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention") == \
+        "attention"
+    assert kernel_class("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_3") == "elementwise"
+    assert kernel_class("_ZN7cutlass13device_kernelIN2at4cuda6detail25enable_3x_kernel_for_sm9x"
+                        "INS_4gemm6kernel13GemmUniversalINS5_17GroupProblemShape") == "moe"
+    assert kernel_class("Memcpy DtoD (Device -> Device)") == "elementwise"
+    assert kernel_class("some_unknown_kernel") == "other"
+
+
+def test_the_comparison_prices_the_profiled_case_and_sums_its_classes():
+    from gpuplan.validate.compare_compiled import compare, measured_classes, priced_classes
+
+    prof = {"kind": "model_decode_step", "kernels": FAKE["kernels"],
+            "params": {"model": "llama3-8b", "layers": 2, "batch": 16, "dtype": "bf16",
+                       "stack": "torch-compile", "mode": "default (no CUDA graphs)",
+                       "context": 1024, "kv_cache": "static", "max_cache_len": 1040}}
+    meas = measured_classes(prof)
+    assert meas == pytest.approx({"gemm": 2.0e-3, "elementwise": 1.0e-4})
+    priced, items = priced_classes(prof)
+    # the kernels alone (no launch or CPU items), each item in one class
+    assert items and {i.layer for i in items} == {"model"}
+    assert sum(priced.values()) == pytest.approx(sum(i.time_s for i in items))
+    assert priced["gemm"] > 0 and priced["attention"] > 0
+    lines = compare(prof)
+    assert lines[0].startswith("llama3-8b L2 decode b16 ctx 1024")
+    assert any(line.split()[0] == "total" for line in lines)
