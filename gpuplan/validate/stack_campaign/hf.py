@@ -174,7 +174,8 @@ def _prefill(part, model, name, layers, stack, info, shapes, box):
 def decode_case(part, tf, model, b: int, ctx: int, kv: str, step_fwd):
     """One decode case's timed call: ``(fn, before, max_len, cache)``. The cache is filled by a
     forward of ``b`` random prompts of ``ctx`` tokens; ``before`` (None or untimed before each
-    call) crops a dynamic cache back to ``ctx``; ``max_len`` is a static cache's length."""
+    call) crops a dynamic cache back to ``ctx`` or rewinds a static one (``_rewind_static``);
+    ``max_len`` is a static cache's length."""
     torch = part.torch
     vocab = model.config.vocab_size
     prompt = part.ids(b, ctx, vocab)
@@ -187,6 +188,10 @@ def decode_case(part, tf, model, b: int, ctx: int, kv: str, step_fwd):
             cache = _static_cache(tf, model, b, max_len, part.device, dt)
             model(input_ids=prompt, past_key_values=cache, use_cache=True,
                   cache_position=torch.arange(ctx, device=part.device), logits_to_keep=1)
+
+            def before(cache=cache, ctx=ctx):
+                _rewind_static(cache, ctx)
+
         else:
             max_len = None
             cache = model(input_ids=prompt, use_cache=True, logits_to_keep=1).past_key_values
@@ -206,6 +211,21 @@ def decode_case(part, tf, model, b: int, ctx: int, kv: str, step_fwd):
                             cache_position=pos, position_ids=pos.expand(tok.shape[0], 1))
 
     return fn, before, max_len, cache
+
+
+def _rewind_static(cache, ctx: int) -> None:
+    """Back to ``ctx`` written tokens. transformers 5.17's ``StaticLayer`` writes each update at
+    its own ``cumulative_length`` (a 0-d tensor it advances), not at the ``cache_position`` the
+    call passes: on the H200 the 17th call of a case with 16 spare positions failed an
+    ``index_copy_`` bound (data/h200_stacks/run9/campaign.log.gz). Earlier runs, without this
+    rewind, wrote their 13-16 calls one position further each (the mask spans the whole static
+    length either way)."""
+    for layer in getattr(cache, "layers", ()):
+        written = getattr(layer, "cumulative_length", None)
+        if hasattr(written, "fill_"):
+            written.fill_(ctx)
+        elif isinstance(written, int):
+            layer.cumulative_length = ctx
 
 
 def _decode(part, tf, model, name, layers, stack, info, shapes, box, caches):

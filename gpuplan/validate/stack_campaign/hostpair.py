@@ -7,9 +7,10 @@ about 10%: the host's speed changes between seconds and minutes (the machine is 
 shared host). One launch probe per record (64 tiny kernels) tracked that weakly. Here each case
 is timed in ``ROUNDS`` rounds, and each round is
 
-1. the module probe (``module_probe_s``): one decode step of a toy two-layer Llama from
-   transformers (``configs.tiny_config``, 16 cached tokens, ``DynamicCache``), median of
-   ``PROBE_REPS`` synchronized calls: the same Python and dispatch work per module that the
+1. the module probe (``module_probe_s``): one forward of one token through a toy two-layer
+   Llama from transformers (``configs.tiny_config``, no cache: a cache object shared with the
+   timed model's StaticCache cases broke them, an index_copy_ out of bounds on the H200), median
+   of ``PROBE_REPS`` synchronized calls: the same Python and dispatch work per module that the
    model's step is made of, in about a millisecond;
 2. the launch probe (``host_probe_s``, s per launch: ``common.host_probe_s_per_launch``);
 3. ``REPS`` synchronized calls of the case (``common.Timer``, isolated timing).
@@ -34,7 +35,7 @@ from .configs import MODELS, tiny_config
 ROUNDS = 5
 REPS = 3
 PROBE_REPS = 7
-PROBE_CONTEXT = 16  # cached tokens of the module probe's decode step
+PROBE_TOKENS = 1  # tokens of the module probe's forward (no cache)
 PREFILL = ((1, 128), (1, 512))  # the host-bound prompts
 DECODE = hf.EXT_DECODE
 TINY_PREFILL, TINY_DECODE = ((1, 8),), ((1, 8),)
@@ -55,8 +56,13 @@ class ModuleProbe:
             except TypeError:  # transformers 4.x spells it torch_dtype
                 model = tf.AutoModelForCausalLM.from_config(config, torch_dtype=torch.bfloat16)
         self.model = model.to(device=part.device, dtype=torch.bfloat16).eval()
-        self.fn, self.before, _, self.cache = hf.decode_case(
-            part, tf, self.model, 1, PROBE_CONTEXT, "dynamic", self.model.forward)
+        x = part.ids(1, PROBE_TOKENS, config.vocab_size)
+
+        def fn(x=x):
+            with torch.no_grad():
+                return self.model(input_ids=x, use_cache=False, logits_to_keep=1)
+
+        self.fn, self.before = fn, None
         self.timer = part.timer
 
     def __call__(self) -> float:
