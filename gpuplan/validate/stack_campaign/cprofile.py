@@ -8,7 +8,8 @@ generates the same kernels, which the graphs would replay, so the kernels' own t
 of the records (the host's launch cost is not: a graph replay hides it). Models are built by
 ``hf._build`` (random weights, bf16), their layers cut to ``CUT_LAYERS`` (each model's compile
 dominates the part's time; every layer of a model past its first dense ones runs the same
-kernels), decode caches by ``hf.decode_case`` (a ``StaticCache`` of context + 16 positions).
+kernels), decode caches by ``hf.decode_case`` (a ``StaticCache`` of context + 16 positions,
+rewound to the context before the first call and before the profile's calls).
 
 Per model and phase one compiled function serves the cases in order, as in ``hf.py``: the first
 shape compiles static, a later one recompiles with dynamic sizes (Dynamo's automatic dynamic
@@ -87,6 +88,12 @@ def _reset_dynamo(torch) -> None:
         pass
 
 
+def _rewind(before) -> None:
+    """A static cache back to its context (``hf.decode_case``'s ``before``), untimed."""
+    if before is not None:
+        before()
+
+
 def _phase(torch, tf, hf, part, name, phase, shapes, box, emit) -> None:
     """One model's compiled cases of one phase, each profiled and handed to ``emit``."""
     from .configs import MODELS
@@ -106,14 +113,16 @@ def _phase(torch, tf, hf, part, name, phase, shapes, box, emit) -> None:
                 with torch.no_grad():
                     return fwd(input_ids=x, use_cache=False, logits_to_keep=1)
 
-            max_len = None
+            max_len, rewind = None, None
         else:
-            fn, _, max_len, _ = hf.decode_case(part, tf, model, b, n, "static", fwd)
+            fn, rewind, max_len, _ = hf.decode_case(part, tf, model, b, n, "static", fwd)
+        _rewind(rewind)
         start = time.monotonic()
         fn()  # compiles (or recompiles) here
         part.timer.sync()
         first_s = time.monotonic() - start
         fn()
+        _rewind(rewind)  # the profile's 1 + REPS calls write 6 of the cache's 16 spare positions
         prof = kprofile.profile(torch, fn)
         kind, params = case_params(name, layers, phase, b, n, max_len)
         emit(profile_entry(kind, params, prof, first_call_s=first_s,
