@@ -8,6 +8,12 @@ probe is each such run's probe divided by its factor (the median over runs whose
 fitted, i.e. differs from 1). Run with ``python3 -m gpuplan.validate.host_reference`` from a
 checkout; it writes ``gpuplan/hwmodels/data/host_reference.json``, which the probe
 (``gpuplan.validate.harness.host_probe``) reads on any machine.
+
+The module probe's reference (``reference_module_probe_s``, ``host_probe --kind module``) is
+the median of every round's module probe in the paired records (``--module-probes``, the
+campaign's ``hostpair`` part: ``data/h200_stacks/run10/hostpair.jsonl``): the H200 host's median
+state over that run. The ``hf-transformers`` host costs are fitted at that speed
+(``fit_stacks``: each paired record priced at its own probe over this one).
 """
 
 from __future__ import annotations
@@ -44,16 +50,45 @@ def reference_probe(runs: dict, fit: dict) -> dict:
     }
 
 
+def module_reference(path: Path) -> dict:
+    """The reference module probe: the median round probe of a paired records file."""
+    rounds = []
+    for line in Path(path).read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        rounds += [r["module_probe_s"] for r in rec.get("rounds", ())
+                   if isinstance(r, dict) and isinstance(r.get("module_probe_s"), (int, float))]
+    if not rounds:
+        raise GpuplanError(f"--module-probes {str(path)!r}: no record has rounds with a "
+                           "module_probe_s (the campaign's hostpair part writes them)")
+    return {"reference_module_probe_s": statistics.median(rounds),
+            "module_probe_from": {"records": _relative(Path(path)), "rounds": len(rounds)}}
+
+
+def _relative(path: Path) -> str:
+    """``path`` from the checkout's root where it lies inside it (a data file's provenance)."""
+    try:
+        return str(path.resolve().relative_to(REPO_DATA.parent))
+    except ValueError:
+        return str(path)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python3 -m gpuplan.validate.host_reference",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--data", default=str(REPO_DATA), help="the checkout's data folder")
     p.add_argument("--device", default="h200", help="the device whose fit holds the factors")
     p.add_argument("--out", default=str(PACKAGE_DATA / "host_reference.json"))
+    p.add_argument("--module-probes",
+                   default=str(REPO_DATA / "h200_stacks" / "run10" / "hostpair.jsonl"),
+                   help="the paired records whose median round module probe is the reference")
     args = p.parse_args(argv)
     runs = json.loads((Path(args.data) / "runs.json").read_text())
     fit = json.loads((PACKAGE_DATA / f"calibration_{args.device}.json").read_text())
-    doc = reference_probe(runs, fit) | {"device": args.device}
+    doc = reference_probe(runs, fit) | module_reference(Path(args.module_probes))
+    doc |= {"device": args.device}
     write_text(args.out, json.dumps(doc, indent=2) + "\n")
     print(json.dumps(doc, indent=2))
     return 0

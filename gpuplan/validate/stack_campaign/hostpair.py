@@ -42,32 +42,32 @@ TINY_PREFILL, TINY_DECODE = ((1, 8),), ((1, 8),)
 
 
 class ModuleProbe:
-    """The module probe: a toy Llama's decode step, built once on ``device``."""
+    """The module probe: a toy Llama's one-token forward, built once on ``device``; calling it
+    times ``PROBE_REPS`` synchronized calls with ``timer`` (``common.Timer``) and returns their
+    median in seconds."""
 
-    def __init__(self, part, tf) -> None:
-        torch = part.torch
+    def __init__(self, torch, tf, device: str, timer) -> None:
         cfg = tiny_config("llama3-8b")
         model_type = cfg.pop("model_type")
         cfg.pop("architectures", None)
         config = tf.AutoConfig.for_model(model_type, **cfg)
-        with torch.device(part.device):
+        with torch.device(device):
             try:
                 model = tf.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
             except TypeError:  # transformers 4.x spells it torch_dtype
                 model = tf.AutoModelForCausalLM.from_config(config, torch_dtype=torch.bfloat16)
-        self.model = model.to(device=part.device, dtype=torch.bfloat16).eval()
-        x = part.ids(1, PROBE_TOKENS, config.vocab_size)
+        self.model = model.to(device=device, dtype=torch.bfloat16).eval()
+        x = torch.randint(0, config.vocab_size, (1, PROBE_TOKENS), device=device)
 
         def fn(x=x):
             with torch.no_grad():
                 return self.model(input_ids=x, use_cache=False, logits_to_keep=1)
 
-        self.fn, self.before = fn, None
-        self.timer = part.timer
+        self.fn = fn
+        self.timer = timer
 
     def __call__(self) -> float:
-        return self.timer.isolated(self.fn, warmup=1, before=self.before,
-                                   reps=PROBE_REPS)["median_s"]
+        return self.timer.isolated(self.fn, warmup=1, reps=PROBE_REPS)["median_s"]
 
 
 def paired(part, probe: ModuleProbe, fn, before=None) -> dict:
@@ -154,7 +154,7 @@ def run(torch, device, device_key, out_dir, box: TimeBox, tiny: bool) -> dict:
         tf.logging.set_verbosity_error()
     part = hf._Part(torch, device, device_key, RecordWriter(out_dir, "hostpair"), tiny)
     part.extended = True  # the kernels' own time beside each record
-    probe = ModuleProbe(part, tf)
+    probe = ModuleProbe(torch, tf, device, part.timer)
     failed = {}
     names = ("llama3-8b",) if tiny else tuple(MODELS)
     for i, name in enumerate(names):
