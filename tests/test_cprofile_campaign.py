@@ -99,3 +99,51 @@ def test_the_comparison_prices_the_profiled_case_and_sums_its_classes():
     lines = compare(prof)
     assert lines[0].startswith("llama3-8b L2 decode b16 ctx 1024")
     assert any(line.split()[0] == "total" for line in lines)
+
+
+def _prefill_items(stack: str, seq: int) -> dict:
+    from gpuplan.sim.predict import predict_breakdown
+
+    p = {"model": "llama3-8b", "layers": 2, "batch": 1, "seq": seq, "dtype": "bf16",
+         "stack": stack, "timing": "device"}
+    return {i.op: i for i in predict_breakdown("prefill_step", "h200", p).items}
+
+
+def test_a_compiled_prefill_attends_under_the_traced_mask_and_an_eager_one_causally():
+    compiled, eager = _prefill_items("torch-compile", 4096), _prefill_items("hf-transformers", 4096)
+    assert "attention_mask_read" in compiled and "repeat_kv" in compiled
+    assert "attention_mask_read" not in eager and "repeat_kv" not in eager
+    # every score under the mask: about twice the causal kernel's time
+    assert compiled["attention"].time_s == pytest.approx(2 * eager["attention"].time_s, rel=0.1)
+    # 32 query heads read the [1, 1, 4096, 4096] bf16 mask, 2 layers
+    assert compiled["attention_mask_read"].bytes == pytest.approx(2 * 32 * 4096**2 * 2)
+
+
+def test_a_compiled_static_decode_repeats_keys_in_inductors_kernel():
+    from gpuplan.hwmodels.elementwise import INDUCTOR_COPY, MEASURED_FRACTION
+    from gpuplan.sim.predict import predict_breakdown
+
+    def repeat(stack):
+        p = {"model": "llama3-8b", "layers": 2, "batch": 16, "context": 4096, "dtype": "bf16",
+             "kv_cache": "static", "max_cache_len": 4112, "stack": stack, "timing": "device"}
+        items = predict_breakdown("model_decode_step", "h200", p).items
+        return next(i for i in items if i.op == "repeat_kv")
+
+    compiled, eager = repeat("torch-compile"), repeat("hf-transformers")
+    assert compiled.bytes == pytest.approx(eager.bytes)
+    # the same bytes at Inductor's share of HBM bandwidth, not ATen's copy's
+    assert compiled.time_s > eager.time_s
+    assert MEASURED_FRACTION[INDUCTOR_COPY] < 1
+
+
+def test_inductors_copy_share_is_the_committed_profiles_fit():
+    from gpuplan.hwmodels.elementwise import INDUCTOR_COPY, MEASURED_FRACTION
+    from gpuplan.validate.compare_compiled import PROFILE, repeat_kv_fit
+
+    if not PROFILE.exists():
+        pytest.skip(f"{PROFILE} is not in this checkout")
+    share, fit, held = repeat_kv_fit(json.loads(PROFILE.read_text())["profiles"])
+    assert len(fit) == 5 and len(held) == 2
+    assert MEASURED_FRACTION[INDUCTOR_COPY] == pytest.approx(share, abs=0.005)
+    for _, (_nbytes, secs, implied) in held:  # the held-out decodes at the fitted share
+        assert secs * implied / share == pytest.approx(secs, rel=0.05)

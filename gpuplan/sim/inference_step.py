@@ -227,12 +227,13 @@ def sliding_window_masked(cfg: ModelConfig, stack: Stack, ops: list) -> list:
     and 301 us more, the mask read once per query head (32 x 4096^2 x 2 B = 1.07 GB, at 0.75
     of HBM bandwidth: ``hwmodels.elementwise.MEASURED_FRACTION["attn_mask"]``). Only for stacks
     that run transformers' modelling code (``repeat_kv_masked``); elsewhere a window is priced
-    as the window it is."""
+    as the window it is. A stack that traces the mask (``Stack.traced_causal_mask``: a compiled
+    model) takes the same path for every causal prefill attention."""
     if not stack.repeat_kv_masked:
         return ops
     out = []
     for op in ops:
-        if not (isinstance(op, Attention) and op.window and op.seq_kv >= op.window):
+        if not _mask_materialized(op, stack):
             out.append(op)
             continue
         if op.heads_kv < op.heads_q:
@@ -247,6 +248,16 @@ def sliding_window_masked(cfg: ModelConfig, stack: Stack, ops: list) -> list:
                           bytes_moved=(op.batch * op.heads_q * op.seq_q * op.seq_kv
                                        * dtype_bytes(op.dtype)), calls=0))
     return out
+
+
+def _mask_materialized(op, stack: Stack) -> bool:
+    """Whether transformers passes SDPA an explicit mask for this prefill attention: past a
+    sliding window, or for any causal one under a traced mask (``Stack.traced_causal_mask``)."""
+    if not isinstance(op, Attention):
+        return False
+    if op.window and op.seq_kv >= op.window:
+        return True
+    return stack.traced_causal_mask and op.causal and op.seq_q > 1
 
 
 def transformers_rmsnorm(ops: list, stack: Stack) -> list:

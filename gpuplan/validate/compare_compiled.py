@@ -12,7 +12,9 @@ measured and priced time of each class, their ratio, and the kernels of the clas
 most. Classes: ``gemm`` (cuBLAS/cuBLASLt and CUTLASS dense GEMMs, the router and shared experts
 included), ``attention`` (SDPA's fused kernels), ``elementwise`` (Inductor's Triton kernels and
 ATen's copies, fills and memsets), ``moe`` (the routed experts' grouped GEMMs and the routing's
-sorts, scans and gathers), ``other``.
+sorts, scans and gathers), ``other``. Last, the share of HBM bandwidth Inductor's ``repeat_kv``
+kernels reach in the static-cache decodes (``fit_repeat_kv_share``: the median over a seeded 70%
+of the cases, checked on the rest): ``hwmodels.elementwise.MEASURED_FRACTION["inductor_copy"]``.
 """
 
 from __future__ import annotations
@@ -25,8 +27,12 @@ from pathlib import Path
 PROFILE = (Path(__file__).resolve().parents[2] / "data" / "h200_stacks" / "run9"
            / "compiled_kernel_profile.json")
 CLASSES = ("gemm", "attention", "elementwise", "moe", "other")
-# kernel-name fragments per class, tried in this order (lower-case names; first match wins)
+# kernel-name fragments per class, tried in this order (lower-case names; first match wins).
+# Inductor names a Triton kernel by the ops it fused, the consumer's among them (a kernel that
+# writes SDPA's repeated keys is ``triton_poi_fused__scaled_dot_product_cudnn_attention_...``):
+# Triton kernels are elementwise whatever their names hold.
 _NAME_RULES = (
+    ("elementwise", ("triton_",)),
     ("moe", ("grouped", "groupproblemshape", "histogram", "radixsort", "topk", "devicescan",
              "sort_", "expert")),
     ("attention", ("fmha", "flash", "sdpa", "attention", "attn")),
@@ -36,6 +42,8 @@ _NAME_RULES = (
 )
 # model op names that are the routed experts' work (``workloads.operators.moe_block``)
 _MOE_OPS = ("expert_", "router_softmax", "permute", "unpermute", "expert_grouping")
+# priced apart, run inside the attention kernel: its reads of an explicit mask
+_IN_ATTENTION = ("attention_mask_read",)
 
 
 def kernel_class(name: str) -> str:
@@ -53,7 +61,7 @@ def item_class(item) -> str:
         return "moe"
     if item.category == "gemm":
         return "gemm"
-    if item.category == "attention":
+    if item.category == "attention" or item.op in _IN_ATTENTION:
         return "attention"
     return "elementwise"
 
@@ -117,6 +125,60 @@ def compare(profile: dict, *, top: int = 6) -> list[str]:
     return lines
 
 
+# The Triton kernels that write SDPA's repeated keys and values under a static cache's mask:
+# Inductor fuses ``repeat_kv``'s expand and reshape (and the new token's RoPE and cache write)
+# into one kernel per K and V, named for SDPA, its consumer
+_REPEAT_FRAGMENT = "scaled_dot_product"
+
+
+def repeat_kv_share(profile: dict, device: str = "h200") -> tuple[float, float, float] | None:
+    """(bytes the model gives the case's ``repeat_kv`` copies, the profiled kernels' seconds, the
+    share of HBM bandwidth that implies) of a static-cache decode, or None (no repeat: MHA or
+    MLA, or a prefill)."""
+    from gpuplan.hwmodels.accelerators import get_accelerator
+
+    if profile["kind"] != "model_decode_step":
+        return None
+    _, items = priced_classes(profile, device)
+    nbytes = sum(i.bytes for i in items if i.op == "repeat_kv")
+    secs = sum(k["time_s_per_call"] for k in profile["kernels"]
+               if k["name"].startswith("triton_") and _REPEAT_FRAGMENT in k["name"])
+    if not nbytes or not secs:
+        return None
+    return nbytes, secs, nbytes / secs / get_accelerator(device).hbm_bytes_per_s
+
+
+def repeat_kv_fit(profiles: list[dict], *, seed: int = 0) -> tuple[float, list, list] | None:
+    """(the median share over a seeded 70% of the decode cases with a K/V repeat, those fit
+    cases, the held-out ones), each case (label, ``repeat_kv_share``); None without a case."""
+    import random
+    import statistics
+
+    cases = [(case_label(p), got) for p in profiles if (got := repeat_kv_share(p))]
+    if not cases:
+        return None
+    order = list(range(len(cases)))
+    random.Random(seed).shuffle(order)
+    n_fit = max(1, round(0.7 * len(cases)))
+    fit, held = [cases[i] for i in order[:n_fit]], [cases[i] for i in order[n_fit:]]
+    return statistics.median(got[2] for _, got in fit), fit, held
+
+
+def fit_repeat_kv_share(profiles: list[dict], *, seed: int = 0) -> list[str]:
+    """The printout of ``repeat_kv_fit``: the share, and each held-out case's kernel time at it."""
+    got = repeat_kv_fit(profiles, seed=seed)
+    if got is None:
+        return ["no static-cache decode with a K/V repeat in the profile"]
+    share, fit, held = got
+    lines = [f"repeat_kv (Inductor) share of HBM bandwidth: {share:.3f}, median of {len(fit)} "
+             f"fit cases (seed {seed}): " + ", ".join(f"{g[2]:.3f}" for _, g in fit)]
+    for label, (_nbytes, secs, implied) in held:
+        pred = secs * implied / share  # the same bytes at the fitted share
+        lines.append(f"  held out: {label}: {secs * 1e6:.1f} us measured, {pred * 1e6:.1f} us "
+                     f"at {share:.3f} ({100 * (pred / secs - 1):+.1f}%)")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m gpuplan.validate.compare_compiled",
                                  description=__doc__.splitlines()[0])
@@ -126,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     for prof in profiles:
         print("\n".join(compare(prof)))
         print()
+    print("\n".join(fit_repeat_kv_share(profiles)))
     return 0
 
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from gpuplan.hwmodels.elementwise import INDUCTOR_COPY
 from gpuplan.hwmodels.kernel_time import KernelTime
 from gpuplan.hwmodels.launch import launch_cost
 from gpuplan.hwmodels.price import price
@@ -177,7 +178,8 @@ def masked_decode_attention(dep, dec: Attention) -> list[Op]:
     """A decode's attention as the deployment runs it: under ``repeat_kv_masked`` with a fixed
     masked span (a static cache), GQA keys and values are first copied to every query head
     (transformers' ``repeat_kv``: an expand and a reshape each, one copy kernel each, reading
-    the cache once and writing it ``heads_q / heads_kv`` times), and the kernel reads the copies.
+    the cache once and writing it ``heads_q / heads_kv`` times), and the kernel reads the copies;
+    compiled (``impl == "compiled"``), the copies are one Triton kernel each (``INDUCTOR_COPY``).
     A sliding-window block's static cache holds at most its window a sequence (transformers
     ``cache_utils``: a sliding layer's cache is ``min(sliding_window, max_cache_len)`` long), so
     its copies stop growing at the window, as its attention's reads do (``Attention.kv_read``)."""
@@ -187,7 +189,8 @@ def masked_decode_attention(dep, dec: Attention) -> list[Op]:
     kv_tokens = dec.batch * held
     per_token = cache_bytes_per_token_layer(dep.model, dep.stack, dep.kv_dtype) / dep.tp
     rep = dec.heads_q / dec.heads_kv
-    copy = Memory(name="repeat_kv", op="copy", bytes_moved=kv_tokens * per_token * (1 + rep) / 2,
+    family = INDUCTOR_COPY if dep.impl == "compiled" else "copy"
+    copy = Memory(name="repeat_kv", op=family, bytes_moved=kv_tokens * per_token * (1 + rep) / 2,
                   count=2, calls=3)  # keys and values: index with None, expand, reshape
     return [copy, replace(dec, heads_kv=dec.heads_q)]
 

@@ -140,6 +140,11 @@ class Stack:
     # ``attention_mask is None`` (integrations/sdpa_attention.py ``use_gqa_in_sdpa``), and a
     # StaticCache decode always has a mask (the positions past the context are masked)
     repeat_kv_masked: bool = False
+    # a prefill's causal attention takes a materialized mask: transformers' masking_utils skips
+    # the mask for SDPA's ``is_causal`` only when not tracing (``_ignore_causal_mask_sdpa``;
+    # under Dynamo before torch 2.14 it never skips), so a compiled model's SDPA gets an
+    # ``attn_mask`` and no ``is_causal`` (``sim.inference_step.sliding_window_masked``)
+    traced_causal_mask: bool = False
     # a serving engine's runtime: CUDA-graph buckets, scheduler defaults, CPU cost per iteration
     # (``stacks.serving.ServingRuntime``); None for the stacks that are not serving engines
     serving: object | None = None

@@ -139,9 +139,15 @@ TORCH_COMPILE = Stack(
     # SDPA as an extern call on materialized inputs (the GQA models' compiled decodes at batch
     # 4-32 went from -45..-73% to -22..-37%, priced with the committed fit, data/h200_stacks)
     repeat_kv_masked=True,
+    # and its prefill's causal mask is materialized (Dynamo traces transformers' masking_utils,
+    # which keeps the mask while tracing): SDPA computes every score under an explicit mask.
+    # The compiled profile (data/h200_stacks/run9/compiled_kernel_profile.json): cuDNN's
+    # prefill kernel ran 3.5-3.8 ms a layer at 8,192 tokens against 0.97 ms priced causal
+    traced_causal_mask=True,
     sources=(
         "observed with torch 2.11 on an H200: reduce-overhead captures CUDA graphs "
         "(docs/stacks.md)",
+        "transformers masking_utils._ignore_causal_mask_sdpa (no skip while tracing)",
         "transformers integrations/sdpa_attention.py use_gqa_in_sdpa, repeat_kv",
     ),
     notes=("call_factor (Inductor wrapper launch vs eager dispatch; prior 0.3), graph_call_s "
