@@ -32,9 +32,11 @@ def test_a_weight_bound_call_streams_every_groups_weights():
     assert t.memory_s > t.compute_s
 
 
-def test_fp32_is_the_fallbacks_gemm_per_group():
+def test_fp32_is_the_fallbacks_gemm_per_group_and_its_copy_of_the_offsets():
     t = grouped_gemm_time(H200, 8, 64, 4096, 14336, "fp32", EFF)
-    assert t == gemm_time(H200, 64, 4096, 14336, "fp32", EFF).scaled(8)
+    per_group = gemm_time(H200, 64, 4096, 14336, "fp32", EFF).scaled(8)
+    assert (t.compute_s, t.memory_s) == (per_group.compute_s, per_group.memory_s)
+    assert t.launch_s == pytest.approx(per_group.launch_s + EFF.grouped_fallback_s)
 
 
 def test_an_op_with_one_launch_over_its_count_is_priced_grouped_and_a_record_is_the_same():

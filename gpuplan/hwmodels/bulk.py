@@ -39,6 +39,8 @@ from gpuplan.hwmodels.elementwise import ROW_REDUCTIONS, kernel_family
 from gpuplan.hwmodels.gemm import (
     ALIGN_BYTES,
     MIN_K_SLICE,
+    SIMT_GEMV_MAX_ROWS,
+    SIMT_K_STEP,
     SIMT_TILES,
     TILES,
     _tile_fixed_s,
@@ -101,8 +103,18 @@ def gemm_times(acc, m, n, k, dtype: str, eff, count=1) -> KernelTimes:
         compute = np.minimum(compute, _tiled_compute_s(acc, m, n, k, dtype, eff, tile, aligned))
     compute = throttled(compute, eff, dtype)
     memory = _gemm_memory_s(acc, m, n, k, dtype, eff, aligned)
+    if dtype in SIMT_DTYPES:  # gemm._simt_gemv_time where m is small
+        gemv = m <= SIMT_GEMV_MAX_ROWS
+        compute = np.where(gemv, _simt_gemv_compute_s(acc, m, n, k, dtype, eff), compute)
+        memory = np.where(gemv, _gemm_memory_s(acc, m, n, k, dtype, eff, aligned,
+                                               fraction=eff.simt_gemv_hbm_fraction), memory)
     launch = np.full(m.shape, eff.gemm_overhead_s)
     return KernelTimes(compute * count, memory * count, launch * count)
+
+
+def _simt_gemv_compute_s(acc, m, n, k, dtype, eff) -> np.ndarray:
+    """``gemm._simt_gemv_time``'s compute of each element."""
+    return 2.0 * m * n * k / (acc.peak(dtype) * eff.simt_gemv_fraction)
 
 
 def _tiled_compute_s(acc, m, n, k, dtype, eff, tile, aligned) -> np.ndarray:
@@ -118,18 +130,26 @@ def _tiled_compute_s(acc, m, n, k, dtype, eff, tile, aligned) -> np.ndarray:
     per_sm_flops_per_s = np.where(aligned, rate[True], rate[False])
     small = 1.0 + eff.gemm_small_tile_penalty * (tile_m < 128)
     main_loop_s = 2.0 * tile_m * tile_n * k_slice * small / per_sm_flops_per_s
-    return waves * (main_loop_s + _tile_fixed_s(acc, tile_m, tile_n, dtype, eff) * small)
+    fixed_s = _tile_fixed_s(acc, tile_m, tile_n, dtype, eff) * small
+    if dtype not in SIMT_DTYPES:
+        return waves * (main_loop_s + fixed_s)
+    stream_s = tiles * (tile_m + tile_n) * k * dtype_bytes(dtype) / (
+        acc.hbm_bytes_per_s * eff.simt_tile_hbm_fraction)
+    steps_s = waves * k_slice / SIMT_K_STEP * eff.simt_k_step_s
+    simt_s = np.maximum(np.maximum(waves * main_loop_s, stream_s), steps_s) + waves * fixed_s
+    return simt_s + np.where(split > 1.0, eff.simt_split_k_s, 0.0)
 
 
-def _gemm_memory_s(acc, m, n, k, dtype, eff, aligned) -> np.ndarray:
-    """``gemm.gemm_memory_s`` of each element."""
+def _gemm_memory_s(acc, m, n, k, dtype, eff, aligned, fraction=None) -> np.ndarray:
+    """``gemm.gemm_memory_s`` of each element (``fraction``: one share of HBM for all)."""
     moved = gemm_bytes(m, n, k, dtype)  # whole arrays: the same integer arithmetic
     if eff.steady_state or not eff.l2_flushed:
         hbm_bytes = moved + 0.0
     else:  # gemm.flushed_l2_writeback_bytes
         read = (m * k + k * n) * dtype_bytes(dtype)
         hbm_bytes = moved + np.minimum(read, acc.l2_bytes or 0.0)
-    fraction = np.where(aligned, eff.gemm_hbm_fraction, eff.gemm_unaligned_hbm_fraction)
+    if fraction is None:
+        fraction = np.where(aligned, eff.gemm_hbm_fraction, eff.gemm_unaligned_hbm_fraction)
     return hbm_bytes / (acc.hbm_bytes_per_s * fraction)
 
 

@@ -104,6 +104,17 @@ class Efficiency:
     # peak and of HBM bandwidth over the groups' aggregate work (hwmodels.gemm.grouped_gemm_time)
     grouped_gemm_fraction: float = 0.78
     grouped_gemm_hbm_fraction: float = 0.85
+    # fp32 SIMT GEMMs (hwmodels.gemm): the tiles' operand stream, of HBM bandwidth; one k-step
+    # of their main loop at least; the second pass of a split-K call; cuBLAS's GEMV kernel (few
+    # rows): its FMAs' share of the fp32 peak and its share of HBM bandwidth; the device time
+    # torch._grouped_mm's fp32 fallback adds once per call to its per-group GEMMs (its copy of
+    # the group offsets to the host)
+    simt_tile_hbm_fraction: float = 0.5
+    simt_k_step_s: float = 2e-7
+    simt_split_k_s: float = 2e-6
+    simt_gemv_fraction: float = 0.1
+    simt_gemv_hbm_fraction: float = 0.5
+    grouped_fallback_s: float = 2e-6
 
     def gemm_fraction(self, dtype: str, *, aligned: bool = True) -> float:
         table = self.gemm_peak_fraction if aligned else self.gemm_unaligned_fraction

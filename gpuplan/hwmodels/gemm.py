@@ -11,6 +11,17 @@ Guide", and LLMCompass, Zhang et al. ISCA 2024, sec. 4):
   do not shrink with k: ``k_overhead`` k-steps of a 16-bit tensor-core tile, whatever the dtype.
 - Tiles: the tensor-core dtypes (bf16, fp16, tf32, fp8, int8) use Hopper's wgmma tiles, 64 rows
   or more; fp32 without TF32 uses CUDA-core (SIMT) tiles, down to 32 rows.
+- SIMT fp32 (cuBLAS's sm80 ``xmma_gemm_f32f32..._ffma`` kernels, which PyTorch runs for fp32 with
+  TF32 off, its default, and once per group for ``torch._grouped_mm``'s fp32 fallback): the tiles'
+  FMAs, as above, or, where slower, the stream of every tile's two operand panels (``(tile_m +
+  tile_n) * k`` elements a tile) through ordinary loads and a three-stage pipeline of k = 8 steps,
+  which reach only ``simt_tile_hbm_fraction`` of HBM bandwidth (a narrow tile is bound by it, a
+  128-wide one by its FMAs), or the steps themselves, ``simt_k_step_s`` each (a small GEMM's
+  floor: a step waits on its loads); a split-K call adds a second pass (``simt_split_k_s``:
+  cuBLAS's split-K reduce kernel, or a memset of C before the slices accumulate). At
+  ``SIMT_GEMV_MAX_ROWS`` rows or fewer cuBLAS runs a GEMV kernel (``gemv2T``,
+  ``gemmSN_TN_kernel``) instead: the m rows' FMAs at ``simt_gemv_fraction`` of the fp32 peak, no
+  tile to pad, and the weights at ``simt_gemv_hbm_fraction`` of HBM bandwidth.
 - The library picks the tile shape that runs fastest, as cuBLAS's heuristics try to.
 - Memory: every operand read once and the output written once, at the GEMV-reachable HBM rate.
   This is the regime of small m (decode), where a GEMM is a bandwidth-bound GEMV. Timed alone
@@ -41,9 +52,18 @@ MIN_K_SLICE = 256
 # 64x128 CTA tiles for 16- and 8-bit inputs (CUTLASS 3 sm90 profiler kernel names).
 TILES = ((128, 256), (128, 128), (64, 128))
 # fp32 without TF32 runs on CUDA-core (SIMT) kernels, not bound to wgmma's 64-row minimum: the
-# CUTLASS SIMT sgemm tiles are 128x128, 128x64, 64x128, 64x64, 128x32 and 32x128 (CUTLASS
-# tools/library/scripts/generator.py, GenerateSM50_Simt).
-SIMT_TILES = ((128, 128), (128, 64), (64, 128), (64, 64), (128, 32), (32, 128))
+# tiles (tile_m, tile_n) of the sm80 xmma SIMT kernels cuBLAS ran for fp32 mm on the H200
+# (``sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize{M}x{N}x8_stage3_..._ffma`` in the stats of
+# data/h200_stacks/run4/grouped.jsonl), with CUTLASS's SIMT sgemm tiles beside them (CUTLASS
+# tools/library/scripts/generator.py, GenerateSM50_Simt: 128x128, 128x64, 64x128, 64x64, 128x32,
+# 32x128).
+SIMT_TILES = ((256, 128), (256, 64), (128, 128), (128, 64), (64, 256), (64, 128), (64, 64),
+              (128, 32), (32, 128), (32, 64), (32, 32))
+SIMT_K_STEP = 8  # k elements a main-loop step of those kernels loads (tilesize MxNx8)
+# cuBLAS ran GEMV kernels for fp32 mm of 1 row (gemv2T) and 4 rows (gemmSN_TN_kernel) and tiles
+# from 16 rows (kernel names in data/h200_stacks run4/grouped.jsonl and run9/sgemm.jsonl; 8 rows
+# unobserved): GEMV at 4 rows or fewer
+SIMT_GEMV_MAX_ROWS = 4
 OUT_DTYPE = {"fp8": "bf16", "int8": "fp32"}  # _scaled_mm writes bf16; _int_mm writes int32
 
 
@@ -59,10 +79,21 @@ def is_aligned(n: int, k: int, dtype: str) -> bool:
 def gemm_time(acc, m: int, n: int, k: int, dtype: str, eff: Efficiency) -> KernelTime:
     """Time of C[m, n] = A[m, k] @ B[k, n] in ``dtype`` on accelerator ``acc``."""
     aligned = is_aligned(n, k, dtype)
+    if dtype in SIMT_DTYPES and m <= SIMT_GEMV_MAX_ROWS:
+        return _simt_gemv_time(acc, m, n, k, dtype, eff, aligned)
     tiles = SIMT_TILES if dtype in SIMT_DTYPES else TILES
     compute_s = min(_tiled_compute_s(acc, m, n, k, dtype, eff, t, aligned) for t in tiles)
     compute_s = throttled(compute_s, eff, dtype)  # the clock the power limit allows
     memory_s = gemm_memory_s(acc, m, n, k, dtype, eff, aligned=aligned)
+    return KernelTime(compute_s, memory_s, eff.gemm_overhead_s)
+
+
+def _simt_gemv_time(acc, m, n, k, dtype, eff: Efficiency, aligned: bool) -> KernelTime:
+    """cuBLAS's fp32 GEMV kernel: the m rows' FMAs at ``simt_gemv_fraction`` of the peak (no
+    tile to pad), the operands at ``simt_gemv_hbm_fraction`` of HBM bandwidth."""
+    compute_s = gemm_flops(m, n, k) / (acc.peak(dtype) * eff.simt_gemv_fraction)
+    hbm_bytes = gemm_bytes(m, n, k, dtype) + flushed_l2_writeback_bytes(acc, m, n, k, dtype, eff)
+    memory_s = hbm_bytes / (acc.hbm_bytes_per_s * eff.simt_gemv_hbm_fraction)
     return KernelTime(compute_s, memory_s, eff.gemm_overhead_s)
 
 
@@ -81,9 +112,12 @@ def grouped_gemm_time(acc, groups: int, m: int, n: int, k: int, dtype: str,
     launch. On the H200 the kernel streams the weights at about 3 TB/s whatever the group count
     and reaches 650-780 TFLOP/s once a group has 256 rows or more (data/h200_stacks/run4/
     grouped.jsonl), where cuBLAS would run each expert's small GEMM apart. Other dtypes are the
-    fallback's per-group GEMMs."""
+    fallback's per-group GEMMs, and once per call its copy of the group offsets to the host
+    (``grouped_fallback_s`` of device time: a ``Memcpy DtoH`` in the records' kernels)."""
     if dtype not in GROUPED_CUTLASS_DTYPES:
-        return gemm_time(acc, m, n, k, dtype, eff).scaled(groups)
+        per_group = gemm_time(acc, m, n, k, dtype, eff).scaled(groups)
+        return KernelTime(per_group.compute_s, per_group.memory_s,
+                          per_group.launch_s + eff.grouped_fallback_s)
     flops = 2.0 * groups * m * n * k
     compute_s = throttled(flops / (acc.peak(dtype) * eff.grouped_gemm_fraction), eff, dtype)
     nbytes = groups * gemm_bytes(m, n, k, dtype)
@@ -140,7 +174,18 @@ def _tiled_compute_s(
     per_sm_flops_per_s = acc.peak(dtype) * eff.gemm_fraction(dtype, aligned=aligned) / n_sms
     small = 1.0 + eff.gemm_small_tile_penalty * (tile_m < 128)  # narrower tiles reuse less
     main_loop_s = 2.0 * tile_m * tile_n * k_slice * small / per_sm_flops_per_s
-    return waves * (main_loop_s + _tile_fixed_s(acc, tile_m, tile_n, dtype, eff) * small)
+    fixed_s = _tile_fixed_s(acc, tile_m, tile_n, dtype, eff) * small
+    if dtype not in SIMT_DTYPES:
+        return waves * (main_loop_s + fixed_s)
+    # SIMT: the slowest of the FMAs, every tile's operand stream and the pipeline's k-steps;
+    # a split-K call's second pass
+    stream_s = tiles * (tile_m + tile_n) * k * dtype_bytes(dtype) / (
+        acc.hbm_bytes_per_s * eff.simt_tile_hbm_fraction)
+    steps_s = waves * k_slice / SIMT_K_STEP * eff.simt_k_step_s
+    simt_s = max(waves * main_loop_s, stream_s, steps_s) + waves * fixed_s
+    if split > 1.0:
+        simt_s += eff.simt_split_k_s
+    return simt_s
 
 
 def _tile_fixed_s(acc, tile_m: int, tile_n: int, dtype: str, eff: Efficiency) -> float:

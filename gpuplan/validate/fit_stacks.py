@@ -24,7 +24,16 @@ Parameters (their priors: ``hwmodels/data/efficiency_prior.json``, ``sim/stacks/
   (its prefill records; linear grids over 0-2 ms in 10 us steps and 0-5 ms in 25 us), in two
   rounds;
 - the grouped GEMM's ``grouped_gemm_fraction`` and ``grouped_gemm_hbm_fraction`` (the bf16
-  ``grouped_gemm`` records; written with the rates by ``--package-rates``).
+  ``grouped_gemm`` records; written with the rates by ``--package-rates``);
+- the fp32 SIMT GEMMs' ``simt_tile_hbm_fraction``, ``simt_k_step_s`` and ``simt_split_k_s``
+  (more than ``SIMT_GEMV_MAX_ROWS`` rows), ``simt_gemv_fraction`` and ``simt_gemv_hbm_fraction``
+  (as many or fewer), on the device-timed fp32 ``gemm`` and ``grouped_gemm`` records, and the
+  fallback's ``grouped_fallback_s`` on the device-timed fp32 ``grouped_gemm`` ones: first of
+  all, since the isolated calls' fixed costs add to their device time (written with the rates
+  by ``--package-rates``); ``isolated_simt_gemm`` (an isolated fp32 ``torch.mm``, apart from
+  ``isolated_gemm``), ``isolated_grouped_fallback`` and ``isolated_fallback_group`` (the fixed
+  and per-group cost of an isolated fp32 ``torch._grouped_mm``, its fallback) are fitted with
+  the other isolated costs.
 
 Split: the records are grouped by case (params without ``timing``, so a case's two timings and a
 repeat stay on one side), the cases of each (stack, kind) shuffled with ``--seed`` and 70% taken
@@ -60,10 +69,21 @@ RATE_KEYS = ("cudnn_fwd", "cudnn_bwd", "cudnn_bwd_d256", "efficient_fwd", "effic
 # the fixed cost of a call timed in isolation (sim/stacks/kernels.py ``ISOLATED_CALL_S``), each
 # fitted on the isolated records of the single-op kinds it adds to
 ISOLATED_KEYS = ("isolated_elementwise", "isolated_gemm", "isolated_attention",
-                 "isolated_backward", "isolated_forced_kernel", "isolated_grouped_gemm")
-# Efficiency fields fitted on one kind's records (the bf16 grouped GEMMs: the fp32 ones are the
-# fallback's per-group cuBLAS GEMMs, which these do not price)
-EFF_KEYS = {"grouped_gemm_fraction": "grouped_gemm", "grouped_gemm_hbm_fraction": "grouped_gemm"}
+                 "isolated_backward", "isolated_forced_kernel", "isolated_grouped_gemm",
+                 "isolated_simt_gemm", "isolated_grouped_fallback", "isolated_fallback_group")
+# Efficiency fields fitted on the records of some kinds in one dtype: (kinds, dtype). The bf16
+# grouped GEMMs price torch._grouped_mm's CUTLASS kernel; the fp32 GEMMs (torch.mm, and the
+# per-group cuBLAS GEMMs of torch._grouped_mm's fallback) cuBLAS's SIMT kernels (``SIMT_KEYS``:
+# on their device-timed records alone, fitted first)
+EFF_KEYS = {"grouped_gemm_fraction": (("grouped_gemm",), "bf16"),
+            "grouped_gemm_hbm_fraction": (("grouped_gemm",), "bf16"),
+            "simt_tile_hbm_fraction": (("gemm", "grouped_gemm"), "fp32"),
+            "simt_k_step_s": (("gemm", "grouped_gemm"), "fp32"),
+            "simt_split_k_s": (("gemm", "grouped_gemm"), "fp32"),
+            "simt_gemv_fraction": (("gemm", "grouped_gemm"), "fp32"),
+            "simt_gemv_hbm_fraction": (("gemm", "grouped_gemm"), "fp32"),
+            "grouped_fallback_s": (("grouped_gemm",), "fp32")}
+SIMT_KEYS = tuple(k for k, (_, dtype) in EFF_KEYS.items() if dtype == "fp32")
 HOST_PARAMS = {"module_call_s": "hf-transformers", "device_overlap": "hf-transformers",
                "moe_block_s": "hf-transformers", "call_factor": "torch-compile",
                "graph_call_s": "torch-compile", "compiled_call_s": "torch-compile"}
@@ -242,11 +262,19 @@ class Model:
                 return rec.kind == "attention" and rec.params.get("attention_kernel") is not None
             if what == "grouped_gemm":  # the CUTLASS call; fp32's per-group fallback is apart
                 return rec.kind == what and rec.params.get("dtype") == "bf16"
+            if what in ("grouped_fallback", "fallback_group"):
+                return rec.kind == "grouped_gemm" and rec.params.get("dtype") != "bf16"
+            if what in ("gemm", "simt_gemm"):  # the fp32 calls (SIMT kernels) apart
+                return rec.kind == "gemm" and (rec.params.get("dtype") == "fp32") == (
+                    what == "simt_gemm")
             return rec.kind == what
         if name in RATE_KEYS:
             return attention_rate_key(rec, self.acc) == name
         if name in EFF_KEYS:
-            return rec.kind == EFF_KEYS[name] and rec.params.get("dtype") == "bf16"
+            kinds, dtype = EFF_KEYS[name]
+            if rec.kind not in kinds or rec.params.get("dtype") != dtype:
+                return False
+            return name not in SIMT_KEYS or _simt_fit_record(rec, name)
         if name in _MOE_ONLY:
             from gpuplan.sim.predict import record_model
 
@@ -256,6 +284,19 @@ class Model:
             return False
         return rec.params.get("stack", "pytorch") == HOST_PARAMS[name] and rec.kind in (
             HOST_KINDS.get(name, MODEL_KINDS))
+
+
+def _simt_fit_record(rec, name: str) -> bool:
+    """A device-timed pytorch-stack fp32 record that ``name`` prices: the GEMV kernel's share
+    at ``SIMT_GEMV_MAX_ROWS`` rows or fewer, the tiles' above."""
+    from gpuplan.hwmodels.gemm import SIMT_GEMV_MAX_ROWS
+
+    if rec.params.get("stack", "pytorch") != "pytorch" or rec.params.get("timing") != "device":
+        return False
+    gemv = rec.params["m"] <= SIMT_GEMV_MAX_ROWS
+    return {"simt_gemv_fraction": gemv, "simt_gemv_hbm_fraction": gemv,
+            "simt_tile_hbm_fraction": not gemv, "simt_k_step_s": not gemv,
+            "simt_split_k_s": not gemv}.get(name, True)
 
 
 def _host_value(stack_name: str, name: str) -> float:
@@ -277,7 +318,8 @@ def fit(model: Model, records: list) -> dict[str, dict]:
     shared = sorted((n for n, owner in HOST_PARAMS.items() if owner == "hf-transformers"),
                     key=lambda n: n not in _MOE_ONLY)
     compiled = [n for n, owner in HOST_PARAMS.items() if owner == "torch-compile"]
-    for name in (*ISOLATED_KEYS, *RATE_KEYS, *EFF_KEYS, *shared * HOST_PASSES,
+    others = [n for n in EFF_KEYS if n not in SIMT_KEYS]
+    for name in (*SIMT_KEYS, *ISOLATED_KEYS, *RATE_KEYS, *others, *shared * HOST_PASSES,
                  *compiled * COMPILE_PASSES):
         recs = [r for r in records if model.touches(r, name)]
         prior = model.values[name]
@@ -307,6 +349,12 @@ def held_out_table(model: Model, held: list, fitted: dict) -> list[dict]:
     groups: dict[tuple, list] = defaultdict(list)
     for rec in held:
         groups[stratum(rec)].append(rec)
+    # a stratum of several dtypes (the GEMMs) also gets a row per dtype, as ``kind[dtype]``
+    for (stack, kind), recs in list(groups.items()):
+        dtypes = {r.params.get("dtype") for r in recs}
+        for dtype in sorted(dtypes) if len(dtypes) > 1 else ():
+            groups[(stack, f"{kind}[{dtype}]")] = [r for r in recs
+                                                   if r.params.get("dtype") == dtype]
     rows = []
     for (stack, kind), recs in sorted(groups.items()):
         row = {"stack": stack, "kind": kind, "records": len(recs)}

@@ -32,6 +32,7 @@ import dataclasses
 
 from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.architecture import ARCH
+from gpuplan.hwmodels.gemm import GROUPED_CUTLASS_DTYPES
 
 _NVIDIA_SM80_UP = {"sm_80", "sm_87", "sm_89", "sm_90", "sm_100"}
 KERNEL_ARCHS = {
@@ -153,10 +154,17 @@ def stack_efficiency(stack, eff, acc, *, phase: str):
 ISOLATED_KINDS = ("gemm", "elementwise", "attention", "grouped_gemm")
 # ``grouped_gemm`` (``torch._grouped_mm``): its prior is the GEMM's; bf16 calls measured 66 us
 # more isolated than in a busy stream (median, data/h200_stacks/run4/grouped.jsonl), and it is
-# fitted on those; fp32's fallback (one mm per group issued from C++) measured 233 us more
-# (median) and is priced with the bf16 call's cost (not modelled apart)
+# fitted on those; fp32's fallback (a synchronizing copy of the offsets to the host, then one
+# mm per group issued from C++) measured 50, 89, 228 and 398 us more at 2, 8, 32 and 64 groups
+# (medians, data/h200_stacks run4/grouped.jsonl and run9/sgemm.jsonl): its own fixed cost,
+# ``grouped_fallback`` (the GEMM's prior), and ``fallback_group`` per group (prior: a few
+# microseconds, about what one cuBLAS launch costs the CPU), fitted on the fp32 calls.
+# ``simt_gemm``: a plain fp32 ``mm`` (TF32 off) measured 25 us more isolated than in a busy
+# stream against bf16's 46 (medians, data/h200_stacks); its own cost, the GEMM's prior,
+# fitted on the fp32 calls
 ISOLATED_PRIORS = {"gemm": 40e-6, "elementwise": 25e-6, "attention": 40e-6,
-                   "backward": 120e-6, "forced_kernel": 30e-6, "grouped_gemm": 40e-6}
+                   "backward": 120e-6, "forced_kernel": 30e-6, "grouped_gemm": 40e-6,
+                   "grouped_fallback": 40e-6, "fallback_group": 5e-6, "simt_gemm": 40e-6}
 
 
 def stack_fit(section: str) -> dict:
@@ -183,6 +191,11 @@ def isolated_call_s(stack, kind: str, params, values: dict | None = None) -> flo
         return 0.0
     v = ISOLATED_CALL_S | (values or {})
     cost = v[kind]
+    if kind == "gemm" and params.get("dtype") == "fp32":
+        cost = v["simt_gemm"]
+    if kind == "grouped_gemm" and params.get("dtype") not in GROUPED_CUTLASS_DTYPES:
+        # torch._grouped_mm's fallback: a fixed cost and each group's mm issued in turn
+        cost = v["grouped_fallback"] + params["groups"] * v["fallback_group"]
     if params.get("pass") == "fwd_bwd":
         cost += v["backward"]
     if kind == "attention" and params.get("attention_kernel") is not None:
