@@ -147,3 +147,55 @@ def run_hf(torch, device: str, device_key: str, out_dir, box: TimeBox, tiny: boo
         model = None
         torch.cuda.empty_cache()
     return {"profiles": len(profiles)}
+
+
+# ``--grid decode``: one decode step of the sliding-window model below, at and past its window
+# (transformers' DynamicSlidingWindowLayer, and its masked attention), beside Llama's, with the
+# CPU ops that take the most time: (model, layers, ((batch, context, cache), ...))
+HF_DECODE_CASES = (("mistral-7b", 4, ((1, 1024, "dynamic"), (1, 4096, "dynamic"),
+                                      (16, 4096, "dynamic"), (16, 1024, "dynamic"),
+                                      (1, 1024, "static"), (16, 4096, "static"))),
+                   ("llama3-8b", 4, ((1, 1024, "dynamic"), (16, 4096, "dynamic"),
+                                     (16, 4096, "static"))))
+
+
+def run_hf_decode(torch, device: str, device_key: str, out_dir, box: TimeBox,
+                  tiny: bool) -> dict:
+    """``hf_decode_profile.json``: {"profiles": [...]}, one per (model, batch, context, cache):
+    the kernels and top CPU ops of one eager decode step (``hf.decode_case``; the profiled
+    calls follow the case's untimed ``before`` once, as their first call does)."""
+    from . import hf
+
+    tf = hf.transformers_or_none()
+    if device != "cuda" or tf is None:
+        return {"skipped": "needs CUDA and transformers"}
+    if hasattr(tf, "logging"):
+        tf.logging.set_verbosity_error()
+    path = Path(out_dir) / "hf_decode_profile.json"
+    profiles: list[dict] = []
+    part = hf._Part(torch, device, device_key, None, tiny)
+    for name, layers, cases_ in HF_DECODE_CASES:
+        if box.over():
+            log(f"  hfprofile decode: time box reached before {name}")
+            break
+        model, info = hf._build(torch, tf, device, name, layers, torch.bfloat16, tiny)
+        model.eval()
+        for b, ctx, kv in cases_:
+            fn, before, _, cache = hf.decode_case(part, tf, model, b, ctx, kv, model.forward)
+            if before is not None:
+                before()
+            out = profile(torch, fn, cpu_top=30)
+            profiles.append({"device": device_key, "torch": torch.__version__,
+                             "params": {"model": name, "layers": layers, "batch": b,
+                                        "context": ctx, "kv_cache": kv, "dtype": "bf16",
+                                        "stack": "hf-transformers"},
+                             "cache_class": type(cache).__name__, "hf": info, **out})
+            _save(path, profiles)
+            log(f"  hfprofile decode {name} {b}x{ctx} {kv}: {len(out['kernels'])} kernel "
+                f"names, {out['total_s_per_call'] * 1e3:.3f} ms kernels, "
+                f"{out['block_cpu_s_per_call'] * 1e3:.3f} ms CPU")
+            fn = cache = None
+            hf._free(torch, device)
+        model = None
+        hf._free(torch, device)
+    return {"profiles": len(profiles)}

@@ -118,6 +118,8 @@ def _run_part(part, torch, device, key, out_dir, box, tiny, models, grid="base")
     if part in ("kprofile", "hfprofile"):
         from . import kprofile
 
+        if part == "hfprofile" and grid == "decode":
+            return kprofile.run_hf_decode(torch, device, key, out_dir, box, tiny)
         if part == "hfprofile":
             return kprofile.run_hf(torch, device, key, out_dir, box, tiny,
                                    extended=grid != "base")
