@@ -118,11 +118,14 @@ def load(data_dir: str | Path, device: str | None = None) -> list:
         for err in errors:
             print(f"{path}: {err}")
         probes = _host_probes(path)
+        modules = _host_probes(path, "module_probe_s")
         for r in records:
             if device is None or r.device == device:
                 out.append(r)
                 if probes.get(r.line_no):
                     HOST_PROBE_S[id(r)] = probes[r.line_no]
+                if modules.get(r.line_no):
+                    MODULE_PROBE_S[id(r)] = modules[r.line_no]
     if not out:
         raise GpuplanError(f"--data {str(root)!r}: no records")
     return out
@@ -138,10 +141,16 @@ def load(data_dir: str | Path, device: str | None = None) -> list:
 # torch-compile training from 18.5/30.4% to 37.6/44.8% (the probe, 5 x 64 launches, is noisy).
 HOST_PROBE_S: dict[int, float] = {}
 USE_HOST_PROBES = False
+# The module probe of a paired record (``module_probe_s``: the campaign's ``hostpair`` part times
+# each case in rounds, each after a toy transformers model's forward), by ``id`` of the loaded
+# record: always used where present. The record is priced at its probe over the reference module
+# probe (``host_reference.json``), as ``--host-speed`` from ``host_probe --kind module`` prices
+# a user's host; the records without one are priced at the reference speed.
+MODULE_PROBE_S: dict[int, float] = {}
 
 
-def _host_probes(path: Path) -> dict[int, float]:
-    """{line number: host probe} of the whole-model records of one file."""
+def _host_probes(path: Path, key: str = "host_probe_s") -> dict[int, float]:
+    """{line number: the probe ``key``} of the whole-model records of one file."""
     out = {}
     with path.open() as f:
         for i, line in enumerate(f, 1):
@@ -149,7 +158,7 @@ def _host_probes(path: Path) -> dict[int, float]:
                 raw = json.loads(line)
             except ValueError:
                 continue
-            probe = raw.get("host_probe_s") if isinstance(raw, dict) else None
+            probe = raw.get(key) if isinstance(raw, dict) else None
             if isinstance(probe, (int, float)) and probe > 0 and raw.get("kind") in MODEL_KINDS:
                 out[i] = float(probe)
     return out
@@ -157,8 +166,10 @@ def _host_probes(path: Path) -> dict[int, float]:
 
 def host_speed(rec) -> float | None:
     """The record's host speed factor (its probe over the reference host's), where it has one."""
-    from gpuplan.validate.harness.host_probe import reference_s_per_launch
+    from gpuplan.validate.harness.host_probe import reference_module_probe_s, reference_s_per_launch
 
+    if id(rec) in MODULE_PROBE_S:
+        return MODULE_PROBE_S[id(rec)] / reference_module_probe_s()
     probe = HOST_PROBE_S.get(id(rec)) if USE_HOST_PROBES else None
     return None if probe is None else probe / reference_s_per_launch()
 
