@@ -33,6 +33,7 @@ from gpuplan.sim.breakdown import Breakdown, Item, priced_items
 from gpuplan.sim.serving.deployment import Deployment
 from gpuplan.sim.serving.iteration import Batch, cache_bytes_per_token_layer, iteration_breakdown
 from gpuplan.sim.stacks import KV_CACHES, Stack
+from gpuplan.sim.stacks.kernels import resolved_attention
 from gpuplan.sim.step import _as_run, _with_launch, layer_groups
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.model import ModelConfig
@@ -94,6 +95,10 @@ def decode_deployment(
         raise GpuplanError("kv_cache='dynamic' cannot be replayed from a CUDA graph (its tensors "
                            "change shape every step): use --kv-cache static or paged")
     host_extra_s = _host_extra_s(cfg, stack)
+    if kv_cache == "dynamic" and not graph and resolved_attention(stack, acc).decode == "cudnn":
+        # a dynamic cache's length is new every step: cuDNN SDPA builds its graph for the
+        # shape once a step (``HostModel.attention_plan_s``)
+        host_extra_s += stack.host.attention_plan_s * stack.host.speed_factor
     if not graph:  # the torch calls of transformers' RMSNorm beyond the one the iteration counts
         # (``eff`` is the stack's: its ``host_launch_s`` carries the host's speed already)
         host_extra_s += transformers_rmsnorm_calls(cfg, stack) * eff.host_launch_s

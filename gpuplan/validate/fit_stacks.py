@@ -15,7 +15,9 @@ Parameters (their priors: ``hwmodels/data/efficiency_prior.json``, ``sim/stacks/
   dispatch, is cuDNN's or the memory-efficient one); ``--package-rates PATH`` writes them as
   ``hwmodels.efficiency`` reads them (``gpuplan/hwmodels/data/stack_rates_h200.json``);
 - ``hf-transformers``' ``HostModel.moe_block_s`` (its MoE models' prefill and decode records; a
-  linear grid over 0-5 ms in 50 us steps), ``HostModel.module_call_s`` (its whole-model records)
+  linear grid over 0-5 ms in 50 us steps), ``HostModel.attention_plan_s`` (its decode records
+  whose cached length is new each call, ``predict.kv_length_grows``: 0-60 ms in 0.5 ms steps),
+  ``HostModel.module_call_s`` (its whole-model records)
   and ``HostModel.device_overlap`` (its decode records; a linear grid over [0, 1] in steps of
   1/32);
 - ``torch-compile``'s ``HostModel.call_factor`` (its whole-model records),
@@ -85,9 +87,9 @@ EFF_KEYS = {"grouped_gemm_fraction": (("grouped_gemm",), "bf16"),
             "grouped_fallback_s": (("grouped_gemm",), "fp32")}
 SIMT_KEYS = tuple(k for k, (_, dtype) in EFF_KEYS.items() if dtype == "fp32")
 HOST_PARAMS = {"module_call_s": "hf-transformers", "device_overlap": "hf-transformers",
-               "moe_block_s": "hf-transformers", "call_factor": "torch-compile",
+               "moe_block_s": "hf-transformers", "attention_plan_s": "hf-transformers", "call_factor": "torch-compile",
                "graph_call_s": "torch-compile", "compiled_call_s": "torch-compile"}
-HOST_KINDS = {"device_overlap": ("model_decode_step",),
+HOST_KINDS = {"device_overlap": ("model_decode_step",), "attention_plan_s": ("model_decode_step",),
               "graph_call_s": ("model_decode_step",), "compiled_call_s": ("prefill_step",),
               "moe_block_s": ("prefill_step", "model_decode_step")}
 _MOE_ONLY = ("moe_block_s",)  # fitted on the MoE models' records alone
@@ -100,7 +102,8 @@ COMPILE_PASSES = 2  # torch-compile's likewise, 2 rounds
 _LINEAR = {"device_overlap": [k / 32 for k in range(33)],  # a share: absolute grid on [0, 1]
            "moe_block_s": [k * 0.05e-3 for k in range(101)],  # 0 to 5 ms in 50 us steps
            "graph_call_s": [k * 0.01e-3 for k in range(201)],  # 0 to 2 ms in 10 us steps
-           "compiled_call_s": [k * 0.025e-3 for k in range(201)]}  # 0 to 5 ms in 25 us steps
+           "compiled_call_s": [k * 0.025e-3 for k in range(201)],  # 0 to 5 ms in 25 us steps
+           "attention_plan_s": [k * 0.5e-3 for k in range(121)]}  # 0 to 60 ms in 0.5 ms steps
 _COARSE = [2 ** (k / 8) for k in range(-24, 25)]
 _FINE = [2 ** (k / 64) for k in range(-8, 9)]
 
@@ -293,6 +296,12 @@ class Model:
                 return False
         if name in _BATCH_ONE and rec.params.get("batch") != 1:
             return False
+        if name == "attention_plan_s":  # the decodes whose cached length is new each call
+            from gpuplan.sim.predict import kv_length_grows, record_model
+
+            if rec.kind != "model_decode_step" or not kv_length_grows(
+                    record_model(rec.params["model"]), rec.params):
+                return False
         return rec.params.get("stack", "pytorch") == HOST_PARAMS[name] and rec.kind in (
             HOST_KINDS.get(name, MODEL_KINDS))
 
@@ -325,9 +334,10 @@ def fit(model: Model, records: list) -> dict[str, dict]:
     """Each parameter in turn over the records it changes; {name: {prior, fitted, records}}."""
     values = dict(model.values)
     out = {}
-    # the MoE blocks' own cost first, so that module_call_s is not pulled up by it
+    # the MoE blocks' own cost first, then cuDNN's graph build at a new decode length, so
+    # that module_call_s is pulled up by neither
     shared = sorted((n for n, owner in HOST_PARAMS.items() if owner == "hf-transformers"),
-                    key=lambda n: n not in _MOE_ONLY)
+                    key=lambda n: (n not in _MOE_ONLY, n != "attention_plan_s"))
     compiled = [n for n, owner in HOST_PARAMS.items() if owner == "torch-compile"]
     others = [n for n in EFF_KEYS if n not in SIMT_KEYS]
     for name in (*SIMT_KEYS, *ISOLATED_KEYS, *RATE_KEYS, *others, *shared * HOST_PASSES,

@@ -77,6 +77,13 @@ class HostModel:
     # CPU time of one call of a compiled model run without CUDA graphs (a prefill) before its
     # first kernel: Dynamo's guards and the compiled wrapper's entry, the GPU waiting
     compiled_call_s: float = 0.0
+    # CPU time of cuDNN SDPA's graph build for an attention shape it has not run yet: PyTorch
+    # caches the cuDNN MHA graphs by shape (aten/src/ATen/native/cudnn/MHA.cpp), so an eager
+    # decode step whose cached length is new (a DynamicCache in a generate loop) builds one,
+    # once a step (every layer shares the shape); a static or paged cache's length does not
+    # change. The H200 profile (data/h200_stacks/run12): 38 ms of CPU in
+    # aten::_cudnn_attention_forward a step at a new length, 0.2 ms at a repeated one
+    attention_plan_s: float = 0.0
 
     def __post_init__(self) -> None:
         check_choice("host.mode", self.mode, HOST_MODES)
@@ -88,7 +95,8 @@ class HostModel:
             if not (value > 0 and value < float("inf")):
                 raise GpuplanError(f"host.{name}={value!r} is invalid: it must be a finite "
                                    "number greater than zero")
-        for name in ("module_call_s", "moe_block_s", "graph_call_s", "compiled_call_s"):
+        for name in ("module_call_s", "moe_block_s", "graph_call_s", "compiled_call_s",
+                     "attention_plan_s"):
             if not (0 <= getattr(self, name) < 1):
                 raise GpuplanError(f"host.{name}={getattr(self, name)!r} is invalid: it must "
                                    "be in [0, 1) seconds")

@@ -23,7 +23,9 @@ decode hides behind the CPU (prior 1), are fitted on the H200 campaign's fit par
 (``stack_fit.json``), as is ``moe_block_s``, the CPU time of one MoE block beyond its modules
 and ops (prior 0; observed: the MoE models' eager prefill and decode spend 30-60 ms more on the
 CPU than dense models of as many modules, data/h200_stacks/run2's isolated against kernel
-times). MoE experts run as grouped GEMMs, and under a StaticCache's mask GQA
+times), and ``attention_plan_s``, cuDNN SDPA's graph build when a decode step's cached length is
+new to it (``HostModel.attention_plan_s``; prior 38 ms from the H200 profile, fitted on the
+decode records whose cache grows call after call). MoE experts run as grouped GEMMs, and under a StaticCache's mask GQA
 keys and values are repeated to every head (``repeat_kv_masked``).
 
 ``torch-compile`` - ``torch.compile(model)`` of a transformers model, trained with the eager
@@ -55,7 +57,10 @@ from gpuplan.sim.stacks.kernels import stack_fit
 # ``python3 -m gpuplan.validate.fit_stacks --package gpuplan/sim/stacks/data/stack_fit.json``;
 # the presets use the fitted value where the file has one.
 PRIORS = {
-    "hf-transformers": {"module_call_s": 8e-6, "device_overlap": 1.0, "moe_block_s": 0.0},
+    # attention_plan_s: the H200 profile's cuDNN CPU time at a new decode length (run12: 38 ms
+    # over a 4-layer step's 4 calls, one graph build; HostModel.attention_plan_s)
+    "hf-transformers": {"module_call_s": 8e-6, "device_overlap": 1.0, "moe_block_s": 0.0,
+                        "attention_plan_s": 0.038},
     "torch-compile": {"call_factor": 0.3, "graph_call_s": 0.0, "compiled_call_s": 0.0},
 }
 _FIT = stack_fit("stacks")
@@ -73,7 +78,9 @@ PYTORCH = Stack(
     title="plain PyTorch 2.x, eager, SDPA default dispatch",
     attention=_DEFAULT,
     elementwise="eager",
-    host=HostModel(mode="eager"),
+    # cuDNN SDPA's graph build at a new decode length is PyTorch's own cost (fitted on the
+    # hf-transformers records, whose dynamic caches show it)
+    host=HostModel(mode="eager", attention_plan_s=_fit("hf-transformers", "attention_plan_s")),
     kv_cache="static",
     optimizer="foreach",
     moe_autocast_dtype="fp32",  # F.grouped_mm experts under autocast stay fp32 (Stack field)
@@ -98,7 +105,8 @@ HF_TRANSFORMERS = Stack(
     residual_dtype="fp32",  # its models' residual stream under autocast (Stack.residual_dtype)
     host=HostModel(mode="eager", module_call_s=_fit("hf-transformers", "module_call_s"),
                    device_overlap=_fit("hf-transformers", "device_overlap"),
-                   moe_block_s=_fit("hf-transformers", "moe_block_s")),
+                   moe_block_s=_fit("hf-transformers", "moe_block_s"),
+                   attention_plan_s=_fit("hf-transformers", "attention_plan_s")),
     kv_cache="dynamic",
     optimizer="foreach",
     logits="all",
@@ -160,7 +168,9 @@ HARNESS = Stack(
     title="the measurement harness: FlashAttention-2 forced, eager layer code, L2 flush",
     attention=AttentionChoice(prefill="flash2", train="flash2", decode="flash2"),
     elementwise="eager",
-    host=HostModel(mode="eager"),
+    # cuDNN SDPA's graph build at a new decode length is PyTorch's own cost (fitted on the
+    # hf-transformers records, whose dynamic caches show it)
+    host=HostModel(mode="eager", attention_plan_s=_fit("hf-transformers", "attention_plan_s")),
     kv_cache="static",
     optimizer="fused",
     l2_flush=True,
