@@ -20,7 +20,9 @@ Parameters (their priors: ``hwmodels/data/efficiency_prior.json``, ``sim/stacks/
   ``HostModel.module_call_s`` (its whole-model records)
   and ``HostModel.device_overlap`` (its decode records; a linear grid over [0, 1] in steps of
   1/32);
-- ``torch-compile``'s ``HostModel.call_factor`` (its whole-model records),
+- ``torch-compile``'s ``HostModel.moe_block_s`` (``compiled_moe_block_s``: its MoE models'
+  prefill records, a linear grid over 0-5 ms in 50 us steps, fitted first),
+  ``HostModel.call_factor`` (its whole-model records),
   ``HostModel.graph_call_s`` (its CUDA-graph decode records at batch 1, where the fixed cost
   is what the step exposes) and ``HostModel.compiled_call_s``
   (its prefill records; linear grids over 0-2 ms in 10 us steps and 0-5 ms in 25 us), in two
@@ -87,12 +89,17 @@ EFF_KEYS = {"grouped_gemm_fraction": (("grouped_gemm",), "bf16"),
             "grouped_fallback_s": (("grouped_gemm",), "fp32")}
 SIMT_KEYS = tuple(k for k, (_, dtype) in EFF_KEYS.items() if dtype == "fp32")
 HOST_PARAMS = {"module_call_s": "hf-transformers", "device_overlap": "hf-transformers",
-               "moe_block_s": "hf-transformers", "attention_plan_s": "hf-transformers", "call_factor": "torch-compile",
+               "moe_block_s": "hf-transformers", "attention_plan_s": "hf-transformers",
+               "compiled_moe_block_s": "torch-compile", "call_factor": "torch-compile",
                "graph_call_s": "torch-compile", "compiled_call_s": "torch-compile"}
+# the HostModel field a fitted name sets, where the two differ (one field, two stacks' values)
+HOST_FIELD = {"compiled_moe_block_s": "moe_block_s"}
 HOST_KINDS = {"device_overlap": ("model_decode_step",), "attention_plan_s": ("model_decode_step",),
               "graph_call_s": ("model_decode_step",), "compiled_call_s": ("prefill_step",),
-              "moe_block_s": ("prefill_step", "model_decode_step")}
-_MOE_ONLY = ("moe_block_s",)  # fitted on the MoE models' records alone
+              "moe_block_s": ("prefill_step", "model_decode_step"),
+              # a compiled decode replays CUDA graphs: no per-block CPU work reaches it
+              "compiled_moe_block_s": ("prefill_step",)}
+_MOE_ONLY = ("moe_block_s", "compiled_moe_block_s")  # fitted on the MoE models' records alone
 # fitted where it is what the step exposes: a CUDA-graph replay's fixed CPU cost at batch 1,
 # where the device's part is the weights' stream (priced within a few percent); at larger
 # batches the static cache's masked attention, which the price still misses, would stand in
@@ -101,6 +108,7 @@ HOST_PASSES = 3  # hf-transformers' host factors share records: fitted in turn, 
 COMPILE_PASSES = 2  # torch-compile's likewise, 2 rounds
 _LINEAR = {"device_overlap": [k / 32 for k in range(33)],  # a share: absolute grid on [0, 1]
            "moe_block_s": [k * 0.05e-3 for k in range(101)],  # 0 to 5 ms in 50 us steps
+           "compiled_moe_block_s": [k * 0.05e-3 for k in range(101)],
            "graph_call_s": [k * 0.01e-3 for k in range(201)],  # 0 to 2 ms in 10 us steps
            "compiled_call_s": [k * 0.025e-3 for k in range(201)],  # 0 to 5 ms in 25 us steps
            "attention_plan_s": [k * 0.5e-3 for k in range(121)]}  # 0 to 60 ms in 0.5 ms steps
@@ -250,7 +258,8 @@ class Model:
         stack = record_stack(rec.params)
         for name, owner in HOST_PARAMS.items():
             if stack.name == owner:
-                stack = replace(stack, host=replace(stack.host, **{name: v[name]}))
+                field = HOST_FIELD.get(name, name)
+                stack = replace(stack, host=replace(stack.host, **{field: v[name]}))
         speed = host_speed(rec)
         if speed is not None:
             stack = replace(stack, host=replace(stack.host, speed_factor=speed))
@@ -322,7 +331,7 @@ def _simt_fit_record(rec, name: str) -> bool:
 def _host_value(stack_name: str, name: str) -> float:
     from gpuplan.sim.stacks.pytorch import PRIORS
 
-    return float(PRIORS[stack_name][name])
+    return float(PRIORS[stack_name][HOST_FIELD.get(name, name)])
 
 
 def _log_error(model: Model, recs: list, values: dict, *, mean: bool = False) -> float:
@@ -338,7 +347,7 @@ def fit(model: Model, records: list) -> dict[str, dict]:
     # that module_call_s is pulled up by neither
     shared = sorted((n for n, owner in HOST_PARAMS.items() if owner == "hf-transformers"),
                     key=lambda n: (n not in _MOE_ONLY, n != "attention_plan_s"))
-    compiled = [n for n, owner in HOST_PARAMS.items() if owner == "torch-compile"]
+    compiled = [n for n, owner in HOST_PARAMS.items() if owner == "torch-compile"]  # MoE first
     others = [n for n in EFF_KEYS if n not in SIMT_KEYS]
     for name in (*SIMT_KEYS, *ISOLATED_KEYS, *RATE_KEYS, *others, *shared * HOST_PASSES,
                  *compiled * COMPILE_PASSES):
@@ -432,7 +441,7 @@ def write_package(doc: dict, path: str | Path) -> None:
     for name, owner in HOST_PARAMS.items():
         fitted = doc["parameters"][name]["fitted"]
         if fitted is not None:
-            stacks.setdefault(owner, {})[name] = fitted
+            stacks.setdefault(owner, {})[HOST_FIELD.get(name, name)] = fitted
     isolated = {k.removeprefix("isolated_"): v for k, v in _fitted(doc, ISOLATED_KEYS).items()}
     _write_fit(doc, path, {"stacks": stacks, "isolated": isolated})
 

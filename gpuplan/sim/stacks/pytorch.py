@@ -39,7 +39,10 @@ campaign's compiled records); ``mode="reduce-overhead"`` replays decode from CUD
 bookkeeping on the CPU (torch/_inductor/cudagraph_trees.py ``CUDAGraphNode.run``: static-input
 checks, input copies, ``graph.replay()``) while the GPU waits (``graph_call_s``: prior 0, fitted
 on the campaign's batch-1 compiled decodes); a compiled prefill pays its own fixed CPU cost
-before its first kernel (``compiled_call_s``: prior 0, fitted on the compiled prefills).
+before its first kernel (``compiled_call_s``: prior 0, fitted on the compiled prefills), and
+its MoE blocks a CPU cost each (``moe_block_s``: prior 0, fitted on the MoE models' compiled
+prefills; observed: Mixtral's 2-layer 512-token compiled prefill took 4.5 ms, as long as
+Llama-3-8B's 8-layer one, data/h200_stacks/run8).
 
 ``harness`` - exactly what ``validate/harness`` forces: FlashAttention-2 for every SDPA call
 (``sdpa_kernel(SDPBackend.FLASH_ATTENTION)``), its own Llama-style layer code in eager ATen ops,
@@ -61,7 +64,8 @@ PRIORS = {
     # over a 4-layer step's 4 calls, one graph build; HostModel.attention_plan_s)
     "hf-transformers": {"module_call_s": 8e-6, "device_overlap": 1.0, "moe_block_s": 0.0,
                         "attention_plan_s": 0.038},
-    "torch-compile": {"call_factor": 0.3, "graph_call_s": 0.0, "compiled_call_s": 0.0},
+    "torch-compile": {"call_factor": 0.3, "graph_call_s": 0.0, "compiled_call_s": 0.0,
+                      "moe_block_s": 0.0},
 }
 _FIT = stack_fit("stacks")
 
@@ -127,7 +131,8 @@ TORCH_COMPILE = Stack(
     elementwise="compiled",
     host=HostModel(mode="compiled", call_factor=_fit("torch-compile", "call_factor"),
                    graph_call_s=_fit("torch-compile", "graph_call_s"),
-                   compiled_call_s=_fit("torch-compile", "compiled_call_s")),
+                   compiled_call_s=_fit("torch-compile", "compiled_call_s"),
+                   moe_block_s=_fit("torch-compile", "moe_block_s")),
     kv_cache="static",
     # training over fp32 weights, the MoE experts break the graph: transformers' grouped_mm
     # path refuses non-bf16 weights under compile and its own fallback
