@@ -66,7 +66,9 @@ def test_hf_decode_now_grows_with_batch_and_context():
     hf = get_stack("hf-transformers")
     small = decode_breakdown(H200, EFF, cfg, hf, batch=1, context=1024).total_s
     big = decode_breakdown(H200, EFF, cfg, hf, batch=64, context=4096).total_s
-    assert hf.host.device_overlap < 1 and big > small * 1.1
+    # both pay cuDNN's graph build once (a dynamic cache's new length): the rest grows
+    plan = hf.host.attention_plan_s * hf.host.speed_factor
+    assert hf.host.device_overlap < 1 and big - plan > (small - plan) * 1.1
 
 
 
