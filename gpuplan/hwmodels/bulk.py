@@ -40,12 +40,12 @@ from gpuplan.hwmodels.gemm import (
     ALIGN_BYTES,
     MIN_K_SLICE,
     SIMT_GEMV_MAX_ROWS,
-    SIMT_K_STEP,
     SIMT_TILES,
     TILES,
     _tile_fixed_s,
     gemm_bytes,
     is_grouped,
+    simt_stream_steps_s,
 )
 from gpuplan.hwmodels.power import SIMT_DTYPES
 from gpuplan.hwmodels.price import price
@@ -133,9 +133,8 @@ def _tiled_compute_s(acc, m, n, k, dtype, eff, tile, aligned) -> np.ndarray:
     fixed_s = _tile_fixed_s(acc, tile_m, tile_n, dtype, eff) * small
     if dtype not in SIMT_DTYPES:
         return waves * (main_loop_s + fixed_s)
-    stream_s = tiles * (tile_m + tile_n) * k * dtype_bytes(dtype) / (
-        acc.hbm_bytes_per_s * eff.simt_tile_hbm_fraction)
-    steps_s = waves * k_slice / SIMT_K_STEP * eff.simt_k_step_s
+    stream_s, steps_s = simt_stream_steps_s(acc, dtype, eff, tiles, tile_m, tile_n, k, k_slice,
+                                            waves)
     simt_s = np.maximum(np.maximum(waves * main_loop_s, stream_s), steps_s) + waves * fixed_s
     return simt_s + np.where(split > 1.0, eff.simt_split_k_s, 0.0)
 

@@ -179,13 +179,22 @@ def _tiled_compute_s(
         return waves * (main_loop_s + fixed_s)
     # SIMT: the slowest of the FMAs, every tile's operand stream and the pipeline's k-steps;
     # a split-K call's second pass
-    stream_s = tiles * (tile_m + tile_n) * k * dtype_bytes(dtype) / (
-        acc.hbm_bytes_per_s * eff.simt_tile_hbm_fraction)
-    steps_s = waves * k_slice / SIMT_K_STEP * eff.simt_k_step_s
+    stream_s, steps_s = simt_stream_steps_s(acc, dtype, eff, tiles, tile_m, tile_n, k, k_slice,
+                                            waves)
     simt_s = max(waves * main_loop_s, stream_s, steps_s) + waves * fixed_s
     if split > 1.0:
         simt_s += eff.simt_split_k_s
     return simt_s
+
+
+def simt_stream_steps_s(acc, dtype: str, eff: Efficiency, tiles, tile_m: int, tile_n: int, k,
+                        k_slice, waves):
+    """A SIMT GEMM's two other bounds beside its FMAs: every tile's operand panels streamed at
+    ``simt_tile_hbm_fraction`` of HBM, and its pipeline's k-steps (``SIMT_K_STEP`` of k each) at
+    ``simt_k_step_s``; scalars here, arrays in ``hwmodels.bulk`` (the same operations)."""
+    stream_s = tiles * (tile_m + tile_n) * k * dtype_bytes(dtype) / (
+        acc.hbm_bytes_per_s * eff.simt_tile_hbm_fraction)
+    return stream_s, waves * k_slice / SIMT_K_STEP * eff.simt_k_step_s
 
 
 def _tile_fixed_s(acc, tile_m: int, tile_n: int, dtype: str, eff: Efficiency) -> float:

@@ -207,3 +207,16 @@ def timed(timer, fn, timing: str) -> dict | None:
     except Exception as exc:  # a profiler failure must not cost the isolated records
         log(f"  device timing failed: {type(exc).__name__}: {str(exc)[:160]}")
         return None
+
+
+def write_both_timings(writer, timer, fn, kind: str, device_key: str, params: dict, torch,
+                       device: str, what: str) -> None:
+    """``fn`` timed ``isolated`` and ``device`` (``timed``), one ``pytorch``-stack record each,
+    the kernels' names kept in its stats; a timing the profiler fails is left out."""
+    for timing in ("isolated", "device"):
+        stats = timed(timer, fn, timing)
+        if stats is None:
+            continue
+        writer.write(make_record(kind, device_key, dict(params, stack="pytorch", timing=timing),
+                                 {"time_s": stats["median_s"]},
+                                 lib_source(torch, device, what, stats), stats=stats))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from ..harness.context import interleaved
 from ..harness.records import RecordWriter
-from .common import TimeBox, Timer, lib_source, log, make_record, timed
+from .common import TimeBox, Timer, log, write_both_timings
 
 # (groups, n, k) of one projection: gate+up fused, then down
 _EXPERTS = ((8, 28672, 4096), (8, 4096, 14336),  # Mixtral-8x7B
@@ -70,14 +70,7 @@ def run(torch, device: str, device_key: str, out_dir, box: TimeBox, tiny: bool) 
             log(f"  grouped {p} FAILED {type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
             continue
         what = f"torch._grouped_mm {p['dtype']}, x[g*m,k] @ w[g,n,k].transpose(-2,-1)"
-        for timing in ("isolated", "device"):
-            stats = timed(timer, fn, timing)
-            if stats is None:
-                continue
-            writer.write(make_record("grouped_gemm", device_key,
-                                     dict(p, stack="pytorch", timing=timing),
-                                     {"time_s": stats["median_s"]},
-                                     lib_source(torch, device, what, stats), stats=stats))
+        write_both_timings(writer, timer, fn, "grouped_gemm", device_key, p, torch, device, what)
         del fn
         if device == "cuda":
             torch.cuda.empty_cache()

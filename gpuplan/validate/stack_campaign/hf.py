@@ -149,6 +149,18 @@ class _Part:
         return self.torch.randint(0, vocab, (batch, seq), device=self.device)
 
 
+def prefill_call(part, fwd, batch: int, seq: int, vocab: int):
+    """A prefill's timed call: ``fwd`` over ``batch`` random prompts of ``seq`` tokens, no cache
+    kept, ``logits_to_keep=1`` (what ``generate`` asks for)."""
+    x = part.ids(batch, seq, vocab)
+
+    def fn(x=x):
+        with part.torch.no_grad():
+            return fwd(input_ids=x, use_cache=False, logits_to_keep=1)
+
+    return fn
+
+
 def _prefill(part, model, name, layers, stack, info, shapes, box):
     torch = part.torch
     vocab = model.config.vocab_size
@@ -156,12 +168,7 @@ def _prefill(part, model, name, layers, stack, info, shapes, box):
     for b, s in shapes:
         if box.over():
             return
-        x = part.ids(b, s, vocab)
-
-        def fn(x=x):
-            with torch.no_grad():
-                return fwd(input_ids=x, use_cache=False, logits_to_keep=1)
-
+        fn = prefill_call(part, fwd, b, s, vocab)
         probe = part.probe()
         stats = part.timer.isolated(fn, warmup=3 if stack == "torch-compile" else 1)
         peak, before = _peak(torch, part.device, fn)

@@ -107,12 +107,7 @@ def _model(part, tf, probe, name, box, tiny) -> None:
     for b, s in TINY_PREFILL if tiny else PREFILL:
         if box.over():
             return
-        x = part.ids(b, s, vocab)
-
-        def fwd(x=x):
-            with torch.no_grad():
-                return model(input_ids=x, use_cache=False, logits_to_keep=1)
-
+        fwd = hf.prefill_call(part, model, b, s, vocab)
         got = paired(part, probe, fwd)
         peak, before_bytes = hf._peak(torch, part.device, fwd)
         params = {"model": name, "layers": layers, "batch": b, "seq": s, "dtype": "bf16",

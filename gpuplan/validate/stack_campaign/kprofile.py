@@ -99,6 +99,19 @@ def run(torch, device: str, device_key: str, out_dir, box: TimeBox, tiny: bool) 
     return {"profiles": len(profiles)}
 
 
+def _profiling_transformers(device: str):
+    """transformers, its logging quietened, where a CUDA profile of its models can run; else
+    None."""
+    from . import hf
+
+    tf = hf.transformers_or_none()
+    if device != "cuda" or tf is None:
+        return None
+    if hasattr(tf, "logging"):
+        tf.logging.set_verbosity_error()
+    return tf
+
+
 # Whole Hugging Face models' forwards (``hf.py``'s prefill call, eager, bf16 weights), layers cut
 # to 4: which kernels a prefill runs and how long each takes, MoE experts included.
 HF_CASES = (("mixtral-8x7b", 4, ((1, 4096), (1, 512))),
@@ -116,11 +129,9 @@ def run_hf(torch, device: str, device_key: str, out_dir, box: TimeBox, tiny: boo
     """``hf_kernel_profile.json``: {"profiles": [...]}, one per (model, batch, seq)."""
     from . import hf
 
-    tf = hf.transformers_or_none()
-    if device != "cuda" or tf is None:
+    tf = _profiling_transformers(device)
+    if tf is None:
         return {"skipped": "needs CUDA and transformers"}
-    if hasattr(tf, "logging"):
-        tf.logging.set_verbosity_error()
     path = Path(out_dir) / "hf_kernel_profile.json"
     profiles: list[dict] = []
     for name, layers, shapes in HF_CASES_EXTENDED if extended else HF_CASES:
@@ -166,11 +177,9 @@ def run_hf_decode(torch, device: str, device_key: str, out_dir, box: TimeBox,
     calls follow the case's untimed ``before`` once, as their first call does)."""
     from . import hf
 
-    tf = hf.transformers_or_none()
-    if device != "cuda" or tf is None:
+    tf = _profiling_transformers(device)
+    if tf is None:
         return {"skipped": "needs CUDA and transformers"}
-    if hasattr(tf, "logging"):
-        tf.logging.set_verbosity_error()
     path = Path(out_dir) / "hf_decode_profile.json"
     profiles: list[dict] = []
     part = hf._Part(torch, device, device_key, None, tiny)

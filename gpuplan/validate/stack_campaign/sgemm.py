@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from ..harness.context import interleaved
 from ..harness.records import RecordWriter
-from .common import TimeBox, Timer, lib_source, log, make_record, timed
+from .common import TimeBox, Timer, log, write_both_timings
 from .grouped import _EXPERTS
 
 _ROWS = (1, 4, 16, 64, 256, 1024, 4096)
@@ -107,14 +107,7 @@ def run(torch, device: str, device_key: str, out_dir, box: TimeBox, tiny: bool) 
                 log(f"  sgemm {case} FAILED {type(exc).__name__}: "
                     f"{str(exc).splitlines()[0][:120]}")
                 continue
-            for timing in ("isolated", "device"):
-                stats = timed(timer, fn, timing)
-                if stats is None:
-                    continue
-                writer.write(make_record(kind, device_key,
-                                         dict(params, stack="pytorch", timing=timing),
-                                         {"time_s": stats["median_s"]},
-                                         lib_source(torch, device, what, stats), stats=stats))
+            write_both_timings(writer, timer, fn, kind, device_key, params, torch, device, what)
             del fn
             if device == "cuda":
                 torch.cuda.empty_cache()
