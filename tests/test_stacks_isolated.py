@@ -107,3 +107,70 @@ def test_fit_stacks_prices_each_whole_model_record_at_its_own_host_probe(tmp_pat
     # a CPU-bound eager decode: twice the host's time is (nearly) twice the step
     ratio = model.predict(probed)["time_s"] / model.predict(plain)["time_s"]
     assert 1.5 < ratio < 2.0 + 1e-9
+
+
+def test_a_paired_records_module_probe_always_sets_its_host_speed(tmp_path):
+    from gpuplan.validate.harness.host_probe import reference_module_probe_s
+
+    rec = {"kind": "model_decode_step", "device": "h200",
+           "params": {"model": "llama3-8b", "layers": 2, "batch": 1, "context": 128,
+                      "kv_cache": "static", "dtype": "bf16", "stack": "hf-transformers",
+                      "timing": "isolated"},
+           "measured": {"time_s": 0.01, "peak_bytes": 10**9}, "source": "test"}
+    paired = dict(rec, module_probe_s=1.5 * reference_module_probe_s(), host_probe_s=1e-3)
+    path = tmp_path / "hostpair.jsonl"
+    path.write_text("\n".join(__import__("json").dumps(r) for r in (rec, paired)) + "\n")
+    plain, probed = fit_stacks.load(tmp_path)
+    assert fit_stacks.host_speed(plain) is None
+    # the module probe, not the (here absurd) launch probe, and without --host-probes
+    assert fit_stacks.host_speed(probed) == pytest.approx(1.5)
+
+
+def test_a_compiled_moe_block_cost_reaches_the_prefill_not_the_graph_replayed_decode():
+    from gpuplan.hwmodels.accelerators import get_accelerator
+    from gpuplan.hwmodels.efficiency import efficiency_for
+    from gpuplan.sim.model_estimate import model_breakdown
+
+    acc, eff = get_accelerator("h200"), efficiency_for("h200")
+    tc = get_stack("torch-compile")
+    more = replace(tc, host=replace(tc.host, moe_block_s=tc.host.moe_block_s + 1e-3))
+    from gpuplan.sim.predict import record_model
+
+    moe = record_model("mixtral-8x7b")
+    pre = {"batch": 1, "seq": 512, "layers": 2}
+    dec = {"batch": 1, "context": 512, "layers": 2, "kv_cache": "static"}
+    extra = (model_breakdown("prefill_step", acc, eff, moe, pre, stack=more).total_s
+             - model_breakdown("prefill_step", acc, eff, moe, pre, stack=tc).total_s)
+    assert extra == pytest.approx(2 * 1e-3 * tc.host.speed_factor)
+    assert model_breakdown("decode_step", acc, eff, moe, dec, stack=more).total_s == (
+        model_breakdown("decode_step", acc, eff, moe, dec, stack=tc).total_s)
+
+
+def test_the_fitted_compiled_moe_block_cost_is_torch_compiles_moe_block_s(tmp_path):
+    doc = {"data": "d", "seed": 0, "fit_share": 0.7, "fit_records": 1, "records": 2,
+           "device": "h200",
+           "parameters": {n: {"fitted": None} for n in fit_stacks.HOST_PARAMS}
+           | {n: {"fitted": None} for n in fit_stacks.ISOLATED_KEYS}}
+    doc["parameters"]["compiled_moe_block_s"] = {"fitted": 2e-3}
+    doc["parameters"]["moe_block_s"] = {"fitted": 4e-4}
+    out = tmp_path / "stack_fit.json"
+    fit_stacks.write_package(doc, out)
+    stacks = __import__("json").loads(out.read_text())["stacks"]
+    assert stacks == {"torch-compile": {"moe_block_s": 2e-3},
+                      "hf-transformers": {"moe_block_s": 4e-4}}
+    model = fit_stacks.Model("h200")
+    Rec = type("Rec", (), {})
+    prefill = Rec()
+    prefill.kind, prefill.device, prefill.measured = "prefill_step", "h200", {"time_s": 1e-2}
+    prefill.params = {
+        "model": "mixtral-8x7b", "layers": 2, "batch": 1, "seq": 512, "dtype": "bf16",
+        "stack": "torch-compile", "timing": "isolated"}
+    assert model.touches(prefill, "compiled_moe_block_s")
+    assert not model.touches(prefill, "moe_block_s")  # hf-transformers' own
+    dense = Rec()
+    dense.kind, dense.params = "prefill_step", dict(prefill.params, model="llama3-8b")
+    dense.device, dense.measured = "h200", {"time_s": 1e-2}
+    assert not model.touches(dense, "compiled_moe_block_s")
+    a = model.predict(prefill, {"compiled_moe_block_s": 0.0})["time_s"]
+    b = model.predict(prefill, {"compiled_moe_block_s": 1e-3})["time_s"]
+    assert b > a  # the fit's candidate reaches torch-compile's MoE blocks (partly hidden)

@@ -80,7 +80,7 @@ def gemm_time(acc, m: int, n: int, k: int, dtype: str, eff: Efficiency) -> Kerne
     """Time of C[m, n] = A[m, k] @ B[k, n] in ``dtype`` on accelerator ``acc``."""
     aligned = is_aligned(n, k, dtype)
     if dtype in SIMT_DTYPES and m <= SIMT_GEMV_MAX_ROWS:
-        return _simt_gemv_time(acc, m, n, k, dtype, eff, aligned)
+        return _simt_gemv_time(acc, m, n, k, dtype, eff)
     tiles = SIMT_TILES if dtype in SIMT_DTYPES else TILES
     compute_s = min(_tiled_compute_s(acc, m, n, k, dtype, eff, t, aligned) for t in tiles)
     compute_s = throttled(compute_s, eff, dtype)  # the clock the power limit allows
@@ -88,7 +88,7 @@ def gemm_time(acc, m: int, n: int, k: int, dtype: str, eff: Efficiency) -> Kerne
     return KernelTime(compute_s, memory_s, eff.gemm_overhead_s)
 
 
-def _simt_gemv_time(acc, m, n, k, dtype, eff: Efficiency, aligned: bool) -> KernelTime:
+def _simt_gemv_time(acc, m, n, k, dtype, eff: Efficiency) -> KernelTime:
     """cuBLAS's fp32 GEMV kernel: the m rows' FMAs at ``simt_gemv_fraction`` of the peak (no
     tile to pad), the operands at ``simt_gemv_hbm_fraction`` of HBM bandwidth."""
     compute_s = gemm_flops(m, n, k) / (acc.peak(dtype) * eff.simt_gemv_fraction)

@@ -184,7 +184,12 @@ def main(argv: list[str] | None = None) -> int:
                                  description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default=str(PROFILE), help="compiled_kernel_profile.json")
     args = ap.parse_args(argv)
-    profiles = json.loads(Path(args.profile).read_text())["profiles"]
+    try:
+        profiles = json.loads(Path(args.profile).read_text())["profiles"]
+    except (OSError, ValueError, KeyError) as err:
+        from gpuplan.validate.fit_math_sdpa import profile_error
+
+        return profile_error(args.profile, err, PROFILE.name)
     for prof in profiles:
         print("\n".join(compare(prof)))
         print()

@@ -131,14 +131,24 @@ def shares_cli(argv, *, module: str, doc: str, profile: Path, profile_help: str,
     args = ap.parse_args(argv)
     try:
         fitted = fit(args.profile)
-    except OSError as err:
-        print(f"error: --profile {args.profile!r}: {err.strerror}", file=sys.stderr)
-        return 2
-    except ValueError:
-        print(f"error: --profile {args.profile!r}: not JSON: give a {profile.name}", file=sys.stderr)
-        return 2
+    except (OSError, ValueError) as err:
+        return profile_error(args.profile, err, profile.name)
     print(format_shares(fitted, in_model, what))
     return 0
+
+
+def profile_error(path: str, err: Exception, expected: str) -> int:
+    """A ``--profile`` that cannot be read (``err``: an OSError, a ValueError for one that is
+    not JSON, a KeyError for JSON without the profile's key), as one line on stderr naming it
+    and what to give; exit status 2."""
+    if isinstance(err, OSError):
+        why = err.strerror
+    elif isinstance(err, KeyError):
+        why = f"no {err} key: give a {expected}"
+    else:
+        why = f"not JSON: give a {expected}"
+    print(f"error: --profile {path!r}: {why}", file=sys.stderr)
+    return 2
 
 
 def format_shares(fitted: dict[str, dict], in_model: dict[str, float], what: str) -> str:

@@ -42,8 +42,8 @@ Parameters (their priors: ``hwmodels/data/efficiency_prior.json``, ``sim/stacks/
 Split: the records are grouped by case (params without ``timing``, so a case's two timings and a
 repeat stay on one side), the cases of each (stack, kind) shuffled with ``--seed`` and 70% taken
 for the fit (at least one a stratum), the rest held out. Each parameter in turn (the order above,
-``bwd`` after ``fwd``; hf-transformers' three, which share records, in three rounds, the MoE
-block's first; torch-compile's three in two rounds) minimizes the median absolute log error of
+``bwd`` after ``fwd``; hf-transformers' four, which share records, in three rounds, the MoE
+block's and cuDNN's graph build first; torch-compile's four in two rounds, its MoE block's first) minimizes the median absolute log error of
 the fit records it changes (the isolated-call costs, the mean: see ``fit``): a linear grid
 where one is named above, else a log grid of factors 1/8 to 8 around the prior, then a finer
 grid around the best point (steps of 2^(1/64), about 1.1%). The report gives, per (stack, kind), the held-out median and p90 absolute
@@ -108,7 +108,7 @@ HOST_PASSES = 3  # hf-transformers' host factors share records: fitted in turn, 
 COMPILE_PASSES = 2  # torch-compile's likewise, 2 rounds
 _LINEAR = {"device_overlap": [k / 32 for k in range(33)],  # a share: absolute grid on [0, 1]
            "moe_block_s": [k * 0.05e-3 for k in range(101)],  # 0 to 5 ms in 50 us steps
-           "compiled_moe_block_s": [k * 0.05e-3 for k in range(101)],
+           "compiled_moe_block_s": [k * 0.05e-3 for k in range(101)],  # the same grid
            "graph_call_s": [k * 0.01e-3 for k in range(201)],  # 0 to 2 ms in 10 us steps
            "compiled_call_s": [k * 0.025e-3 for k in range(201)],  # 0 to 5 ms in 25 us steps
            "attention_plan_s": [k * 0.5e-3 for k in range(121)]}  # 0 to 60 ms in 0.5 ms steps

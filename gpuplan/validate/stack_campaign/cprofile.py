@@ -26,7 +26,6 @@ build's info) and the device and torch version.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -61,13 +60,6 @@ def profile_entry(kind: str, params: dict, prof: dict, **extra) -> dict:
     return {"kind": kind, "params": params, **extra, "kernels": prof["kernels"],
             "total_s_per_call": prof["total_s_per_call"],
             "block_cpu_s_per_call": prof.get("block_cpu_s_per_call")}
-
-
-def save(path: Path, profiles: list[dict]) -> None:
-    """``{"profiles": profiles}`` to ``path``, whole: written beside it, then moved over it."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"profiles": profiles}, indent=1) + "\n")
-    tmp.replace(path)
 
 
 def _graph_breaks(torch) -> dict:
@@ -107,12 +99,7 @@ def _phase(torch, tf, hf, part, name, phase, shapes, box, emit) -> None:
             log(f"  cprofile: time box reached before {name} {phase} {b}x{n}")
             break
         if phase == "prefill":
-            x = part.ids(b, n, model.config.vocab_size)
-
-            def fn(x=x):
-                with torch.no_grad():
-                    return fwd(input_ids=x, use_cache=False, logits_to_keep=1)
-
+            fn = hf.prefill_call(part, fwd, b, n, model.config.vocab_size)
             max_len, rewind = None, None
         else:
             fn, rewind, max_len, _ = hf.decode_case(part, tf, model, b, n, "static", fwd)
@@ -143,8 +130,6 @@ def run(torch, device: str, device_key: str, out_dir, box: TimeBox, tiny: bool) 
                                                else "")
         log(f"  cprofile: skipped: {why}")
         return {"skipped": why}
-    if hasattr(tf, "logging"):
-        tf.logging.set_verbosity_error()
     torch._dynamo.config.cache_size_limit = 64
     part = hf._Part(torch, device, device_key, None, tiny)
     path = Path(out_dir) / FILE
@@ -153,7 +138,7 @@ def run(torch, device: str, device_key: str, out_dir, box: TimeBox, tiny: bool) 
 
     def emit(entry: dict) -> None:
         profiles.append({"device": device_key, "torch": torch.__version__, **entry})
-        save(path, profiles)
+        kprofile.save_profiles(path, profiles)
 
     for name, phase, shapes in CASES:
         if box.over():

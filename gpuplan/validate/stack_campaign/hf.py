@@ -58,11 +58,30 @@ ROUNDS = 2
 
 
 def transformers_or_none():
+    """Hugging Face transformers with its logging quietened to errors, or None where it is
+    not installed."""
     try:
         import transformers
     except ImportError:
         return None
+    if hasattr(transformers, "logging"):
+        transformers.logging.set_verbosity_error()
     return transformers
+
+
+def failure(exc: Exception) -> str:
+    """One line for a case or model that failed: the exception's type and first line."""
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+
+
+def decode_peak(torch, device: str, fn, before) -> tuple[int, int]:
+    """``_peak`` of one decode call after its untimed ``before``."""
+    def once():
+        if before is not None:
+            before()
+        fn()
+
+    return _peak(torch, device, once)
 
 
 def _build(torch, tf, device: str, name: str, layers: int, dtype, tiny: bool):
@@ -248,13 +267,7 @@ def _decode(part, tf, model, name, layers, stack, info, shapes, box, caches):
             fn, before, max_len, cache = decode_case(part, tf, model, b, ctx, kv, step_fwd)
             probe = part.probe()
             stats = part.timer.isolated(fn, warmup=4 if compiled else 2, before=before)
-
-            def once(fn=fn, before=before):
-                if before is not None:
-                    before()
-                fn()
-
-            peak, before_bytes = _peak(torch, part.device, once)
+            peak, before_bytes = decode_peak(torch, part.device, fn, before)
             params = {"model": name, "layers": layers, "batch": b, "context": ctx,
                       "kv_cache": kv, "dtype": "bf16", "stack": stack, "timing": "isolated"}
             if max_len:
@@ -265,7 +278,7 @@ def _decode(part, tf, model, name, layers, stack, info, shapes, box, caches):
             part.emit("model_decode_step", params, stats, peak, before_bytes,
                       f"{name} decode step ({kv} cache, {stack})", info,
                       cache_class=type(cache).__name__, host_probe_s=probe, **kern)
-            cache = fn = once = None
+            cache = fn = None
             _free(torch, part.device)
 
 
@@ -323,8 +336,6 @@ def run(torch, device, device_key, out_dir, box: TimeBox, tiny: bool, *, compile
     if tf is None:
         log("  hf: transformers is not installed here: whole-model parts skipped")
         return {"skipped": "transformers is not installed"}
-    if hasattr(tf, "logging"):
-        tf.logging.set_verbosity_error()
     torch._dynamo.config.cache_size_limit = 64
     part = _Part(torch, device, device_key, RecordWriter(out_dir, "models"), tiny)
     part.extended = extended
@@ -375,7 +386,7 @@ def run(torch, device, device_key, out_dir, box: TimeBox, tiny: bool, *, compile
                     model.train()
                     _train(part, model, name, layers, stack, info, tr, share)
             except Exception as exc:  # one model's failure must not end the part
-                msg = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+                msg = failure(exc)
                 failed[f"{name}/{phase}"] = msg
                 log(f"  hf {name} {phase} ({stack}) FAILED {msg}")
             model = None

@@ -30,7 +30,7 @@ import statistics
 from ..harness.records import RecordWriter
 from . import hf
 from .common import TimeBox, _stats, host_probe_s_per_launch, log
-from .configs import MODELS, tiny_config
+from .configs import MODELS
 
 ROUNDS = 5
 REPS = 3
@@ -47,17 +47,9 @@ class ModuleProbe:
     median in seconds."""
 
     def __init__(self, torch, tf, device: str, timer) -> None:
-        cfg = tiny_config("llama3-8b")
-        model_type = cfg.pop("model_type")
-        cfg.pop("architectures", None)
-        config = tf.AutoConfig.for_model(model_type, **cfg)
-        with torch.device(device):
-            try:
-                model = tf.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-            except TypeError:  # transformers 4.x spells it torch_dtype
-                model = tf.AutoModelForCausalLM.from_config(config, torch_dtype=torch.bfloat16)
-        self.model = model.to(device=device, dtype=torch.bfloat16).eval()
-        x = torch.randint(0, config.vocab_size, (1, PROBE_TOKENS), device=device)
+        self.model, _ = hf._build(torch, tf, device, "llama3-8b", 2, torch.bfloat16, tiny=True)
+        self.model.eval()
+        x = torch.randint(0, self.model.config.vocab_size, (1, PROBE_TOKENS), device=device)
 
         def fn(x=x):
             with torch.no_grad():
@@ -122,13 +114,7 @@ def _model(part, tf, probe, name, box, tiny) -> None:
             fn, before, max_len, cache = hf.decode_case(part, tf, model, b, ctx, kv,
                                                         model.forward)
             got = paired(part, probe, fn, before)
-
-            def once(fn=fn, before=before):
-                if before is not None:
-                    before()
-                fn()
-
-            peak, before_bytes = hf._peak(torch, part.device, once)
+            peak, before_bytes = hf.decode_peak(torch, part.device, fn, before)
             params = {"model": name, "layers": layers, "batch": b, "context": ctx,
                       "kv_cache": kv, "dtype": "bf16", "stack": stack, "timing": "isolated"}
             if max_len:
@@ -136,7 +122,7 @@ def _model(part, tf, probe, name, box, tiny) -> None:
             _emit(part, "model_decode_step", params, got, peak, before_bytes,
                   f"{name} decode step ({kv} cache, {stack}), rounds paired with host probes",
                   info, cache_class=type(cache).__name__, **part.kernels(fn, before))
-            cache = fn = once = None
+            cache = fn = None
             hf._free(torch, part.device)
 
 
@@ -145,8 +131,6 @@ def run(torch, device, device_key, out_dir, box: TimeBox, tiny: bool) -> dict:
     if tf is None:
         log("  hostpair: transformers is not installed here: part skipped")
         return {"skipped": "transformers is not installed"}
-    if hasattr(tf, "logging"):
-        tf.logging.set_verbosity_error()
     part = hf._Part(torch, device, device_key, RecordWriter(out_dir, "hostpair"), tiny)
     part.extended = True  # the kernels' own time beside each record
     probe = ModuleProbe(torch, tf, device, part.timer)
@@ -160,7 +144,7 @@ def run(torch, device, device_key, out_dir, box: TimeBox, tiny: bool) -> dict:
         try:
             _model(part, tf, probe, name, share, tiny)
         except Exception as exc:  # one model's failure must not end the part
-            failed[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+            failed[name] = hf.failure(exc)
             log(f"  hostpair {name} FAILED {failed[name]}")
         hf._free(torch, device)
     return {"records": part.writer.count, "failed": failed}

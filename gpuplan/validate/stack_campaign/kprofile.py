@@ -38,7 +38,7 @@ def cases(tiny: bool) -> list[tuple[dict, str]]:
     return [(p, "math") for p in math] + [(p, "cudnn") for p in cudnn]
 
 
-def _save(path: Path, profiles: list[dict]) -> None:
+def save_profiles(path: Path, profiles: list[dict]) -> None:
     """``{"profiles": profiles}`` to ``path``, whole: written beside it, then moved over it."""
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"profiles": profiles}, indent=1) + "\n")
@@ -91,7 +91,7 @@ def run(torch, device: str, device_key: str, out_dir, box: TimeBox, tiny: bool) 
             continue
         profiles.append({"device": device_key, "params": p, "backend": backend,
                          "torch": torch.__version__, **out})
-        _save(path, profiles)
+        save_profiles(path, profiles)
         log(f"  kprofile {backend} {p}: {len(out['kernels'])} kernels, "
             f"{out['total_s_per_call'] * 1e3:.3f} ms")
         del fn
@@ -100,16 +100,11 @@ def run(torch, device: str, device_key: str, out_dir, box: TimeBox, tiny: bool) 
 
 
 def _profiling_transformers(device: str):
-    """transformers, its logging quietened, where a CUDA profile of its models can run; else
-    None."""
+    """transformers (``hf.transformers_or_none``) where a CUDA profile of its models can run;
+    else None."""
     from . import hf
 
-    tf = hf.transformers_or_none()
-    if device != "cuda" or tf is None:
-        return None
-    if hasattr(tf, "logging"):
-        tf.logging.set_verbosity_error()
-    return tf
+    return hf.transformers_or_none() if device == "cuda" else None
 
 
 # Whole Hugging Face models' forwards (``hf.py``'s prefill call, eager, bf16 weights), layers cut
@@ -152,7 +147,7 @@ def run_hf(torch, device: str, device_key: str, out_dir, box: TimeBox, tiny: boo
                              "params": {"model": name, "layers": layers, "batch": b, "seq": s,
                                         "dtype": "bf16", "stack": "hf-transformers"},
                              "hf": info, **out})
-            _save(path, profiles)
+            save_profiles(path, profiles)
             log(f"  hfprofile {name} {b}x{s}: {len(out['kernels'])} kernel names, "
                 f"{out['total_s_per_call'] * 1e3:.3f} ms")
         model = None
@@ -199,7 +194,7 @@ def run_hf_decode(torch, device: str, device_key: str, out_dir, box: TimeBox,
                                         "context": ctx, "kv_cache": kv, "dtype": "bf16",
                                         "stack": "hf-transformers"},
                              "cache_class": type(cache).__name__, "hf": info, **out})
-            _save(path, profiles)
+            save_profiles(path, profiles)
             log(f"  hfprofile decode {name} {b}x{ctx} {kv}: {len(out['kernels'])} kernel "
                 f"names, {out['total_s_per_call'] * 1e3:.3f} ms kernels, "
                 f"{out['block_cpu_s_per_call'] * 1e3:.3f} ms CPU")
