@@ -149,19 +149,12 @@ def test_inductors_copy_share_is_the_committed_profiles_fit():
         assert secs * implied / share == pytest.approx(secs, rel=0.05)
 
 
-def test_compare_compiled_answers_a_profile_it_cannot_read_in_one_line(tmp_path, capsys):
+def test_compare_compiled_answers_json_without_profiles_in_one_line(tmp_path, capsys):
     from gpuplan.validate import compare_compiled
 
-    missing = str(tmp_path / "missing.json")
-    assert compare_compiled.main(["--profile", missing]) == 2
-    assert capsys.readouterr().err == f"error: --profile {missing!r}: No such file or directory\n"
-    garbled = tmp_path / "garbled.json"
-    garbled.write_text("{")
-    assert compare_compiled.main(["--profile", str(garbled)]) == 2
-    name = compare_compiled.PROFILE.name
-    assert capsys.readouterr().err == f"error: --profile {str(garbled)!r}: not JSON: give a {name}\n"
     other = tmp_path / "other.json"
     other.write_text("{}")
     assert compare_compiled.main(["--profile", str(other)]) == 2
+    name = compare_compiled.PROFILE.name
     assert capsys.readouterr().err == (f"error: --profile {str(other)!r}: no 'profiles' key: "
                                        f"give a {name}\n")

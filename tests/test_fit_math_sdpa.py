@@ -8,7 +8,7 @@ import pytest
 
 from gpuplan.hwmodels.attention import MATH_HBM_FRACTION, math_attention_kernels
 from gpuplan.hwmodels.elementwise import MEASURED_FRACTION, MEMCPY, UNVECTORIZED
-from gpuplan.validate import fit_hf_moe, fit_math_sdpa
+from gpuplan.validate import compare_compiled, fit_hf_moe, fit_math_sdpa
 from gpuplan.workloads.ops import Attention
 
 
@@ -54,7 +54,7 @@ def test_gqa_and_the_causal_mask_add_kernels():
     assert _launches(base | {"causal": True}) == _launches(base) + 6  # the mask's build, add
 
 
-@pytest.mark.parametrize("module", [fit_math_sdpa, fit_hf_moe])
+@pytest.mark.parametrize("module", [fit_math_sdpa, fit_hf_moe, compare_compiled])
 def test_a_profile_that_cannot_be_read_is_one_line_naming_it(module, tmp_path, capsys):
     missing = str(tmp_path / "missing.json")
     assert module.main(["--profile", missing]) == 2
