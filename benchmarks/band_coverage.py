@@ -1,14 +1,14 @@
 """Coverage of the error bands on held-out rows only: ``python3 benchmarks/band_coverage.py``.
 
 For every held-out residual of the four validation sets (harness records, the H200 stack
-campaign, published training runs, published serving rows; ``gpuplan.validate.bands``) the band
-gpuplan prints for that prediction is looked up (``gpuplan.sim.bands.residuals`` for its family,
+campaign, published training runs, published serving rows; ``gpuplan.validate.bands.build``) the band
+gpuplan prints for that prediction is looked up (``gpuplan.validate.bands.lookup.residuals`` for its family,
 stack and device: the measured group's band, else the labelled band of the device's other stacks,
 of its architecture, or of the whole family) and the truth is inside it when the residual lies
 within the band's p10..p90. The target is 80% +- 5% per published set: bands that are honest,
 not wide. The harness records of kinds made of parts (layers, steps) are also scored with the
 band ``gpuplan estimate`` prints for them, composed over their breakdown's categories
-(``bands.breakdown_band``).
+(``band_docs.breakdown_band``).
 
 "Leave one source out" prices each FIT source of a published set with the bands built without
 it (the bands of a source never seen, as a new user's cluster is): the fit side's own estimate
@@ -22,8 +22,9 @@ import sys
 
 import pandas as pd
 
-from gpuplan.sim import bands
-from gpuplan.validate import bands as band_data
+from gpuplan.validate.bands import build as band_data
+from gpuplan.validate.bands import documents as band_docs
+from gpuplan.validate.bands import lookup as bands
 
 COMPOSED_KINDS = ("layer", "tp_layer", "tp_mlp", "train_step", "decode_step")
 
@@ -55,8 +56,8 @@ def leave_one_source_out(residuals: pd.DataFrame, set_name: str) -> pd.DataFrame
 def composed_coverage(data_dir=None, device: str = "h200") -> pd.DataFrame:
     """Held-out composite harness records: is the measured time inside the composed band?"""
     from gpuplan.hwmodels.efficiency import calibrated_efficiency
-    from gpuplan.sim.predict import predict_breakdown
     from gpuplan.validate import calibrate
+    from gpuplan.validate.record_prediction import predict_breakdown
 
     eff = calibrated_efficiency(device)
     _, _, test = calibrate.split_as_calibrated(eff, data_dir, device)
@@ -67,7 +68,7 @@ def composed_coverage(data_dir=None, device: str = "h200") -> pd.DataFrame:
         bd = predict_breakdown(r.kind, r.device, r.params,
                                eff=calibrate.for_run(eff, calibrate.run_of(r), r.kind))  # fmt: skip
         cats = bd.by("category")
-        band = bands.breakdown_band(zip(cats["category"], cats["time_s"], strict=True), r.kind,
+        band = band_docs.breakdown_band(zip(cats["category"], cats["time_s"], strict=True), r.kind,
                                     stack=r.params.get("stack", "harness"), device=r.device)  # fmt: skip
         t = r.measured["time_s"]
         out.append({"family": f"{r.kind}.time_s (composed)", "inside": band.low <= t <= band.high,
@@ -82,8 +83,8 @@ def cross_device_coverage(data_dir=None) -> pd.DataFrame:
     """Vidur's profiles (``data/vidur_*``; never fitted, and not in the bands): every record is
     held out whole, on devices and a stack no band group measured, so it checks the labelled
     device, architecture and pooled bands."""
-    from gpuplan.sim.predict import predict_breakdown, record_stack
-    from gpuplan.validate import fit_stacks
+    from gpuplan.validate.fit_stacks import cases as fit_cases
+    from gpuplan.validate.record_prediction import predict_breakdown, record_stack
     from gpuplan.validate.runs import resolve_data_dir
 
     root = resolve_data_dir(data_dir)
@@ -91,7 +92,7 @@ def cross_device_coverage(data_dir=None) -> pd.DataFrame:
     for name in CROSS_DEVICE:
         if not (root / name).is_dir():
             continue
-        for r in fit_stacks.load(root / name):
+        for r in fit_cases.load(root / name):
             bd = predict_breakdown(r.kind, r.device, r.params, stack=record_stack(r.params))
             rows.append({"set": f"cross-device ({name})", "family": f"{r.kind}.time_s",
                          "stack": bands.stack_key(r.params.get("stack", "pytorch"),

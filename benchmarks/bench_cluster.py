@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import time
 
-from gpuplan.sim.cluster import ClusterConfig, generate_trace, simulate_cluster
-from gpuplan.sim.cluster.failures import load_causes
 from gpuplan.sim.parallel import get_cluster
+from gpuplan.sim.runtime.cluster import ClusterConfig, generate_trace, simulate_cluster
+from gpuplan.sim.runtime.cluster.failures import load_causes
 
 TARGET_S = 60.0
 YEAR_S = 365 * 86400.0

@@ -37,8 +37,8 @@ def search_sweep(pool):
 
 
 def plan_sweep(pool):
-    from gpuplan.sim.serving.plan import Slo, plan
-    from gpuplan.sim.serving.requests import make_workload
+    from gpuplan.sim.runtime.serving.plan import Slo, plan
+    from gpuplan.sim.runtime.serving.requests import make_workload
 
     load = make_workload(rate_per_s=20.0, n=1000, prompt_tokens=1024, output_tokens=256, seed=0)
     result = plan("llama3-8b", "h200", rate_per_s=20.0, slo=Slo(ttft_s=0.3, tpot_s=0.05),
@@ -47,7 +47,7 @@ def plan_sweep(pool):
 
 
 def _one_seed(seed: int):
-    from gpuplan.sim.cluster import run_scenario
+    from gpuplan.sim.runtime.cluster import run_scenario
 
     return [{k: v for k, v in r.summary.items() if k != "wall_s"}
             for r in run_scenario("llama3-405b", seed=seed)]  # fmt: skip
@@ -64,16 +64,16 @@ def timed(fn, *args):
 
 
 def same(a, b) -> bool:
-    from gpuplan.cli.tables import dump_json
+    from gpuplan.tables import dump_json
 
     return dump_json(a) == dump_json(b)  # NaN as null: NaN != NaN
 
 
 def warm_up() -> None:
     """What a worker imports before its first piece (counted in the cluster's start)."""
-    import gpuplan.sim.cluster
     import gpuplan.sim.parallel.search
-    import gpuplan.sim.serving.plan  # noqa: F401
+    import gpuplan.sim.runtime.cluster
+    import gpuplan.sim.runtime.serving.plan  # noqa: F401
 
 
 def main() -> None:

@@ -21,9 +21,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from gpuplan.sim.serving.deployment import SchedulerConfig, deployment
-from gpuplan.sim.serving.engine import simulate
-from gpuplan.sim.serving.requests import make_workload
+from gpuplan.sim.runtime.serving.deployment import SchedulerConfig, deployment
+from gpuplan.sim.runtime.serving.engine import simulate
+from gpuplan.sim.runtime.serving.requests import make_workload
 
 VIDUR_PER_S = 500  # the figure for Vidur on this setting and machine
 TARGET_PER_S = 5_000

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from gpuplan.sim.parallel import Strategy, estimate_training, get_cluster
-from gpuplan.sim.timeline import simulate_step
+from gpuplan.sim.runtime.timeline import simulate_step
 from gpuplan.workloads.presets import get_model
 
 TARGET_S = 2.0

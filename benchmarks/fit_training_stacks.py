@@ -27,14 +27,14 @@ from pathlib import Path
 
 import numpy as np
 
-from gpuplan.sim.parallel.published_training import (
+from gpuplan.sim.stacks.training import runtime_of
+from gpuplan.validate.published.training import (
     DEFAULT_SEED,
     predict_row,
     row_stack,
     split_sources,
     training_rows,
 )
-from gpuplan.sim.stacks.training import runtime_of
 
 GRID = (0.0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)
 OUT = Path(__file__).with_suffix(".json")
@@ -106,7 +106,7 @@ def main() -> int:
         print(f"{stack} ({len(rows)} rows) {curve}\n  -> {fits[stack]['why']}, adopted "
               f"{fits[stack]['adopted']}")
     doc = {"parameter": "TrainingRuntime.comm_interference", "seed": DEFAULT_SEED,
-           "data": "gpuplan/sim/parallel/data/published_training.csv", "stacks": fits}
+           "data": "gpuplan/validate/published/data/published_training.csv", "stacks": fits}
     OUT.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"-> {OUT}")
     return 0
@@ -115,7 +115,7 @@ def main() -> int:
 def families() -> str:
     """Median absolute step-time error per source family, before the rows' stacks were passed
     (every row as megatron-te) and after, with the held-out flag: the table the fit is judged by."""
-    from gpuplan.sim.parallel.published_training import reproduce_training, training_sources
+    from gpuplan.validate.published.training import reproduce_training, training_sources
 
     names = {k: v.get("family", k) for k, v in training_sources()["sources"].items()}
     out = {}

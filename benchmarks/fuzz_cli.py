@@ -347,7 +347,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", metavar="PATH", help="also write every outcome as JSON Lines")
     opts = ap.parse_args(argv)
     os.environ.setdefault("MPLBACKEND", "Agg")
-    for name in ("gpuplan.api", "gpuplan.cli", "gpuplan.sim.serving", "gpuplan.sim.cluster",
+    for name in ("gpuplan.api", "gpuplan.cli", "gpuplan.sim.runtime.serving", "gpuplan.sim.runtime.cluster",
                  "gpuplan.validate.score", "gpuplan.validate.trace", "matplotlib.pyplot"):  # fmt: skip
         with contextlib.suppress(Exception):
             importlib.import_module(name)

@@ -48,15 +48,21 @@ def read_commands(path: Path = COMMANDS, include_slow: bool = False) -> list[str
     return commands
 
 
+def _anonymous(data: bytes, tmp: str) -> bytes:
+    """``data`` with the temporary folder read as ``{tmp}`` and the checkout as ``{root}``, so
+    that the digest is the same in any checkout."""
+    return data.replace(tmp.encode(), b"{tmp}").replace(str(ROOT).encode(), b"{root}")
+
+
 def run_one(command: str, save_dir: Path | None = None) -> dict:
     """Run ``gpuplan COMMAND --json``: its exit code, the digest of its stdout and of every file
-    it wrote into ``{tmp}`` (the folder's own path read as ``{tmp}`` in both)."""
+    it wrote into ``{tmp}`` (paths of the folder and the checkout anonymous in both)."""
     with tempfile.TemporaryDirectory() as tmp:
         argv = [sys.executable, "-m", "gpuplan.cli", *shlex.split(command.format(tmp=tmp)), "--json"]
         env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONHASHSEED": "0"}
         done = subprocess.run(argv, cwd=ROOT, capture_output=True, env=env, check=False)
-        stdout = done.stdout.replace(tmp.encode(), b"{tmp}")
-        files = {f.name: f.read_bytes().replace(tmp.encode(), b"{tmp}")
+        stdout = _anonymous(done.stdout, tmp)
+        files = {f.name: _anonymous(f.read_bytes(), tmp)
                  for f in sorted(Path(tmp).iterdir()) if f.is_file()}
     if save_dir is not None:
         name = hashlib.sha256(command.encode()).hexdigest()[:12]

@@ -3,10 +3,10 @@
 Narayanan et al. 2021 (Table 1, and the PTD-P rows of Table 2: achieved teraFLOP/s per GPU on
 32 to 3,072 A100s) and Korthikanti et al. 2022 (Table 4: one layer's forward and backward time;
 Table 5: iteration times; Figure 1: memory per GPU). Sources and settings:
-``gpuplan/sim/parallel/data/published_runs.json``. Targets: median absolute error <= 10% on
+``gpuplan/validate/published/data/published_runs.json``. Targets: median absolute error <= 10% on
 throughput and time, <= 10% on memory.
 
-Then every row of ``gpuplan/sim/parallel/data/published_training.csv`` (MosaicML llm-foundry,
+Then every row of ``gpuplan/validate/published/data/published_training.csv`` (MosaicML llm-foundry,
 NVIDIA Megatron-Bridge, torchtitan, Llama 3 Table 4, MT-NLG, BigScience BLOOM; sources and model
 definitions in ``published_training_sources.json``), one table per source in the metric the
 source prints, the rows gpuplan cannot express with the reason, and the median and p90 absolute

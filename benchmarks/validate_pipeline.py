@@ -2,7 +2,7 @@
 
 Reads the records ``gpuplan/validate/pipeline_bench.py`` wrote (default:
 ``data/pipeline_h200x2/pipeline.jsonl``; any stage count), predicts each step
-with ``sim.timeline.validation.predict_pipeline`` and prints the error table and its summary.
+with ``validate.timeline.predict_pipeline`` and prints the error table and its summary.
 Target: every record within 10%. Where the records carry the measured bubble
 (``stats.bubble_fraction``), the table shows it beside the predicted one and the summary gives
 their median absolute difference in percentage points.
@@ -17,8 +17,8 @@ import json
 import sys
 from pathlib import Path
 
-from gpuplan.cli.tables import render_table
-from gpuplan.sim.timeline.validation import pipeline_errors
+from gpuplan.tables import render_table
+from gpuplan.validate.timeline import pipeline_errors
 
 DEFAULT = (
     Path(__file__).resolve().parents[1] / "data/pipeline_h200x2/pipeline.jsonl"

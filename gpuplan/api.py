@@ -9,17 +9,17 @@ from gpuplan.hwmodels.accelerators import Accelerator, get_accelerator, list_acc
 from gpuplan.hwmodels.efficiency import Efficiency, efficiency_for
 from gpuplan.hwmodels.price import price
 from gpuplan.plots import breakdown_bar, operator_points, predicted_vs_measured, roofline
-from gpuplan.sim.breakdown import Breakdown
-from gpuplan.sim.cluster import run_scenario, simulate_cluster
-from gpuplan.sim.model_estimate import model_breakdown, train_step_breakdown
+from gpuplan.sim.estimate.breakdown import Breakdown
+from gpuplan.sim.estimate.composite import decode_step_breakdown
+from gpuplan.sim.estimate.whole_model import model_breakdown, train_step_breakdown
 from gpuplan.sim.parallel import Cluster, Strategy, estimate_training, get_cluster, run_budget
 from gpuplan.sim.parallel import search as search_training
-from gpuplan.sim.predict import predict_breakdown
-from gpuplan.sim.serving import deployment, edge_estimates, make_workload, simulate
-from gpuplan.sim.serving import plan as plan_serving
-from gpuplan.sim.serving.requests import with_images
-from gpuplan.sim.step import decode_step_breakdown
-from gpuplan.sim.timeline import simulate_step
+from gpuplan.sim.runtime.cluster import run_scenario, simulate_cluster
+from gpuplan.sim.runtime.serving import deployment, edge_estimates, make_workload, simulate
+from gpuplan.sim.runtime.serving import plan as plan_serving
+from gpuplan.sim.runtime.serving.requests import with_images
+from gpuplan.sim.runtime.timeline import simulate_step
+from gpuplan.validate.record_prediction import predict_breakdown
 from gpuplan.workloads.memory import (
     kv_cache_bytes_per_token,
     layer_activation_bytes,

@@ -3,7 +3,7 @@
 Each bound is far above any real case (so none refuses a real one) and low enough that a typo
 such as 10^30 GPUs or tokens is an error naming the value and the range, not an overflow, a
 silent wrong number or a simulation that never ends. The command line (``gpuplan.cli.argtypes``)
-and the library's entry points (``gpuplan.sim.inputs``) both read them from here.
+and the library's entry points (``gpuplan.sim.estimate.inputs``) both read them from here.
 """
 
 from __future__ import annotations

@@ -6,9 +6,9 @@ import pytest
 
 from gpuplan.hwmodels.accelerators import get_accelerator
 from gpuplan.hwmodels.efficiency import efficiency_for
-from gpuplan.sim.model_estimate import model_breakdown
-from gpuplan.sim.predict import kv_length_grows, predict_breakdown, record_model
+from gpuplan.sim.estimate.whole_model import model_breakdown
 from gpuplan.sim.stacks import get_stack
+from gpuplan.validate.record_prediction import kv_length_grows, predict_breakdown, record_model
 
 H200, A100 = get_accelerator("h200"), get_accelerator("a100-sxm-80gb")
 PARAMS = {"batch": 1, "context": 1024, "layers": 4}

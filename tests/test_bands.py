@@ -12,10 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuplan.cli import main
-from gpuplan.cli.tables import format_banded
 from gpuplan.errors import GpuplanError
-from gpuplan.sim import bands
-from gpuplan.validate import bands as band_data
+from gpuplan.tables import format_banded
+from gpuplan.validate.bands import build as band_data
+from gpuplan.validate.bands import documents as band_docs
+from gpuplan.validate.bands import lookup as bands
 
 E = st.floats(min_value=-0.6, max_value=1.5, allow_nan=False)
 VALUE = st.floats(min_value=1e-6, max_value=1e6, allow_nan=False)
@@ -199,11 +200,11 @@ def test_a_device_level_band_holds_its_pool_and_ignores_other_devices():
 def test_a_measured_whole_model_gets_its_own_band_else_none():
     data = _levels()
     data["families"]["model_decode_step.time_s"] = data["families"]["k.time_s"]
-    band = bands._whole_band(1.0, "model_decode_step", "time_s", "a", "h100-sxm", data=data)
+    band = band_docs._whole_band(1.0, "model_decode_step", "time_s", "a", "h100-sxm", data=data)
     res = bands.residuals("model_decode_step.time_s", "a", "h100-sxm", data=data)
     assert band == bands.interval(1.0, res) and band.label == ""
-    assert bands._whole_band(1.0, "model_decode_step", "time_s", "new", "h100-sxm", data=data) is None
-    assert bands._whole_band(1.0, "model_decode_step", "peak_bytes", "a", "h100-sxm", data=data) is None
+    assert band_docs._whole_band(1.0, "model_decode_step", "time_s", "new", "h100-sxm", data=data) is None
+    assert band_docs._whole_band(1.0, "model_decode_step", "peak_bytes", "a", "h100-sxm", data=data) is None
 
 
 def test_the_stack_campaign_is_in_the_committed_bands():
@@ -214,10 +215,12 @@ def test_the_stack_campaign_is_in_the_committed_bands():
     assert sets["stack campaign fit"] > 0 and sets["stack campaign held_out"] > 0
 
 
-def test_the_core_module_does_not_import_validate():
-    code = "import sys, gpuplan.sim.bands; print(any(m.startswith('gpuplan.validate') for m in sys.modules))"
+def test_the_band_lookup_imports_none_of_the_fitting_machinery():
+    code = ("import sys, gpuplan.validate.bands.lookup; print(sorted(m for m in sys.modules "
+            "if m.startswith('gpuplan.validate')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    assert out.stdout.strip() == str(["gpuplan.validate", "gpuplan.validate.bands",
+                                      "gpuplan.validate.bands.lookup"])
 
 
 def test_table_form():
@@ -322,7 +325,7 @@ def test_a_power_other_than_one_or_minus_one_is_refused_naming_it():
 
 def test_the_harness_residuals_of_an_uncalibrated_device_are_a_one_line_error():
     from gpuplan.errors import GpuplanError
-    from gpuplan.validate.bands import harness_residuals
+    from gpuplan.validate.bands.build import harness_residuals
 
     with pytest.raises(GpuplanError) as err:
         harness_residuals(device="l4")

@@ -7,8 +7,8 @@ import pytest
 
 from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.efficiency import prior_efficiency
-from gpuplan.sim.predict import predict_record
 from gpuplan.validate import calibrate
+from gpuplan.validate.record_prediction import predict_record
 from gpuplan.validate.records import Record
 
 PRIOR = prior_efficiency()

@@ -15,8 +15,8 @@ from gpuplan.hwmodels.efficiency import (
     efficiency_from_file,
     prior_efficiency,
 )
-from gpuplan.sim.predict import predict_record
 from gpuplan.validate import calibrate, runs
+from gpuplan.validate.record_prediction import predict_record
 from gpuplan.validate.records import Record
 
 ROOT = Path(__file__).parents[1]

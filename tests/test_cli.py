@@ -11,7 +11,8 @@ import pytest
 import gpuplan
 import gpuplan.cli
 from gpuplan.cli import main
-from gpuplan.cli.tables import (
+from gpuplan.errors import GpuplanError
+from gpuplan.tables import (
     dump_json,
     format_bytes,
     format_bytes_per_s,
@@ -21,7 +22,6 @@ from gpuplan.cli.tables import (
     format_value,
     render_table,
 )
-from gpuplan.errors import GpuplanError
 
 ROOT = Path(__file__).parents[1]
 SAMPLE = str(ROOT / "data" / "sample.jsonl")
@@ -73,14 +73,14 @@ def predictor(monkeypatch, catalogue):
         return {"time_s": 1.1 * record.measured["time_s"], "peak_bytes": 2e9}
 
     def predict_breakdown(kind, device, params):
-        from gpuplan.sim.breakdown import Breakdown, Item
+        from gpuplan.sim.estimate.breakdown import Breakdown, Item
 
         item = Item(layer="model", category="gemm", op="gemm", phase="fwd", time_s=1e-3, kernels=1)
         return Breakdown(items=(item,))
 
     return fake_module(
         monkeypatch,
-        "gpuplan.sim.predict",
+        "gpuplan.validate.record_prediction",
         predict_record=predict_record,
         predict_breakdown=predict_breakdown,
     )
@@ -165,7 +165,7 @@ def test_an_internal_error_exits_3_without_a_traceback_unless_debug(capsys, monk
     def predict_record(record):
         raise RuntimeError("bug in the model")
 
-    fake_module(monkeypatch, "gpuplan.sim.predict", predict_record=predict_record)
+    fake_module(monkeypatch, "gpuplan.validate.record_prediction", predict_record=predict_record)
     code, _, err = run(capsys, "validate", "score", SAMPLE)
     assert code == 3 and "Traceback" not in err
     assert "internal error: RuntimeError: bug in the model (run with --debug" in err
@@ -264,7 +264,7 @@ def test_a_prediction_error_is_reported_for_its_line(capsys, monkeypatch, catalo
             raise GpuplanError("gemm: not on this device")
         return {"time_s": record.measured["time_s"]}
 
-    fake_module(monkeypatch, "gpuplan.sim.predict", predict_record=predict_record)
+    fake_module(monkeypatch, "gpuplan.validate.record_prediction", predict_record=predict_record)
     code, out, err = run(capsys, "validate", "score", SAMPLE, "--json")
     assert code == 0
     assert [e["line"] for e in json.loads(out)["errors"]] == [1, 2, 3]
@@ -272,7 +272,7 @@ def test_a_prediction_error_is_reported_for_its_line(capsys, monkeypatch, catalo
 
 
 def test_score_with_the_real_predictor_and_catalogue_runs(capsys):
-    pytest.importorskip("gpuplan.sim.predict")
+    pytest.importorskip("gpuplan.validate.record_prediction")
     pytest.importorskip("gpuplan.hwmodels.accelerators")
     code, out, _ = run(capsys, "validate", "score", SAMPLE, "--json")
     assert code == 0

@@ -8,8 +8,9 @@ import pytest
 from scipy.optimize import minimize_scalar
 
 from gpuplan.errors import GpuplanError
-from gpuplan.sim.cluster import ClusterConfig, JobSpec, simulate_cluster
-from gpuplan.sim.cluster.checkpoint import (
+from gpuplan.sim.parallel import get_cluster
+from gpuplan.sim.runtime.cluster import ClusterConfig, JobSpec, simulate_cluster
+from gpuplan.sim.runtime.cluster.checkpoint import (
     CheckpointConfig,
     checkpoint_cost,
     daly_interval,
@@ -18,8 +19,7 @@ from gpuplan.sim.cluster.checkpoint import (
     segment_s,
     young_interval,
 )
-from gpuplan.sim.cluster.failures import Cause
-from gpuplan.sim.parallel import get_cluster
+from gpuplan.sim.runtime.cluster.failures import Cause
 
 
 def test_young_is_where_the_first_order_waste_is_least():

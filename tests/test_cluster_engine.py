@@ -7,10 +7,10 @@ from dataclasses import replace
 import pytest
 
 from gpuplan.errors import GpuplanError
-from gpuplan.sim.cluster import ClusterConfig, JobSpec, generate_trace, simulate_cluster
-from gpuplan.sim.cluster.checkpoint import CheckpointConfig
-from gpuplan.sim.cluster.failures import Cause, load_causes
 from gpuplan.sim.parallel import get_cluster
+from gpuplan.sim.runtime.cluster import ClusterConfig, JobSpec, generate_trace, simulate_cluster
+from gpuplan.sim.runtime.cluster.checkpoint import CheckpointConfig
+from gpuplan.sim.runtime.cluster.failures import Cause, load_causes
 
 H100 = get_cluster("dgx-h100")
 NO_CKPT = CheckpointConfig(policy="none")
@@ -105,7 +105,7 @@ def test_failures_cost_goodput_and_spares_shorten_the_recovery():
 
 
 def test_a_scattered_placement_slows_steps_through_the_collective_model():
-    from gpuplan.sim.cluster.jobs import make_strategy
+    from gpuplan.sim.runtime.cluster.jobs import make_strategy
 
     jobs = [job(0, gpus=4, steps=10_000),
             JobSpec(id="tp8", arrival_s=1, gpus=16, duration_s=3600.0, model="llama2-13b",
@@ -139,7 +139,7 @@ def test_bad_rates_and_policies_are_clear_errors():
 def test_weibull_failures_have_the_mean_rate_of_the_exponential_ones():
     import numpy as np
 
-    from gpuplan.sim.cluster.failures import failure_events
+    from gpuplan.sim.runtime.cluster.failures import failure_events
 
     causes, shape = load_causes()
     units = {"gpu": 16384, "job_gpu": 16384, "node": 2048, "leaf": 64}
@@ -153,7 +153,7 @@ def test_weibull_failures_have_the_mean_rate_of_the_exponential_ones():
 
 
 def test_an_nvl72_job_stays_in_one_nvlink_rack_with_topology_aware_placement():
-    from gpuplan.sim.cluster.jobs import make_strategy
+    from gpuplan.sim.runtime.cluster.jobs import make_strategy
 
     nvl = get_cluster("gb200-nvl72")  # trays of 4 GPUs, 72-GPU NVLink domains
     spec = JobSpec(id="a", arrival_s=0, gpus=64, duration_s=3600.0, model="llama3-70b",

@@ -16,12 +16,14 @@ from hypothesis import strategies as st
 
 from gpuplan.cli import main
 from gpuplan.errors import GpuplanError
-from gpuplan.sim.cluster import ClusterConfig, load_trace
-from gpuplan.sim.cluster.checkpoint import MODES, checkpoint_cost, young_interval
-from gpuplan.sim.cluster.checkpoint import POLICIES as CHECKPOINT_POLICIES
-from gpuplan.sim.cluster.failures import DISTRIBUTIONS, load_causes, mtbf_s
-from gpuplan.sim.cluster.placement import PLACEMENTS
-from gpuplan.sim.cluster.scenario import (
+from gpuplan.sim.parallel.strategy import SCHEDULES
+from gpuplan.sim.parallel.topology import PRESETS, get_cluster
+from gpuplan.sim.runtime.cluster import ClusterConfig, load_trace
+from gpuplan.sim.runtime.cluster.checkpoint import MODES, checkpoint_cost, young_interval
+from gpuplan.sim.runtime.cluster.checkpoint import POLICIES as CHECKPOINT_POLICIES
+from gpuplan.sim.runtime.cluster.failures import DISTRIBUTIONS, load_causes, mtbf_s
+from gpuplan.sim.runtime.cluster.placement import PLACEMENTS
+from gpuplan.sim.runtime.cluster.scenario import (
     MAX_FAILURES,
     build,
     builtin_scenarios,
@@ -30,10 +32,8 @@ from gpuplan.sim.cluster.scenario import (
     run_scenario,
     runs,
 )
-from gpuplan.sim.cluster.scheduler import POLICIES
-from gpuplan.sim.cluster.schema import definition, load_yaml, problems, schema
-from gpuplan.sim.parallel.strategy import SCHEDULES
-from gpuplan.sim.parallel.topology import PRESETS, get_cluster
+from gpuplan.sim.runtime.cluster.scheduler import POLICIES
+from gpuplan.sim.runtime.cluster.schema import definition, load_yaml, problems, schema
 
 ROOT = Path(__file__).parents[1]
 EXAMPLE = ROOT / "examples" / "my_cluster.yaml"
@@ -495,7 +495,7 @@ def test_a_bad_job_mix_is_one_line(tmp_path, mix, expected):
      {"steps": math.nan}, {"priority": 1.5}, {"comm_fraction": None, "state_bytes": "big"}],
 )  # fmt: skip
 def test_a_job_built_in_python_checks_its_types_too(change):
-    from gpuplan.sim.cluster import JobSpec
+    from gpuplan.sim.runtime.cluster import JobSpec
 
     fields = {"id": "a", "arrival_s": 0.0, "gpus": 8, "step_time_s": 1.0, "steps": 10.0} | change
     fields = {k: v for k, v in fields.items() if v is not None}

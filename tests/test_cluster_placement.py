@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from gpuplan.errors import GpuplanError
-from gpuplan.sim.cluster.placement import place
+from gpuplan.sim.runtime.cluster.placement import place
 
 GPN, NPL = 8, 4  # 8 GPUs per node, 4 nodes per leaf group
 

@@ -7,8 +7,8 @@ import pytest
 
 from gpuplan.cli import main
 from gpuplan.errors import GpuplanError
-from gpuplan.sim.cluster import load_trace, run_scenario
-from gpuplan.sim.cluster.scenario import builtin_scenarios
+from gpuplan.sim.runtime.cluster import load_trace, run_scenario
+from gpuplan.sim.runtime.cluster.scenario import builtin_scenarios
 
 
 @pytest.fixture(scope="module")

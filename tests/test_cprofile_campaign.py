@@ -102,7 +102,7 @@ def test_the_comparison_prices_the_profiled_case_and_sums_its_classes():
 
 
 def _prefill_items(stack: str, seq: int) -> dict:
-    from gpuplan.sim.predict import predict_breakdown
+    from gpuplan.validate.record_prediction import predict_breakdown
 
     p = {"model": "llama3-8b", "layers": 2, "batch": 1, "seq": seq, "dtype": "bf16",
          "stack": stack, "timing": "device"}
@@ -121,7 +121,7 @@ def test_a_compiled_prefill_attends_under_the_traced_mask_and_an_eager_one_causa
 
 def test_a_compiled_static_decode_repeats_keys_in_inductors_kernel():
     from gpuplan.hwmodels.elementwise import INDUCTOR_COPY, MEASURED_FRACTION
-    from gpuplan.sim.predict import predict_breakdown
+    from gpuplan.validate.record_prediction import predict_breakdown
 
     def repeat(stack):
         p = {"model": "llama3-8b", "layers": 2, "batch": 16, "context": 4096, "dtype": "bf16",

@@ -12,7 +12,7 @@ import pytest
 from gpuplan.sim.parallel.estimate import estimate_training
 from gpuplan.sim.parallel.strategy import Strategy
 from gpuplan.sim.parallel.topology import cluster_for
-from gpuplan.sim.predict import predict_breakdown
+from gpuplan.validate.record_prediction import predict_breakdown
 from gpuplan.validate.records import parse_record
 from gpuplan.workloads.presets import get_model
 

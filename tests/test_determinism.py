@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from gpuplan.cli import main
-from gpuplan.sim.serving.metrics import conservation, request_frame
-from gpuplan.sim.serving.requests import Workload
-from gpuplan.sim.serving.state import ReplicaState, RequestTable
+from gpuplan.sim.runtime.serving.metrics import conservation, request_frame
+from gpuplan.sim.runtime.serving.requests import Workload
+from gpuplan.sim.runtime.serving.state import ReplicaState, RequestTable
 
 SCENARIO = """\
 name: small

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from gpuplan.hwmodels.device_timing import device_efficiency, device_timing_data
 from gpuplan.hwmodels.efficiency import efficiency_for, queued
-from gpuplan.sim.predict import predict_breakdown, predict_record
 from gpuplan.validate.device_timing import DEFAULT_RECORDS, derive
+from gpuplan.validate.record_prediction import predict_breakdown, predict_record
 from gpuplan.validate.records import read_records
 
 ROOT = Path(__file__).parents[1]

@@ -8,7 +8,7 @@ import shlex
 import pytest
 
 from gpuplan.cli import main
-from gpuplan.sim.diagnose import with_edits
+from gpuplan.sim.diagnose.walk import with_edits
 
 TRAIN = ["--model", "llama3-8b", "--gpus", "16", "--tp", "2", "--pp", "2", "--global-batch",
          "32", "--seq", "2048", "--attention", "unfused"]  # fmt: skip
@@ -68,7 +68,7 @@ def test_with_edits_switches_and_their_no_twins():
 
 
 def test_screening_keeps_only_what_the_full_price_confirms():
-    from gpuplan.sim.diagnose import Candidate, LayerOffer, Limit, Priced, walk
+    from gpuplan.sim.diagnose.walk import Candidate, LayerOffer, Limit, Priced, walk
 
     full = {"a": 1.0, "b": 3.0}  # b looks best when screened, but is worse in full
 
@@ -113,7 +113,7 @@ def test_train_layer4_changes_compilation_only_and_its_command_reproduces(capsys
     import dataclasses
 
     from gpuplan.cli.diagnose_cmd import settings_of
-    from gpuplan.sim.diagnose_layers import TRAIN_COMPILATION_FLAGS
+    from gpuplan.sim.diagnose.layers import TRAIN_COMPILATION_FLAGS
 
     doc = _json(capsys, ["diagnose", "train", *FSDP, "--json"])
     before, row = doc["layers"][2], doc["layers"][3]
@@ -134,7 +134,7 @@ def test_train_layer4_changes_compilation_only_and_its_command_reproduces(capsys
 
 def test_serve_layer4_offers_graphs_and_fusion_on_the_stack_in_force():
     from gpuplan.hwmodels.accelerators import get_accelerator
-    from gpuplan.sim.diagnose_layers import SERVE_COMPILATION_FLAGS, serving_offers
+    from gpuplan.sim.diagnose.layers import SERVE_COMPILATION_FLAGS, serving_offers
     from gpuplan.workloads.presets import get_model
 
     offers = serving_offers(get_model("llama3-8b"), get_accelerator("h200"), gpus=1,
@@ -148,7 +148,7 @@ def test_serve_layer4_offers_graphs_and_fusion_on_the_stack_in_force():
 
 
 def test_a_layer_with_nothing_to_gain_says_why_for_each_candidate():
-    from gpuplan.sim.diagnose import Candidate, LayerOffer, Limit, Priced, walk
+    from gpuplan.sim.diagnose.walk import Candidate, LayerOffer, Limit, Priced, walk
 
     def price(s):
         return Priced(metric=10.0 + (1.0 if "--slow" in s else 0.0), figures={},

@@ -91,7 +91,7 @@ def test_a_bad_zero_stage_is_an_error_naming_the_field():
 def test_a_one_rank_ddp_record_is_priced_as_the_one_gpu_training_step():
     """One cost path: dp 1, accumulation 1, ZeRO 0 is the one-GPU train_step's price, plus
     what the DDP wrapper adds on one rank: its buckets' copy of the fp32 gradients."""
-    from gpuplan.sim.predict import predict_breakdown, predict_record
+    from gpuplan.validate.record_prediction import predict_breakdown, predict_record
 
     plain = {k: v for k, v in _record()["params"].items()
              if k not in ("dp", "accumulation", "zero_stage")}  # fmt: skip
@@ -104,7 +104,7 @@ def test_a_one_rank_ddp_record_is_priced_as_the_one_gpu_training_step():
 
 
 def test_accumulation_adds_micro_batches_but_not_the_optimizer_step():
-    from gpuplan.sim.predict import predict_record
+    from gpuplan.validate.record_prediction import predict_record
 
     t1 = predict_record(parse_record(_record(accumulation=1)))["time_s"]
     t4 = predict_record(parse_record(_record(accumulation=4)))["time_s"]
@@ -148,7 +148,7 @@ def test_two_gloo_ranks_write_one_record_per_case(tmp_path):
 
 def test_a_record_is_priced_with_the_adamw_it_ran():
     """The pytorch stack's own AdamW is foreach; a record that ran fused says so."""
-    from gpuplan.sim.predict import predict_record
+    from gpuplan.validate.record_prediction import predict_record
 
     fused = predict_record(parse_record(_record(optimizer_impl="fused")))["time_s"]
     foreach = predict_record(parse_record(_record(optimizer_impl="foreach")))["time_s"]
@@ -158,7 +158,7 @@ def test_a_record_is_priced_with_the_adamw_it_ran():
 
 
 def _priced(layout: str, dp: int) -> dict:
-    from gpuplan.sim.predict import predict_record
+    from gpuplan.validate.record_prediction import predict_record
 
     params = dist_train._params(dist_train.MODELS[1], layout, 1, dp) | {"optimizer_impl": "fused"}
     return predict_record(parse_record(_record() | {"params": params}))

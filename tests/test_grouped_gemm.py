@@ -6,7 +6,7 @@ from gpuplan.hwmodels.accelerators import get_accelerator
 from gpuplan.hwmodels.efficiency import efficiency_for
 from gpuplan.hwmodels.gemm import gemm_time, grouped_gemm_time
 from gpuplan.hwmodels.price import price
-from gpuplan.sim.predict import predict_breakdown
+from gpuplan.validate.record_prediction import predict_breakdown
 from gpuplan.workloads.ops import Gemm
 
 H200 = get_accelerator("h200")

@@ -9,13 +9,13 @@ import pytest
 from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.accelerators import get_accelerator
 from gpuplan.hwmodels.efficiency import efficiency_for
-from gpuplan.sim.inference_step import (
+from gpuplan.sim.estimate.inference import (
     decode_breakdown,
     decode_deployment,
     prefill_breakdown,
     transformers_rmsnorm_calls,
 )
-from gpuplan.sim.serving.iteration import Batch, iteration_breakdown
+from gpuplan.sim.runtime.serving.iteration import Batch, iteration_breakdown
 from gpuplan.sim.stacks import HostModel, get_stack, stack_efficiency
 from gpuplan.workloads.presets import get_model
 
@@ -108,7 +108,7 @@ def test_compiled_dense_training_steps_run_the_eager_foreach_adamw():
     import json
     from pathlib import Path
 
-    from gpuplan.sim.predict import predict_breakdown
+    from gpuplan.validate.record_prediction import predict_breakdown
 
     path = Path(__file__).resolve().parents[1] / "data" / "h200_stacks" / "run3" / "models.jsonl"
     rows = [json.loads(line) for line in path.open()]

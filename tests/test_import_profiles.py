@@ -82,7 +82,7 @@ def test_p2p_setup_is_host_time():
     from gpuplan.hwmodels.accelerators import get_accelerator
     from gpuplan.hwmodels.collectives import collective_time
     from gpuplan.hwmodels.efficiency import efficiency_for
-    from gpuplan.sim.predict import predict_breakdown
+    from gpuplan.validate.record_prediction import predict_breakdown
 
     acc = get_accelerator("h100-sxm")
     eff = efficiency_for("h100-sxm")

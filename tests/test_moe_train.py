@@ -20,8 +20,8 @@ from gpuplan.sim.parallel.compute import (
 )
 from gpuplan.sim.parallel.op_memo import KernelTable, ShapeKernels, shape_time_table
 from gpuplan.sim.parallel.stage import TIME_FIELDS, shape_times
-from gpuplan.sim.predict import predict_breakdown
 from gpuplan.sim.stacks import get_stack
+from gpuplan.validate.record_prediction import predict_breakdown
 from gpuplan.workloads.ops import Gemm
 from gpuplan.workloads.presets import get_model
 

@@ -5,8 +5,8 @@ from dataclasses import replace
 
 from gpuplan.hwmodels.accelerators import get_accelerator
 from gpuplan.hwmodels.efficiency import efficiency_for
-from gpuplan.sim.breakdown import priced_items
-from gpuplan.sim.inference_step import transformers_rmsnorm
+from gpuplan.sim.estimate.breakdown import priced_items
+from gpuplan.sim.estimate.inference import transformers_rmsnorm
 from gpuplan.sim.parallel.compute import (
     Shape,
     head_ops,
@@ -85,7 +85,7 @@ def test_training_step_prices_the_norm_backward():
 def test_fp32_stream_activations_in_training_memory():
     """Llama-3-8B cut to 8 blocks, b2 s4096 on the H200 (data/h200_stacks/run2): 66.95 GB
     measured; the 16-bit count alone gave 59.99 GB (-10.4%)."""
-    from gpuplan.sim.model_estimate import one_gpu_training
+    from gpuplan.sim.estimate.whole_model import one_gpu_training
 
     acc = get_accelerator("h200")
     eff = efficiency_for(acc.key)

@@ -12,9 +12,9 @@ import pytest
 from gpuplan.cli import main
 from gpuplan.hwmodels.accelerators import get_accelerator
 from gpuplan.hwmodels.efficiency import efficiency_for
-from gpuplan.sim.inference_step import decode_deployment
-from gpuplan.sim.serving.iteration import Batch, iteration_breakdown
-from gpuplan.sim.serving.step_model import StepModel
+from gpuplan.sim.estimate.inference import decode_deployment
+from gpuplan.sim.runtime.serving.iteration import Batch, iteration_breakdown
+from gpuplan.sim.runtime.serving.step_model import StepModel
 from gpuplan.sim.stacks import get_stack, list_stacks, stack_efficiency
 from gpuplan.workloads.presets import get_model
 
@@ -108,10 +108,10 @@ def test_estimate_decode_step_is_the_serving_iteration(stack, capsys):
 
 def test_a_dynamic_cache_is_priced_but_not_simulated_as_traffic():
     from gpuplan.errors import GpuplanError
-    from gpuplan.sim.serving.deployment import SchedulerConfig
-    from gpuplan.sim.serving.disagg import Disaggregation, simulate_disaggregated
-    from gpuplan.sim.serving.engine import simulate
-    from gpuplan.sim.serving.requests import make_workload
+    from gpuplan.sim.runtime.serving.deployment import SchedulerConfig
+    from gpuplan.sim.runtime.serving.disagg import Disaggregation, simulate_disaggregated
+    from gpuplan.sim.runtime.serving.engine import simulate
+    from gpuplan.sim.runtime.serving.requests import make_workload
 
     st = get_stack("hf-transformers")  # DynamicCache by default
     eff = stack_efficiency(st, efficiency_for("h200"), H200, phase="decode")
@@ -127,7 +127,7 @@ def test_a_dynamic_cache_is_priced_but_not_simulated_as_traffic():
 @pytest.mark.parametrize("stack", [s.name for s in list_stacks() if s.serving is not None])
 def test_estimate_decode_step_on_a_serving_stack_is_what_serve_prices(stack, capsys):
     # a serving engine's runtime (CPU per iteration and per sequence, graph buckets) is in both
-    from gpuplan.sim.serving.on_stack import stack_deployment
+    from gpuplan.sim.runtime.serving.on_stack import stack_deployment
 
     cfg = dataclasses.replace(_LLAMA, n_layers=4)
     for batch, context, tp in ((3, 200, 1), (8, 2048, 2)):

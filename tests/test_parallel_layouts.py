@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 
 from gpuplan.cli import main
 from gpuplan.hwmodels.efficiency import efficiency_for
-from gpuplan.sim.cluster.checkpoint import expected_waste
 from gpuplan.sim.parallel.compute import CostCache
 from gpuplan.sim.parallel.estimate import estimate_training
 from gpuplan.sim.parallel.interruptions import expected_interruptions
@@ -20,6 +19,7 @@ from gpuplan.sim.parallel.search import SearchSpace, distinct_layouts, layout_ke
 from gpuplan.sim.parallel.stage import stage_kinds
 from gpuplan.sim.parallel.strategy import Strategy, auto_pp_layers
 from gpuplan.sim.parallel.topology import get_cluster
+from gpuplan.sim.runtime.cluster.checkpoint import expected_waste
 from gpuplan.workloads.presets import get_model
 
 H100 = get_cluster("dgx-h100")

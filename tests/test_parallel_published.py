@@ -6,7 +6,8 @@ from importlib import resources
 
 import pytest
 
-from gpuplan.sim.parallel.published import (
+from gpuplan.sim.parallel.strategy import Strategy, validate
+from gpuplan.validate.published.megatron import (
     TARGET_PCT,
     paper_flops,
     published_runs,
@@ -14,7 +15,6 @@ from gpuplan.sim.parallel.published import (
     run_model,
     summary,
 )
-from gpuplan.sim.parallel.strategy import Strategy, validate
 
 
 @pytest.fixture(scope="module")

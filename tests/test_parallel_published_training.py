@@ -9,7 +9,8 @@ import pytest
 
 from gpuplan.cli import main
 from gpuplan.errors import GpuplanError
-from gpuplan.sim.parallel.published_training import (
+from gpuplan.sim.parallel.topology import get_cluster
+from gpuplan.validate.published.training import (
     METRICS,
     parse_options,
     predict_row,
@@ -21,7 +22,6 @@ from gpuplan.sim.parallel.published_training import (
     training_rows,
     training_sources,
 )
-from gpuplan.sim.parallel.topology import get_cluster
 from gpuplan.workloads.params import count_params
 from gpuplan.workloads.presets import get_model
 

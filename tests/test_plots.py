@@ -17,7 +17,7 @@ from gpuplan.plots import (
     predicted_vs_measured,
     roofline,
 )
-from gpuplan.sim.breakdown import Breakdown, Item
+from gpuplan.sim.estimate.breakdown import Breakdown, Item
 from gpuplan.units import MS, TFLOPS
 from gpuplan.workloads.operators import layer_forward
 from gpuplan.workloads.ops import Gemm

@@ -5,7 +5,7 @@ import pytest
 from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.efficiency import efficiency_for
 from gpuplan.hwmodels.power import power_capped
-from gpuplan.sim.parallel import published_training as P
+from gpuplan.validate.published import training as P
 
 
 def test_cube_law_and_no_op_at_or_above_rated_power():

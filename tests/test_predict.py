@@ -11,9 +11,14 @@ from hypothesis import strategies as st
 from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.accelerators import get_accelerator
 from gpuplan.hwmodels.efficiency import prior_efficiency
-from gpuplan.sim import step
-from gpuplan.sim.model_estimate import model_breakdown, train_step_breakdown
-from gpuplan.sim.predict import KINDS, contract_model, predict_breakdown, predict_record
+from gpuplan.sim.estimate import composite as step
+from gpuplan.sim.estimate.whole_model import model_breakdown, train_step_breakdown
+from gpuplan.validate.record_prediction import (
+    KINDS,
+    contract_model,
+    predict_breakdown,
+    predict_record,
+)
 from gpuplan.validate.records import read_records
 from gpuplan.workloads.presets import get_model
 

@@ -13,8 +13,8 @@ import pytest
 from tiny_cluster import TINY_SCENARIO
 
 from gpuplan.cli import main
-from gpuplan.cli.tables import format_value
 from gpuplan.report.build import band_section, banded, fmt
+from gpuplan.tables import format_value
 
 TRAIN = ["--model", "llama3-8b", "--gpus", "8", "--tp", "2", "--global-batch", "16", "--seq",
          "2048", "--tokens", "1e10"]  # fmt: skip
@@ -155,7 +155,7 @@ def test_a_document_other_than_one_setup_is_refused(tmp_path, capsys):
 def test_the_report_has_a_table_per_measured_stack(tmp_path):
     import json
 
-    from gpuplan.cli.tables import render_table
+    from gpuplan.tables import render_table
     from gpuplan.validate.report import stack_section
 
     (tmp_path / "camp").mkdir()

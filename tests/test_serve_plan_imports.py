@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pandas as pd
 
-from gpuplan.sim.serving.plan import SearchSpace, Slo, _verdict, plan
+from gpuplan.sim.runtime.serving.plan import SearchSpace, Slo, _verdict, plan
 
 
 def test_best_rows_are_the_best_frames_records():
@@ -40,7 +40,7 @@ def test_the_verdict_on_numpy_columns_is_the_verdict_on_the_frame():
 
 
 def test_the_plan_path_loads_no_pandas():
-    code = ("import sys, gpuplan.cli.serve_cmd, gpuplan.sim.serving.plan as p; "
+    code = ("import sys, gpuplan.cli.serve_cmd, gpuplan.sim.runtime.serving.plan as p; "
             "from gpuplan.sim.parallel.cost import price_for; price_for('h100-sxm'); "
             "print('pandas' in sys.modules)")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpuplan.sim.serving.deployment import deployment
-from gpuplan.sim.serving.plan import (
+from gpuplan.sim.runtime.serving.deployment import deployment
+from gpuplan.sim.runtime.serving.plan import (
     ABOVE_CAP,
     Candidate,
     SearchSpace,
@@ -19,7 +19,7 @@ from gpuplan.sim.serving.plan import (
     fewest_units,
     plan,
 )
-from gpuplan.sim.serving.step_model import StepModel
+from gpuplan.sim.runtime.serving.step_model import StepModel
 
 
 class _Table:

@@ -8,13 +8,13 @@ import pytest
 
 from gpuplan.cli import main
 from gpuplan.errors import GpuplanError
-from gpuplan.sim.serving.deployment import SchedulerConfig, deployment
-from gpuplan.sim.serving.engine import simulate
-from gpuplan.sim.serving.iteration import Batch, iteration_breakdown
-from gpuplan.sim.serving.kv_cache import kv_capacity
-from gpuplan.sim.serving.pipeline import boundary_crosses_node, micro_batches, p2p_s
-from gpuplan.sim.serving.requests import make_workload
-from gpuplan.sim.serving.step_model import PipelineStepModel, StepModel
+from gpuplan.sim.runtime.serving.deployment import SchedulerConfig, deployment
+from gpuplan.sim.runtime.serving.engine import simulate
+from gpuplan.sim.runtime.serving.iteration import Batch, iteration_breakdown
+from gpuplan.sim.runtime.serving.kv_cache import kv_capacity
+from gpuplan.sim.runtime.serving.pipeline import boundary_crosses_node, micro_batches, p2p_s
+from gpuplan.sim.runtime.serving.requests import make_workload
+from gpuplan.sim.runtime.serving.step_model import PipelineStepModel, StepModel
 
 SCHED = SchedulerConfig(max_model_len=8192)
 BATCHES = [
@@ -93,7 +93,7 @@ def test_the_step_model_equals_the_priced_breakdown_under_pp_and_ep(batch):
 
 @pytest.mark.parametrize("seqs", [3, 50, 161])
 def test_each_micro_batch_is_padded_as_its_own_graph_runs_it(seqs):
-    from gpuplan.sim.serving.on_stack import stack_deployment
+    from gpuplan.sim.runtime.serving.on_stack import stack_deployment
 
     dep = stack_deployment("llama3-70b", "h100-sxm", "vllm", tp=4, pp=2)
     assert dep.decode_buckets  # vLLM's captured batch sizes
@@ -179,8 +179,8 @@ def test_bad_pipeline_or_expert_input_is_one_line(capsys, model, argv, message):
 
 @pytest.mark.parametrize("model", ["llama3-70b", "qwen2-vl-7b"])
 def test_the_stages_weights_add_up_to_the_whole_replicas(model):
-    from gpuplan.sim.serving.kv_cache import weights_bytes_per_gpu
-    from gpuplan.sim.serving.pipeline import stage_weights_bytes
+    from gpuplan.sim.runtime.serving.kv_cache import weights_bytes_per_gpu
+    from gpuplan.sim.runtime.serving.pipeline import stage_weights_bytes
 
     dep = deployment(model, "h100-sxm", tp=2, pp=4, pp_layers=None if model != "qwen2-vl-7b"
                      else (7, 7, 7, 7))  # fmt: skip
@@ -192,7 +192,7 @@ def test_the_stages_weights_add_up_to_the_whole_replicas(model):
 
 def test_plan_offers_pipelines_for_formats_no_node_holds():
     from gpuplan.hwmodels.accelerators import get_accelerator
-    from gpuplan.sim.serving.plan import SearchSpace, candidates
+    from gpuplan.sim.runtime.serving.plan import SearchSpace, candidates
 
     dep = deployment("deepseek-v3", "h100-sxm", tp=8, weight_dtype="fp8")
     space = SearchSpace(formats=(("fp8", "fp8"),), max_seqs=(64,), ratios=())
@@ -210,7 +210,7 @@ def test_the_api_takes_training_s_auto_split():
 
 
 def test_a_pipelined_kv_transfer_moves_each_stage_s_share():
-    from gpuplan.sim.serving.disagg import kv_transfer_s
+    from gpuplan.sim.runtime.serving.disagg import kv_transfer_s
 
     one = deployment("llama3-70b", "h100-sxm", tp=4)
     two = deployment("llama3-70b", "h100-sxm", tp=4, pp=2)

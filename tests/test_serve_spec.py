@@ -8,17 +8,17 @@ import pytest
 
 from gpuplan.cli import main
 from gpuplan.errors import GpuplanError
-from gpuplan.sim.serving.deployment import SchedulerConfig, deployment
-from gpuplan.sim.serving.engine import simulate
-from gpuplan.sim.serving.kv_cache import kv_capacity
-from gpuplan.sim.serving.requests import Workload, make_workload
-from gpuplan.sim.serving.speculative import (
+from gpuplan.sim.runtime.serving.deployment import SchedulerConfig, deployment
+from gpuplan.sim.runtime.serving.engine import simulate
+from gpuplan.sim.runtime.serving.kv_cache import kv_capacity
+from gpuplan.sim.runtime.serving.requests import Workload, make_workload
+from gpuplan.sim.runtime.serving.speculative import (
     Speculation,
     Speculator,
     serving_speculation,
     verify_and_draft_s,
 )
-from gpuplan.sim.serving.step_model import StepModel
+from gpuplan.sim.runtime.serving.step_model import StepModel
 
 DEP = deployment("llama3-8b", "h100-sxm")
 SCHED = SchedulerConfig(policy="continuous", max_seqs=64)
@@ -152,7 +152,7 @@ def test_serving_speculation_parses_the_flags():
 
 
 def test_serve_plan_offers_speculation_when_asked():
-    from gpuplan.sim.serving.plan import SearchSpace, Slo, plan
+    from gpuplan.sim.runtime.serving.plan import SearchSpace, Slo, plan
 
     lengths = (np.full(120, 256), np.full(120, 96))
     space = SearchSpace(tps=(1,), formats=(("bf16", "bf16"),), max_seqs=(64,), ratios=(),

@@ -4,8 +4,8 @@ model that does not fit."""
 import pytest
 
 from gpuplan.errors import GpuplanError
-from gpuplan.sim.serving.deployment import SchedulerConfig, deployment
-from gpuplan.sim.serving.kv_cache import (
+from gpuplan.sim.runtime.serving.deployment import SchedulerConfig, deployment
+from gpuplan.sim.runtime.serving.kv_cache import (
     blocks_for,
     fitting_tp,
     kv_bytes_per_token,
@@ -66,7 +66,7 @@ def test_a_model_too_big_for_a_node_says_which_pipeline_would_hold_it():
 
 
 def test_a_model_too_big_for_any_pipeline_says_how_many_gpus_it_would_need(monkeypatch):
-    from gpuplan.sim.serving import pipeline
+    from gpuplan.sim.runtime.serving import pipeline
 
     monkeypatch.setattr(pipeline, "MAX_PP_ADVICE", 2)  # 810 GB of bf16 weights over 16 L4s
     dep = deployment("llama3.1-405b", "l4", tp=8)

@@ -6,12 +6,12 @@ import pandas as pd
 import pytest
 
 from gpuplan.errors import GpuplanError
-from gpuplan.sim.serving.deployment import SchedulerConfig, deployment
-from gpuplan.sim.serving.disagg import Disaggregation, kv_transfer_s, simulate_disaggregated
-from gpuplan.sim.serving.engine import simulate
-from gpuplan.sim.serving.metrics import time_average
-from gpuplan.sim.serving.requests import Workload, make_workload
-from gpuplan.sim.serving.step_model import Batch, StepModel, iteration_breakdown
+from gpuplan.sim.runtime.serving.deployment import SchedulerConfig, deployment
+from gpuplan.sim.runtime.serving.disagg import Disaggregation, kv_transfer_s, simulate_disaggregated
+from gpuplan.sim.runtime.serving.engine import simulate
+from gpuplan.sim.runtime.serving.metrics import time_average
+from gpuplan.sim.runtime.serving.requests import Workload, make_workload
+from gpuplan.sim.runtime.serving.step_model import Batch, StepModel, iteration_breakdown
 
 DEP = deployment("llama2-7b", "a100-sxm-80gb")
 

@@ -5,9 +5,9 @@ import pytest
 from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.accelerators import get_accelerator
 from gpuplan.hwmodels.efficiency import efficiency_for
-from gpuplan.sim.serving.on_stack import stack_deployment
-from gpuplan.sim.serving.quantization import quantized_gemm_time, weight_bytes_per_param
-from gpuplan.sim.serving.step_model import StepModel
+from gpuplan.sim.runtime.serving.on_stack import stack_deployment
+from gpuplan.sim.runtime.serving.quantization import quantized_gemm_time, weight_bytes_per_param
+from gpuplan.sim.runtime.serving.step_model import StepModel
 from gpuplan.workloads.ops import Gemm
 
 

@@ -6,11 +6,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from gpuplan.sim.serving.blocks import BlockRule
-from gpuplan.sim.serving.deployment import SchedulerConfig, deployment
-from gpuplan.sim.serving.engine import simulate
-from gpuplan.sim.serving.kv_cache import block_rule, kv_bytes_per_token, kv_capacity
-from gpuplan.sim.serving.requests import Workload
+from gpuplan.sim.runtime.serving.blocks import BlockRule
+from gpuplan.sim.runtime.serving.deployment import SchedulerConfig, deployment
+from gpuplan.sim.runtime.serving.engine import simulate
+from gpuplan.sim.runtime.serving.kv_cache import block_rule, kv_bytes_per_token, kv_capacity
+from gpuplan.sim.runtime.serving.requests import Workload
 from gpuplan.workloads.presets import get_model
 
 BASE = dataclasses.replace(get_model("llama3-8b"), max_seq_len=32768)
@@ -98,7 +98,7 @@ def test_a_replica_with_a_window_runs_more_long_requests_at_once_and_never_overf
 @pytest.mark.parametrize("rule", [BlockRule(16), BlockRule(16, full_layers=3, windowed_layers=2,
                                                             window=40)])
 def test_the_decode_set_counts_the_blocks_of_its_members_exactly(rule):
-    from gpuplan.sim.serving.state import DecodeSet, RequestTable
+    from gpuplan.sim.runtime.serving.state import DecodeSet, RequestTable
 
     rng = np.random.default_rng(3)
     n = 60

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from gpuplan.errors import GpuplanError
-from gpuplan.sim.serving.deployment import SchedulerConfig, deployment
-from gpuplan.sim.serving.engine import simulate
-from gpuplan.sim.serving.requests import make_workload
-from gpuplan.sim.serving.step_model import Batch, StepModel, iteration_breakdown
+from gpuplan.sim.runtime.serving.deployment import SchedulerConfig, deployment
+from gpuplan.sim.runtime.serving.engine import simulate
+from gpuplan.sim.runtime.serving.requests import make_workload
+from gpuplan.sim.runtime.serving.step_model import Batch, StepModel, iteration_breakdown
 
 BUCKETS = (1, 2, 4, 8, 16, 32)
 SPAN = 1152

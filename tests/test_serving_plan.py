@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from gpuplan.errors import GpuplanError
-from gpuplan.sim.serving.deployment import deployment
-from gpuplan.sim.serving.edge import edge_estimates
-from gpuplan.sim.serving.plan import Candidate, SearchSpace, Slo, _Probe, plan
-from gpuplan.sim.serving.step_model import StepModel
+from gpuplan.sim.runtime.serving.deployment import deployment
+from gpuplan.sim.runtime.serving.edge import edge_estimates
+from gpuplan.sim.runtime.serving.plan import Candidate, SearchSpace, Slo, _Probe, plan
+from gpuplan.sim.runtime.serving.step_model import StepModel
 
 LENGTHS = (np.full(300, 512), np.full(300, 128))
 SMALL = SearchSpace(tps=(1,), formats=(("bf16", "bf16"), ("int4", "bf16")), max_seqs=(64,),

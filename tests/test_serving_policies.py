@@ -4,7 +4,7 @@ chunking, padding, timeouts."""
 import numpy as np
 import pytest
 
-from gpuplan.sim.serving.policies import (
+from gpuplan.sim.runtime.serving.policies import (
     IDLE,
     ChunkedPolicy,
     ContinuousPolicy,
@@ -13,8 +13,8 @@ from gpuplan.sim.serving.policies import (
     StaticPolicy,
     WaitUntil,
 )
-from gpuplan.sim.serving.requests import Workload
-from gpuplan.sim.serving.state import FINISHED, ReplicaState, RequestTable
+from gpuplan.sim.runtime.serving.requests import Workload
+from gpuplan.sim.runtime.serving.state import FINISHED, ReplicaState, RequestTable
 
 
 def state_of(prompts, outputs, *, blocks=1000, block=16, max_seqs=8, arrivals=None):

@@ -7,9 +7,9 @@ import pytest
 
 from gpuplan.cli import main
 from gpuplan.errors import GpuplanError
-from gpuplan.sim.serving.engine import simulate
-from gpuplan.sim.serving.on_stack import stack_deployment, stack_scheduler
-from gpuplan.sim.serving.requests import Workload, make_workload, read_trace
+from gpuplan.sim.runtime.serving.engine import simulate
+from gpuplan.sim.runtime.serving.on_stack import stack_deployment, stack_scheduler
+from gpuplan.sim.runtime.serving.requests import Workload, make_workload, read_trace
 
 DEP = stack_deployment("llama3-8b", "h200", "vllm")
 

@@ -8,8 +8,9 @@ import pytest
 
 from gpuplan.cli import main
 from gpuplan.errors import GpuplanError
-from gpuplan.sim.serving import published
-from gpuplan.sim.serving.published import (
+from gpuplan.sim.runtime.serving.step_model import Batch
+from gpuplan.validate.published import serving as published
+from gpuplan.validate.published.serving import (
     CannotRun,
     Deployments,
     cannot_run,
@@ -21,7 +22,6 @@ from gpuplan.sim.serving.published import (
     split_by_source,
     summary,
 )
-from gpuplan.sim.serving.step_model import Batch
 
 
 @pytest.fixture(scope="module")
@@ -254,7 +254,7 @@ def test_summary_gives_the_median_and_p90_absolute_and_the_median_signed_error()
 
 
 def test_a_closed_loop_whose_prefills_fill_the_engine_cannot_run_rather_than_a_negative_wait():
-    from gpuplan.sim.serving.published import CannotRun, Deployments, load_rows, predict_row
+    from gpuplan.validate.published.serving import CannotRun, Deployments, load_rows, predict_row
 
     frame = load_rows()
     row = frame[frame["load"] == "concurrency"].iloc[0].copy()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from gpuplan.errors import GpuplanError
-from gpuplan.sim.serving.requests import (
+from gpuplan.sim.runtime.serving.requests import (
     Workload,
     arrivals,
     conversation,

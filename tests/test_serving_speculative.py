@@ -6,9 +6,13 @@ import pytest
 
 from gpuplan.cli import main
 from gpuplan.errors import GpuplanError
-from gpuplan.sim.serving.on_stack import stack_deployment
-from gpuplan.sim.serving.speculative import Speculation, parse_speculation, speculative_decode
-from gpuplan.sim.serving.step_model import StepModel
+from gpuplan.sim.runtime.serving.on_stack import stack_deployment
+from gpuplan.sim.runtime.serving.speculative import (
+    Speculation,
+    parse_speculation,
+    speculative_decode,
+)
+from gpuplan.sim.runtime.serving.step_model import StepModel
 
 
 @pytest.fixture(scope="module")

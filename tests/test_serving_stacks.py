@@ -8,11 +8,11 @@ import pytest
 from gpuplan.cli import main
 from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.accelerators import get_accelerator
-from gpuplan.sim.serving import published
-from gpuplan.sim.serving.on_stack import kv_memory_share, stack_deployment, stack_scheduler
-from gpuplan.sim.serving.step_model import StepModel
+from gpuplan.sim.runtime.serving.on_stack import kv_memory_share, stack_deployment, stack_scheduler
+from gpuplan.sim.runtime.serving.step_model import StepModel
 from gpuplan.sim.stacks import get_stack, resolved_attention
-from gpuplan.sim.stacks.serving import SGLANG_BUCKETS, ServingRuntime, vllm_buckets
+from gpuplan.sim.stacks.serving import FIT_PATH, SGLANG_BUCKETS, ServingRuntime, vllm_buckets
+from gpuplan.validate.published import serving as published
 
 SERVING = ("vllm", "sglang", "trt-llm", "eager-2023", "gpuplan-server")
 
@@ -70,7 +70,7 @@ def test_the_eager_engine_pays_its_cpu_time_per_iteration_and_per_rank():
 
 
 def test_presets_carry_the_committed_fit():
-    fit = json.loads((published._data("stack_fit.json")).read_text())
+    fit = json.loads(FIT_PATH.read_text())
     assert fit["seed"] == 0
     for name, values in fit["stacks"].items():
         stack = get_stack(name)
@@ -90,7 +90,7 @@ def test_every_engine_of_the_published_rows_has_a_stack():
 
 def test_the_eager_engine_pays_its_slower_large_all_reduce_only_above_its_size():
     from gpuplan.hwmodels.price import price
-    from gpuplan.sim.serving.iteration import Batch, iteration_breakdown, price_op
+    from gpuplan.sim.runtime.serving.iteration import Batch, iteration_breakdown, price_op
     from gpuplan.workloads.ops import Collective
 
     run = get_stack("eager-2023").serving
@@ -111,7 +111,7 @@ def test_the_eager_engine_pays_its_slower_large_all_reduce_only_above_its_size()
 
 
 def test_the_eager_engine_pays_cpu_time_per_running_sequence_on_every_cost_path():
-    from gpuplan.sim.serving.iteration import Batch, iteration_breakdown
+    from gpuplan.sim.runtime.serving.iteration import Batch, iteration_breakdown
 
     run = get_stack("eager-2023").serving
     assert run.seq_overhead_s > 0  # the committed fit
@@ -135,7 +135,7 @@ def test_the_eager_engine_pays_cpu_time_per_running_sequence_on_every_cost_path(
 def test_a_host_factor_scales_every_cpu_cost_of_that_machine_only():
     import dataclasses
 
-    from gpuplan.sim.serving.on_stack import deployment_fields
+    from gpuplan.sim.runtime.serving.on_stack import deployment_fields
     from gpuplan.sim.stacks import register
 
     original = get_stack("eager-2023")

@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuplan.errors import GpuplanError
-from gpuplan.sim.serving.deployment import deployment
-from gpuplan.sim.serving.quantization import quantized_gemm_time, weight_bytes_per_param
-from gpuplan.sim.serving.step_model import Batch, StepModel, iteration_breakdown
+from gpuplan.sim.runtime.serving.deployment import deployment
+from gpuplan.sim.runtime.serving.quantization import quantized_gemm_time, weight_bytes_per_param
+from gpuplan.sim.runtime.serving.step_model import Batch, StepModel, iteration_breakdown
 from gpuplan.workloads.ops import Gemm
 
 DEPLOYMENTS = {

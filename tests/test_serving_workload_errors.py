@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from gpuplan.errors import GpuplanError
-from gpuplan.sim.serving.deployment import deployment
-from gpuplan.sim.serving.requests import Workload, read_trace
+from gpuplan.sim.runtime.serving.deployment import deployment
+from gpuplan.sim.runtime.serving.requests import Workload, read_trace
 
 
 def _load(**columns) -> Workload:

@@ -70,7 +70,7 @@ def _rec(kind, **params):
 
 
 def test_fit_stacks_fits_each_simt_share_on_its_own_device_timed_fp32_records():
-    from gpuplan.validate import fit_stacks
+    from gpuplan.validate.fit_stacks import kernels as fit_stacks
 
     model = fit_stacks.Model.__new__(fit_stacks.Model)
     gemv = _rec("gemm", m=4, n=64, k=64, dtype="fp32", stack="pytorch", timing="device")

@@ -5,9 +5,9 @@ import dataclasses
 import pytest
 
 from gpuplan.errors import GpuplanError
-from gpuplan.sim.serving.on_stack import stack_deployment
-from gpuplan.sim.serving.step_model import Batch, StepModel, iteration_breakdown
-from gpuplan.sim.step import layer_groups
+from gpuplan.sim.estimate.composite import layer_groups
+from gpuplan.sim.runtime.serving.on_stack import stack_deployment
+from gpuplan.sim.runtime.serving.step_model import Batch, StepModel, iteration_breakdown
 from gpuplan.workloads.hf_config import from_hf_config
 from gpuplan.workloads.memory import kv_cache_bytes_per_sequence, kv_cache_bytes_per_token
 from gpuplan.workloads.ops import Attention

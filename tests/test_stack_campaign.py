@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from gpuplan.validate import fit_stacks
+from gpuplan.validate.fit_stacks import cases as fit_cases
+from gpuplan.validate.fit_stacks import kernels as fit_stacks
 from gpuplan.validate.records import parse_record, read_records
 
 torch = pytest.importorskip("torch")
@@ -116,7 +117,7 @@ def test_the_fit_recovers_known_perturbations_of_the_priors():
              "cudnn_bwd": model.values["cudnn_bwd"] * 0.8,
              "module_call_s": model.values["module_call_s"] * 2.0}
     records = _synthetic(model, truth)
-    fit, held = fit_stacks.split(records, seed=0)
+    fit, held = fit_cases.split(records, seed=0)
     got = fit_stacks.fit(model, fit)
     for name, value in truth.items():
         assert got[name]["fitted"] == pytest.approx(value, rel=0.03), name
@@ -133,13 +134,13 @@ def test_the_split_is_seeded_stratified_and_keeps_a_case_on_one_side():
     records = [parse_record({"kind": "attention", "device": "h200",
                              "params": p | {"timing": t}, "measured": {"time_s": 1e-3}})
                for p in params for t in ("isolated", "device")]
-    fit, held = fit_stacks.split(records, seed=3)
-    again = fit_stacks.split(records, seed=3)
+    fit, held = fit_cases.split(records, seed=3)
+    again = fit_cases.split(records, seed=3)
     assert [r.params for r in fit] == [r.params for r in again[0]]
     assert len(fit) == 28 and len(held) == 12  # 70% of 20 cases, both timings of each
-    side = {fit_stacks._case_key(r): "fit" for r in fit}
-    assert all(fit_stacks._case_key(r) not in side for r in held)
-    assert [r.params for r in fit] != [r.params for r in fit_stacks.split(records, seed=4)[0]]
+    side = {fit_cases._case_key(r): "fit" for r in fit}
+    assert all(fit_cases._case_key(r) not in side for r in held)
+    assert [r.params for r in fit] != [r.params for r in fit_cases.split(records, seed=4)[0]]
 
 
 def test_whole_model_param_keys_match_the_record_contract():

@@ -9,7 +9,7 @@ from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.accelerators import get_accelerator
 from gpuplan.hwmodels.efficiency import efficiency_for
 from gpuplan.hwmodels.launch import launch_cost
-from gpuplan.sim.inference_step import decode_breakdown
+from gpuplan.sim.estimate.inference import decode_breakdown
 from gpuplan.sim.stacks import HostModel, get_stack
 from gpuplan.workloads.operators import experts_hit, moe_block
 from gpuplan.workloads.presets import get_model

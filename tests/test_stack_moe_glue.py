@@ -8,8 +8,8 @@ import pytest
 from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.attention import kernel_rate
 from gpuplan.hwmodels.efficiency import efficiency_for
-from gpuplan.sim.predict import predict_breakdown, record_model
 from gpuplan.sim.stacks import HostModel, get_stack
+from gpuplan.validate.record_prediction import predict_breakdown, record_model
 from gpuplan.workloads.operators import moe_block
 
 EFF = efficiency_for("h200")

@@ -9,12 +9,12 @@ from gpuplan.cli import main
 from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.accelerators import get_accelerator
 from gpuplan.hwmodels.efficiency import efficiency_for
-from gpuplan.sim.inference_step import decode_breakdown, decode_deployment
-from gpuplan.sim.model_estimate import model_breakdown
-from gpuplan.sim.predict import predict_breakdown
-from gpuplan.sim.serving.iteration import Batch
-from gpuplan.sim.serving.step_model import StepModel
+from gpuplan.sim.estimate.inference import decode_breakdown, decode_deployment
+from gpuplan.sim.estimate.whole_model import model_breakdown
+from gpuplan.sim.runtime.serving.iteration import Batch
+from gpuplan.sim.runtime.serving.step_model import StepModel
 from gpuplan.sim.stacks import get_stack, list_stacks, resolved_attention, stack_efficiency
+from gpuplan.validate.record_prediction import predict_breakdown
 from gpuplan.workloads.presets import get_model
 
 H200 = get_accelerator("h200")
@@ -137,7 +137,7 @@ def test_a_model_that_does_not_fit_says_so():
 
 def test_hf_mla_caches_decompressed_heads():
     cfg = get_model("deepseek-v3")
-    from gpuplan.sim.inference_step import kv_bytes_per_token_layer
+    from gpuplan.sim.estimate.inference import kv_bytes_per_token_layer
 
     assert kv_bytes_per_token_layer(cfg, get_stack("hf-transformers"), "bf16") > \
         10 * kv_bytes_per_token_layer(cfg, get_stack("pytorch"), "bf16")
@@ -155,7 +155,7 @@ def test_a_one_gpu_training_step_has_one_price_through_every_entry_point(capsys,
     from gpuplan.sim.parallel.estimate import stack_strategy
     from gpuplan.sim.parallel.search import SearchSpace, search
     from gpuplan.sim.parallel.topology import cluster_for
-    from gpuplan.sim.predict import contract_model
+    from gpuplan.validate.record_prediction import contract_model
 
     shape = {"vocab": 32000, "hidden": 2048, "heads_q": 16, "heads_kv": 8, "ffn": 8192,
              "layers": 8}

@@ -5,10 +5,11 @@ from dataclasses import replace
 
 import pytest
 
-from gpuplan.sim.predict import predict_breakdown
 from gpuplan.sim.stacks import get_stack
 from gpuplan.sim.stacks.kernels import ISOLATED_CALL_S, isolated_call_s
-from gpuplan.validate import fit_stacks
+from gpuplan.validate.fit_stacks import cases as fit_cases
+from gpuplan.validate.fit_stacks import kernels as fit_stacks
+from gpuplan.validate.record_prediction import predict_breakdown
 
 GEMM = {"m": 1024, "n": 1024, "k": 1024, "dtype": "bf16"}
 EW = {"op": "add", "tokens": 16, "hidden": 4096, "pass": "fwd", "dtype": "bf16"}
@@ -68,7 +69,7 @@ def test_the_fit_touches_each_isolated_cost_on_its_own_records_only():
 
 
 def test_an_moe_block_adds_its_host_cost_to_moe_models_only():
-    from gpuplan.sim.inference_step import _host_extra_s
+    from gpuplan.sim.estimate.inference import _host_extra_s
     from gpuplan.workloads.presets import get_model
 
     hf = get_stack("hf-transformers")
@@ -98,11 +99,11 @@ def test_fit_stacks_prices_each_whole_model_record_at_its_own_host_probe(tmp_pat
     slow = dict(rec, host_probe_s=2 * reference_s_per_launch())
     path = tmp_path / "models.jsonl"
     path.write_text("\n".join(__import__("json").dumps(r) for r in (rec, slow)) + "\n")
-    plain, probed = fit_stacks.load(tmp_path)
-    assert fit_stacks.host_speed(probed) is None  # off by default (the committed fit)
-    monkeypatch.setattr(fit_stacks, "USE_HOST_PROBES", True)
-    assert fit_stacks.host_speed(plain) is None
-    assert fit_stacks.host_speed(probed) == pytest.approx(2.0)
+    plain, probed = fit_cases.load(tmp_path)
+    assert fit_cases.host_speed(probed) is None  # off by default (the committed fit)
+    monkeypatch.setattr(fit_cases, "USE_HOST_PROBES", True)
+    assert fit_cases.host_speed(plain) is None
+    assert fit_cases.host_speed(probed) == pytest.approx(2.0)
     model = fit_stacks.Model("h200")
     # a CPU-bound eager decode: twice the host's time is (nearly) twice the step
     ratio = model.predict(probed)["time_s"] / model.predict(plain)["time_s"]
@@ -120,21 +121,21 @@ def test_a_paired_records_module_probe_always_sets_its_host_speed(tmp_path):
     paired = dict(rec, module_probe_s=1.5 * reference_module_probe_s(), host_probe_s=1e-3)
     path = tmp_path / "hostpair.jsonl"
     path.write_text("\n".join(__import__("json").dumps(r) for r in (rec, paired)) + "\n")
-    plain, probed = fit_stacks.load(tmp_path)
-    assert fit_stacks.host_speed(plain) is None
+    plain, probed = fit_cases.load(tmp_path)
+    assert fit_cases.host_speed(plain) is None
     # the module probe, not the (here absurd) launch probe, and without --host-probes
-    assert fit_stacks.host_speed(probed) == pytest.approx(1.5)
+    assert fit_cases.host_speed(probed) == pytest.approx(1.5)
 
 
 def test_a_compiled_moe_block_cost_reaches_the_prefill_not_the_graph_replayed_decode():
     from gpuplan.hwmodels.accelerators import get_accelerator
     from gpuplan.hwmodels.efficiency import efficiency_for
-    from gpuplan.sim.model_estimate import model_breakdown
+    from gpuplan.sim.estimate.whole_model import model_breakdown
 
     acc, eff = get_accelerator("h200"), efficiency_for("h200")
     tc = get_stack("torch-compile")
     more = replace(tc, host=replace(tc.host, moe_block_s=tc.host.moe_block_s + 1e-3))
-    from gpuplan.sim.predict import record_model
+    from gpuplan.validate.record_prediction import record_model
 
     moe = record_model("mixtral-8x7b")
     pre = {"batch": 1, "seq": 512, "layers": 2}

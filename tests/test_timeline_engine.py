@@ -6,8 +6,8 @@ import pytest
 from gpuplan.errors import GpuplanError
 from gpuplan.sim.parallel import Strategy, estimate_training, get_cluster
 from gpuplan.sim.parallel.topology import with_placement
-from gpuplan.sim.timeline import Straggler, simulate_step
-from gpuplan.sim.timeline.links import Link
+from gpuplan.sim.runtime.timeline import Straggler, simulate_step
+from gpuplan.sim.runtime.timeline.links import Link
 from gpuplan.workloads.presets import get_model
 
 H100 = get_cluster("dgx-h100")

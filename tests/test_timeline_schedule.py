@@ -4,9 +4,9 @@ schedule against its closed form (Narayanan et al. 2021, sec. 2.2)."""
 import pytest
 
 from gpuplan.errors import GpuplanError
-from gpuplan.sim.timeline.engine import Engine
-from gpuplan.sim.timeline.schedule import bubble_fraction, peak_in_flight, stage_order
-from gpuplan.sim.timeline.work import uniform_plan
+from gpuplan.sim.runtime.timeline.engine import Engine
+from gpuplan.sim.runtime.timeline.schedule import bubble_fraction, peak_in_flight, stage_order
+from gpuplan.sim.runtime.timeline.work import uniform_plan
 
 
 def run_uniform(**kw):

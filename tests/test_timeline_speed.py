@@ -7,9 +7,9 @@ import json
 import pytest
 from timeline_plans import CASES, digest, golden_of, plan
 
-from gpuplan.sim.timeline import play
-from gpuplan.sim.timeline.result import GpuInfo, StepTimeline
-from gpuplan.sim.timeline.trace import chrome_trace, trace_slices, write_chrome_trace
+from gpuplan.sim.runtime.timeline import play
+from gpuplan.sim.runtime.timeline.result import GpuInfo, StepTimeline
+from gpuplan.sim.runtime.timeline.trace import chrome_trace, trace_slices, write_chrome_trace
 
 GOLDEN = json.loads((__import__("pathlib").Path(__file__).parent / "data" /
                      "timeline_golden.json").read_text())  # fmt: skip

@@ -5,7 +5,7 @@ import json
 
 from gpuplan.cli import main
 from gpuplan.sim.parallel import Strategy, get_cluster
-from gpuplan.sim.timeline import chrome_trace, simulate_step
+from gpuplan.sim.runtime.timeline import chrome_trace, simulate_step
 from gpuplan.workloads.presets import get_model
 
 H100 = get_cluster("dgx-h100")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpuplan.errors import GpuplanError
-from gpuplan.sim.timeline.validation import pipeline_errors, predict_pipeline, predict_pipeline_step
+from gpuplan.validate.timeline import pipeline_errors, predict_pipeline, predict_pipeline_step
 
 ROOT = Path(__file__).resolve().parents[1]
 CASE = {"hidden": 2048, "heads_q": 16, "heads_kv": 8, "ffn": 8192, "layers": 8, "vocab": 32000,

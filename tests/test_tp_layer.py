@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpuplan.errors import GpuplanError
-from gpuplan.sim.predict import predict_breakdown
+from gpuplan.validate.record_prediction import predict_breakdown
 from gpuplan.validate.records import parse_record
 
 ROOT = Path(__file__).resolve().parents[1]

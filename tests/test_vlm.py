@@ -157,7 +157,7 @@ def test_train_image_flags_without_images_are_a_one_line_error(capsys):
 
 
 def test_an_image_size_without_images_is_an_error():
-    from gpuplan.sim.model_estimate import images_of
+    from gpuplan.sim.estimate.whole_model import images_of
 
     with pytest.raises(GpuplanError, match="image_size='448x448' needs images=N"):
         images_of(get_model("qwen2-vl-7b"), {"image_size": "448x448"})

@@ -9,10 +9,10 @@ import pytest
 from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.accelerators import get_accelerator
 from gpuplan.hwmodels.efficiency import efficiency_for
-from gpuplan.sim.inference_step import prefill_breakdown
-from gpuplan.sim.model_estimate import model_breakdown
+from gpuplan.sim.estimate.inference import prefill_breakdown
+from gpuplan.sim.estimate.vision import encoder_breakdown
+from gpuplan.sim.estimate.whole_model import model_breakdown
 from gpuplan.sim.stacks import get_stack, stack_efficiency
-from gpuplan.sim.vision_step import encoder_breakdown
 from gpuplan.workloads.presets import get_model
 from gpuplan.workloads.vision import EncoderWork, Images
 

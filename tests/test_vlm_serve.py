@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from gpuplan.errors import GpuplanError
-from gpuplan.sim.serving.engine import simulate
-from gpuplan.sim.serving.on_stack import stack_deployment, stack_scheduler
-from gpuplan.sim.serving.requests import make_workload, read_trace, with_images
-from gpuplan.sim.serving.vision import encoder_s
+from gpuplan.sim.runtime.serving.engine import simulate
+from gpuplan.sim.runtime.serving.on_stack import stack_deployment, stack_scheduler
+from gpuplan.sim.runtime.serving.requests import make_workload, read_trace, with_images
+from gpuplan.sim.runtime.serving.vision import encoder_s
 from gpuplan.workloads.vision import EncoderWork
 
 DEP = stack_deployment("qwen2-vl-7b", "h100-sxm", "vllm")
@@ -59,7 +59,7 @@ def test_images_on_a_text_only_deployment_are_an_error():
 
 
 def test_disaggregated_cross_attention_images_are_refused_not_mispriced():
-    from gpuplan.sim.serving.disagg import Disaggregation, simulate_disaggregated
+    from gpuplan.sim.runtime.serving.disagg import Disaggregation, simulate_disaggregated
 
     dep = stack_deployment("llama3.2-11b-vision", "h100-sxm", "vllm")
     load = with_images(_load(), images=1, image_tokens=1601)
@@ -92,8 +92,8 @@ def _times(res):
 
 
 def test_a_cross_attention_request_pays_encoder_image_kv_and_cross_blocks_exactly():
-    from gpuplan.sim.serving.step_model import StepModel
-    from gpuplan.sim.serving.vision import CrossAttentionStep
+    from gpuplan.sim.runtime.serving.step_model import StepModel
+    from gpuplan.sim.runtime.serving.vision import CrossAttentionStep
 
     img = _run(with_images(_load(prompt=300), images=1, image_tokens=TILE), dep=LLAMA_V)
     text = _run(_load(prompt=300), dep=LLAMA_V)
@@ -108,7 +108,7 @@ def test_a_cross_attention_request_pays_encoder_image_kv_and_cross_blocks_exactl
 def test_the_cross_attention_cache_takes_blocks_of_its_own():
     from dataclasses import replace
 
-    from gpuplan.sim.serving.kv_cache import kv_capacity
+    from gpuplan.sim.runtime.serving.kv_cache import kv_capacity
 
     cap = kv_capacity(replace(LLAMA_V, cross_kv_tokens=TILE), SCHED)
     # per layer: 32 self-attention layers x ceil(512 / 16), 8 cross-attention x ceil(1601 / 16)

@@ -10,7 +10,7 @@ from gpuplan.cli import main
 from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.accelerators import get_accelerator
 from gpuplan.hwmodels.efficiency import efficiency_for
-from gpuplan.sim.model_estimate import model_breakdown
+from gpuplan.sim.estimate.whole_model import model_breakdown
 from gpuplan.workloads.presets import get_model
 
 H200 = get_accelerator("h200")

@@ -8,8 +8,8 @@ from __future__ import annotations
 import hashlib
 import json
 
-from gpuplan.sim.breakdown import Item
-from gpuplan.sim.timeline.work import OTHER, BlockWork, Comm, Plan, Step
+from gpuplan.sim.estimate.breakdown import Item
+from gpuplan.sim.runtime.timeline.work import OTHER, BlockWork, Comm, Plan, Step
 
 CASES = {  # name -> (plan options, replicas simulated, straggler factors, jitter)
     "interleaved-zero1": (dict(p=4, v=2, m=4, schedule="interleaved", zero=1, overlap_dp=True,
@@ -88,7 +88,7 @@ def digest(text: str) -> str:
 
 def golden_of(tl) -> dict:
     """What a timeline must reproduce: step time, every GPU's summary row, the trace's bytes."""
-    from gpuplan.sim.timeline.trace import chrome_trace
+    from gpuplan.sim.runtime.timeline.trace import chrome_trace
 
     summary = tl.summary().drop(columns=["bubble_fraction"]).to_dict(orient="records")
     out = {"step_time_s": tl.step_time_s, "summary": summary}

@@ -14,8 +14,8 @@ from typing import Any
 
 from gpuplan.cli import add_common_options
 from gpuplan.cli.argtypes import word
-from gpuplan.cli.tables import dump_json, format_value, render_table
 from gpuplan.errors import GpuplanError
+from gpuplan.tables import dump_json, format_value, render_table
 
 MODEL_COLUMNS = (
     "key",

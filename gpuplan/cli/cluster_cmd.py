@@ -27,9 +27,9 @@ from gpuplan.cli.dask_workers import (
     timed,
     with_timing,
 )
-from gpuplan.cli.tables import dump_json, render_table
 from gpuplan.errors import GpuplanError
 from gpuplan.outputs import check_output, figure_suffixes, write_csv
+from gpuplan.tables import dump_json, render_table
 
 HEADLINE = (
     ("utilization", "utilization", "pct"),
@@ -86,7 +86,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from gpuplan.sim.cluster.scenario import builtin_scenarios, load_scenario
+    from gpuplan.sim.runtime.cluster.scenario import builtin_scenarios, load_scenario
 
     if args.list:
         return _list(builtin_scenarios(), args.json)
@@ -137,7 +137,7 @@ def _list(scenarios: dict, as_json: bool) -> int:
 
 def _check(args) -> int:
     """``--check``: every problem of the file, one line each on stderr; exit 2 if any."""
-    from gpuplan.sim.cluster.scenario import check_scenario
+    from gpuplan.sim.runtime.cluster.scenario import check_scenario
 
     if not args.scenario:
         raise GpuplanError("gpuplan cluster --check needs a SCENARIO (a YAML file)")
@@ -162,7 +162,7 @@ def _calibration(args) -> str | None:
 
 def _run_seed(seed: int, *, path, progress: bool, calibration: str | None = None):
     """Every run of the scenario at one seed: one piece of ``--repeat``."""
-    from gpuplan.sim.cluster.scenario import run_scenario
+    from gpuplan.sim.runtime.cluster.scenario import run_scenario
 
     return run_scenario(path, seed=seed, progress=progress, calibration=calibration)
 
@@ -221,7 +221,7 @@ def _write_tables(args, batches, seed: int) -> None:
 def _plots(target: str, results) -> None:
     from pathlib import Path
 
-    from gpuplan.sim.cluster.plot import plot_timeline
+    from gpuplan.sim.runtime.cluster.plot import plot_timeline
 
     base = Path(target)
     for k, result in enumerate(results):

@@ -1,4 +1,4 @@
-"""``gpuplan diagnose train|serve``: the five-layer walk of one setup (``sim.diagnose``).
+"""``gpuplan diagnose train|serve``: the five-layer walk of one setup (``sim.diagnose.walk``).
 
 Takes the flags of ``gpuplan train`` or ``gpuplan serve`` as they are, prices the setup, then
 walks model definition, parallelization, runtime, compilation and hardware, each layer keeping
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import argparse
 
-from gpuplan.cli.tables import dump_json, format_value, render_table
 from gpuplan.errors import GpuplanError
+from gpuplan.tables import dump_json, format_value, render_table
 
 REFUSED = {"train": ("--reproduce", "--timeline", "--all-ranks", "--straggler", "--jitter"),
            "serve": ("--reproduce", "--disaggregate", "--requests-csv", "--timeline-csv",
@@ -88,7 +88,7 @@ def setup_argv(kind: str, argv: list[str], command: str, drop: tuple[str, ...] =
 
 def settings_of(kind: str, argv: list[str], command: str = "diagnose") -> dict:
     """``Settings`` of a ``train``/``serve`` argv, after checking it parses as that command."""
-    from gpuplan.sim.diagnose import settings_from_argv
+    from gpuplan.sim.diagnose.walk import settings_from_argv
 
     parser = command_parser(kind)
     parser.parse_args(argv)  # a subcommand (serve plan) never gets here: declare drops them
@@ -122,7 +122,7 @@ def run(args) -> int:
 
 def diagnosis_doc(diag) -> dict:
     """The JSON document: baseline, layers, limit; every row with its command."""
-    from gpuplan.sim.diagnose import command
+    from gpuplan.sim.diagnose.walk import command
 
     base = {"metric": diag.baseline.metric, **diag.baseline.figures,
             "command": command(diag.kind, diag.baseline_settings)}  # fmt: skip

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from gpuplan.sim.diagnose import Priced, argv_of, walk, with_edits
+from gpuplan.sim.diagnose.walk import Priced, argv_of, walk, with_edits
 
 # -- training ------------------------------------------------------------------------------
 
@@ -46,7 +46,7 @@ def train_pricer(parser):
 
 def train_walk(settings, parser):
     from gpuplan.cli.train_cmd import DEFAULT_TRAINING_STACK
-    from gpuplan.sim.diagnose_layers import training_limit, training_offers
+    from gpuplan.sim.diagnose.layers import training_limit, training_offers
 
     args = parser.parse_args(argv_of(settings))
     cfg, cluster, stack, strategy, seq, eff = _train_context(args)
@@ -69,7 +69,7 @@ def _search_edits(cfg, cluster, stack, st, seq, eff, gpus):
     """The flag edits of the fastest layout ``search`` finds for the same GPUs, batch, schedule
     kind, recomputation, precision and stack (those are the other layers' to change)."""
     from gpuplan.errors import GpuplanError
-    from gpuplan.sim.diagnose_layers import layout_edits
+    from gpuplan.sim.diagnose.layers import layout_edits
     from gpuplan.sim.parallel.search import SearchSpace, row_strategy, search
 
     space = SearchSpace(recompute=(st.recompute,), precision=(st.precision,),
@@ -101,7 +101,7 @@ def serve_pricer(parser):
         _workload,
     )
     from gpuplan.sim.parallel.cost import usd_per_hour, usd_per_million_tokens
-    from gpuplan.sim.serving.engine import simulate
+    from gpuplan.sim.runtime.serving.engine import simulate
 
     def price(settings) -> Priced:
         args = parser.parse_args(argv_of(settings))
@@ -132,7 +132,7 @@ def serve_walk(settings, parser):
     from gpuplan.cli.serve_cmd import DEFAULT_STACK
     from gpuplan.errors import GpuplanError
     from gpuplan.hwmodels.accelerators import get_accelerator
-    from gpuplan.sim.diagnose_layers import serving_limit, serving_offers
+    from gpuplan.sim.diagnose.layers import serving_limit, serving_offers
     from gpuplan.sim.parallel.cost import usd_per_hour
     from gpuplan.workloads.presets import get_model
 

@@ -21,9 +21,9 @@ from gpuplan.cli.argtypes import (
 )
 from gpuplan.cli.calibration import add_calibration_option, efficiency_from_args
 from gpuplan.cli.stack_flags import add_stack_options, stack_doc, stack_from_args, stack_line
-from gpuplan.cli.tables import dump_json, render_table
 from gpuplan.errors import GpuplanError
-from gpuplan.sim import bands
+from gpuplan.tables import dump_json, render_table
+from gpuplan.validate.bands import documents as bands
 
 KIND_NAMES = (
     "gemm",
@@ -267,8 +267,8 @@ def _params(
 
 def _estimate(kind: str, args, overrides: dict[str, Any]) -> dict[str, Any]:
     from gpuplan.hwmodels.accelerators import get_accelerator
-    from gpuplan.sim.model_estimate import model_breakdown
-    from gpuplan.sim.predict import predict_breakdown
+    from gpuplan.sim.estimate.whole_model import model_breakdown
+    from gpuplan.validate.record_prediction import predict_breakdown
 
     model = args.model or ("llama3-8b" if args.kind is None else None)
     with_model = bool(model) and kind in ("layer", "prefill_step", "train_step", "decode_step")
@@ -393,12 +393,12 @@ def _format_flops(value: float) -> str:
 
 
 def _banded(r: dict[str, Any], key: str) -> str:
-    from gpuplan.cli.tables import format_banded
+    from gpuplan.tables import format_banded
 
     return format_banded(key, r[key], r.get("error_band", {}).get(key))
 
 
 def _fmt(name: str, value: float) -> str:
-    from gpuplan.cli.tables import format_value
+    from gpuplan.tables import format_value
 
     return format_value(name, value)

@@ -22,7 +22,6 @@ from gpuplan.cli.dask_workers import (
     with_timing,
 )
 from gpuplan.cli.stack_flags import stack_doc
-from gpuplan.cli.tables import dump_json, format_value, render_table
 from gpuplan.cli.train_cmd import (
     add_assumption_options,
     add_cluster_options,
@@ -35,7 +34,9 @@ from gpuplan.cli.train_cmd import (
     zero_stage,
 )
 from gpuplan.errors import GpuplanError
-from gpuplan.sim import bands
+from gpuplan.tables import dump_json, format_value, render_table
+from gpuplan.validate.bands import documents as band_docs
+from gpuplan.validate.bands import lookup as bands
 
 COLUMNS = [
     "tp", "pp", "pp_layers", "dp", "cp", "ep", "sp", "zero", "micro_batch", "schedule",
@@ -120,7 +121,7 @@ def run(args) -> int:
         cfg, best, cluster=cluster, seq=seq, gpus=args.gpus, stack=stack, eff=eff
     ).to_dict()
     fastest["stack"] = stack_doc(stack, cluster.accelerator)  # as train prints it
-    fastest |= bands.train_bands(fastest, stack=stack.name, device=cluster.accelerator.key)
+    fastest |= band_docs.train_bands(fastest, stack=stack.name, device=cluster.accelerator.key)
     layouts = distinct_layouts(result.frame, seq)
     top = layouts.head(args.top).assign(mfu_pct=lambda f: 100 * f["mfu"])
     pareto = result.pareto.assign(mfu_pct=lambda f: 100 * f["mfu"])
@@ -205,5 +206,5 @@ def _row_band_line(stack: str, device: str) -> str:
 
 
 def _factors(key: str, stack: str, device: str) -> list[float]:
-    family, power = bands.TRAIN_KEYS.get(key, ("train.time", 1))
+    family, power = band_docs.TRAIN_KEYS.get(key, ("train.time", 1))
     return bands.interval(1.0, bands.residuals(family, stack, device), power=power).as_list()

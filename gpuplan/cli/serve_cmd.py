@@ -40,17 +40,17 @@ from gpuplan.cli.dask_workers import (
     with_timing,
 )
 from gpuplan.cli.stack_flags import add_stack_options, stack_doc, stack_from_args, stack_line
-from gpuplan.cli.tables import (
+from gpuplan.errors import GpuplanError
+from gpuplan.limits import MAX_CV, MAX_GPUS
+from gpuplan.outputs import check_output, write_csv
+from gpuplan.tables import (
     dump_json,
     format_banded,
     format_seconds,
     format_value,
     render_table,
 )
-from gpuplan.errors import GpuplanError
-from gpuplan.limits import MAX_CV, MAX_GPUS
-from gpuplan.outputs import check_output, write_csv
-from gpuplan.sim import bands
+from gpuplan.validate.bands import documents as bands
 
 POLICIES = ("static", "dynamic", "continuous", "chunked")
 WEIGHT_DTYPES = ("bf16", "fp8", "int8", "int4")
@@ -232,7 +232,7 @@ def _register_edge(sub) -> None:
 
 
 def _workload(args, *, default_requests: int):
-    from gpuplan.sim.serving.requests import make_workload, read_trace
+    from gpuplan.sim.runtime.serving.requests import make_workload, read_trace
 
     if args.trace:
         load = read_trace(args.trace, rate_per_s=args.rate, seed=args.seed, limit=args.requests)
@@ -263,7 +263,7 @@ def _workload(args, *, default_requests: int):
 
 def _with_images(args, load):
     """--images-per-request N of --image-size on every request (a VLM's), else ``load``."""
-    from gpuplan.sim.serving.requests import with_images
+    from gpuplan.sim.runtime.serving.requests import with_images
     from gpuplan.workloads.presets import get_model
     from gpuplan.workloads.vision import Images, default_image_size, image_tokens, parse_image_size
 
@@ -279,9 +279,9 @@ def _with_images(args, load):
 
 
 def run_serve(args) -> int:
-    from gpuplan.sim.serving.deployment import SchedulerConfig
-    from gpuplan.sim.serving.disagg import Disaggregation, simulate_disaggregated
-    from gpuplan.sim.serving.engine import simulate
+    from gpuplan.sim.runtime.serving.deployment import SchedulerConfig
+    from gpuplan.sim.runtime.serving.disagg import Disaggregation, simulate_disaggregated
+    from gpuplan.sim.runtime.serving.engine import simulate
 
     if getattr(args, "reproduce", False):
         return run_reproduce(args)
@@ -336,8 +336,8 @@ def _speculator(args, dep, stack):
     speculation = _speculation(args)
     if speculation is None:
         return None
-    from gpuplan.sim.serving.on_stack import stack_deployment
-    from gpuplan.sim.serving.speculative import Speculator
+    from gpuplan.sim.runtime.serving.on_stack import stack_deployment
+    from gpuplan.sim.runtime.serving.speculative import Speculator
 
     spec, draft_name = speculation
     draft = None
@@ -350,7 +350,7 @@ def _speculator(args, dep, stack):
 def _stack_deployment(args):
     """The replica as ``--stack`` serves it, with the flags that override the stack's choices."""
     from gpuplan.hwmodels.accelerators import get_accelerator
-    from gpuplan.sim.serving.on_stack import stack_deployment
+    from gpuplan.sim.runtime.serving.on_stack import stack_deployment
 
     stack = stack_from_args(args, get_accelerator(args.gpu))
     kw = {"tp": args.tp, "weight_dtype": args.weight_dtype, "kv_dtype": args.kv_dtype}
@@ -377,7 +377,7 @@ def _pipeline_fields(args) -> dict:
 def _stack_scheduler(args, stack, dep):
     """The stack's scheduler defaults, each flag given overriding its own; a KV share of the
     free memory (TensorRT-LLM's) as the device share it amounts to, unless one is given."""
-    from gpuplan.sim.serving.on_stack import kv_memory_share, stack_scheduler
+    from gpuplan.sim.runtime.serving.on_stack import kv_memory_share, stack_scheduler
 
     sched = stack_scheduler(stack, policy=args.policy, max_seqs=args.max_seqs,
                             max_batched_tokens=args.max_batched_tokens,
@@ -561,7 +561,7 @@ def _render_conservation(c: dict) -> str:
 def run_reproduce(args) -> int:
     """Predict the published serving rows; print per-source error tables (held-out rows and
     all rows) and the rows that cannot be run, with their reasons."""
-    from gpuplan.sim.serving.published import HOLDOUT_SHARE, cannot_run, reproduce, summary
+    from gpuplan.validate.published.serving import HOLDOUT_SHARE, cannot_run, reproduce, summary
 
     rows = reproduce(seed=args.seed)
     held, every, bad = summary(rows, split="holdout"), summary(rows, split=None), cannot_run(rows)
@@ -579,7 +579,7 @@ def run_reproduce(args) -> int:
         f"{rows['source'].nunique()} sources, {predicted:,} predicted "
         f"({100 * predicted / len(rows):.1f}%); held-out share {HOLDOUT_SHARE:g} of each "
         f"source (seed {args.seed}); each row priced on its engine's stack, whose uncited "
-        f"parameters are fitted on the other rows only (gpuplan/sim/serving/data/stack_fit.json)\n"
+        f"parameters are fitted on the other rows only (gpuplan/sim/runtime/serving/data/stack_fit.json)\n"
     )
     print("held-out rows\n" + render_table(held, cols, formats=pct))
     print("\nall rows\n" + render_table(every, cols, formats=pct))
@@ -592,10 +592,10 @@ def run_reproduce(args) -> int:
 
 def run_plan(args) -> int:
     from gpuplan.hwmodels.accelerators import get_accelerator
-    from gpuplan.sim.serving.plan import RATIOS, SearchSpace
+    from gpuplan.sim.runtime.serving.plan import RATIOS, SearchSpace
 
     if args.trace:
-        from gpuplan.sim.serving.requests import read_trace
+        from gpuplan.sim.runtime.serving.requests import read_trace
 
         load = read_trace(args.trace, rate_per_s=args.rate, seed=args.seed, limit=args.requests)
     defaults = serve_defaults(args, tokens=(1024, 256))
@@ -669,7 +669,7 @@ def run_plan(args) -> int:
 
 def _speculation(args):
     """``--speculative``'s (speculation, draft model name) for serve and serve plan, or None."""
-    from gpuplan.sim.serving.speculative import serving_speculation
+    from gpuplan.sim.runtime.serving.speculative import serving_speculation
 
     if getattr(args, "speculative", None) is None:
         if any(getattr(args, f, None) is not None for f in ("spec_tokens", "accept_rate")):
@@ -685,7 +685,7 @@ def _plan_stack(args):
 
 
 def _plan(args, load, space, pool):
-    from gpuplan.sim.serving.plan import Slo, plan
+    from gpuplan.sim.runtime.serving.plan import Slo, plan
 
     return plan(
         args.model,
@@ -709,8 +709,8 @@ def _plan(args, load, space, pool):
 
 def run_edge(args) -> int:
     from gpuplan.hwmodels.accelerators import get_accelerator
-    from gpuplan.sim.serving.edge import edge_estimates
-    from gpuplan.sim.serving.speculative import parse_speculation
+    from gpuplan.sim.runtime.serving.edge import edge_estimates
+    from gpuplan.sim.runtime.serving.speculative import parse_speculation
 
     acc = get_accelerator(args.gpu)
     stack = _edge_stack(args, acc)

@@ -6,9 +6,9 @@ GPU's kernels with the one-GPU models and adds communication, the pipeline bubbl
 optimizer on the cluster's topology. ``--tokens`` adds the time, GPU-hours, cost and energy of a
 whole run. ``gpuplan train --reproduce`` prints gpuplan's predictions of published training runs
 (Narayanan et al. 2021; Korthikanti et al. 2022; llm-foundry, Megatron-Bridge, torchtitan, Llama
-3, MT-NLG: ``sim/parallel/data/published_training.csv``) next to what they measured, per source.
+3, MT-NLG: ``validate/published/data/published_training.csv``) next to what they measured, per source.
 
-``--timeline out.json`` also plays the step out in time (``sim.timeline``: pipeline schedule,
+``--timeline out.json`` also plays the step out in time (``sim.runtime.timeline``: pipeline schedule,
 overlaps, shared links, stragglers, jitter) and writes a Chrome/Perfetto trace that opens in
 https://ui.perfetto.dev; symmetric ranks are simulated once unless ``--all-ranks``.
 """
@@ -30,11 +30,11 @@ from gpuplan.cli.argtypes import (
 from gpuplan.cli.calibration import add_calibration_option, efficiency_from_args
 from gpuplan.cli.dask_workers import add_timing_option, with_timing
 from gpuplan.cli.stack_flags import add_stack_options, stack_doc, stack_from_args
-from gpuplan.cli.tables import dump_json, format_banded, format_value, render_table
 from gpuplan.errors import GpuplanError
 from gpuplan.limits import MAX_CV, MAX_GPUS
 from gpuplan.outputs import check_output
-from gpuplan.sim import bands
+from gpuplan.tables import dump_json, format_banded, format_value, render_table
+from gpuplan.validate.bands import documents as bands
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
@@ -360,8 +360,8 @@ def run(args) -> int:
         )
     eff = efficiency_from_args(args, cluster.accelerator.key)  # --calibration, else built in
     images = _images(args, cfg)
-    if images is not None:  # a VLM's samples with images (sim.vision_step)
-        from gpuplan.sim.vision_step import vlm_training_estimate
+    if images is not None:  # a VLM's samples with images (sim.estimate.vision)
+        from gpuplan.sim.estimate.vision import vlm_training_estimate
 
         est = vlm_training_estimate(cfg, strategy, cluster=cluster, seq=seq, images=images,
                                     freeze_vision=args.freeze_vision, eff=eff, stack=stack)
@@ -397,7 +397,7 @@ def run(args) -> int:
 
 def _images(args, cfg):
     """--images N of --image-size WxH, or None; --image-size or --freeze-vision alone is an error."""
-    from gpuplan.sim.model_estimate import images_of
+    from gpuplan.sim.estimate.whole_model import images_of
 
     if args.images is None and (args.freeze_vision or args.image_size):
         raise GpuplanError("--image-size and --freeze-vision need --images N")
@@ -407,8 +407,8 @@ def _images(args, cfg):
 
 def write_timeline(args, cfg, strategy, cluster, seq) -> dict[str, Any]:
     """Simulate the step, write its trace; the timeline's headline figures."""
-    from gpuplan.sim.timeline import Straggler, simulate_step
-    from gpuplan.sim.timeline.trace import write_chrome_trace
+    from gpuplan.sim.runtime.timeline import Straggler, simulate_step
+    from gpuplan.sim.runtime.timeline.trace import write_chrome_trace
 
     tl = simulate_step(
         cfg, strategy, cluster=cluster, seq=seq, all_ranks=args.all_ranks, jitter=args.jitter,
@@ -427,7 +427,7 @@ MAX_TRACE_SLICES = 2_000_000  # about 250 MB of JSON, written in seconds; a view
 def trace_detail(tl) -> tuple[str, bool]:
     """The finest (detail, every rank) whose trace holds at most ``MAX_TRACE_SLICES`` slices:
     kernels, then steps (block halves), then each TP x CP group drawn once, then tasks."""
-    from gpuplan.sim.timeline.trace import choose_detail
+    from gpuplan.sim.runtime.timeline.trace import choose_detail
 
     detail, every_rank, n = choose_detail(tl, MAX_TRACE_SLICES)
     if n > MAX_TRACE_SLICES:
@@ -562,9 +562,9 @@ def render_estimate(doc: dict[str, Any]) -> str:
 def reproduce(args) -> int:
     """Predict the published runs; print the comparison tables and the errors per source."""
     from gpuplan.hwmodels.efficiency import efficiency_for
-    from gpuplan.sim.parallel.published import reproduce as predict
-    from gpuplan.sim.parallel.published import summary
-    from gpuplan.sim.parallel.published_training import (
+    from gpuplan.validate.published.megatron import reproduce as predict
+    from gpuplan.validate.published.megatron import summary
+    from gpuplan.validate.published.training import (
         DEFAULT_SEED,
         reproduce_training,
         source_summary,

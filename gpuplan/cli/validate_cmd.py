@@ -1,7 +1,7 @@
 """``gpuplan validate score|calibrate|trace``: check predictions against measurements.
 
 - ``score FILE``: read a JSON Lines file of measurement records (ARCHITECTURE.md contract),
-  predict each with ``gpuplan.sim.predict.predict_record`` and report the errors. Bad lines are
+  predict each with ``gpuplan.validate.record_prediction.predict_record`` and report the errors. Bad lines are
   listed on stderr with their line numbers and the rest is still scored.
   ``--max-median-error PCT`` makes the command fail (exit 1) when the median error of any
   (kind, metric) group is above PCT.
@@ -28,10 +28,10 @@ from typing import Any
 
 from gpuplan.cli import add_common_options, require_subcommand
 from gpuplan.cli.argtypes import non_negative, open_fraction, random_seed, word
-from gpuplan.cli.tables import dump_json, format_value, render_table
 from gpuplan.errors import GpuplanError
+from gpuplan.tables import dump_json, format_value, render_table
 
-PREDICT_MODULE = "gpuplan.sim.predict"
+PREDICT_MODULE = "gpuplan.validate.record_prediction"
 CATALOGUE_MODULE = "gpuplan.hwmodels.accelerators"
 SUMMARY_HEADERS = {
     "median_abs_pct_error": "median |error|",

@@ -29,7 +29,7 @@ ROW_REDUCTIONS = ("rmsnorm", "layernorm", "softmax")
 UNVECTORIZED = "unvectorized"
 MEMCPY = "memcpy"
 # and an attention kernel's reads of an explicit mask, once per query head (Mistral-7B's
-# sliding-window prefill, data/h200_stacks/run7: ``sim.inference_step.sliding_window_masked``)
+# sliding-window prefill, data/h200_stacks/run7: ``sim.estimate.inference.sliding_window_masked``)
 ATTN_MASK = "attn_mask"
 # and the Triton kernel Inductor generates for ``repeat_kv``'s expand and reshape (GQA keys and
 # values copied to every query head ahead of a compiled model's masked SDPA call): the median

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuplan.cli.tables import format_value
 from gpuplan.report import FigurePng, Report, Section, Table
 from gpuplan.report.figures import bars
 from gpuplan.sim.parallel.cost import KWH, POWER_FRACTION, PUE, usd_per_million_tokens
+from gpuplan.tables import format_value
 from gpuplan.units import HOUR
 
 SWING = 0.2  # the sensitivity table's +-20%
@@ -148,7 +148,7 @@ def _money_inputs(b: dict | None, electricity: float | None) -> list[tuple[str, 
 
 def train_sensitivity(doc: dict, electricity: float | None) -> Section:
     """+-20% on MFU (time scales as 1/MFU), on the GPU-hour price, and on the failure rate
-    (``sim.cluster.checkpoint``: Young's interval and the expected waste at the scaled MTBF)."""
+    (``sim.runtime.cluster.checkpoint``: Young's interval and the expected waste at the scaled MTBF)."""
     b = doc.get("budget")
     if not b:
         step = doc["step_time_s"]
@@ -169,7 +169,11 @@ def train_sensitivity(doc: dict, electricity: float | None) -> Section:
 
 
 def _with_failure_rate(b: dict, factor: float) -> float:
-    from gpuplan.sim.cluster.checkpoint import CheckpointConfig, expected_waste, interval_for
+    from gpuplan.sim.runtime.cluster.checkpoint import (
+        CheckpointConfig,
+        expected_waste,
+        interval_for,
+    )
 
     i = b["interruptions"]
     mtbf = i["mtbf_s"] / factor
@@ -198,7 +202,7 @@ def serve_report(doc: dict, diag: dict | None, *, command: str, usd_per_gpu_hour
     head = [("output tokens/s", banded(doc, "output_tokens_per_s", out_s)),
             ("requests/s", f"{doc['requests_per_s']:.3g}"),
             *((f"{k} mean", banded(doc, f"{k.removesuffix('_s')}_mean_s", doc[k]["mean"]))
-              for k in SERVE_KEYS),  # the band of the mean: sim.bands.latency_key
+              for k in SERVE_KEYS),  # the band of the mean: validate.bands.lookup.latency_key
             ("GPU cost per million output tokens", fmt("usd", usd_m)),
             ("energy per million output tokens", f"{kwh_m:,.3g} kWh"),
             ("GPU-hours per hour", f"{gpus}")]  # fmt: skip

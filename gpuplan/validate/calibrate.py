@@ -52,8 +52,8 @@ from gpuplan.errors import GpuplanError, unknown_key
 from gpuplan.hwmodels.efficiency import Efficiency, prior_efficiency
 from gpuplan.hwmodels.gemm import is_aligned
 from gpuplan.outputs import write_text
-from gpuplan.sim.predict import predict_record
 from gpuplan.validate import runs as runs_mod
+from gpuplan.validate.record_prediction import predict_record
 from gpuplan.validate.records import Record, read_records
 from gpuplan.validate.score import ScoreResult, score_records
 
@@ -532,8 +532,8 @@ def checked_out(out: str | None) -> Path | None:
 def main(args) -> int:
     """``gpuplan validate calibrate``: fit, print both error tables; the fit is written only to
     ``--out`` (without it nothing is written: ``--json`` prints the whole fit)."""
-    from gpuplan.cli.tables import dump_json, render_table
     from gpuplan.hwmodels import efficiency
+    from gpuplan.tables import dump_json, render_table
 
     out = checked_out(getattr(args, "out", None))
     doc = run_calibration(

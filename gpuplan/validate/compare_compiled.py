@@ -56,7 +56,7 @@ def kernel_class(name: str) -> str:
 
 
 def item_class(item) -> str:
-    """The class of a priced breakdown item (``sim.breakdown.Item``)."""
+    """The class of a priced breakdown item (``sim.estimate.breakdown.Item``)."""
     if any(m in item.op for m in _MOE_OPS) and not item.op.startswith("shared_"):
         return "moe"
     if item.category == "gemm":
@@ -82,7 +82,7 @@ def measured_classes(profile: dict) -> dict[str, float]:
 def priced_classes(profile: dict, device: str = "h200") -> tuple[dict[str, float], list]:
     """(seconds per class, the items) of the case's kernels as the model prices them: the
     breakdown's ``model`` items (a device-timed decode keeps its CPU ``runtime`` items)."""
-    from gpuplan.sim.predict import predict_breakdown
+    from gpuplan.validate.record_prediction import predict_breakdown
 
     bd = predict_breakdown(profile["kind"], device, record_params(profile))
     items = [i for i in bd.items if i.layer == "model"]

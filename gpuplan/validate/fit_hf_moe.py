@@ -32,7 +32,7 @@ PATTERNS: dict[str, tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]] = {
 
 def model_bytes(params: dict) -> dict[str, float]:
     """The model's bytes per family for one profiled forward."""
-    from gpuplan.sim.predict import record_model
+    from gpuplan.validate.record_prediction import record_model
     from gpuplan.workloads.operators import layer_forward
 
     cfg = record_model(params["model"])
@@ -59,8 +59,8 @@ def measured_s(profile: dict) -> dict[str, float]:
 
 def fit(path: str | Path = PROFILE) -> dict[str, dict]:
     """{family: {"fraction": median, "profiles": [per-profile shares]}} over the MoE models."""
-    from gpuplan.sim.predict import record_model
     from gpuplan.validate.fit_math_sdpa import median_shares
+    from gpuplan.validate.record_prediction import record_model
 
     doc = json.loads(Path(path).read_text())
     moe = [prof for prof in doc["profiles"] if record_model(prof["params"]["model"]).is_moe]

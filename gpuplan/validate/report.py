@@ -146,8 +146,8 @@ def write_report(
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
-    from gpuplan.cli.tables import render_table
     from gpuplan.plots import predicted_vs_measured
+    from gpuplan.tables import render_table
 
     out_dir = checked_out_dir(out_dir)
     scores = scores or held_out_scores(data_dir)
@@ -176,7 +176,7 @@ STACK_FIT = "fit.json"  # what ``python3 -m gpuplan.validate.fit_stacks --out`` 
 def stack_section(data_dir, render_table) -> str:
     """A table per stack: the held-out error per (stack, kind) of each stack campaign that
     ``data/runs.json`` lists under ``stack_runs`` (its ``fit.json``, written by
-    ``gpuplan.validate.fit_stacks``); empty when there is none."""
+    ``gpuplan.validate.fit_stacks.kernels``); empty when there is none."""
     root = runs.resolve_data_dir(data_dir)
     manifest = runs.read_manifest(root) or {}
     lines = []
@@ -261,7 +261,7 @@ def _markdown(
 
 
 def main(args) -> int:
-    from gpuplan.cli.tables import dump_json, render_table
+    from gpuplan.tables import dump_json, render_table
 
     if getattr(args, "json", False):
         scores = held_out_scores(args.data)

@@ -2,7 +2,7 @@
 beside the predicted breakdown of the same case, per iteration.
 
 The trace (``validate.trace``) classifies each GPU kernel by its name; the prediction
-(``sim.predict``) attributes time to operators. Both are mapped onto the trace's classes
+(``validate.record_prediction``) attributes time to operators. Both are mapped onto the trace's classes
 (gemm, attention_fwd, attention_bwd, norm, softmax, elementwise, copy_cast, reduce, optimizer,
 nccl, other); launch gaps and host time, which a kernel table cannot see, stay in their own row.
 A trace usually holds several iterations: their number is given, or inferred from the GEMM
@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from gpuplan.errors import GpuplanError
-from gpuplan.sim.breakdown import Breakdown, Item
+from gpuplan.sim.estimate.breakdown import Breakdown, Item
 
 HOST = "launch/host (not in a kernel table)"
 
@@ -94,7 +94,7 @@ def compare_case(
     *,
     iterations: int | None = None,
 ) -> tuple[pd.DataFrame, int]:
-    from gpuplan.sim.predict import predict_breakdown
+    from gpuplan.validate.record_prediction import predict_breakdown
 
     bd = predict_breakdown(kind, device, params)
     return compare(measured_table, bd, iterations=iterations)

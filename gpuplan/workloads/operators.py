@@ -11,7 +11,7 @@ norm, the LM head and the loss. Tensor parallelism (Megatron column/row split, S
 
 Assumptions, named: experts are balanced (each routed expert sees ``tokens * top_k / n_experts``
 tokens); bias adds are fused into the GEMM epilogue (cuBLASLt); q, k, v are one fused GEMM and so are gate and up (Megatron-LM, vLLM); elementwise ops
-are ideal single kernels unless ``sim.compilation.eager`` rewrites them as eager PyTorch runs them.
+are ideal single kernels unless ``sim.estimate.compilation.eager`` rewrites them as eager PyTorch runs them.
 """
 
 from __future__ import annotations

@@ -24,9 +24,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from gpuplan.sim.breakdown import Item, priced_items
+from gpuplan.sim.estimate.breakdown import Item, priced_items
+from gpuplan.sim.estimate.composite import _as_run, layer_groups
 from gpuplan.sim.parallel.fp8 import fp8_cast_ops
-from gpuplan.sim.step import _as_run, layer_groups
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.operators import (
     backward_of,
@@ -407,7 +407,7 @@ class MicroBatchCosts:
 def micro_batch_costs(cfg, shape: Shape, acc, eff, impl: str = "fused",
                       kernels: dict | None = None) -> MicroBatchCosts:  # fmt: skip
     """Price every distinct block of ``cfg`` and the end-stage work for ``shape``, with the
-    elementwise kernels as ``impl`` runs them (fused, eager or compiled: ``sim.compilation``);
+    elementwise kernels as ``impl`` runs them (fused, eager or compiled: ``sim.estimate.compilation``);
     ``kernels``: a memo of priced kernels shared between shapes."""
     by_kind: dict[str, Cost] = {}
     for layer, _count in layer_groups(cfg):

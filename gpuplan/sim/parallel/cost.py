@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from gpuplan.errors import check_positive
-from gpuplan.sim.inputs import check_gpus
+from gpuplan.sim.estimate.inputs import check_gpus
 from gpuplan.units import HOUR
 
 POWER_FRACTION = 0.8

@@ -20,7 +20,7 @@ import numpy as np
 
 from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.efficiency import efficiency_for, queued
-from gpuplan.sim.breakdown import Breakdown, Item
+from gpuplan.sim.estimate.breakdown import Breakdown, Item
 from gpuplan.sim.parallel.compute import (
     CORE,
     CostCache,

@@ -1,7 +1,7 @@
 """The expected cost of interruptions over a training run: failures, checkpoints and restarts.
 
 A first-order model of a job on ``gpus`` GPUs, every figure from the cluster model
-(``sim.cluster``), none restated here:
+(``sim.runtime.cluster``), none restated here:
 
 - interruptions at the default rates per GPU, per node and per running GPU
   (``cluster/data/failure_rates.yaml``: Llama 3 405B's 54 days, Dubey et al. 2024, Table 5) give
@@ -50,7 +50,7 @@ class Interruptions:
 
 
 def _default(field: str) -> float:
-    from gpuplan.sim.cluster.config import ClusterConfig
+    from gpuplan.sim.runtime.cluster.config import ClusterConfig
 
     return ClusterConfig.__dataclass_fields__[field].default
 
@@ -59,13 +59,13 @@ def expected_interruptions(cfg, *, gpus: int, gpus_per_node: int, acc,
                            state_precision: str = "bf16-mixed-megatron") -> Interruptions:  # fmt: skip
     """Interruptions of a job training ``cfg`` on ``gpus`` GPUs of ``acc``, default rates."""
     # the cluster package imports this one's cost model: imported here, not at the top
-    from gpuplan.sim.cluster.checkpoint import (
+    from gpuplan.sim.runtime.cluster.checkpoint import (
         CheckpointConfig,
         checkpoint_cost,
         expected_waste,
         interval_for,
     )
-    from gpuplan.sim.cluster.failures import load_causes, mtbf_s
+    from gpuplan.sim.runtime.cluster.failures import load_causes, mtbf_s
 
     causes, _shape = load_causes()
     nodes = math.ceil(gpus / gpus_per_node)

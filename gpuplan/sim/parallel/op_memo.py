@@ -20,7 +20,8 @@ import numpy as np
 
 from gpuplan.hwmodels.bulk import price_ops
 from gpuplan.hwmodels.price import host_calls
-from gpuplan.sim.breakdown import Item
+from gpuplan.sim.estimate.breakdown import Item
+from gpuplan.sim.estimate.composite import _as_run, layer_groups
 from gpuplan.sim.parallel.compute import (
     CORE,
     Cost,
@@ -37,7 +38,6 @@ from gpuplan.sim.parallel.compute import (
 )
 from gpuplan.sim.parallel.fp8 import fp8_cast_ops
 from gpuplan.sim.parallel.stage import SAC_GEMM_FRACTION
-from gpuplan.sim.step import _as_run, layer_groups
 from gpuplan.workloads.operators import backward_of, layer_forward
 from gpuplan.workloads.ops import op_class
 

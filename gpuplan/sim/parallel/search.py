@@ -33,7 +33,7 @@ import numpy as np
 from gpuplan.errors import GpuplanError, check_whole
 from gpuplan.hwmodels.efficiency import efficiency_for
 from gpuplan.limits import MAX_DIM
-from gpuplan.sim.inputs import check_gpus, check_seq
+from gpuplan.sim.estimate.inputs import check_gpus, check_seq
 from gpuplan.sim.parallel.compute import (
     Shape,
     stack_shape_fields,

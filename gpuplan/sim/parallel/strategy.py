@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 from gpuplan.errors import GpuplanError, check_choice, check_number, check_positive, check_whole
 from gpuplan.limits import MAX_DIM
-from gpuplan.sim.inputs import check_gpus, check_seq
+from gpuplan.sim.estimate.inputs import check_gpus, check_seq
 from gpuplan.workloads.memory import PRECISION_BYTES, RECOMPUTE
 from gpuplan.workloads.model import ModelConfig
 

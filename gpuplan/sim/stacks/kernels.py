@@ -34,6 +34,10 @@ from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.architecture import ARCH
 from gpuplan.hwmodels.gemm import GROUPED_CUTLASS_DTYPES
 
+SDPA_DEFAULT = "sdpa-default"  # PyTorch's own dispatch: resolved per device (``sdpa_default``)
+TE_DEFAULT = "te-default"  # Transformer Engine's backend choice (``te_default``)
+FA_DEFAULT = "fa-default"  # a serving engine's FlashAttention build: FA3 on Hopper (``fa_default``)
+
 _NVIDIA_SM80_UP = {"sm_80", "sm_87", "sm_89", "sm_90", "sm_100"}
 KERNEL_ARCHS = {
     "flash2": {"sm_80", "sm_87", "sm_89", "sm_90", "gfx942"},
@@ -98,8 +102,6 @@ def fa_default(acc) -> str:
 
 def resolved_attention(stack, acc):
     """The stack's attention choice with ``sdpa-default`` resolved on ``acc``, each checked."""
-    from gpuplan.sim.stacks import FA_DEFAULT, SDPA_DEFAULT, TE_DEFAULT
-
     choice = stack.attention
     out = {}
     for phase in ("prefill", "train", "decode"):
@@ -209,7 +211,7 @@ def with_isolated_call(bd, stack, kind: str, params, values: dict | None = None)
     whose first call it partly repeats: taking that call's eager dispatch out of the issue time
     (the cost counted once) scored the held-out pytorch elementwise records worse on the H200
     campaign (median/p90 8.0/35.2% -> 11.0/37.6%, the fixed cost refitted), so it stays."""
-    from gpuplan.sim.breakdown import Item
+    from gpuplan.sim.estimate.breakdown import Item
 
     cost = isolated_call_s(stack, kind, params, values)
     if cost <= 0:

@@ -30,7 +30,7 @@ keys and values are repeated to every head (``repeat_kv_masked``).
 
 ``torch-compile`` - ``torch.compile(model)`` of a transformers model, trained with the eager
 ``torch.optim.AdamW`` (foreach) beside it: Inductor fuses elementwise
-ops into Triton kernels (``sim.compilation``), keeps SDPA calls (same dispatch, GQA keys and
+ops into Triton kernels (``sim.estimate.compilation``), keeps SDPA calls (same dispatch, GQA keys and
 values repeated under a StaticCache's mask as the eager model does), and its generated wrapper
 still launches
 each kernel from Python (``call_factor`` against eager dispatch: prior 0.3, fitted on the
@@ -52,8 +52,8 @@ L2 flush (``harness/timing.py``): its committed records score under this stack.
 
 from __future__ import annotations
 
-from gpuplan.sim.stacks import SDPA_DEFAULT, AttentionChoice, HostModel, Stack, register
-from gpuplan.sim.stacks.kernels import stack_fit
+from gpuplan.sim.stacks.kernels import SDPA_DEFAULT, stack_fit
+from gpuplan.sim.stacks.stack import AttentionChoice, HostModel, Stack
 
 # The unmeasured priors of the host-side factors below, and the values fitted on the fit part
 # (70%, seeded, stratified) of the H200 stack campaign (data/h200_stacks) by
@@ -182,4 +182,5 @@ HARNESS = Stack(
     sources=("gpuplan/validate/harness (timing.py, model.py, train_step.py)",),
 )
 
-register(PYTORCH, HF_TRANSFORMERS, TORCH_COMPILE, HARNESS)
+# registered by ``registry``, in this order
+PRESETS = (PYTORCH, HF_TRANSFORMERS, TORCH_COMPILE, HARNESS)

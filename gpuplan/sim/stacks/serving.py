@@ -77,9 +77,9 @@ is 45 ms a step on the A100s against 30 ms on the H100s.
 fused elementwise kernels, decode-only iterations replayed from CUDA graphs without padding, no
 CPU time per iteration, vLLM's scheduler defaults of ``SchedulerConfig``.
 
-Fitted values come from ``python3 -m gpuplan.sim.serving.fit_stacks`` on the fit part of the
-seeded split of the published rows (``sim.serving.published``), committed in
-``gpuplan/sim/serving/data/stack_fit.json``; nothing else here is fitted.
+Fitted values come from ``python3 -m gpuplan.validate.fit_stacks.serving`` on the fit part of the
+seeded split of the published rows (``validate.published.serving``), committed in
+``gpuplan/sim/runtime/serving/data/stack_fit.json``; nothing else here is fitted.
 """
 
 from __future__ import annotations
@@ -89,7 +89,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuplan.errors import GpuplanError, check_choice, check_positive
-from gpuplan.sim.stacks import FA_DEFAULT, AttentionChoice, HostModel, Stack, register
+from gpuplan.sim.stacks.kernels import FA_DEFAULT
+from gpuplan.sim.stacks.stack import AttentionChoice, HostModel, Stack
 
 KV_MEMORY = ("device", "free")  # the KV share is of the whole device, or of what weights leave
 
@@ -157,11 +158,14 @@ def vllm_buckets(max_num_seqs: int = 256) -> tuple[int, ...]:
 SGLANG_BUCKETS = (1, 2, 4, 8, *range(16, 161, 8))
 
 
+# the serving engines' fit (``python3 -m gpuplan.validate.fit_stacks.serving`` writes it), beside
+# the serving simulator, read without importing it (the registry stays light)
+FIT_PATH = Path(__file__).resolve().parents[1] / "runtime" / "serving" / "data" / "stack_fit.json"
+
+
 def _fitted() -> dict:
-    # beside the serving package, read without importing it (the registry stays light)
-    path = Path(__file__).resolve().parents[1] / "serving" / "data" / "stack_fit.json"
     try:
-        return json.loads(path.read_text())["stacks"]
+        return json.loads(FIT_PATH.read_text())["stacks"]
     except FileNotFoundError:
         return {}
 
@@ -275,4 +279,5 @@ GPUPLAN_SERVER = Stack(
     notes=("no padding to graph buckets and no CPU time per iteration",),
 )
 
-register(VLLM, SGLANG, TRT_LLM, EAGER_2023, GPUPLAN_SERVER)
+# registered by ``registry``, in this order
+PRESETS = (VLLM, SGLANG, TRT_LLM, EAGER_2023, GPUPLAN_SERVER)

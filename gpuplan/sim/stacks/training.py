@@ -70,7 +70,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuplan.errors import GpuplanError, check_choice
-from gpuplan.sim.stacks import SDPA_DEFAULT, TE_DEFAULT, AttentionChoice, HostModel, Stack, register
+from gpuplan.sim.stacks.kernels import SDPA_DEFAULT, TE_DEFAULT
+from gpuplan.sim.stacks.stack import AttentionChoice, HostModel, Stack
 from gpuplan.units import MiB
 
 SELECTIVE = ("attention-core", "op-sac")
@@ -362,4 +363,5 @@ DEEPSPEED = Stack(
     ),
 )
 
-register(MEGATRON_TE, FSDP2, COMPOSER_FSDP, DEEPSPEED)
+# registered by ``registry``, in this order
+PRESETS = (MEGATRON_TE, FSDP2, COMPOSER_FSDP, DEEPSPEED)

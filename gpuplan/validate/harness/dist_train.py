@@ -34,7 +34,7 @@ Records are the contract's ``train_step`` kind with optional params ``stack``, `
 (``fused`` AdamW on CUDA in every layout: the ``pytorch`` stack's own default is ``foreach``,
 so a record says which one ran); the layout's name, its
 settings and per-rank numbers are extra keys. Measuring imports nothing from gpuplan (the harness
-rule); ``score`` prices the records through ``gpuplan.sim.predict`` (``gpuplan validate score``'s
+rule); ``score`` prices the records through ``gpuplan.validate.record_prediction`` (``gpuplan validate score``'s
 path, the training estimate) and prints measured against predicted per layout.
 
 Run: ``python3 -m gpuplan.validate.harness.dist_train --out DIR [--tiny] [--device cpu|cuda]
@@ -295,11 +295,11 @@ def measure(out_dir: str, *, device: str | None, world: int | None, tiny: bool,
 
 
 def score_rows(path: str | Path) -> list[dict]:
-    """Each record of ``path`` priced by ``gpuplan.sim.predict.predict_record`` (the path of
+    """Each record of ``path`` priced by ``gpuplan.validate.record_prediction.predict_record`` (the path of
     ``gpuplan validate score``: the training estimate with the record's stack, dp,
     accumulation and ZeRO stage): layout, measured and predicted time and peak, errors in %."""
     from gpuplan.hwmodels.accelerators import list_accelerators
-    from gpuplan.sim.predict import predict_record
+    from gpuplan.validate.record_prediction import predict_record
     from gpuplan.validate.records import read_records
 
     known = lambda: [a.key for a in list_accelerators()]  # noqa: E731

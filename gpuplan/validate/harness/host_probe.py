@@ -12,7 +12,7 @@ the CPU for a smoke test and says that its factor is not comparable.
 from Hugging Face transformers (``stack_campaign.hostpair.ModuleProbe``: the Python and dispatch
 work per module that eager transformers steps are made of), against the reference module probe
 (``reference_module_probe_s``). It is the factor the ``hf-transformers`` stack's host costs
-were fitted with (``gpuplan.validate.fit_stacks``); it needs transformers installed.
+were fitted with (``gpuplan.validate.fit_stacks.kernels``); it needs transformers installed.
 """
 
 from __future__ import annotations

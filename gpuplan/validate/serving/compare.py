@@ -4,7 +4,7 @@
 
 The same model shapes, policy (``continuous``: prefill-only iterations first), ``max_seqs``,
 token budget, prompt and output lengths and the same measured arrival times are replayed in
-``gpuplan.sim.serving`` with unfused elementwise kernels (``impl="eager"``) and the server's
+``gpuplan.sim.runtime.serving`` with unfused elementwise kernels (``impl="eager"``) and the server's
 decode: when its settings say ``cuda_graph``, decode-only iterations replay a graph
 (``Deployment.cuda_graph``), and its ``decode_padding`` (batch buckets, fixed attention span)
 becomes ``Deployment.decode_buckets`` and ``decode_context_tokens``, so a predicted decode
@@ -31,10 +31,10 @@ import numpy as np
 import pandas as pd
 
 from gpuplan.hwmodels.accelerators import get_accelerator
-from gpuplan.sim.serving.deployment import Deployment, SchedulerConfig, serving_efficiency
-from gpuplan.sim.serving.engine import simulate
-from gpuplan.sim.serving.requests import Workload
-from gpuplan.sim.serving.step_model import Batch, StepModel
+from gpuplan.sim.runtime.serving.deployment import Deployment, SchedulerConfig, serving_efficiency
+from gpuplan.sim.runtime.serving.engine import simulate
+from gpuplan.sim.runtime.serving.requests import Workload
+from gpuplan.sim.runtime.serving.step_model import Batch, StepModel
 from gpuplan.workloads.model import ModelConfig
 
 TARGET_PCT = 15.0

@@ -1,0 +1,178 @@
+"""Prefill/decode disaggregation: separate prefill and decode pools with a KV-cache transfer.
+
+As DistServe (Zhong et al., OSDI 2024) and Splitwise (Patel et al., ISCA 2024) run it: a
+request's prompt is prefilled on a prefill replica, which emits the first token (TTFT ends
+there); its KV cache then travels to a decode replica, which admits it straight into decoding
+(no prefill) and emits the rest. Assumptions, named:
+
+- each GPU of the prefill replica sends its own shard of the cache over its own link, so the
+  transfer takes the per-GPU cache bytes over one link: the scale-out NIC (``scaleout``, pools
+  on different nodes, as Splitwise over InfiniBand) or the scale-up link (``scaleup``, pools in
+  one NVLink domain, as DistServe places them when it can), at the collective model's
+  achievable fraction plus one step's latency (``hwmodels.collectives``);
+- a prefill replica's transfers go one at a time over its link (first come, first served), and
+  its blocks are freed when the prefill ends (the cache is staged out of the block pool);
+- routers: least outstanding requests into each pool, by default.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import simpy
+
+from gpuplan.errors import GpuplanError, check_choice, check_positive
+from gpuplan.sim.runtime.serving.engine import (
+    ServingResult,
+    arrival_watched,
+    arrivals,
+    make_replica,
+    watched_progress,
+)
+from gpuplan.sim.runtime.serving.kv_cache import kv_bytes_per_token, kv_capacity
+from gpuplan.sim.runtime.serving.metrics import Timeline, conservation, request_columns, summarize
+from gpuplan.sim.runtime.serving.router import Router
+from gpuplan.sim.runtime.serving.state import RequestTable
+from gpuplan.sim.runtime.serving.step_model import StepModel, check_servable
+from gpuplan.sim.runtime.serving.vision import cross_attention_step, encoder_summary, prepare_images
+
+LINKS = ("scaleout", "scaleup")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Disaggregation:
+    prefill_replicas: int
+    decode_replicas: int
+    link: str = "scaleout"
+    prefill_router: str = "least_outstanding"
+    decode_router: str = "least_outstanding"
+
+    def __post_init__(self) -> None:
+        check_positive("prefill_replicas", self.prefill_replicas)
+        check_positive("decode_replicas", self.decode_replicas)
+        check_choice("kv_link", self.link, LINKS)
+
+    @property
+    def replicas(self) -> int:
+        return self.prefill_replicas + self.decode_replicas
+
+
+def link_bytes_per_s(dep, link: str) -> float:
+    """One GPU's link of the kind named, one direction."""
+    acc = dep.acc
+    value = acc.scaleout_bytes_per_s if link == "scaleout" else acc.scaleup_bytes_per_s
+    if not value:
+        raise GpuplanError(
+            f"{acc.key} has no {link} link bandwidth in the catalogue: choose the other --kv-link"
+        )
+    return value
+
+
+def kv_transfer_s(dep, prompt_tokens: int, link: str) -> float:
+    """Time to move one request's KV cache of ``prompt_tokens`` tokens between the pools (each
+    GPU sends its own share at once; under pipeline parallelism, of its stage's blocks)."""
+    per_gpu = prompt_tokens * kv_bytes_per_token(dep.model, tp=dep.tp, kv_dtype=dep.kv_dtype)
+    if dep.pp > 1:
+        per_gpu *= max(st.n_layers for st in dep.stages) / dep.model.n_layers
+    eff = dep.eff
+    rate = link_bytes_per_s(dep, link) * eff.collective_bw_fraction
+    return eff.collective_launch_s + eff.collective_latency_s + per_gpu / rate
+
+
+class _Links:
+    """Each prefill replica's outgoing link: busy until a time, first come first served."""
+
+    def __init__(self, env, dep, link: str, n: int, on_arrival):
+        self.env, self.dep, self.link = env, dep, link
+        self.free_at = [0.0] * n
+        self.on_arrival = on_arrival
+
+    def send(self, replica: int, rid: int, table: RequestTable, now_s: float) -> None:
+        start = max(now_s, self.free_at[replica])
+        done = start + kv_transfer_s(self.dep, table.cached[rid], self.link)
+        self.free_at[replica] = done
+        table.remote[rid] = True
+        event = self.env.timeout(done - now_s)
+        event.callbacks.append(lambda _event: self.on_arrival(rid))
+
+
+def simulate_disaggregated(
+    dep,
+    sched,
+    workload,
+    dis: Disaggregation,
+    *,
+    prefill_sched=None,
+    horizon_s: float | None = None,
+    timeline: bool = True,
+    progress: bool = False,
+    slo_ttft_s: float | None = None,
+    slo_tpot_s: float | None = None,
+    step: StepModel | None = None,
+    watch=None,
+) -> ServingResult:
+    """Serve ``workload`` with a prefill pool and a decode pool (``sched`` rules the decode
+    replicas; ``prefill_sched``, default ``sched``, the prefill replicas' limits; ``watch``: as
+    ``engine.simulate``'s)."""
+    if sched.policy in ("static", "dynamic"):
+        raise GpuplanError(
+            f"policy={sched.policy!r} cannot run disaggregated: decode replicas admit requests "
+            "mid-batch; choose continuous or chunked"
+        )
+    started = time.perf_counter()
+    workload = prepare_images(dep, workload)  # a VLM's image tokens and encoder, if any
+    env, table = simpy.Environment(), RequestTable(workload)
+    pre_sched = prefill_sched or sched
+    budget = max(pre_sched.batched_tokens(dep.model) or 0, sched.batched_tokens(dep.model) or 0)
+    check_servable(dep)
+    step = step or StepModel(dep, max_tokens=max(budget, sched.max_seqs))
+    step = cross_attention_step(step, dep, workload, disaggregated=True)  # refused with images
+    line = Timeline(timeline)
+    bar = watched_progress(workload.n, progress, watch, table)
+    pre = [
+        make_replica(env, i, table, dep, pre_sched, step, line, prefill_only=True)
+        for i in range(dis.prefill_replicas)
+    ]
+    dec = [
+        make_replica(env, dis.prefill_replicas + j, table, dep, sched, step, line)
+        for j in range(dis.decode_replicas)
+    ]
+    to_decode = Router(dis.decode_router, len(dec))
+
+    def decode_arrival(rid: int) -> None:
+        loads = [to_decode.load_of(r.state) for r in dec] if to_decode.needs_load else ()
+        j = to_decode.pick(loads)
+        table.decode_replica[rid] = dec[j].state.index
+        dec[j].offer(rid)
+
+    links = _Links(env, dep, dis.link, len(pre), decode_arrival)
+    for i, rep in enumerate(pre):
+        rep.state.handoff = lambda rid, at, i=i: links.send(i, rid, table, at)
+    for rep in pre + dec:
+        rep.state.on_done = bar.done
+        rep.state.on_first = bar.first_token  # None without a watch of first tokens
+    to_prefill = Router(dis.prefill_router, len(pre))
+
+    def dispatch(rid: int) -> None:
+        loads = [to_prefill.load_of(r.state) for r in pre] if to_prefill.needs_load else ()
+        i = to_prefill.pick(loads)
+        table.replica[rid] = i
+        pre[i].offer(rid)
+
+    env.process(arrivals(env, table, arrival_watched(dispatch, watch, table, env)))
+    env.run(until=horizon_s)
+    bar.close()
+    frame = request_columns(table, end_s=env.now)
+    summary = summarize(frame, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s)
+    summary["conservation"] = conservation(frame, table, [r.state for r in pre + dec])
+    if workload.encoder_s is not None:
+        summary["vision"] = encoder_summary(workload, dep)
+    return ServingResult(
+        request_columns=frame,
+        timeline_columns=line.columns(),
+        summary=summary,
+        capacity=kv_capacity(dep, sched),
+        end_s=env.now,
+        wall_s=time.perf_counter() - started,
+    )

@@ -1,0 +1,210 @@
+"""The paged KV cache of a replica: what one GPU holds, how many blocks fit, block arithmetic.
+
+PagedAttention (Kwon et al. 2023, "Efficient Memory Management for Large Language Model Serving
+with PagedAttention", sec. 4.1-4.3) stores each sequence's keys and values in fixed blocks of
+``block_tokens`` tokens allocated on demand, so a sequence of n tokens holds ceil(n / block)
+blocks. The blocks fill what is left of each GPU after, in this order (assumptions, named):
+
+- the share vLLM lets itself use, ``memory_utilization`` (``gpu_memory_utilization``, 0.9):
+  the rest covers the CUDA context, CUDA graphs, NCCL buffers and fragmentation;
+- the weights on each GPU: block projections in the weight format (``quantization``), split
+  over ``tp``; embedding and LM head in 16 bits, split over the vocabulary (vLLM's
+  vocab-parallel layers); norms replicated;
+- an activation workspace: one forward over the iteration's token budget (the residual, the norm
+  output, q/k/v, the MLP's gate/up outputs and their product, in 16 bits) plus fp32 logits over
+  the whole vocabulary for every sequence (vLLM measures this with a profiling run instead).
+
+Per token and GPU the cache holds K and V of the GPU's KV heads (``max(1, n_kv_heads / tp)``:
+heads are replicated when tp exceeds them) in every layer, or MLA's compressed latent plus its
+RoPE key, replicated on every rank (DeepSeek-V2 sec. 2.1.3). A model with sliding-window layers
+pages its cache per layer (``blocks.BlockRule``): a block is then one layer's ``block_tokens``
+tokens, and a windowed layer holds only the blocks its window still reaches.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+from gpuplan.errors import GpuplanError
+from gpuplan.sim.runtime.serving.blocks import BlockRule
+from gpuplan.sim.runtime.serving.pipeline import binding_stage, fitting_pp
+from gpuplan.sim.runtime.serving.quantization import weight_bytes_per_param
+from gpuplan.workloads.dtypes import dtype_bytes
+from gpuplan.workloads.memory import kv_cache_bytes_per_token_layer
+from gpuplan.workloads.model import ModelConfig
+from gpuplan.workloads.params import count_params
+
+LOGIT_BYTES = 4  # fp32 logits for sampling
+
+
+def blocks_for(tokens: int, block_tokens: int) -> int:
+    """Blocks a sequence of ``tokens`` cached tokens holds."""
+    return -(-tokens // block_tokens)
+
+
+def weights_bytes_per_gpu(cfg: ModelConfig, *, tp: int, weight_dtype: str) -> float:
+    """Weight bytes on each of the ``tp`` GPUs of a replica."""
+    try:
+        hash(cfg)
+    except TypeError:  # a config holding a list: priced afresh
+        return _weights_bytes_per_gpu.__wrapped__(cfg, tp, weight_dtype)
+    return _weights_bytes_per_gpu(cfg, tp, weight_dtype)
+
+
+@functools.lru_cache(maxsize=1024)  # a pure function of frozen inputs, asked at every replica
+def _weights_bytes_per_gpu(cfg: ModelConfig, tp: int, weight_dtype: str) -> float:
+    pc = count_params(cfg)
+    blocks = sum(pc.per_layer) * weight_bytes_per_param(weight_dtype) / tp
+    vocab = (pc.embedding + pc.lm_head) * dtype_bytes("bf16") / tp
+    vision = pc.vision * dtype_bytes("bf16") / tp  # a VLM's tower: 16-bit, split like the blocks
+    return blocks + vocab + vision + pc.final_norms * dtype_bytes("bf16")
+
+
+def kv_bytes_per_token(cfg: ModelConfig, *, tp: int, kv_dtype: str) -> float:
+    """KV-cache bytes one token occupies on each GPU of the replica, all layers."""
+    if cfg.is_mla:
+        return cfg.n_layers * kv_cache_bytes_per_token_layer(cfg, kv_dtype)
+    heads = max(1, cfg.n_kv_heads // tp)
+    per_layer = heads * (cfg.qk_head_dim + cfg.v_dim_per_head) * dtype_bytes(kv_dtype)
+    return cfg.n_layers * per_layer
+
+
+def block_rule(cfg: ModelConfig, block_tokens: int, cross_tokens: int = 0) -> BlockRule:
+    """The blocks a sequence of the model holds: per layer when some layers are windowed, or
+    when a cross-attention VLM's sequences each cache ``cross_tokens`` image tokens in its
+    cross-attention layers (their keys and values take a layer's bytes per token each)."""
+    windowed = cfg.n_windowed_layers if cfg.sliding_window else 0
+    if not windowed and not cross_tokens:
+        return BlockRule(block_tokens)
+    cross = {} if not cross_tokens else {
+        "cross_layers": len(cfg.vision_tower.cross_attention_layers), "cross_tokens": cross_tokens}
+    return BlockRule(block_tokens, full_layers=cfg.n_layers - windowed, windowed_layers=windowed,
+                     window=cfg.sliding_window if windowed else 0, **cross)  # fmt: skip
+
+
+def _ffn_width(cfg: ModelConfig) -> int:
+    if not cfg.is_moe:
+        return cfg.d_ff
+    routed = cfg.top_k * cfg.d_ff_expert + cfg.n_shared_experts * cfg.d_ff_expert
+    return max(cfg.d_ff, routed)
+
+
+def workspace_bytes(
+    cfg: ModelConfig, *, tp: int, tokens: int, seqs: int, act_dtype: str = "bf16"
+) -> float:
+    """Activations of one forward over ``tokens`` tokens plus the logits of ``seqs`` sequences."""
+    qkv = cfg.n_heads * cfg.qk_head_dim + 2 * cfg.n_kv_heads * cfg.v_dim_per_head
+    per_token = 2 * cfg.d_model + (qkv + 3 * _ffn_width(cfg)) / tp
+    return tokens * per_token * dtype_bytes(act_dtype) + seqs * cfg.vocab_size * LOGIT_BYTES
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KvCapacity:
+    """The KV cache of one replica, per GPU, with the terms it is left from."""
+
+    blocks: int
+    block_tokens: int
+    block_bytes: float  # one block on one GPU
+    hbm_bytes: float
+    usable_bytes: float  # hbm_bytes * memory_utilization
+    weights_bytes: float
+    workspace_bytes: float
+    rule: BlockRule | None = None  # None: one block holds its tokens in every layer
+
+    @property
+    def tokens(self) -> int:
+        """Cached tokens the blocks hold when no window has cut them (every layer's)."""
+        units = self.rule.units if self.rule else 1
+        return self.blocks * self.block_tokens // units
+
+    def blocks_of(self, tokens: int) -> int:
+        """Blocks one sequence of ``tokens`` cached tokens holds."""
+        return self.rule.blocks(tokens) if self.rule else blocks_for(tokens, self.block_tokens)
+
+    def sequences(self, tokens: float) -> int:
+        """Sequences of ``tokens`` cached tokens the blocks hold at once (without windows:
+        the cached tokens over ``tokens``, block rounding left to the scheduler)."""
+        if self.rule is None:
+            return int(self.tokens // tokens)
+        return self.blocks // max(1, self.rule.blocks(math.ceil(tokens)))
+
+    @property
+    def kv_bytes(self) -> float:
+        return self.blocks * self.block_bytes
+
+
+def kv_capacity(dep, sched, speculator=None) -> KvCapacity:
+    """Blocks of the replica's KV cache; a model that does not fit is an error naming the TP
+    (and GPU count) it would need. A ``speculative.Speculator``'s drafter takes its weights and
+    its cache per token (a block then holds both models' tokens)."""
+    cap = _capacity(dep, sched, dep.tp, speculator)
+    needed = cap.blocks_of(sched.model_len(dep.model))
+    if cap.blocks < needed:
+        raise GpuplanError(_does_not_fit(dep, sched, cap, needed))
+    return cap
+
+
+def _capacity(dep, sched, tp: int, speculator=None) -> KvCapacity:
+    cfg = dep.model
+    tokens = sched.batched_tokens(cfg) or sched.model_len(cfg)
+    rule = block_rule(cfg, sched.block_tokens, dep.cross_kv_tokens)
+    per_token = kv_bytes_per_token(cfg, tp=tp, kv_dtype=dep.kv_dtype)
+    weights = weights_bytes_per_gpu(cfg, tp=tp, weight_dtype=dep.weight_dtype)
+    if speculator is not None:
+        per_token += speculator.kv_bytes_per_token(tp)
+        weights += speculator.extra_weights_bytes(tp)
+    per_token /= rule.units
+    block_bytes = sched.block_tokens * per_token
+    usable = dep.acc.hbm_bytes * sched.memory_utilization
+    work = workspace_bytes(cfg, tp=tp, tokens=tokens, seqs=sched.max_seqs, act_dtype=dep.act_dtype)
+    blocks = max(0, math.floor((usable - weights - work) / block_bytes))
+    if dep.pp > 1:  # each stage its own weights and its blocks' share: the tightest one binds
+        weights, block_bytes, blocks = binding_stage(dep, tp=tp, free_bytes=usable - work,
+                                                     block_bytes=block_bytes)  # fmt: skip
+    return KvCapacity(
+        blocks=blocks,
+        block_tokens=sched.block_tokens,
+        block_bytes=block_bytes,
+        hbm_bytes=dep.acc.hbm_bytes,
+        usable_bytes=usable,
+        weights_bytes=weights,
+        workspace_bytes=work,
+        rule=rule if rule.windowed_layers or rule.cross_layers else None,
+    )
+
+
+def fitting_tp(dep, sched, *, max_tp: int = 8) -> int | None:
+    """The smallest tensor-parallel degree at which one max-length request fits, or None."""
+    needed = block_rule(dep.model, sched.block_tokens, dep.cross_kv_tokens).blocks(
+        sched.model_len(dep.model))
+    for tp in range(1, max_tp + 1):
+        if dep.model.n_heads % tp == 0 and _capacity(dep, sched, tp).blocks >= needed:
+            return tp
+    return None
+
+
+def _does_not_fit(dep, sched, cap: KvCapacity, needed: int) -> str:
+    cfg, gb = dep.model, 1e9
+    head = (
+        f"{cfg.name} does not fit on {dep.acc.key} at tp={dep.tp}"
+        f"{f' x pp={dep.pp}' if dep.pp > 1 else ''} with {dep.weight_dtype} "
+        f"weights: {cap.weights_bytes / gb:.1f} GB of weights and {cap.workspace_bytes / gb:.1f} "
+        f"GB of workspace per GPU leave room for {cap.tokens} cached tokens of the "
+        f"{sched.model_len(cfg)} one request may need ({cap.usable_bytes / gb:.1f} GB usable)"
+    )
+    tp = fitting_tp(dep, sched)
+    if tp is not None and tp > dep.tp:
+        return f"{head}; it needs tp={tp} ({tp} GPUs per replica)"
+    if tp is not None:
+        return f"{head}; lower --max-model-len or the batch limits"
+    pipeline = fitting_pp(dep, sched, lambda d: _capacity(d, sched, d.tp).blocks >= needed)
+    if pipeline is not None:
+        return f"{head}; {pipeline}"
+    total = weights_bytes_per_gpu(cfg, tp=1, weight_dtype=dep.weight_dtype)
+    gpus = math.ceil(total / cap.usable_bytes) + 1
+    return (
+        f"{head}; even tp=8 is not enough: it needs about {gpus} GPUs of "
+        f"{dep.acc.key} for weights and cache; try --weight-dtype int4 or a GPU with more memory"
+    )
