@@ -28,7 +28,6 @@ import dataclasses
 
 from gpuplan.errors import GpuplanError, check_choice, check_positive
 from gpuplan.hwmodels.efficiency import queued
-from gpuplan.hwmodels.elementwise import ATTN_MASK
 from gpuplan.sim.breakdown import Breakdown, Item, priced_items
 from gpuplan.sim.serving.deployment import Deployment
 from gpuplan.sim.serving.iteration import Batch, cache_bytes_per_token_layer, iteration_breakdown
@@ -44,7 +43,7 @@ from gpuplan.workloads.operators import (
     rmsnorm_pieces,
     with_eager_rmsnorm,
 )
-from gpuplan.workloads.ops import Attention, Memory
+from gpuplan.workloads.ops import ATTN_MASK, Attention, Memory
 from gpuplan.workloads.params import count_params
 
 # nn.Module calls of one step of an HF decoder (modeling_llama.py): per block the decoder layer,
@@ -230,7 +229,7 @@ def sliding_window_masked(cfg: ModelConfig, stack: Stack, ops: list) -> list:
     114 ms priced as causal. Its profile (data/h200_stacks/run7/hf_kernel_profile.json) gives
     the attention kernel 833 us a layer against Llama's causal 266: twice the scores (532 us)
     and 301 us more, the mask read once per query head (32 x 4096^2 x 2 B = 1.07 GB, at 0.75
-    of HBM bandwidth: ``hwmodels.elementwise.MEASURED_FRACTION["attn_mask"]``). Only for stacks
+    of HBM bandwidth: ``hwmodels.efficiency.MEASURED_FRACTION["attn_mask"]``). Only for stacks
     that run transformers' modelling code (``repeat_kv_masked``); elsewhere a window is priced
     as the window it is. A stack that traces the mask (``Stack.traced_causal_mask``: a compiled
     model) takes the same path for every causal prefill attention."""

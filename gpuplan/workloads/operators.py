@@ -22,7 +22,16 @@ from gpuplan.errors import GpuplanError
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.memory import kv_cache_bytes_per_token_layer
 from gpuplan.workloads.model import ModelConfig
-from gpuplan.workloads.ops import QKV_VIEW_CALLS, Attention, Elementwise, Gemm, Memory, Op
+from gpuplan.workloads.ops import (
+    MEMCPY,
+    QKV_VIEW_CALLS,
+    UNVECTORIZED,
+    Attention,
+    Elementwise,
+    Gemm,
+    Memory,
+    Op,
+)
 
 
 def _div(value: int, tp: int, what: str) -> int:
@@ -171,8 +180,8 @@ def moe_block(cfg: ModelConfig, *, tokens: int, dtype: str, tp: int = 1,
     passes over the grouped GEMMs' rows in and out, the activation's ``silu`` and multiply over
     the strided halves of the gate+up output (TensorIterator's unvectorized kernels), the routing
     weights' multiply (promoted to fp32), the sum over each token's experts and three
-    device-to-device copies of the fp32 hidden states; ``UNVECTORIZED`` and ``MEMCPY`` price
-    them (``hwmodels.elementwise``)."""
+    device-to-device copies of the fp32 hidden states, as the kernel families ``UNVECTORIZED``
+    and ``MEMCPY`` (``workloads.ops``)."""
     h, e = cfg.d_model, dtype
     routed_tokens = max(1, round(tokens * cfg.top_k / cfg.n_experts))
     n_run = cfg.n_experts
@@ -242,8 +251,6 @@ def _transformers_glue(experts: list[Op], cfg: ModelConfig, *, tokens: int, rows
     """The grouped experts as transformers' grouped_mm forward runs them (``moe_block``):
     the GEMMs kept, the activation replaced by its unvectorized silu and multiply, the rest
     added."""
-    from gpuplan.hwmodels.elementwise import MEMCPY, UNVECTORIZED
-
     h, f, b = cfg.d_model, cfg.d_ff_expert // tp, dtype_bytes(dtype)
     gemms = [op for op in experts if isinstance(op, Gemm)]
     return [
