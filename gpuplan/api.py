@@ -20,6 +20,7 @@ from gpuplan.sim.serving import plan as plan_serving
 from gpuplan.sim.serving.requests import with_images
 from gpuplan.sim.step import decode_step_breakdown
 from gpuplan.sim.timeline import simulate_step
+from gpuplan.workloads.images import Images
 from gpuplan.workloads.memory import (
     kv_cache_bytes_per_token,
     layer_activation_bytes,
@@ -29,7 +30,7 @@ from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.operators import backward_of, layer_forward, model_forward, training_flops
 from gpuplan.workloads.params import count_params
 from gpuplan.workloads.presets import get_model, list_models
-from gpuplan.workloads.vision import Images, image_tokens
+from gpuplan.workloads.vision import image_tokens
 
 __all__ = [
     # models (layer 1)

@@ -13,8 +13,9 @@ from gpuplan.sim.inference_step import prefill_breakdown
 from gpuplan.sim.model_estimate import model_breakdown
 from gpuplan.sim.stacks import get_stack, stack_efficiency
 from gpuplan.sim.vision_step import encoder_breakdown
+from gpuplan.workloads.images import Images
 from gpuplan.workloads.presets import get_model
-from gpuplan.workloads.vision import EncoderWork, Images
+from gpuplan.workloads.vision import EncoderWork
 
 H100 = get_accelerator("h100-sxm")
 EFF = efficiency_for("h100-sxm")
