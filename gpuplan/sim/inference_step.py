@@ -35,14 +35,9 @@ from gpuplan.sim.stacks import KV_CACHES, Stack
 from gpuplan.sim.stacks.kernels import resolved_attention
 from gpuplan.sim.step import _as_run, _with_launch, layer_groups
 from gpuplan.workloads.dtypes import dtype_bytes
+from gpuplan.workloads.eager_rmsnorm import rmsnorm_pieces, with_eager_rmsnorm
 from gpuplan.workloads.model import ModelConfig
-from gpuplan.workloads.operators import (
-    embedding_forward,
-    head_forward,
-    layer_forward,
-    rmsnorm_pieces,
-    with_eager_rmsnorm,
-)
+from gpuplan.workloads.operators import embedding_forward, head_forward, layer_forward
 from gpuplan.workloads.ops import ATTN_MASK, Attention, Memory
 from gpuplan.workloads.params import count_params
 
@@ -277,7 +272,7 @@ def transformers_rmsnorm(ops: list, stack: Stack) -> list:
     kernel norm (data/h200_stacks/run2 ``device_kernel_s``), and their kernel counts ~22 per
     block over the priced ones. Eager stacks that run transformers' code only: Inductor fuses
     the norm into one kernel (``torch-compile``).
-    The pieces are ``workloads.operators.eager_rmsnorm``'s, the training step's too
+    The pieces are ``workloads.eager_rmsnorm.eager_rmsnorm``'s, the training step's too
     (``sim.parallel.compute``, forward and backward): one definition."""
     from gpuplan.sim.parallel.compute import transformers_norm_of
 

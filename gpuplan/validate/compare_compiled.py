@@ -40,7 +40,7 @@ _NAME_RULES = (
     ("elementwise", ("triton", "elementwise", "memcpy", "memset", "copy", "index", "cat",
                      "reduce", "softmax", "fill", "scatter", "gather")),
 )
-# model op names that are the routed experts' work (``workloads.operators.moe_block``)
+# model op names that are the routed experts' work (``workloads.feed_forward.moe_block``)
 _MOE_OPS = ("expert_", "router_softmax", "permute", "unpermute", "expert_grouping")
 # priced apart, run inside the attention kernel: its reads of an explicit mask
 _IN_ATTENTION = ("attention_mask_read",)

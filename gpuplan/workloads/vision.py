@@ -37,10 +37,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from gpuplan.errors import GpuplanError
+from gpuplan.workloads.attention_block import attention_block
 from gpuplan.workloads.dtypes import dtype_bytes
+from gpuplan.workloads.feed_forward import mlp_block
 from gpuplan.workloads.images import Images
 from gpuplan.workloads.model import ModelConfig, VisionTower
-from gpuplan.workloads.operators import attention_block, layer_forward, mlp_block
+from gpuplan.workloads.operators import layer_forward
 from gpuplan.workloads.ops import Attention, Collective, Elementwise, Gemm, Memory, Op
 
 OpGroup = tuple[list[Op], int]  # operators and how many identical blocks run them

@@ -48,9 +48,10 @@ from gpuplan.sim.compilation import eager, fuse_elementwise
 from gpuplan.sim.serving.pipeline import expert_parallel_ops, micro_batches, p2p_s, stage_groups
 from gpuplan.sim.serving.quantization import compute_dtype, quantized_gemm_time
 from gpuplan.sim.step import layer_groups
+from gpuplan.workloads.attention_block import kv_cache_append
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.memory import kv_cache_bytes_per_token_layer
-from gpuplan.workloads.operators import embedding_forward, kv_cache_append, layer_forward
+from gpuplan.workloads.operators import embedding_forward, layer_forward
 from gpuplan.workloads.ops import (
     INDUCTOR_COPY,
     Attention,
