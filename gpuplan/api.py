@@ -20,6 +20,7 @@ from gpuplan.sim.runtime.serving import plan as plan_serving
 from gpuplan.sim.runtime.serving.requests import with_images
 from gpuplan.sim.runtime.timeline import simulate_step
 from gpuplan.validate.record_prediction import predict_breakdown
+from gpuplan.workloads.images import Images
 from gpuplan.workloads.memory import (
     kv_cache_bytes_per_token,
     layer_activation_bytes,
@@ -29,7 +30,7 @@ from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.operators import backward_of, layer_forward, model_forward, training_flops
 from gpuplan.workloads.params import count_params
 from gpuplan.workloads.presets import get_model, list_models
-from gpuplan.workloads.vision import Images, image_tokens
+from gpuplan.workloads.vision import image_tokens
 
 __all__ = [
     # models (layer 1)

@@ -120,8 +120,9 @@ def test_a_compiled_prefill_attends_under_the_traced_mask_and_an_eager_one_causa
 
 
 def test_a_compiled_static_decode_repeats_keys_in_inductors_kernel():
-    from gpuplan.hwmodels.elementwise import INDUCTOR_COPY, MEASURED_FRACTION
+    from gpuplan.hwmodels.efficiency import MEASURED_FRACTION
     from gpuplan.validate.record_prediction import predict_breakdown
+    from gpuplan.workloads.ops import INDUCTOR_COPY
 
     def repeat(stack):
         p = {"model": "llama3-8b", "layers": 2, "batch": 16, "context": 4096, "dtype": "bf16",
@@ -137,8 +138,9 @@ def test_a_compiled_static_decode_repeats_keys_in_inductors_kernel():
 
 
 def test_inductors_copy_share_is_the_committed_profiles_fit():
-    from gpuplan.hwmodels.elementwise import INDUCTOR_COPY, MEASURED_FRACTION
+    from gpuplan.hwmodels.efficiency import MEASURED_FRACTION
     from gpuplan.validate.compare_compiled import PROFILE, repeat_kv_fit
+    from gpuplan.workloads.ops import INDUCTOR_COPY
 
     if not PROFILE.exists():
         pytest.skip(f"{PROFILE} is not in this checkout")

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from gpuplan.hwmodels.attention import MATH_HBM_FRACTION, math_attention_kernels
-from gpuplan.hwmodels.elementwise import MEASURED_FRACTION, MEMCPY, UNVECTORIZED
+from gpuplan.hwmodels.efficiency import MEASURED_FRACTION
 from gpuplan.validate import compare_compiled, fit_hf_moe, fit_math_sdpa
-from gpuplan.workloads.ops import Attention
+from gpuplan.workloads.ops import MEMCPY, UNVECTORIZED, Attention
 
 
 def test_the_math_classes_are_the_profile_medians():

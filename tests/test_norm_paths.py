@@ -1,4 +1,4 @@
-"""transformers' eager RMSNorm: one definition (workloads.operators.eager_rmsnorm) for the
+"""transformers' eager RMSNorm: one definition (workloads.eager_rmsnorm.eager_rmsnorm) for the
 prefill, the decode's host calls and the training step, forward and backward."""
 
 from dataclasses import replace
@@ -16,7 +16,8 @@ from gpuplan.sim.parallel.compute import (
     transformers_norm_of,
 )
 from gpuplan.sim.stacks import get_stack
-from gpuplan.workloads.operators import eager_rmsnorm, layer_forward
+from gpuplan.workloads.eager_rmsnorm import eager_rmsnorm
+from gpuplan.workloads.operators import layer_forward
 from gpuplan.workloads.ops import Elementwise, Memory
 from gpuplan.workloads.presets import get_model
 

@@ -11,7 +11,7 @@ from gpuplan.hwmodels.efficiency import efficiency_for
 from gpuplan.hwmodels.launch import launch_cost
 from gpuplan.sim.estimate.inference import decode_breakdown
 from gpuplan.sim.stacks import HostModel, get_stack
-from gpuplan.workloads.operators import experts_hit, moe_block
+from gpuplan.workloads.feed_forward import experts_hit, moe_block
 from gpuplan.workloads.presets import get_model
 
 H200 = get_accelerator("h200")

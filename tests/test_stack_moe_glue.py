@@ -10,7 +10,7 @@ from gpuplan.hwmodels.attention import kernel_rate
 from gpuplan.hwmodels.efficiency import efficiency_for
 from gpuplan.sim.stacks import HostModel, get_stack
 from gpuplan.validate.record_prediction import predict_breakdown, record_model
-from gpuplan.workloads.operators import moe_block
+from gpuplan.workloads.feed_forward import moe_block
 
 EFF = efficiency_for("h200")
 GLUE = {"expert_masked_fill", "expert_silu", "expert_mul", "expert_weights_mul",

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from gpuplan.errors import GpuplanError
+from gpuplan.workloads.images import Images, parse_image_size
 from gpuplan.workloads.params import count_params
 from gpuplan.workloads.presets import get_model
-from gpuplan.workloads.vision import Images, image_tokens, parse_image_size
+from gpuplan.workloads.vision import image_tokens
 
 
 # Published totals: the safetensors parameter counts of the Hugging Face checkpoints

@@ -13,8 +13,9 @@ from gpuplan.sim.estimate.inference import prefill_breakdown
 from gpuplan.sim.estimate.vision import encoder_breakdown
 from gpuplan.sim.estimate.whole_model import model_breakdown
 from gpuplan.sim.stacks import get_stack, stack_efficiency
+from gpuplan.workloads.images import Images
 from gpuplan.workloads.presets import get_model
-from gpuplan.workloads.vision import EncoderWork, Images
+from gpuplan.workloads.vision import EncoderWork
 
 H100 = get_accelerator("h100-sxm")
 EFF = efficiency_for("h100-sxm")

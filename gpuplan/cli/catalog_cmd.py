@@ -107,7 +107,8 @@ def model_details(cfg: Any) -> dict[str, Any]:
 
 def _vision_details(cfg: Any, params: Any) -> dict[str, Any]:
     """A vision-language model's tower: style, encoder shape, parameters, tokens of one image."""
-    from gpuplan.workloads.vision import Images, default_image_size, image_tokens
+    from gpuplan.workloads.images import Images
+    from gpuplan.workloads.vision import default_image_size, image_tokens
 
     tower = cfg.vision_tower
     if tower is None:

@@ -264,8 +264,9 @@ def _workload(args, *, default_requests: int):
 def _with_images(args, load):
     """--images-per-request N of --image-size on every request (a VLM's), else ``load``."""
     from gpuplan.sim.runtime.serving.requests import with_images
+    from gpuplan.workloads.images import Images, parse_image_size
     from gpuplan.workloads.presets import get_model
-    from gpuplan.workloads.vision import Images, default_image_size, image_tokens, parse_image_size
+    from gpuplan.workloads.vision import default_image_size, image_tokens
 
     count, size = getattr(args, "images_per_request", None), getattr(args, "image_size", None)
     if count is None:

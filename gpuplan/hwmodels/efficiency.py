@@ -23,8 +23,19 @@ from pathlib import Path
 from typing import Any
 
 from gpuplan.errors import GpuplanError, check_key, unknown_key
+from gpuplan.workloads.ops import ATTN_MASK, INDUCTOR_COPY, MEMCPY, UNVECTORIZED
 
 REFERENCE_DEVICE = "h200"  # the device whose fit stands in for unmeasured devices
+
+# Kernel families (``workloads.ops``) measured on an H200 beside the calibrated ones (a
+# calibration's table replaces the prior's whole, so these stand apart), shares of HBM
+# bandwidth: the unvectorized elementwise kernel and the device-to-device memcpy, medians of the
+# transformers MoE profile (``python3 -m gpuplan.validate.fit_hf_moe``, data/h200_stacks/run6);
+# an attention kernel's mask reads (Mistral-7B's sliding-window prefill, data/h200_stacks/run7:
+# ``sim.estimate.inference.sliding_window_masked``); Inductor's ``repeat_kv`` copy, the median over a
+# seeded 70% of the compiled static-cache decodes profiled on the H200 (``python3 -m
+# gpuplan.validate.compare_compiled``, data/h200_stacks/run9).
+MEASURED_FRACTION = {UNVECTORIZED: 0.30, MEMCPY: 0.32, ATTN_MASK: 0.75, INDUCTOR_COPY: 0.75}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -123,13 +134,11 @@ class Efficiency:
     def elementwise_fraction(self, op: str, pass_: str = "fwd") -> float:
         """Of HBM bandwidth, for ``op`` in ``pass_``: its backward's own entry (``op_bwd``)
         where one was fitted, else the op's, else a family measured apart
-        (``hwmodels.elementwise.MEASURED_FRACTION``), else the default."""
+        (``MEASURED_FRACTION``), else the default."""
         table = self.elementwise_hbm_fraction
         if pass_ == "bwd" and f"{op}_bwd" in table:
             return table[f"{op}_bwd"]
         if op not in table:
-            from gpuplan.hwmodels.elementwise import MEASURED_FRACTION
-
             return MEASURED_FRACTION.get(op, table["default"])
         return table[op]
 

@@ -20,25 +20,6 @@ from gpuplan.workloads.ops import Elementwise, Memory
 ROW_REDUCTIONS = ("rmsnorm", "layernorm", "softmax")
 
 
-# Kernel families measured on an H200 beside the calibrated ones (a calibration's table replaces
-# the prior's whole, so these stand apart): TensorIterator's unvectorized elementwise kernel
-# (``elementwise_kernel<128, 4>``: strided or mixed-dtype operands, e.g. an activation over
-# one half of a chunked tensor, a bf16 tensor times fp32 weights, a masked_fill) and a
-# device-to-device ``cudaMemcpy``; shares of HBM bandwidth, medians of the transformers MoE
-# profile (``python3 -m gpuplan.validate.fit_hf_moe``, data/h200_stacks/run6).
-UNVECTORIZED = "unvectorized"
-MEMCPY = "memcpy"
-# and an attention kernel's reads of an explicit mask, once per query head (Mistral-7B's
-# sliding-window prefill, data/h200_stacks/run7: ``sim.estimate.inference.sliding_window_masked``)
-ATTN_MASK = "attn_mask"
-# and the Triton kernel Inductor generates for ``repeat_kv``'s expand and reshape (GQA keys and
-# values copied to every query head ahead of a compiled model's masked SDPA call): the median
-# over a seeded 70% of the compiled static-cache decodes profiled on the H200
-# (``python3 -m gpuplan.validate.compare_compiled``, data/h200_stacks/run9)
-INDUCTOR_COPY = "inductor_copy"
-MEASURED_FRACTION = {UNVECTORIZED: 0.30, MEMCPY: 0.32, ATTN_MASK: 0.75, INDUCTOR_COPY: 0.75}
-
-
 def elementwise_time(acc, op: Elementwise | Memory, eff: Efficiency) -> KernelTime:
     """Time of a bandwidth-bound kernel (``op.count`` of them)."""
     if op.bytes == 0:

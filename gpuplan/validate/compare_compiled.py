@@ -14,7 +14,7 @@ included), ``attention`` (SDPA's fused kernels), ``elementwise`` (Inductor's Tri
 ATen's copies, fills and memsets), ``moe`` (the routed experts' grouped GEMMs and the routing's
 sorts, scans and gathers), ``other``. Last, the share of HBM bandwidth Inductor's ``repeat_kv``
 kernels reach in the static-cache decodes (``fit_repeat_kv_share``: the median over a seeded 70%
-of the cases, checked on the rest): ``hwmodels.elementwise.MEASURED_FRACTION["inductor_copy"]``.
+of the cases, checked on the rest): ``hwmodels.efficiency.MEASURED_FRACTION["inductor_copy"]``.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ _NAME_RULES = (
     ("elementwise", ("triton", "elementwise", "memcpy", "memset", "copy", "index", "cat",
                      "reduce", "softmax", "fill", "scatter", "gather")),
 )
-# model op names that are the routed experts' work (``workloads.operators.moe_block``)
+# model op names that are the routed experts' work (``workloads.feed_forward.moe_block``)
 _MOE_OPS = ("expert_", "router_softmax", "permute", "unpermute", "expert_grouping")
 # priced apart, run inside the attention kernel: its reads of an explicit mask
 _IN_ATTENTION = ("attention_mask_read",)

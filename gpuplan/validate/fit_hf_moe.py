@@ -6,9 +6,9 @@ Reads the MoE models' prefill profiles of ``data/h200_stacks/run6/hf_kernel_prof
 (``python3 -m gpuplan.validate.stack_campaign --only hfprofile``: every kernel of one eager
 forward of Mixtral-8x7B and DeepSeek-V2-Lite cut to 4 layers, bf16, at 512 and 4,096 tokens, in
 a busy stream), takes the kernels of each family by ATen name (``PATTERNS``) and the bytes the
-model gives them (``workloads.operators.moe_block`` with ``glue="transformers"``, summed over the
+model gives them (``workloads.feed_forward.moe_block`` with ``glue="transformers"``, summed over the
 model's MoE layers), and prints the share of the H200's datasheet HBM bandwidth each profile
-implies and their median: ``hwmodels.elementwise.MEASURED_FRACTION``. The profile fits them;
+implies and their median: ``hwmodels.efficiency.MEASURED_FRACTION``. The profile fits them;
 the campaign's whole-model ``prefill_step`` records (``hf-transformers``, MoE models) check them
 (``fit_stacks``' held-out table). Valid for transformers 5.17 and torch 2.11 on an H200.
 """
@@ -68,7 +68,7 @@ def fit(path: str | Path = PROFILE) -> dict[str, dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from gpuplan.hwmodels.elementwise import MEASURED_FRACTION
+    from gpuplan.hwmodels.efficiency import MEASURED_FRACTION
     from gpuplan.validate.fit_math_sdpa import shares_cli
 
     return shares_cli(argv, module="gpuplan.validate.fit_hf_moe", doc=__doc__,

@@ -48,8 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuplan.errors import GpuplanError
-from gpuplan.workloads.model import ModelConfig
-from gpuplan.workloads.vision import VisionTower
+from gpuplan.workloads.model import ModelConfig, VisionTower
 
 _MISSING = object()
 

@@ -21,8 +21,9 @@ It covers the architectures of the catalogue (``presets.py``) and of the Hugging
   Gemma Team 2025 sec. 2.1); 0 windows every block (Mistral);
 - vision: a CLIP-style ViT encoder (Radford et al. 2021; Dosovitskiy et al. 2021) cutting an
   ``image_size`` square into ``patch_size`` patches plus one class token;
-- vision-language: a language model carrying a ``vision_tower`` (``workloads.vision``: a ViT,
-  a projector, and image tokens inline in the prompt or behind cross-attention layers).
+- vision-language: a language model carrying a ``VisionTower``: a ViT, a projector, and image
+  tokens inline in the prompt or behind cross-attention layers (``workloads.vision`` describes
+  the two styles and lists their operators).
 
 Variants are made with ``dataclasses.replace``; every invalid combination is a ``GpuplanError``
 that prints the numbers.
@@ -30,17 +31,16 @@ that prints the numbers.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from gpuplan.errors import GpuplanError, check_choice, check_positive
+from gpuplan.workloads.images import Images
 
 NORMS = ("rmsnorm", "layernorm")
 ACTIVATIONS = ("swiglu", "gelu")
 POSITIONS = ("rope", "learned", "none")
-
-if TYPE_CHECKING:
-    from gpuplan.workloads.vision import VisionTower
+STYLES = ("inline", "cross-attention")  # how a vision tower's image tokens reach the LM
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -292,3 +292,90 @@ def _require_unset(cfg: ModelConfig, because: str, fields: tuple[str, ...]) -> N
             raise GpuplanError(
                 f"{cfg.name}: {field}={value!r} is set but {because}; set both or neither"
             )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VisionTower:
+    """A VLM's encoder, projector and fusion style (the styles: ``workloads.vision``)."""
+
+    encoder: ModelConfig  # the ViT: patch size, default image (tile) size, layers, width, heads
+    style: str  # "inline" | "cross-attention"
+    merge: int = 1  # spatial merge: merge x merge patches become one token (Qwen2-VL: 2)
+    temporal_patch: int = 1  # frames one patch spans (Qwen2-VL: 2, an image repeated)
+    class_token: bool = False  # one class token per tile (Mllama)
+    max_tiles: int = 1  # tiles an image is cut into, at most (Mllama: 4)
+    global_layers: int = 0  # Mllama's gated global encoder layers after the local ones
+    intermediate_layers: int = 0  # encoder states concatenated into the projector (Mllama: 5)
+    aspect_ratios: int = 0  # Mllama's supported aspect ratios (embedding tables of 9 rows)
+    projector_hidden: int = 0  # 0: one linear to the LM width; else an MLP of this width
+    cross_attention_layers: tuple[int, ...] = ()  # positions in the full stack (HF indices)
+    extra_embedding_rows: int = 0  # token-table rows beyond vocab_size (Mllama: 8)
+
+    def __post_init__(self) -> None:
+        name = self.encoder.name
+        check_choice(f"{name}: style", self.style, STYLES)
+        if not self.encoder.is_vision:
+            raise GpuplanError(f"{name}: a vision tower's encoder needs patch_size > 0")
+        for field in ("merge", "temporal_patch", "max_tiles"):
+            check_positive(f"{name}: {field}", getattr(self, field))
+        if (self.style == "cross-attention") != bool(self.cross_attention_layers):
+            raise GpuplanError(f"{name}: style={self.style!r} and cross_attention_layers="
+                               f"{self.cross_attention_layers} disagree: cross-attention needs "
+                               "them, inline has none")
+
+    @property
+    def patch_multiple(self) -> int:
+        """What each image side must be a multiple of (inline: patch x merge)."""
+        return self.encoder.patch_size * self.merge
+
+    @property
+    def tokens_per_tile(self) -> int:
+        return self.encoder.n_patches + int(self.class_token)
+
+    @property
+    def projector_in(self) -> int:
+        """Features per token entering the projector."""
+        if self.style == "inline":
+            return self.encoder.d_model * self.merge**2
+        return self.encoder.d_model * (1 + self.intermediate_layers)
+
+    def check(self, images: Images) -> None:
+        """Raise when the images cannot be cut as this tower cuts them."""
+        if self.style != "inline":
+            return
+        m = self.patch_multiple
+        for field in ("width", "height"):
+            value = getattr(images, field)
+            if value % m:
+                patch = self.encoder.patch_size
+                raise GpuplanError(
+                    f"image {field}={value} is not a multiple of {m} (patch {patch} x merge "
+                    f"{self.merge}): give the size the processor resizes it to, e.g. "
+                    f"{max(m, value // m * m)}")
+
+    def tiles(self, images: Images) -> int:
+        """Tiles per image (cross-attention style): the tiles covering it, at most max_tiles."""
+        t = self.encoder.image_size
+        return min(self.max_tiles, math.ceil(images.width / t) * math.ceil(images.height / t))
+
+    def patches_per_image(self, images: Images) -> int:
+        p = self.encoder.patch_size
+        if self.style == "inline":
+            return (images.width // p) * (images.height // p)
+        return self.tiles(images) * self.encoder.n_patches
+
+    def encoder_tokens_per_image(self, images: Images) -> int:
+        """Tokens one image's encoder attention runs over (patches, class tokens)."""
+        if self.style == "inline":
+            return self.patches_per_image(images)
+        return self.tiles(images) * self.tokens_per_tile
+
+    def image_tokens(self, images: Images) -> int:
+        """Tokens the language model receives for these images: prompt tokens (inline) or
+        cross-attention keys and values (cross-attention)."""
+        self.check(images)
+        if not images.count:
+            return 0
+        if self.style == "inline":
+            return images.count * self.patches_per_image(images) // self.merge**2
+        return images.count * self.encoder_tokens_per_image(images)

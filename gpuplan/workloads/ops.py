@@ -74,6 +74,18 @@ EAGER_KERNELS: dict[tuple[str, str], tuple[int, int]] = {
 EAGER_FWD_CALLS: dict[str, int] = {"rope": 9, "silu_mul": 3, "copy": 2, "dropout_add": 2}
 QKV_VIEW_CALLS = 7  # splitting the fused q/k/v output, then a view and a transpose of each
 ELEMENTWISE_OPS = ("layernorm", "rmsnorm", "gelu", "silu_mul", "softmax", "add", "dropout_add")
+# Kernel families of a ``Memory`` op (its ``op``) that library code launches beside the fused
+# ones, each priced apart (``hwmodels.efficiency.MEASURED_FRACTION``): TensorIterator's
+# unvectorized elementwise kernel (``elementwise_kernel<128, 4>``: strided or mixed-dtype
+# operands, e.g. an activation over one half of a chunked tensor, a bf16 tensor times fp32
+# weights, a masked_fill); a device-to-device ``cudaMemcpy``; an attention kernel's reads of an
+# explicit mask, once per query head; the Triton kernel Inductor generates for ``repeat_kv``'s
+# expand and reshape (GQA keys and values copied to every query head ahead of a compiled model's
+# masked SDPA call).
+UNVECTORIZED = "unvectorized"
+MEMCPY = "memcpy"
+ATTN_MASK = "attn_mask"
+INDUCTOR_COPY = "inductor_copy"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -17,7 +17,9 @@ The count follows the modules of Hugging Face ``transformers`` (``LlamaForCausal
   ``n_shared_experts * d_ff_expert`` in HF DeepSeek: the same count);
 - embeddings: the token table, the learned position table; a vision tower's patch convolution
   (without bias, as in CLIP), class embedding and position table;
-- the LM head, unless tied to the token table (then it is stored once) or a vision encoder.
+- the LM head, unless tied to the token table (then it is stored once) or a vision encoder;
+- a VLM's vision side (``tower_params``): its encoder, its projector and, for cross-attention,
+  the cross-attention blocks and the extra token-table rows (``workloads.vision``'s styles).
 
 Not counted: DeepSeek-V3's multi-token-prediction module (``num_nextn_predict_layers``, an extra
 block shipped in the checkpoint but not part of the main model; DeepSeek-V3 report, section 2.2),
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuplan.workloads.model import ModelConfig
+from gpuplan.workloads.model import ModelConfig, VisionTower
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,11 +60,7 @@ def count_params(cfg: ModelConfig) -> ParamCount:
     per_layer = tuple(layer_params(cfg, layer) for layer in range(cfg.n_layers))
     embedding = embedding_params(cfg)
     head = lm_head_params(cfg)
-    vision = 0
-    if cfg.vision_tower is not None:
-        from gpuplan.workloads.vision import tower_params  # it counts with this module's parts
-
-        vision = tower_params(cfg)
+    vision = tower_params(cfg)
     total = embedding + head + sum(per_layer) + final_norm_params(cfg) + vision
     inactive = cfg.n_moe_layers * (cfg.n_experts - cfg.top_k) * ffn_params(cfg, cfg.d_ff_expert)
     return ParamCount(
@@ -156,3 +154,53 @@ def lm_head_params(cfg: ModelConfig) -> int:
 def final_norm_params(cfg: ModelConfig) -> int:
     """The final norm; a CLIP vision tower has two (pre_layrnorm and post_layernorm)."""
     return (2 if cfg.is_vision else 1) * norm_params(cfg, cfg.d_model)
+
+
+# --- a VLM's vision side ----------------------------------------------------------------------
+
+
+def tower_params(cfg: ModelConfig) -> int:
+    """Parameters of the vision side, exactly as HF stores them: encoder, projector and, for
+    cross-attention, the cross-attention blocks and the extra token-table rows."""
+    tower = cfg.vision_tower
+    if tower is None:
+        return 0
+    cross = len(tower.cross_attention_layers) * cross_layer_params(cfg)
+    rows = tower.extra_embedding_rows * cfg.d_model
+    return encoder_params(tower) + projector_params(cfg) + cross + rows
+
+
+def encoder_params(tower: VisionTower) -> int:
+    """Patch embedding (no bias), the blocks, and the style's embeddings and norms."""
+    enc = tower.encoder
+    d = enc.d_model
+    patch = enc.n_channels * tower.temporal_patch * enc.patch_size**2 * d
+    blocks = (enc.n_layers + tower.global_layers) * layer_params(enc, 0)
+    if tower.style == "inline":  # Qwen2-VL: 2D RoPE, no position table, no pre/post norm
+        return patch + blocks
+    # Mllama: class embedding; gated position embedding (table, per-aspect-ratio tile table,
+    # gate); pre- and post-tile aspect-ratio embeddings (table and gate each); two norms; a
+    # gate_attn and a gate_ffn per global layer; its blocks' q, k, v, o have no bias (the
+    # encoder's bias=False) but fc1 and fc2 do
+    tiles, n = tower.max_tiles, tower.tokens_per_tile
+    mlp_bias = (enc.n_layers + tower.global_layers) * (enc.d_ff + d)  # fc1, fc2 have biases
+    position = n * d + tower.aspect_ratios * tiles * n * d + 1
+    tile = 2 * (tower.aspect_ratios * tiles * d + 1)
+    gates = 2 * tower.global_layers
+    return patch + d + position + tile + 2 * norm_params(enc, d) + blocks + mlp_bias + gates
+
+
+def projector_params(cfg: ModelConfig) -> int:
+    """Qwen2-VL's merger (ln_q and a two-layer MLP, biases) or Mllama's one linear (bias)."""
+    tower = cfg.vision_tower
+    if tower.projector_hidden:
+        return (norm_params(tower.encoder, tower.encoder.d_model)
+                + linear_params(tower.projector_in, tower.projector_hidden, bias=True)
+                + linear_params(tower.projector_hidden, cfg.d_model, bias=True))
+    return linear_params(tower.projector_in, cfg.d_model, bias=True)
+
+
+def cross_layer_params(cfg: ModelConfig) -> int:
+    """One Mllama cross-attention block: a decoder block's norms, projections and MLP, plus
+    q_norm and k_norm over a head and the attention and MLP gates."""
+    return layer_params(cfg, 0) + 2 * norm_params(cfg, cfg.head_dim) + 2

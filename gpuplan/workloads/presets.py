@@ -21,9 +21,8 @@ from typing import TYPE_CHECKING
 
 from gpuplan.errors import check_key, unknown_key
 from gpuplan.workloads.hf_config import from_hf_config
-from gpuplan.workloads.model import ModelConfig
+from gpuplan.workloads.model import ModelConfig, VisionTower
 from gpuplan.workloads.params import count_params
-from gpuplan.workloads.vision import VisionTower
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -23,7 +23,10 @@ Two styles, as the published models build them:
   ``skip_cross_attention``), so the model is then its 32 self-attention blocks.
 
 Here the ``ModelConfig`` of a VLM is its language model (for Llama 3.2 Vision: the self-attention
-blocks) with a ``VisionTower``: everything that prices text alone prices the VLM with no image.
+blocks) with a ``VisionTower`` (``workloads.model``; its parameters: ``workloads.params``):
+everything that prices text alone prices the VLM with no image. This module checks a
+sequence's images against the tower and lists the operators of its encoder, projector and
+cross-attention blocks.
 
 Not modelled: video (Qwen2-VL's temporal frames), Mllama's padding of 1601 tokens to 1608 and of
 absent tiles (HF pads to ``max_num_tiles``; vLLM runs the tiles present), the scalar gates.
@@ -31,130 +34,18 @@ absent tiles (HF pads to ``max_num_tiles``; vLLM runs the tiles present), the sc
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
-from gpuplan.errors import GpuplanError, check_choice, check_positive
+from gpuplan.errors import GpuplanError
+from gpuplan.workloads.attention_block import attention_block
 from gpuplan.workloads.dtypes import dtype_bytes
-from gpuplan.workloads.model import ModelConfig
-from gpuplan.workloads.operators import attention_block, layer_forward, mlp_block
+from gpuplan.workloads.feed_forward import mlp_block
+from gpuplan.workloads.images import Images
+from gpuplan.workloads.model import ModelConfig, VisionTower
+from gpuplan.workloads.operators import layer_forward
 from gpuplan.workloads.ops import Attention, Collective, Elementwise, Gemm, Memory, Op
 
-STYLES = ("inline", "cross-attention")
 OpGroup = tuple[list[Op], int]  # operators and how many identical blocks run them
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Images:
-    """The images of one sequence (a request, a training sample): ``count`` of W x H pixels."""
-
-    count: int
-    width: int
-    height: int
-
-    def __post_init__(self) -> None:
-        check_positive("images", self.count, allow_zero=True)
-        for field in ("width", "height"):
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise GpuplanError(f"image {field}={value!r} is invalid: give a whole number of "
-                                   "pixels, 1 or more (--image-size WxH)")
-
-
-def parse_image_size(text: str) -> tuple[int, int]:
-    """``"448x448"`` -> (width, height); a one-line error for anything else."""
-    w, sep, h = str(text).strip().lower().partition("x")
-    if not sep or not w.isdigit() or not h.isdigit() or int(w) < 1 or int(h) < 1:
-        raise GpuplanError(f"image size {text!r} is invalid: give WIDTHxHEIGHT in pixels, each 1 "
-                           "or more, e.g. 448x448")
-    return int(w), int(h)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class VisionTower:
-    """A VLM's encoder, projector and fusion style (module docstring)."""
-
-    encoder: ModelConfig  # the ViT: patch size, default image (tile) size, layers, width, heads
-    style: str  # "inline" | "cross-attention"
-    merge: int = 1  # spatial merge: merge x merge patches become one token (Qwen2-VL: 2)
-    temporal_patch: int = 1  # frames one patch spans (Qwen2-VL: 2, an image repeated)
-    class_token: bool = False  # one class token per tile (Mllama)
-    max_tiles: int = 1  # tiles an image is cut into, at most (Mllama: 4)
-    global_layers: int = 0  # Mllama's gated global encoder layers after the local ones
-    intermediate_layers: int = 0  # encoder states concatenated into the projector (Mllama: 5)
-    aspect_ratios: int = 0  # Mllama's supported aspect ratios (embedding tables of 9 rows)
-    projector_hidden: int = 0  # 0: one linear to the LM width; else an MLP of this width
-    cross_attention_layers: tuple[int, ...] = ()  # positions in the full stack (HF indices)
-    extra_embedding_rows: int = 0  # token-table rows beyond vocab_size (Mllama: 8)
-
-    def __post_init__(self) -> None:
-        name = self.encoder.name
-        check_choice(f"{name}: style", self.style, STYLES)
-        if not self.encoder.is_vision:
-            raise GpuplanError(f"{name}: a vision tower's encoder needs patch_size > 0")
-        for field in ("merge", "temporal_patch", "max_tiles"):
-            check_positive(f"{name}: {field}", getattr(self, field))
-        if (self.style == "cross-attention") != bool(self.cross_attention_layers):
-            raise GpuplanError(f"{name}: style={self.style!r} and cross_attention_layers="
-                               f"{self.cross_attention_layers} disagree: cross-attention needs "
-                               "them, inline has none")
-
-    @property
-    def patch_multiple(self) -> int:
-        """What each image side must be a multiple of (inline: patch x merge)."""
-        return self.encoder.patch_size * self.merge
-
-    @property
-    def tokens_per_tile(self) -> int:
-        return self.encoder.n_patches + int(self.class_token)
-
-    @property
-    def projector_in(self) -> int:
-        """Features per token entering the projector."""
-        if self.style == "inline":
-            return self.encoder.d_model * self.merge**2
-        return self.encoder.d_model * (1 + self.intermediate_layers)
-
-    def check(self, images: Images) -> None:
-        """Raise when the images cannot be cut as this tower cuts them."""
-        if self.style != "inline":
-            return
-        m = self.patch_multiple
-        for field in ("width", "height"):
-            value = getattr(images, field)
-            if value % m:
-                patch = self.encoder.patch_size
-                raise GpuplanError(
-                    f"image {field}={value} is not a multiple of {m} (patch {patch} x merge "
-                    f"{self.merge}): give the size the processor resizes it to, e.g. "
-                    f"{max(m, value // m * m)}")
-
-    def tiles(self, images: Images) -> int:
-        """Tiles per image (cross-attention style): the tiles covering it, at most max_tiles."""
-        t = self.encoder.image_size
-        return min(self.max_tiles, math.ceil(images.width / t) * math.ceil(images.height / t))
-
-    def patches_per_image(self, images: Images) -> int:
-        p = self.encoder.patch_size
-        if self.style == "inline":
-            return (images.width // p) * (images.height // p)
-        return self.tiles(images) * self.encoder.n_patches
-
-    def encoder_tokens_per_image(self, images: Images) -> int:
-        """Tokens one image's encoder attention runs over (patches, class tokens)."""
-        if self.style == "inline":
-            return self.patches_per_image(images)
-        return self.tiles(images) * self.tokens_per_tile
-
-    def image_tokens(self, images: Images) -> int:
-        """Tokens the language model receives for these images: prompt tokens (inline) or
-        cross-attention keys and values (cross-attention)."""
-        self.check(images)
-        if not images.count:
-            return 0
-        if self.style == "inline":
-            return images.count * self.patches_per_image(images) // self.merge**2
-        return images.count * self.encoder_tokens_per_image(images)
 
 
 def check_images(cfg: ModelConfig, images: Images | None) -> None:
@@ -307,59 +198,3 @@ def _ew(name: str, op: str, tokens: int, hidden: int, dtype: str, *, count: int 
 
 def _named(op: Op, prefix: str) -> Op:
     return op if op.name.startswith(prefix) else replace(op, name=prefix + op.name)
-
-
-# --- parameters -----------------------------------------------------------------------------
-
-
-def tower_params(cfg: ModelConfig) -> int:
-    """Parameters of the vision side, exactly as HF stores them: encoder, projector and, for
-    cross-attention, the cross-attention blocks and the extra token-table rows."""
-    tower = cfg.vision_tower
-    if tower is None:
-        return 0
-    cross = len(tower.cross_attention_layers) * cross_layer_params(cfg)
-    rows = tower.extra_embedding_rows * cfg.d_model
-    return encoder_params(tower) + projector_params(cfg) + cross + rows
-
-
-def encoder_params(tower: VisionTower) -> int:
-    """Patch embedding (no bias), the blocks, and the style's embeddings and norms."""
-    from gpuplan.workloads.params import layer_params, norm_params
-
-    enc = tower.encoder
-    d = enc.d_model
-    patch = enc.n_channels * tower.temporal_patch * enc.patch_size**2 * d
-    blocks = (enc.n_layers + tower.global_layers) * layer_params(enc, 0)
-    if tower.style == "inline":  # Qwen2-VL: 2D RoPE, no position table, no pre/post norm
-        return patch + blocks
-    # Mllama: class embedding; gated position embedding (table, per-aspect-ratio tile table,
-    # gate); pre- and post-tile aspect-ratio embeddings (table and gate each); two norms; a
-    # gate_attn and a gate_ffn per global layer; its blocks' q, k, v, o have no bias (the
-    # encoder's bias=False) but fc1 and fc2 do
-    tiles, n = tower.max_tiles, tower.tokens_per_tile
-    mlp_bias = (enc.n_layers + tower.global_layers) * (enc.d_ff + d)  # fc1, fc2 have biases
-    position = n * d + tower.aspect_ratios * tiles * n * d + 1
-    tile = 2 * (tower.aspect_ratios * tiles * d + 1)
-    gates = 2 * tower.global_layers
-    return patch + d + position + tile + 2 * norm_params(enc, d) + blocks + mlp_bias + gates
-
-
-def projector_params(cfg: ModelConfig) -> int:
-    """Qwen2-VL's merger (ln_q and a two-layer MLP, biases) or Mllama's one linear (bias)."""
-    from gpuplan.workloads.params import linear_params, norm_params
-
-    tower = cfg.vision_tower
-    if tower.projector_hidden:
-        return (norm_params(tower.encoder, tower.encoder.d_model)
-                + linear_params(tower.projector_in, tower.projector_hidden, bias=True)
-                + linear_params(tower.projector_hidden, cfg.d_model, bias=True))
-    return linear_params(tower.projector_in, cfg.d_model, bias=True)
-
-
-def cross_layer_params(cfg: ModelConfig) -> int:
-    """One Mllama cross-attention block: a decoder block's norms, projections and MLP, plus
-    q_norm and k_norm over a head and the attention and MLP gates."""
-    from gpuplan.workloads.params import layer_params, norm_params
-
-    return layer_params(cfg, 0) + 2 * norm_params(cfg, cfg.head_dim) + 2

@@ -28,6 +28,7 @@ from gpuplan.sim.estimate.compilation import eager, fuse_elementwise
 from gpuplan.sim.estimate.inputs import check_params
 from gpuplan.sim.estimate.kernels import latency_item
 from gpuplan.workloads.dtypes import dtype_bytes
+from gpuplan.workloads.feed_forward import mlp_block
 from gpuplan.workloads.memory import layer_activation_bytes
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.operators import (
@@ -35,7 +36,6 @@ from gpuplan.workloads.operators import (
     embedding_forward,
     head_forward,
     layer_forward,
-    mlp_block,
 )
 
 

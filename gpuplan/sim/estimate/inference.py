@@ -28,7 +28,6 @@ import dataclasses
 
 from gpuplan.errors import GpuplanError, check_choice, check_positive
 from gpuplan.hwmodels.efficiency import queued
-from gpuplan.hwmodels.elementwise import ATTN_MASK
 from gpuplan.sim.estimate.breakdown import Breakdown, Item, priced_items
 from gpuplan.sim.estimate.composite import _as_run, _with_launch, layer_groups
 from gpuplan.sim.runtime.serving.deployment import Deployment
@@ -40,15 +39,10 @@ from gpuplan.sim.runtime.serving.iteration import (
 from gpuplan.sim.stacks import KV_CACHES, Stack
 from gpuplan.sim.stacks.kernels import resolved_attention
 from gpuplan.workloads.dtypes import dtype_bytes
+from gpuplan.workloads.eager_rmsnorm import rmsnorm_pieces, with_eager_rmsnorm
 from gpuplan.workloads.model import ModelConfig
-from gpuplan.workloads.operators import (
-    embedding_forward,
-    head_forward,
-    layer_forward,
-    rmsnorm_pieces,
-    with_eager_rmsnorm,
-)
-from gpuplan.workloads.ops import Attention, Memory
+from gpuplan.workloads.operators import embedding_forward, head_forward, layer_forward
+from gpuplan.workloads.ops import ATTN_MASK, Attention, Memory
 from gpuplan.workloads.params import count_params
 
 # nn.Module calls of one step of an HF decoder (modeling_llama.py): per block the decoder layer,
@@ -234,7 +228,7 @@ def sliding_window_masked(cfg: ModelConfig, stack: Stack, ops: list) -> list:
     114 ms priced as causal. Its profile (data/h200_stacks/run7/hf_kernel_profile.json) gives
     the attention kernel 833 us a layer against Llama's causal 266: twice the scores (532 us)
     and 301 us more, the mask read once per query head (32 x 4096^2 x 2 B = 1.07 GB, at 0.75
-    of HBM bandwidth: ``hwmodels.elementwise.MEASURED_FRACTION["attn_mask"]``). Only for stacks
+    of HBM bandwidth: ``hwmodels.efficiency.MEASURED_FRACTION["attn_mask"]``). Only for stacks
     that run transformers' modelling code (``repeat_kv_masked``); elsewhere a window is priced
     as the window it is. A stack that traces the mask (``Stack.traced_causal_mask``: a compiled
     model) takes the same path for every causal prefill attention."""
@@ -282,7 +276,7 @@ def transformers_rmsnorm(ops: list, stack: Stack) -> list:
     kernel norm (data/h200_stacks/run2 ``device_kernel_s``), and their kernel counts ~22 per
     block over the priced ones. Eager stacks that run transformers' code only: Inductor fuses
     the norm into one kernel (``torch-compile``).
-    The pieces are ``workloads.operators.eager_rmsnorm``'s, the training step's too
+    The pieces are ``workloads.eager_rmsnorm.eager_rmsnorm``'s, the training step's too
     (``sim.parallel.compute``, forward and backward): one definition."""
     from gpuplan.sim.parallel.compute import transformers_norm_of
 

@@ -22,12 +22,12 @@ from gpuplan.hwmodels.efficiency import queued
 from gpuplan.sim.estimate.breakdown import Breakdown, Item, priced_items
 from gpuplan.sim.estimate.composite import _as_run, _launch_item, _with_launch
 from gpuplan.sim.estimate.inputs import check_seq
+from gpuplan.workloads.images import Images
 from gpuplan.workloads.memory import kv_cache_bytes_per_token_layer
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.operators import backward_of
 from gpuplan.workloads.vision import (
     EncoderWork,
-    Images,
     OpGroup,
     cross_kv_forward,
     cross_layer_forward,
@@ -159,7 +159,7 @@ def vision_training_breakdown(acc, eff, cfg: ModelConfig, stack, *, micro_batch:
     cross-attention block's (``workloads.memory.layer_activation_bytes``)."""
     from gpuplan.sim.parallel.step_time import optimizer_s
     from gpuplan.workloads.memory import layer_activation_bytes, training_state_bytes
-    from gpuplan.workloads.vision import cross_layer_params, encoder_params, projector_params
+    from gpuplan.workloads.params import cross_layer_params, encoder_params, projector_params
 
     tower = cfg.vision_tower
     work = EncoderWork.of(tower, images)

@@ -79,7 +79,8 @@ def model_breakdown(
 def images_of(cfg: ModelConfig, params: Mapping[str, Any]):
     """The ``images`` (per sequence) and ``image_size`` ("WxH") of a case, or None without
     images; images for a text-only model, or a size the tower cannot cut, are an error."""
-    from gpuplan.workloads.vision import Images, check_images, default_image_size, parse_image_size
+    from gpuplan.workloads.images import Images, parse_image_size
+    from gpuplan.workloads.vision import check_images, default_image_size
 
     count, size = params.get("images"), params.get("image_size")
     if size is not None and count is None:

@@ -28,12 +28,8 @@ from gpuplan.sim.estimate.breakdown import Item, priced_items
 from gpuplan.sim.estimate.composite import _as_run, layer_groups
 from gpuplan.sim.parallel.fp8 import fp8_cast_ops
 from gpuplan.workloads.dtypes import dtype_bytes
-from gpuplan.workloads.operators import (
-    backward_of,
-    embedding_forward,
-    layer_forward,
-    with_eager_rmsnorm,
-)
+from gpuplan.workloads.eager_rmsnorm import with_eager_rmsnorm
+from gpuplan.workloads.operators import backward_of, embedding_forward, layer_forward
 from gpuplan.workloads.ops import Attention, Elementwise, Gemm, Memory, Op
 
 # ops outside the tensor-parallel region (what sequence parallelism splits)
@@ -58,13 +54,13 @@ class Shape:
     # under autocast over fp32 weights; bf16 otherwise): see ``expert_dtype_of``
     expert_dtype: str = "bf16"
     # the routed experts as grouped GEMMs over the experts that receive tokens (``Stack.moe``;
-    # ``workloads.operators.moe_block(grouped=True)``), else one GEMM per expert
+    # ``workloads.feed_forward.moe_block(grouped=True)``), else one GEMM per expert
     grouped_experts: bool = False
     # the dtype of the residual stream, norms and RoPE (``Stack.residual_dtype`` under autocast
     # over fp32 weights; bf16 otherwise): see ``_stream_dtype``
     residual_dtype: str = "bf16"
     # the RMSNorms as transformers' eager code runs them (``transformers_norm_of``): eight ATen
-    # kernels forward and autograd's over them backward (``operators.eager_rmsnorm``)
+    # kernels forward and autograd's over them backward (``workloads.eager_rmsnorm``)
     transformers_norm: bool = False
 
     @property
@@ -121,7 +117,7 @@ def expert_dtype_of(stack, precision: str) -> str:
 
 def transformers_norm_of(stack) -> bool:
     """Whether ``stack`` runs its RMSNorms as transformers' eager ``LlamaRMSNorm`` does
-    (``workloads.operators.eager_rmsnorm``): stacks that run transformers' modelling code
+    (``workloads.eager_rmsnorm.eager_rmsnorm``): stacks that run transformers' modelling code
     (``repeat_kv_masked``, hf-transformers and torch-compile) with eager elementwise kernels
     (Inductor fuses the norm into one kernel). Prefill, decode and training all ask this."""
     return (stack is not None and getattr(stack, "repeat_kv_masked", False)

@@ -159,7 +159,7 @@ def _stream_saved(cfg: ModelConfig, stream: str, expert_dtype: str) -> tuple:
     backward on a ``stream``-dtype residual stream, beyond ``layer_activation_bytes``' 16-bit
     count (its block input, normed inputs and mid-block residual at 2 B each, SwiGLU's 3 f).
     Per block, saved by autograd (derivatives.yaml: what each op's backward reads):
-    - each of the two norms (``operators.eager_rmsnorm``): its fp32 input (``pow`` and the
+    - each of the two norms (``workloads.eager_rmsnorm``): its fp32 input (``pow`` and the
       ``x * rsqrt`` multiply save it) and the fp32 ``x * rsqrt`` (the weight's multiply saves
       it, the weight requiring grad): 4 + 4 B against the count's 2 + 2;
     - autocast's bf16 copy of the norm's fp32 output for every ``nn.Linear`` reading it

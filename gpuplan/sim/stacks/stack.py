@@ -101,7 +101,7 @@ class Stack:
     # the library code around the grouped GEMMs: ``none`` (the GEMMs and the routing's gathers
     # alone: fused MoE kernels of serving engines, Megatron's grouped GEMM) or ``transformers``
     # (its grouped_mm experts forward, as an H200 profile of transformers 5.17 shows it:
-    # ``workloads.operators.moe_block``'s ``glue``)
+    # ``workloads.feed_forward.moe_block``'s ``glue``)
     moe_glue: str = "none"
     # the dtype the routed experts' GEMMs run in when training under autocast over fp32 weights
     # (``mixed_precision='autocast'``): ``fp32`` where they are ``torch._grouped_mm`` calls,

@@ -71,7 +71,7 @@ class Deployment:
     kv_cache: str = "paged"
     host_extra_s: float = 0.0  # CPU time per iteration beyond the torch calls (Python modules)
     stack: str = ""  # the stack this deployment prices (sim.stacks), for printouts
-    grouped_experts: bool = False  # MoE experts as grouped GEMMs (workloads.operators.moe_block)
+    grouped_experts: bool = False  # MoE experts as grouped GEMMs (workloads.feed_forward.moe_block)
     moe_glue: str = "none"  # the library code around them (``Stack.moe_glue``)
     repeat_kv_masked: bool = False  # a masked decode (static span) repeats K/V to every head
     host_overlap: float = 1.0  # share of device time hidden behind the host (launch_cost)

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from gpuplan.hwmodels.elementwise import INDUCTOR_COPY
 from gpuplan.hwmodels.kernel_time import KernelTime
 from gpuplan.hwmodels.launch import launch_cost
 from gpuplan.hwmodels.price import price
@@ -54,10 +53,19 @@ from gpuplan.sim.runtime.serving.pipeline import (
     stage_groups,
 )
 from gpuplan.sim.runtime.serving.quantization import compute_dtype, quantized_gemm_time
+from gpuplan.workloads.attention_block import kv_cache_append
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.memory import kv_cache_bytes_per_token_layer
-from gpuplan.workloads.operators import embedding_forward, kv_cache_append, layer_forward
-from gpuplan.workloads.ops import Attention, Collective, Elementwise, Gemm, Memory, Op
+from gpuplan.workloads.operators import embedding_forward, layer_forward
+from gpuplan.workloads.ops import (
+    INDUCTOR_COPY,
+    Attention,
+    Collective,
+    Elementwise,
+    Gemm,
+    Memory,
+    Op,
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

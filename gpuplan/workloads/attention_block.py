@@ -1,0 +1,113 @@
+"""The attention half of a transformer block, forward, in the order eager PyTorch runs it: the
+query, key and value projections (one fused GEMM, as Megatron-LM and vLLM run MHA, GQA and MQA;
+or MLA's low-rank ones, DeepSeek-V2 sec. 2.1), RoPE, the fused (flash) attention kernel and the
+output projection; and the append of a decode step's new keys and values to the KV cache."""
+
+from __future__ import annotations
+
+from gpuplan.workloads.memory import kv_cache_bytes_per_token_layer
+from gpuplan.workloads.model import ModelConfig
+from gpuplan.workloads.ops import QKV_VIEW_CALLS, Attention, Elementwise, Gemm, Memory, Op
+from gpuplan.workloads.tensor_parallel import per_rank
+
+
+def attention_block(
+    cfg: ModelConfig,
+    *,
+    batch: int,
+    seq_q: int,
+    seq_kv: int,
+    dtype: str,
+    tp: int = 1,
+    causal: bool | None = None,
+    window: int = 0,
+) -> list[Op]:
+    """Projections, RoPE, fused attention (through a sliding ``window`` of keys when > 0) and
+    output projection of one block (forward)."""
+    t, h = batch * seq_q, cfg.d_model
+    hq, hkv = per_rank(cfg.n_heads, tp, "n_heads"), max(1, cfg.n_kv_heads // tp)
+    dqk, dv = cfg.qk_head_dim, cfg.v_dim_per_head
+    if cfg.is_mla:
+        ops = _mla_projections(cfg, tokens=t, heads_q=hq, dtype=dtype)
+    else:
+        ops = _qkv_projection(cfg, tokens=t, heads_q=hq, heads_kv=hkv, dtype=dtype)
+    if cfg.position == "rope":
+        ops += _rope(cfg, tokens=t, heads_q=hq, heads_kv=hkv, dtype=dtype)
+    ops += [
+        Attention(
+            name="attention",
+            batch=batch,
+            heads_q=hq,
+            heads_kv=hkv,
+            seq_q=seq_q,
+            seq_kv=seq_kv,
+            head_dim=dqk,
+            v_head_dim=dv,
+            causal=cfg.causal if causal is None else causal,
+            pass_="fwd",
+            dtype=dtype,
+            window=window,
+        ),
+        Elementwise(
+            name="attn_out_layout", op="copy", tokens=t, hidden=hq * dv, pass_="fwd", dtype=dtype
+        ),  # (b, h, s, d) -> (b, s, h*d) made contiguous for o_proj
+        Gemm(name="o_proj", m=t, n=h, k=hq * dv, dtype=dtype),
+    ]
+    return ops
+
+
+def _qkv_projection(cfg: ModelConfig, *, tokens: int, heads_q: int, heads_kv: int,
+                    dtype: str) -> list[Op]:
+    """One fused q, k, v projection (as Megatron-LM and vLLM run it) and the views that split it."""
+    dqk, dv = cfg.qk_head_dim, cfg.v_dim_per_head
+    n = heads_q * dqk + heads_kv * (dqk + dv)
+    return [
+        Gemm(name="qkv_proj", m=tokens, n=n, k=cfg.d_model, dtype=dtype),
+        # views only: no kernel, but a CPU dispatch each in eager PyTorch
+        Memory(name="qkv_views", op="view", bytes_moved=0, calls=QKV_VIEW_CALLS),
+    ]
+
+
+def _mla_projections(cfg: ModelConfig, *, tokens: int, heads_q: int, dtype: str) -> list[Op]:
+    """MLA's low-rank query and joint key-value compression (DeepSeek-V2 sec. 2.1)."""
+    t, h = tokens, cfg.d_model
+    dqk, dv = cfg.qk_head_dim, cfg.v_dim_per_head
+    ops: list[Op] = []
+    if cfg.q_lora_rank:
+        ops += [
+            Gemm(name="q_a_proj", m=t, n=cfg.q_lora_rank, k=h, dtype=dtype),
+            Gemm(name="q_b_proj", m=t, n=heads_q * dqk, k=cfg.q_lora_rank, dtype=dtype),
+        ]
+    else:
+        ops.append(Gemm(name="q_proj", m=t, n=heads_q * dqk, k=h, dtype=dtype))
+    ops += [
+        Gemm(name="kv_a_proj", m=t, n=cfg.kv_lora_rank + cfg.qk_rope_head_dim, k=h, dtype=dtype),
+        Gemm(
+            name="kv_b_proj",
+            m=t,
+            n=heads_q * (cfg.qk_nope_head_dim + dv),
+            k=cfg.kv_lora_rank,
+            dtype=dtype,
+        ),
+    ]
+    return ops
+
+
+def _rope(cfg: ModelConfig, *, tokens: int, heads_q: int, heads_kv: int, dtype: str) -> list[Op]:
+    """Rotary position embedding of the queries and the keys (MLA: the keys' RoPE part only)."""
+    dqk = cfg.qk_head_dim
+    rope_k = heads_kv * (cfg.qk_rope_head_dim if cfg.is_mla else dqk)
+    return [
+        Elementwise(
+            name="rope_q", op="rope", tokens=tokens, hidden=heads_q * dqk, pass_="fwd", dtype=dtype
+        ),
+        Elementwise(
+            name="rope_k", op="rope", tokens=tokens, hidden=rope_k, pass_="fwd", dtype=dtype
+        ),
+    ]
+
+
+def kv_cache_append(cfg: ModelConfig, *, tokens: int, dtype: str, tp: int = 1) -> Memory:
+    """Writing the new tokens' keys and values into the cache (read once, written once)."""
+    per_token = kv_cache_bytes_per_token_layer(cfg, dtype) / tp
+    return Memory(name="kv_cache_append", op="copy", bytes_moved=2 * tokens * per_token, calls=6)

@@ -1,0 +1,188 @@
+"""The feed-forward half of a transformer block, forward: a dense MLP (SwiGLU, Shazeer 2020,
+gate and up as one fused GEMM; or GELU) or a mixture of experts (router, token permutation,
+routed and shared experts).
+
+Assumption, named: experts are balanced (each routed expert sees ``tokens * top_k / n_experts``
+tokens, or its share among the experts that receive any when they run as grouped GEMMs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gpuplan.workloads.dtypes import dtype_bytes
+from gpuplan.workloads.model import ModelConfig
+from gpuplan.workloads.ops import MEMCPY, UNVECTORIZED, Elementwise, Gemm, Memory, Op
+from gpuplan.workloads.tensor_parallel import per_rank
+
+
+def mlp_block(
+    cfg: ModelConfig,
+    *,
+    tokens: int,
+    dtype: str,
+    tp: int = 1,
+    width: int | None = None,
+    prefix: str = "",
+    count: int = 1,
+) -> list[Op]:
+    """A dense feed-forward (SwiGLU or GELU) of ``width`` (default d_ff) split over ``tp``."""
+    f = per_rank(width or cfg.d_ff, tp, "d_ff")
+    t, h = tokens, cfg.d_model
+    if cfg.activation == "swiglu":  # Shazeer 2020: down(silu(gate x) * up x)
+        return [
+            Gemm(name=f"{prefix}gate_up_proj", m=t, n=2 * f, k=h, dtype=dtype, count=count),
+            Elementwise(
+                name=f"{prefix}silu_mul",
+                op="silu_mul",
+                tokens=t,
+                hidden=f,
+                pass_="fwd",
+                dtype=dtype,
+                count=count,
+            ),
+            Gemm(name=f"{prefix}down_proj", m=t, n=h, k=f, dtype=dtype, count=count),
+        ]
+    return [
+        Gemm(name=f"{prefix}fc1", m=t, n=f, k=h, dtype=dtype, count=count),
+        Elementwise(
+            name=f"{prefix}gelu",
+            op="gelu",
+            tokens=t,
+            hidden=f,
+            pass_="fwd",
+            dtype=dtype,
+            count=count,
+        ),
+        Gemm(name=f"{prefix}fc2", m=t, n=h, k=f, dtype=dtype, count=count),
+    ]
+
+
+def experts_hit(cfg: ModelConfig, tokens: int) -> int:
+    """Routed experts that receive a token when ``tokens`` tokens each pick ``top_k`` of
+    ``n_experts`` uniformly: the expected count n (1 - (1 - k/n)^tokens), rounded."""
+    n, k = cfg.n_experts, cfg.top_k
+    return max(1, min(n, round(n * (1.0 - (1.0 - k / n) ** tokens))))
+
+
+def moe_block(cfg: ModelConfig, *, tokens: int, dtype: str, tp: int = 1,
+              grouped: bool = False, glue: str = "none") -> list[Op]:
+    """Router, token permutation, balanced routed experts and shared experts (forward).
+
+    ``grouped``: the routed experts run as one grouped GEMM per projection over the experts
+    that received tokens (``torch.nn.functional.grouped_mm``, Hugging Face transformers'
+    ``experts_implementation="grouped_mm"``, docs/source/en/experts_interface.md), so their
+    weights are read only for those experts and each projection and the activation launch one
+    kernel; otherwise every expert runs its own GEMMs over an equal share of the tokens.
+    ``glue="transformers"`` (grouped, 16-bit): the library code around them
+    (``_transformers_glue``)."""
+    h, e = cfg.d_model, dtype
+    ops = _routing(cfg, tokens=tokens, dtype=dtype)
+    experts = _routed_experts(cfg, tokens=tokens, dtype=dtype, tp=tp, grouped=grouped)
+    if grouped:
+        ops += _expert_grouping(cfg, tokens=tokens, dtype=dtype)
+    if grouped and glue == "transformers" and dtype_bytes(e) == 2:
+        experts = _transformers_glue(experts, cfg, tokens=tokens, rows=tokens * cfg.top_k,
+                                     dtype=e, tp=tp)
+    ops += experts
+    ops.append(
+        Elementwise(
+            name="unpermute", op="copy", tokens=tokens * cfg.top_k, hidden=h, pass_="fwd", dtype=e
+        )
+    )
+    if cfg.n_shared_experts:
+        ops += mlp_block(
+            cfg,
+            tokens=tokens,
+            dtype=dtype,
+            tp=tp,
+            width=cfg.d_ff_expert * cfg.n_shared_experts,
+            prefix="shared_",
+        )
+    return ops
+
+
+def _routing(cfg: ModelConfig, *, tokens: int, dtype: str) -> list[Op]:
+    """The router's GEMM and softmax, and the permutation of each token's copies to its experts."""
+    h = cfg.d_model
+    return [
+        Gemm(name="router", m=tokens, n=cfg.n_experts, k=h, dtype=dtype),
+        Elementwise(
+            name="router_softmax",
+            op="softmax",
+            tokens=tokens,
+            hidden=cfg.n_experts,
+            pass_="fwd",
+            dtype=dtype,
+        ),
+        Elementwise(
+            name="permute", op="copy", tokens=tokens * cfg.top_k, hidden=h, pass_="fwd",
+            dtype=dtype,
+        ),
+    ]
+
+
+def _routed_experts(cfg: ModelConfig, *, tokens: int, dtype: str, tp: int,
+                    grouped: bool) -> list[Op]:
+    """The routed experts' MLPs: one per expert over an equal share of the tokens, or (grouped)
+    one kernel per projection over the experts that receive tokens (``experts_hit``), the
+    activation over every routed row at once."""
+    n_run = experts_hit(cfg, tokens) if grouped else cfg.n_experts
+    routed_tokens = max(1, round(tokens * cfg.top_k / n_run))
+    experts = mlp_block(
+        cfg,
+        tokens=routed_tokens,
+        dtype=dtype,
+        tp=tp,
+        width=cfg.d_ff_expert,
+        prefix="expert_",
+        count=n_run,
+    )
+    if not grouped:
+        return experts
+    return [replace(op, launches=1) if isinstance(op, Gemm)
+            else replace(op, tokens=op.tokens * n_run, count=1) for op in experts]
+
+
+def _expert_grouping(cfg: ModelConfig, *, tokens: int, dtype: str) -> list[Op]:
+    """What transformers' grouped_mm_experts_forward (integrations/moe.py) runs beyond the
+    routing and the grouped GEMMs to sort the routed rows by expert."""
+    rows, h = tokens * cfg.top_k, cfg.d_model
+    return [
+        # zeros_like, arange, the expanded index's copy, two argsorts (two kernels each),
+        # the routing weights' gather, three gathers by the permutation, float, histc,
+        # cumsum, the weights' multiply and the inverse permutation's gather: 16 kernels,
+        # whose bytes are the four gathers of the routed rows (each read and written)
+        Memory(name="expert_grouping", op="copy",
+               bytes_moved=8 * rows * h * dtype_bytes(dtype) / 16, count=16),
+        # and views that launch nothing: reshape, unsqueeze, two transposes, chunk
+        Memory(name="expert_grouping_views", op="copy", bytes_moved=0.0, calls=5),
+    ]
+
+
+def _transformers_glue(experts: list[Op], cfg: ModelConfig, *, tokens: int, rows: int,
+                       dtype: str, tp: int) -> list[Op]:
+    """The grouped experts as transformers 5.17's grouped_mm forward runs them: the GEMMs kept,
+    the activation replaced by its unvectorized silu and multiply, the rest added.
+
+    Seen in a torch.profiler trace of Mixtral-8x7B and DeepSeek-V2-Lite prefills on an H200
+    (data/h200_stacks/run6/hf_kernel_profile.json): three ``masked_fill`` passes over the
+    grouped GEMMs' rows in and out, the activation's ``silu`` and multiply over the strided
+    halves of the gate+up output (TensorIterator's unvectorized kernels), the routing weights'
+    multiply (promoted to fp32), the sum over each token's experts and three device-to-device
+    copies of the fp32 hidden states, as the kernel families ``UNVECTORIZED`` and ``MEMCPY``
+    (``workloads.ops``)."""
+    h, f, b = cfg.d_model, cfg.d_ff_expert // tp, dtype_bytes(dtype)
+    gemms = [op for op in experts if isinstance(op, Gemm)]
+    return [
+        # over the rows into and out of each grouped GEMM: [rows, h], [rows, 2f], [rows, h]
+        Memory(name="expert_masked_fill", op=UNVECTORIZED,
+               bytes_moved=2 * b * rows * (2 * f + 2 * h) / 3, count=3),
+        gemms[0],
+        Memory(name="expert_silu", op=UNVECTORIZED, bytes_moved=2 * b * rows * f),
+        Memory(name="expert_mul", op=UNVECTORIZED, bytes_moved=3 * b * rows * f),
+        *gemms[1:],
+        Memory(name="expert_weights_mul", op=UNVECTORIZED, bytes_moved=(b + 4) * rows * h),
+        Memory(name="expert_combine", op="add", bytes_moved=4 * (rows + tokens) * h),
+        Memory(name="expert_copies", op=MEMCPY, bytes_moved=2 * 4 * tokens * h, count=3),
+    ]
