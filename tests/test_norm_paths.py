@@ -7,14 +7,9 @@ from gpuplan.hwmodels.accelerators import get_accelerator
 from gpuplan.hwmodels.efficiency import efficiency_for
 from gpuplan.sim.breakdown import priced_items
 from gpuplan.sim.inference_step import transformers_rmsnorm
-from gpuplan.sim.parallel.compute import (
-    Shape,
-    head_ops,
-    layer_forward_ops,
-    layer_ops,
-    micro_batch_costs,
-    transformers_norm_of,
-)
+from gpuplan.sim.parallel.compute import micro_batch_costs
+from gpuplan.sim.parallel.kernel_lists import head_ops, layer_forward_ops, layer_ops
+from gpuplan.sim.parallel.shape import Shape, transformers_norm_of
 from gpuplan.sim.stacks import get_stack
 from gpuplan.workloads.operators import eager_rmsnorm, layer_forward
 from gpuplan.workloads.ops import Elementwise, Memory

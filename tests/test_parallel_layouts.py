@@ -274,7 +274,8 @@ def test_overlapping_the_expert_all_to_all_hides_at_most_an_moe_blocks_compute()
 
 
 def test_kernels_shared_between_shapes_are_priced_once_with_the_same_result():
-    from gpuplan.sim.parallel.compute import Shape, micro_batch_costs
+    from gpuplan.sim.parallel.compute import micro_batch_costs
+    from gpuplan.sim.parallel.shape import Shape
     from gpuplan.sim.parallel.stage import shape_times
 
     cfg = get_model("mixtral-8x7b")

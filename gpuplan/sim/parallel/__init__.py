@@ -6,7 +6,8 @@ published training runs reproduced.
 - ``topology``: ``Cluster`` presets (DGX A100/H100/H200, GB200 NVL72) and the placement of each
   parallel dimension on scale-up domains and the scale-out network; ``collectives``:
   hierarchical all-reduce, all-gather, reduce-scatter, all-to-all and point-to-point;
-- ``compute``/``stage``: one GPU's kernels for one micro-batch, priced by the one-GPU models;
+- ``shape``/``kernel_lists``/``kernel_costs``/``compute``/``stage``: one GPU's kernels for one
+  micro-batch, priced by the one-GPU models (``op_memo``: a search's, in bulk);
 - ``step_time``/``memory``/``evaluate``: closed forms of communication, pipeline bubble,
   optimizer and memory per GPU, for one strategy or a million at once;
 - ``estimate``: ``estimate_training`` -> ``TrainEstimate`` (breakdown, MFU, HFU, memory, fits);

@@ -21,20 +21,17 @@ import numpy as np
 from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.efficiency import efficiency_for, queued
 from gpuplan.sim.breakdown import Breakdown, Item
-from gpuplan.sim.parallel.compute import (
-    CORE,
-    CostCache,
-    MicroBatchCosts,
-    Shape,
-    stack_shape_fields,
-)
+from gpuplan.sim.parallel.compute import CostCache
 from gpuplan.sim.parallel.evaluate import evaluate
+from gpuplan.sim.parallel.kernel_costs import MicroBatchCosts
+from gpuplan.sim.parallel.kernel_lists import CORE
 from gpuplan.sim.parallel.memory import (
     RECOMPUTE_CODES,
     SCHEDULE_CODES,
     autocast_stream_facts,
     model_facts,
 )
+from gpuplan.sim.parallel.shape import Shape, stack_shape_fields
 from gpuplan.sim.parallel.stage import (
     SAC_GEMM_FRACTION,
     StageKinds,
@@ -171,7 +168,7 @@ def strategy_kinds(st: Strategy, cfg: ModelConfig) -> StageKinds:
 
 def shape_of(st: Strategy, cfg: ModelConfig, seq: int, stack=None) -> Shape:
     """The per-GPU kernel shape of one micro-batch under ``st`` (on ``stack``: the fields it
-    sets, ``compute.stack_shape_fields``)."""
+    sets, ``shape.stack_shape_fields``)."""
     load = (st.capacity_factor or st.expert_imbalance) if cfg.is_moe else 1.0
     return Shape(
         micro_batch=st.micro_batch,

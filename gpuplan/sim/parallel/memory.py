@@ -134,13 +134,13 @@ def model_facts(cfg: ModelConfig) -> ModelFacts:
 
 def autocast_stream_facts(f: ModelFacts, cfg: ModelConfig, stack, precision: str = "bf16"):
     """``f`` with the activations ``stack`` keeps beyond the 16-bit count when it runs
-    transformers' eager modelling code on an fp32 residual stream (``compute.residual_dtype_of``
-    and ``compute.transformers_norm_of``: hf-transformers under autocast over fp32 weights);
+    transformers' eager modelling code on an fp32 residual stream (``shape.residual_dtype_of``
+    and ``shape.transformers_norm_of``: hf-transformers under autocast over fp32 weights);
     ``f`` itself otherwise. The stream is fp32 because the embedding's output is: ``nn.Embedding``
     is on no autocast list (aten/src/ATen/autocast_mode.cpp), so its fp32 weight gives fp32
     hidden states, and every residual add ``residual + hidden_states`` (modeling_llama.py
     ``LlamaDecoderLayer.forward``) promotes the bf16 sub-block output back to fp32."""
-    from gpuplan.sim.parallel.compute import (
+    from gpuplan.sim.parallel.shape import (
         expert_dtype_of,
         residual_dtype_of,
         transformers_norm_of,
@@ -163,13 +163,13 @@ def _stream_saved(cfg: ModelConfig, stream: str, expert_dtype: str) -> tuple:
       ``x * rsqrt`` multiply save it) and the fp32 ``x * rsqrt`` (the weight's multiply saves
       it, the weight requiring grad): 4 + 4 B against the count's 2 + 2;
     - autocast's bf16 copy of the norm's fp32 output for every ``nn.Linear`` reading it
-      (``compute.stream_readers``: q, k, v, gate, up, a router): autocast casts an activation
+      (``kernel_lists.stream_readers``: q, k, v, gate, up, a router): autocast casts an activation
       per op (``cached_cast`` caches leaf weights only), and each linear saves its own copy;
     - SwiGLU's silu output (``act_fn(gate) * up``: the multiply saves both; eager, not fused);
     - an MoE block's routed rows and their expert intermediates in the experts' dtype
-      (``compute.expert_dtype_of``: fp32 ``_grouped_mm`` under autocast).
+      (``shape.expert_dtype_of``: fp32 ``_grouped_mm`` under autocast).
     The head: the final norm's fp32 input and ``x * rsqrt``, and the LM head's bf16 copy."""
-    from gpuplan.sim.parallel.compute import stream_readers
+    from gpuplan.sim.parallel.kernel_lists import stream_readers
     from gpuplan.workloads.dtypes import dtype_bytes
     from gpuplan.workloads.operators import layer_forward
 
@@ -332,7 +332,7 @@ def memory_terms(
     )  # fmt: skip
     tokens = mb * seq / cp
     # an fp32 stream's tensors (``autocast_stream_facts``): bf16 compute only (an fp8 recipe
-    # keeps its stream in bf16: ``compute.residual_dtype_of``), nothing recomputed
+    # keeps its stream in bf16: ``shape.residual_dtype_of``), nothing recomputed
     stream = tokens / np.where(sp, tp, 1) * (
         ((k.layers - k.moe) * f.stream_rep[0] + k.moe * f.stream_rep[1])
         * in_flight(k, pp=pp, m=m, v=v, sched=sched) + k.head * f.stream_head)

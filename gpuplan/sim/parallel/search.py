@@ -34,16 +34,13 @@ from gpuplan.errors import GpuplanError, check_whole
 from gpuplan.hwmodels.efficiency import efficiency_for
 from gpuplan.limits import MAX_DIM
 from gpuplan.sim.inputs import check_gpus, check_seq
-from gpuplan.sim.parallel.compute import (
-    Shape,
-    stack_shape_fields,
-)
 from gpuplan.sim.parallel.cost import usd_per_hour
 from gpuplan.sim.parallel.estimate import flops_per_sequence, training_efficiency
 from gpuplan.sim.parallel.evaluate import memory_of, time_terms
 from gpuplan.sim.parallel.interruptions import Interruptions, expected_interruptions
 from gpuplan.sim.parallel.memory import autocast_stream_facts, model_facts
 from gpuplan.sim.parallel.op_memo import KernelTable, ShapeKernels, shape_time_table
+from gpuplan.sim.parallel.shape import Shape, stack_shape_fields
 from gpuplan.sim.parallel.space import (
     RECOMPUTE_NAMES,
     SCHEDULE_NAMES,
