@@ -90,7 +90,7 @@ def test_fp32_stream_activations_in_training_memory():
     peak = sum(v for k, v in hf.items() if k not in ("fragmentation", "cuda_context"))
     assert abs(peak / 66.95e9 - 1) < 0.03
     # a stack on a bf16 stream keeps the 16-bit count (pytorch eager: same terms as before)
-    from gpuplan.sim.parallel.memory import autocast_stream_facts, model_facts
+    from gpuplan.sim.parallel.model_facts import autocast_stream_facts, model_facts
 
     f = model_facts(cfg)
     assert autocast_stream_facts(f, cfg, get_stack("torch-compile")) is f

@@ -15,7 +15,8 @@ from gpuplan.sim.cluster.checkpoint import expected_waste
 from gpuplan.sim.parallel.compute import CostCache
 from gpuplan.sim.parallel.estimate import estimate_training
 from gpuplan.sim.parallel.interruptions import expected_interruptions
-from gpuplan.sim.parallel.memory import in_flight, model_facts
+from gpuplan.sim.parallel.memory import in_flight
+from gpuplan.sim.parallel.model_facts import model_facts
 from gpuplan.sim.parallel.search import SearchSpace, distinct_layouts, layout_key, search
 from gpuplan.sim.parallel.stage import stage_kinds
 from gpuplan.sim.parallel.strategy import Strategy, auto_pp_layers

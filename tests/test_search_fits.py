@@ -11,7 +11,7 @@ import pytest
 from gpuplan.hwmodels.efficiency import efficiency_for
 from gpuplan.sim.parallel.estimate import training_efficiency
 from gpuplan.sim.parallel.evaluate import evaluate
-from gpuplan.sim.parallel.memory import model_facts
+from gpuplan.sim.parallel.model_facts import model_facts
 from gpuplan.sim.parallel.stage import TIME_FIELDS
 from gpuplan.sim.parallel.step_time import step_total
 from gpuplan.sim.parallel.topology import get_cluster

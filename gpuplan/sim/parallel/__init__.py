@@ -9,7 +9,8 @@ published training runs reproduced.
 - ``shape``/``kernel_lists``/``kernel_costs``/``compute``/``stage``: one GPU's kernels for one
   micro-batch, priced by the one-GPU models (``op_memo``: a search's, in bulk);
 - ``step_time``/``memory``/``evaluate``: closed forms of communication, pipeline bubble,
-  optimizer and memory per GPU, for one strategy or a million at once;
+  optimizer and memory per GPU, for one strategy or a million at once (``model_facts``: the
+  model's sizes they need);
 - ``estimate``: ``estimate_training`` -> ``TrainEstimate`` (breakdown, MFU, HFU, memory, fits);
 - ``search``: every valid strategy evaluated with numpy, the fastest and the Pareto front;
 - ``cost``: time, GPU-hours, money (``data/prices.json``) and energy of a token budget;

@@ -25,12 +25,8 @@ from gpuplan.sim.parallel.compute import CostCache
 from gpuplan.sim.parallel.evaluate import evaluate
 from gpuplan.sim.parallel.kernel_costs import MicroBatchCosts
 from gpuplan.sim.parallel.kernel_lists import CORE
-from gpuplan.sim.parallel.memory import (
-    RECOMPUTE_CODES,
-    SCHEDULE_CODES,
-    autocast_stream_facts,
-    model_facts,
-)
+from gpuplan.sim.parallel.memory import RECOMPUTE_CODES, SCHEDULE_CODES
+from gpuplan.sim.parallel.model_facts import autocast_stream_facts, model_facts
 from gpuplan.sim.parallel.shape import Shape, stack_shape_fields
 from gpuplan.sim.parallel.stage import (
     SAC_GEMM_FRACTION,

@@ -38,7 +38,7 @@ from gpuplan.sim.parallel.cost import usd_per_hour
 from gpuplan.sim.parallel.estimate import flops_per_sequence, training_efficiency
 from gpuplan.sim.parallel.evaluate import memory_of, time_terms
 from gpuplan.sim.parallel.interruptions import Interruptions, expected_interruptions
-from gpuplan.sim.parallel.memory import autocast_stream_facts, model_facts
+from gpuplan.sim.parallel.model_facts import autocast_stream_facts, model_facts
 from gpuplan.sim.parallel.op_memo import KernelTable, ShapeKernels, shape_time_table
 from gpuplan.sim.parallel.shape import Shape, stack_shape_fields
 from gpuplan.sim.parallel.space import (

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuplan.errors import GpuplanError
-from gpuplan.sim.parallel.memory import RECOMPUTE_CODES, SCHEDULE_CODES, model_facts
+from gpuplan.sim.parallel.memory import RECOMPUTE_CODES, SCHEDULE_CODES
+from gpuplan.sim.parallel.model_facts import model_facts
 from gpuplan.sim.parallel.stage import StageKinds, stack_kinds, stage_kinds
 from gpuplan.sim.parallel.strategy import (
     Strategy,

@@ -39,7 +39,7 @@ from gpuplan.sim.parallel.compute import CostCache
 from gpuplan.sim.parallel.estimate import shape_of
 from gpuplan.sim.parallel.kernel_costs import Cost, MicroBatchCosts
 from gpuplan.sim.parallel.kernel_lists import CORE, embedding_ops, head_ops, layer_ops
-from gpuplan.sim.parallel.memory import ACT_BYTES, model_facts
+from gpuplan.sim.parallel.model_facts import ACT_BYTES, model_facts
 from gpuplan.sim.parallel.step_time import (
     GRAD_BYTES,
     PARAM_BYTES,
