@@ -1,6 +1,7 @@
 """One GPU's compute for one micro-batch, priced by the one-GPU kernel models: every block kind,
 the LM head and the embedding of a ``Shape`` (``micro_batch_costs``), and a search's shapes each
-priced once (``CostCache``). The kernel lists are ``kernel_lists``'; their costs ``kernel_costs``.
+priced once (``CostCache``). The kernel lists are in ``kernel_lists``, their pricing in
+``kernel_costs``.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpuplan.sim.parallel.kernel_costs import Cost, MicroBatchCosts, _cost
-from gpuplan.sim.parallel.kernel_lists import CORE as CORE  # published.py imports it from here
+from gpuplan.sim.parallel.kernel_lists import CORE as CORE  # published.py's import of it
 from gpuplan.sim.parallel.kernel_lists import embedding_ops, head_ops, layer_ops
 from gpuplan.sim.parallel.op_memo import PER_OP_IMPLS, OpMemoCosts
 from gpuplan.sim.parallel.shape import Shape
