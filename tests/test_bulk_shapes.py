@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 
 from gpuplan.hwmodels.accelerators import get_accelerator
 from gpuplan.hwmodels.efficiency import efficiency_for, queued
-from gpuplan.sim.parallel.compute import Shape, micro_batch_costs
+from gpuplan.sim.parallel.compute import micro_batch_costs
 from gpuplan.sim.parallel.op_memo import KernelTable, ShapeKernels, shape_time_table
+from gpuplan.sim.parallel.shape import Shape
 from gpuplan.sim.parallel.stage import TIME_FIELDS, shape_times
 from gpuplan.workloads.presets import get_model
 

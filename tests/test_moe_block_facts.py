@@ -3,7 +3,7 @@ first MoE block is block 0 (no leading dense blocks)."""
 
 import dataclasses
 
-from gpuplan.sim.parallel.memory import model_facts, sac_saved_bytes
+from gpuplan.sim.parallel.model_facts import model_facts, sac_saved_bytes
 from gpuplan.workloads.presets import get_model
 
 

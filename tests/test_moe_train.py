@@ -11,14 +11,10 @@ import pytest
 from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.accelerators import get_accelerator
 from gpuplan.hwmodels.efficiency import efficiency_for, queued
-from gpuplan.sim.parallel.compute import (
-    Shape,
-    expert_dtype_of,
-    grouped_experts_of,
-    layer_ops,
-    micro_batch_costs,
-)
+from gpuplan.sim.parallel.compute import micro_batch_costs
+from gpuplan.sim.parallel.kernel_lists import layer_ops
 from gpuplan.sim.parallel.op_memo import KernelTable, ShapeKernels, shape_time_table
+from gpuplan.sim.parallel.shape import Shape, expert_dtype_of, grouped_experts_of
 from gpuplan.sim.parallel.stage import TIME_FIELDS, shape_times
 from gpuplan.sim.stacks import get_stack
 from gpuplan.validate.record_prediction import predict_breakdown
@@ -115,7 +111,7 @@ def test_the_fp32_residual_stream_runs_norms_adds_and_rope_in_fp32_and_casts_eac
     assert any(op.name == "autocast_input_casts.bwd" for op in bwd)
     plain, _ = layer_ops(cfg, Shape(micro_batch=1, seq=1024), 0)
     assert not any(op.name.startswith("autocast_input_casts") for op in plain)
-    from gpuplan.sim.parallel.compute import residual_dtype_of
+    from gpuplan.sim.parallel.shape import residual_dtype_of
     assert residual_dtype_of(get_stack("hf-transformers"), "bf16") == "fp32"
     for name in ("pytorch", "torch-compile", "harness", "megatron-te", "fsdp2"):
         assert residual_dtype_of(get_stack(name), "bf16") == "bf16", name

@@ -7,14 +7,9 @@ from gpuplan.hwmodels.accelerators import get_accelerator
 from gpuplan.hwmodels.efficiency import efficiency_for
 from gpuplan.sim.estimate.breakdown import priced_items
 from gpuplan.sim.estimate.inference import transformers_rmsnorm
-from gpuplan.sim.parallel.compute import (
-    Shape,
-    head_ops,
-    layer_forward_ops,
-    layer_ops,
-    micro_batch_costs,
-    transformers_norm_of,
-)
+from gpuplan.sim.parallel.compute import micro_batch_costs
+from gpuplan.sim.parallel.kernel_lists import head_ops, layer_forward_ops, layer_ops
+from gpuplan.sim.parallel.shape import Shape, transformers_norm_of
 from gpuplan.sim.stacks import get_stack
 from gpuplan.workloads.eager_rmsnorm import eager_rmsnorm
 from gpuplan.workloads.operators import layer_forward
@@ -96,7 +91,7 @@ def test_fp32_stream_activations_in_training_memory():
     peak = sum(v for k, v in hf.items() if k not in ("fragmentation", "cuda_context"))
     assert abs(peak / 66.95e9 - 1) < 0.03
     # a stack on a bf16 stream keeps the 16-bit count (pytorch eager: same terms as before)
-    from gpuplan.sim.parallel.memory import autocast_stream_facts, model_facts
+    from gpuplan.sim.parallel.model_facts import autocast_stream_facts, model_facts
 
     f = model_facts(cfg)
     assert autocast_stream_facts(f, cfg, get_stack("torch-compile")) is f

@@ -9,8 +9,10 @@ from hypothesis import strategies as st
 
 from gpuplan.hwmodels.accelerators import get_accelerator
 from gpuplan.hwmodels.efficiency import efficiency_for
-from gpuplan.sim.parallel.compute import CORE, CostCache, Shape, micro_batch_costs
+from gpuplan.sim.parallel.compute import CostCache, micro_batch_costs
+from gpuplan.sim.parallel.kernel_lists import CORE
 from gpuplan.sim.parallel.op_memo import OpMemoCosts
+from gpuplan.sim.parallel.shape import Shape
 from gpuplan.sim.parallel.stage import TIME_FIELDS, _sac_s, shape_times
 from gpuplan.workloads.presets import get_model
 

@@ -14,7 +14,8 @@ from gpuplan.hwmodels.efficiency import efficiency_for
 from gpuplan.sim.parallel.compute import CostCache
 from gpuplan.sim.parallel.estimate import estimate_training
 from gpuplan.sim.parallel.interruptions import expected_interruptions
-from gpuplan.sim.parallel.memory import in_flight, model_facts
+from gpuplan.sim.parallel.memory import in_flight
+from gpuplan.sim.parallel.model_facts import model_facts
 from gpuplan.sim.parallel.search import SearchSpace, distinct_layouts, layout_key, search
 from gpuplan.sim.parallel.stage import stage_kinds
 from gpuplan.sim.parallel.strategy import Strategy, auto_pp_layers
@@ -274,7 +275,8 @@ def test_overlapping_the_expert_all_to_all_hides_at_most_an_moe_blocks_compute()
 
 
 def test_kernels_shared_between_shapes_are_priced_once_with_the_same_result():
-    from gpuplan.sim.parallel.compute import Shape, micro_batch_costs
+    from gpuplan.sim.parallel.compute import micro_batch_costs
+    from gpuplan.sim.parallel.shape import Shape
     from gpuplan.sim.parallel.stage import shape_times
 
     cfg = get_model("mixtral-8x7b")

@@ -5,7 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuplan.errors import GpuplanError
-from gpuplan.sim.parallel.strategy import Strategy, divisors, nearest, validate
+from gpuplan.sim.parallel.degrees import divisors, nearest
+from gpuplan.sim.parallel.strategy import Strategy, validate
 from gpuplan.workloads.presets import get_model
 
 LLAMA70 = get_model("llama3-70b")  # 64 heads, 8 KV heads, 80 layers

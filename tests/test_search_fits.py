@@ -11,7 +11,8 @@ import pytest
 from gpuplan.hwmodels.efficiency import efficiency_for
 from gpuplan.sim.parallel.estimate import training_efficiency
 from gpuplan.sim.parallel.evaluate import evaluate
-from gpuplan.sim.parallel.memory import model_facts
+from gpuplan.sim.parallel.model_facts import model_facts
+from gpuplan.sim.parallel.shape_pricing import price_shapes
 from gpuplan.sim.parallel.stage import TIME_FIELDS
 from gpuplan.sim.parallel.step_time import step_total
 from gpuplan.sim.parallel.topology import get_cluster
@@ -30,7 +31,7 @@ def every_row(cfg, cluster, gpus, gb, seq, space):
     s = S.enumerate_space(cfg, gpus, gb, seq, acc, space)
     keep = layout_mask(runtime_of(stack), s["tp"], s["pp"], s["zero"], s["cp"])
     s = S._rows(s, keep)  # the rows the stack runs, as the search keeps them
-    index, table, _n = S._price_shapes(cfg, s, seq, acc, eff, space, InProcess(), lambda x, *a: x)
+    index, table, _n = price_shapes(cfg, s, seq, acc, eff, space, InProcess(), lambda x, *a: x)
     _c, terms, mem = evaluate(
         model_facts(cfg), s, {f: table[f][index] for f in TIME_FIELDS},
         kinds=S.search_layouts(cfg, np.unique(s["pp"])).take(s["pp"]), cluster=cluster, acc=acc,

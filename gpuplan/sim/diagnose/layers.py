@@ -122,7 +122,8 @@ def _training_compilation(stack, s: Settings, st) -> LayerOffer:
 
 
 def _runtime(cfg, st) -> list[Candidate]:
-    from gpuplan.sim.parallel.strategy import stage_layer_counts, valid_virtual_stages
+    from gpuplan.sim.parallel.degrees import valid_virtual_stages
+    from gpuplan.sim.parallel.strategy import stage_layer_counts
 
     c = [Candidate(change=f"overlap {f[10:]} communication", edits={f: True})
          for f in OVERLAPS if not getattr(st, "overlap_" + f[10:])]  # fmt: skip
@@ -175,7 +176,7 @@ def training_limit(now: Priced, acc) -> Limit:
 def serving_offers(cfg, acc, *, gpus: int, default_stack: str):
     """The layers' offers for ``gpuplan serve`` settings on ``gpus`` GPUs; ``default_stack``:
     the stack ``gpuplan serve`` runs when ``--stack`` is not given."""
-    from gpuplan.sim.parallel.strategy import valid_tp
+    from gpuplan.sim.parallel.degrees import valid_tp
     from gpuplan.sim.runtime.serving.deployment import (
         MAX_TP,  # one HGX/DGX node (DGX H100 user guide)
     )

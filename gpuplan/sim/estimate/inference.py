@@ -277,8 +277,8 @@ def transformers_rmsnorm(ops: list, stack: Stack) -> list:
     block over the priced ones. Eager stacks that run transformers' code only: Inductor fuses
     the norm into one kernel (``torch-compile``).
     The pieces are ``workloads.eager_rmsnorm.eager_rmsnorm``'s, the training step's too
-    (``sim.parallel.compute``, forward and backward): one definition."""
-    from gpuplan.sim.parallel.compute import transformers_norm_of
+    (``sim.parallel.kernel_lists``, forward and backward): one definition."""
+    from gpuplan.sim.parallel.shape import transformers_norm_of
 
     if not transformers_norm_of(stack):
         return ops
@@ -289,7 +289,7 @@ def transformers_rmsnorm_calls(cfg: ModelConfig, stack: Stack) -> int:
     """Torch calls of one step's RMSNorms under ``transformers_rmsnorm`` beyond one per norm
     (the block's two and the final one): a decode prices its norms as one kernel each, and
     their other seven calls cost the CPU as the prefill's do."""
-    from gpuplan.sim.parallel.compute import transformers_norm_of
+    from gpuplan.sim.parallel.shape import transformers_norm_of
 
     if not (transformers_norm_of(stack) and cfg.norm == "rmsnorm"):
         return 0

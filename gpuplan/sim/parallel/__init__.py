@@ -2,15 +2,20 @@
 published training runs reproduced.
 
 - ``strategy``: ``Strategy`` (tp, pp, dp, cp, ep, sp, ZeRO/FSDP, micro/global batch, schedule,
-  virtual stages, recomputation, precision, overlap options) and its validity rules;
+  virtual stages, recomputation, precision, overlap options) and its validity rules (``degrees``:
+  the degrees a model allows);
 - ``topology``: ``Cluster`` presets (DGX A100/H100/H200, GB200 NVL72) and the placement of each
   parallel dimension on scale-up domains and the scale-out network; ``collectives``:
   hierarchical all-reduce, all-gather, reduce-scatter, all-to-all and point-to-point;
-- ``compute``/``stage``: one GPU's kernels for one micro-batch, priced by the one-GPU models;
+- ``shape``/``kernel_lists``/``kernel_costs``/``compute``/``stage``: one GPU's kernels for one
+  micro-batch, priced by the one-GPU models (``op_memo``: a search's, in bulk);
 - ``step_time``/``memory``/``evaluate``: closed forms of communication, pipeline bubble,
-  optimizer and memory per GPU, for one strategy or a million at once;
-- ``estimate``: ``estimate_training`` -> ``TrainEstimate`` (breakdown, MFU, HFU, memory, fits);
-- ``search``: every valid strategy evaluated with numpy, the fastest and the Pareto front;
+  optimizer and memory per GPU, for one strategy or a million at once (``model_facts``: the
+  model's sizes they need);
+- ``estimate``: ``estimate_training`` -> ``TrainEstimate`` (breakdown, MFU, HFU, memory, fits;
+  ``step_items``: the breakdown's items);
+- ``search``: every valid strategy evaluated with numpy, the fastest and the Pareto front
+  (``space``: the strategies; ``shape_pricing``: their kernel shapes priced in bulk);
 - ``cost``: time, GPU-hours, money (``data/prices.json``) and energy of a token budget;
 - ``published``: Narayanan et al. 2021 and Korthikanti et al. 2022 runs against predictions.
 """

@@ -3,11 +3,11 @@
 ``estimate_training`` validates the strategy, prices the kernels of one micro-batch on one GPU
 with the one-GPU models (``compute``), evaluates the closed forms of communication, pipeline bubble
 and memory (``evaluate``), and itemizes the step as a ``Breakdown`` whose items sum to the step
-time: compute by kernel class (slowest stage, all micro-batches), recomputation, exposed TP/SP,
-CP, EP, PP, ZeRO and DP communication, the bubble and the optimizer. MFU counts the model's FLOPs
-(``workloads.operators.training_flops``: 6N plus attention, no recomputation); HFU the FLOPs the
-kernels execute (recomputation and the flash backward's extra product included), both against
-the dense peak of the GEMM precision.
+time (``step_items``): compute by kernel class (slowest stage, all micro-batches), recomputation,
+exposed TP/SP, CP, EP, PP, ZeRO and DP communication, the bubble and the optimizer. MFU counts the
+model's FLOPs (``workloads.operators.training_flops``: 6N plus attention, no recomputation); HFU
+the FLOPs the kernels execute (recomputation and the flash backward's extra product included),
+both against the dense peak of the GEMM precision.
 """
 
 from __future__ import annotations
@@ -20,46 +20,28 @@ import numpy as np
 
 from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.efficiency import efficiency_for, queued
-from gpuplan.sim.estimate.breakdown import Breakdown, Item
-from gpuplan.sim.parallel.compute import (
-    CORE,
-    CostCache,
-    MicroBatchCosts,
-    Shape,
-    stack_shape_fields,
-)
+from gpuplan.sim.estimate.breakdown import Breakdown
+from gpuplan.sim.parallel.compute import CostCache
 from gpuplan.sim.parallel.evaluate import evaluate
-from gpuplan.sim.parallel.memory import (
-    RECOMPUTE_CODES,
-    SCHEDULE_CODES,
-    autocast_stream_facts,
-    model_facts,
-)
+from gpuplan.sim.parallel.kernel_costs import MicroBatchCosts
+from gpuplan.sim.parallel.kernel_lists import CORE
+from gpuplan.sim.parallel.memory import RECOMPUTE_CODES, SCHEDULE_CODES
+from gpuplan.sim.parallel.model_facts import autocast_stream_facts, model_facts
+from gpuplan.sim.parallel.shape import Shape, stack_shape_fields
 from gpuplan.sim.parallel.stage import (
     SAC_GEMM_FRACTION,
     StageKinds,
-    sac_items,
     shape_times,
     stage_kinds,
 )
-from gpuplan.sim.parallel.step_time import BF16_OPTIMIZER, TIME_TERMS, step_total
+from gpuplan.sim.parallel.step_items import check_total, step_items
+from gpuplan.sim.parallel.step_time import BF16_OPTIMIZER
 from gpuplan.sim.parallel.strategy import Strategy, stage_layer_counts, validate
 from gpuplan.sim.parallel.topology import Cluster
 from gpuplan.sim.stacks import get_stack, stack_efficiency
 from gpuplan.sim.stacks.training import check_layout, pipeline_unsharded, runtime_of
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.operators import training_flops
-
-COMM_ITEMS = {  # term -> (breakdown layer, op name)
-    "tp_comm": ("parallel", "tp/sp collectives"),
-    "cp_comm": ("parallel", "cp ring-attention exchange"),
-    "ep_comm": ("parallel", "ep all_to_all"),
-    "pp_comm": ("parallel", "pp send/recv"),
-    "zero_comm": ("parallel", "zero gathers/reduce-scatters"),
-    "dp_comm": ("parallel", "dp gradient reduction"),
-    "param_allgather": ("parallel", "dp parameter all_gather"),
-    "embedding_sync": ("parallel", "tied-embedding all_reduce"),
-}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -171,7 +153,7 @@ def strategy_kinds(st: Strategy, cfg: ModelConfig) -> StageKinds:
 
 def shape_of(st: Strategy, cfg: ModelConfig, seq: int, stack=None) -> Shape:
     """The per-GPU kernel shape of one micro-batch under ``st`` (on ``stack``: the fields it
-    sets, ``compute.stack_shape_fields``)."""
+    sets, ``shape.stack_shape_fields``)."""
     load = (st.capacity_factor or st.expert_imbalance) if cfg.is_moe else 1.0
     return Shape(
         micro_batch=st.micro_batch,
@@ -211,17 +193,46 @@ def estimate_training(
     gpus = strategy.world if gpus is None else gpus
     validate(strategy, cfg, gpus, seq)
     acc = cluster.accelerator
-    if not acc.supports(strategy.precision):
-        raise GpuplanError(
-            f"precision={strategy.precision!r} is not supported by {acc.key}: it has no "
-            f"{strategy.precision} tensor-core rate; use bf16"
-        )
+    _check_precision(strategy, acc)
     stack = get_stack(stack or DEFAULT_TRAINING_STACK)
     check_layout(stack, strategy)
     runtime = runtime_of(stack)
     eff = training_efficiency(stack, eff or efficiency_for(acc.key), acc)
     costs = costs or CostCache(cfg, acc, eff, stack.elementwise)
     mbc = costs(shape_of(strategy, cfg, seq, stack))
+    bd = _breakdown(cfg, strategy, mbc, cluster=cluster, acc=acc, eff=eff, seq=seq, stack=stack,
+                    runtime=runtime)  # fmt: skip
+    model_flops = flops_per_sequence(cfg, seq, False) * strategy.global_batch
+    return TrainEstimate(
+        model=cfg.name,
+        cluster=cluster.key,
+        gpus=gpus,
+        seq=seq,
+        strategy=strategy,
+        breakdown=bd,
+        model_flops_per_step=model_flops,
+        hardware_flops_per_step=_hardware_flops(cfg, mbc, strategy, seq, runtime.selective),
+        peak_flops_per_s=acc.peak(strategy.precision),
+        device_memory_bytes=acc.hbm_bytes,
+        efficiency_source=eff.source,
+        notes=bd.notes,
+        stack=stack.name,
+    )
+
+
+def _check_precision(strategy: Strategy, acc) -> None:
+    """Raise a GpuplanError where ``acc`` has no tensor-core rate in the GEMM precision."""
+    if not acc.supports(strategy.precision):
+        raise GpuplanError(
+            f"precision={strategy.precision!r} is not supported by {acc.key}: it has no "
+            f"{strategy.precision} tensor-core rate; use bf16"
+        )
+
+
+def _breakdown(cfg: ModelConfig, strategy: Strategy, mbc: MicroBatchCosts, *, cluster: Cluster,
+               acc, eff, seq: int, stack, runtime) -> Breakdown:  # fmt: skip
+    """The step of ``strategy`` itemized (``step_items``), with the memory terms of the GPU
+    that needs the most and the estimate's notes; its items add up to the closed form's step."""
     facts = autocast_stream_facts(model_facts(cfg), cfg, stack, strategy.precision)
     s = strategy_arrays(strategy, cfg)
     kinds = strategy_kinds(strategy, cfg)
@@ -240,28 +251,13 @@ def estimate_training(
         grads_persist=stack.grads_persist,
         runtime=runtime,
     )
-    items = _items(mbc, kinds, strategy, terms, runtime.selective)
+    items = step_items(mbc, kinds, strategy, terms, runtime.selective)
     memory = {k: float(v) for k, v in mem.items()}
     notes = (f"stack: {stack.describe(acc)}", *_notes(strategy, eff),
              *_runtime_notes(runtime, strategy))  # fmt: skip
     bd = Breakdown(items=tuple(items), memory_bytes=memory, notes=notes)
-    _check_total(bd, terms)
-    model_flops = flops_per_sequence(cfg, seq, False) * strategy.global_batch
-    return TrainEstimate(
-        model=cfg.name,
-        cluster=cluster.key,
-        gpus=gpus,
-        seq=seq,
-        strategy=strategy,
-        breakdown=bd,
-        model_flops_per_step=model_flops,
-        hardware_flops_per_step=_hardware_flops(cfg, mbc, strategy, seq, runtime.selective),
-        peak_flops_per_s=acc.peak(strategy.precision),
-        device_memory_bytes=acc.hbm_bytes,
-        efficiency_source=eff.source,
-        notes=bd.notes,
-        stack=stack.name,
-    )
+    check_total(bd, terms)
+    return bd
 
 
 DEFAULT_TRAINING_STACK = "megatron-te"
@@ -281,122 +277,6 @@ def stack_strategy(strategy: Strategy, stack) -> Strategy:
     state = "bf16-mixed" if stack.mixed_precision == "autocast" else "bf16-mixed-megatron"
     return replace(strategy, state_precision=state, overlap_dp=stack.overlap_dp,
                    overlap_tp=stack.overlap_tp, overlap_pp=stack.overlap_pp)  # fmt: skip
-
-
-def _scaled(items, factor: float, *, phase: str | None = None, layer: str | None = None):
-    return [
-        Item(
-            layer=layer or i.layer,
-            category=i.category,
-            op=i.op,
-            phase=phase or i.phase,
-            time_s=i.time_s * factor,
-            flops=i.flops * factor,
-            bytes=i.bytes * factor,
-            kernels=int(round(i.kernels * factor)),
-            bound=i.bound,
-        )
-        for i in items
-        if factor
-    ]
-
-
-def _stage_items(mbc: MicroBatchCosts, kinds: StageKinds, st: Strategy, slow: int,
-                 selective: str = "attention-core") -> list[Item]:  # fmt: skip
-    """Compute and recompute items of the slowest stage over all micro-batches."""
-    layers, moe = int(kinds.layers[slow]), int(kinds.moe[slow])
-    m = st.micro_batches
-    groups = [(mbc.dense, layers - moe), (mbc.moe, moe)]
-    out: list[Item] = []
-    for cost, count in groups:
-        if cost is None or not count:
-            continue
-        out += _scaled(cost.fwd + cost.bwd, m * count)
-        if st.recompute == "full":
-            out += _scaled(cost.fwd, m * count, phase="recompute", layer="compile")
-        elif st.recompute == "selective" and selective == "op-sac":
-            for share in sorted({f for _, f in sac_items(cost)}):
-                again = [i for i, f in sac_items(cost) if f == share]
-                out += _scaled(again, m * count * share, phase="recompute", layer="compile")
-        elif st.recompute == "selective":
-            core = [i for i in cost.fwd if i.op.startswith(CORE)]
-            out += _scaled(core, m * count, phase="recompute", layer="compile")
-    ends = [mbc.head] * bool(kinds.head[slow]) + [mbc.embedding] * bool(kinds.emb[slow])
-    for cost in ends:
-        out += _scaled(cost.fwd + cost.bwd, m)
-    return out
-
-
-def _items(mbc: MicroBatchCosts, kinds: StageKinds, st: Strategy, terms: dict,
-           selective: str = "attention-core") -> list[Item]:  # fmt: skip
-    items = _stage_items(mbc, kinds, st, int(terms["slowest_kind"]), selective)
-    for term, (layer, op) in COMM_ITEMS.items():
-        value = float(terms[term])
-        if value > 0:
-            items.append(
-                Item(
-                    layer=layer,
-                    category="communication",
-                    op=op,
-                    phase="step",
-                    time_s=value,
-                    bound="bandwidth",
-                )
-            )
-    bubble = float(terms["bubble"])
-    if bubble > 0:
-        name = f"{st.schedule} bubble (p={st.pp}, v={st.chunks}, m={st.micro_batches})"
-        items.append(
-            Item(
-                layer="runtime",
-                category="bubble",
-                op=name,
-                phase="step",
-                time_s=bubble,
-                bound="pipeline",
-            )
-        )
-    for term, layer, category, op in (
-        ("host_overhead", "runtime", "launch", "host issue time not hidden"),
-        ("weight_casts", "compile", "copy", "autocast weight and gradient casts"),
-    ):
-        value = float(terms[term])
-        if value > 0:
-            items.append(Item(layer=layer, category=category, op=op, phase="step",
-                              time_s=value, bound="launch" if category == "launch" else "memory"))
-    accumulate = float(terms["grad_accumulation"])
-    if accumulate > 0:
-        items.append(
-            Item(
-                layer="compile",
-                category="elementwise",
-                op="gradient accumulation",
-                phase="bwd",
-                time_s=accumulate,
-                bound="memory",
-                kernels=st.micro_batches,
-            )
-        )
-    items.append(
-        Item(
-            layer="model",
-            category="adamw",
-            op="optimizer step",
-            phase="optimizer",
-            time_s=float(terms["optimizer"]),
-            bound="memory",
-            kernels=1,
-        )
-    )
-    return items
-
-
-def _check_total(bd: Breakdown, terms: dict) -> None:
-    """The items are the closed form's terms, itemized: they must add up to the same step."""
-    total = float(step_total(terms))
-    if abs(bd.total_s - total) > 1e-9 * max(total, 1e-12):
-        parts = {k: float(terms[k]) for k in TIME_TERMS}
-        raise AssertionError(f"breakdown {bd.total_s} != closed form {total}: {parts}")
 
 
 def _hardware_flops(cfg, mbc: MicroBatchCosts, st: Strategy, seq: int,

@@ -12,7 +12,8 @@ import numpy as np
 
 from gpuplan.sim.parallel import step_time
 from gpuplan.sim.parallel.collectives import links
-from gpuplan.sim.parallel.memory import ACT_BYTES, memory_terms, stage_params
+from gpuplan.sim.parallel.memory import memory_terms, stage_params
+from gpuplan.sim.parallel.model_facts import ACT_BYTES
 from gpuplan.sim.parallel.stage import StageKinds, stage_compute
 from gpuplan.sim.parallel.topology import Cluster, spans
 from gpuplan.sim.stacks.training import pipeline_unsharded, pipeline_zero

@@ -22,21 +22,17 @@ from gpuplan.hwmodels.bulk import price_ops
 from gpuplan.hwmodels.price import host_calls
 from gpuplan.sim.estimate.breakdown import Item
 from gpuplan.sim.estimate.composite import _as_run, layer_groups
-from gpuplan.sim.parallel.compute import (
+from gpuplan.sim.parallel.fp8 import fp8_cast_ops
+from gpuplan.sim.parallel.kernel_costs import Cost, MicroBatchCosts, _cost, _priced, cost_of
+from gpuplan.sim.parallel.kernel_lists import (
     CORE,
-    Cost,
-    MicroBatchCosts,
-    Shape,
-    _cost,
     _experts,
-    _priced,
-    cost_of,
     embedding_ops,
     head_ops,
     layer_forward_ops,
     layer_ops,
 )
-from gpuplan.sim.parallel.fp8 import fp8_cast_ops
+from gpuplan.sim.parallel.shape import Shape
 from gpuplan.sim.parallel.stage import SAC_GEMM_FRACTION
 from gpuplan.workloads.operators import backward_of, layer_forward
 from gpuplan.workloads.ops import op_class
@@ -80,7 +76,7 @@ class OpMemoCosts:
         return got
 
     def layer_cost(self, shape: Shape, layer: int) -> Cost:
-        """``compute._cost(layer_ops(cfg, shape, layer), ...)``, from the per-kernel memo."""
+        """``kernel_costs._cost(layer_ops(cfg, shape, layer), ...)``, from the per-kernel memo."""
         key = (shape.micro_batch, shape.seq // shape.cp, layer, shape.tp)
         base = self._base.get(key)
         if base is None:
@@ -222,7 +218,7 @@ class ShapeKernels:
         return shared[0], moe, shared[1], shared[2]
 
     def _listed(self, ops) -> Part:
-        """``compute._cost``'s kernels of a (forward, backward) list."""
+        """``kernel_costs._cost``'s kernels of a (forward, backward) list."""
         fwd, bwd = (_as_run(o, self.impl) for o in ops)
         cast_fwd, cast_bwd = fp8_cast_ops(ops[0], self.impl)
         return self.table.ids(fwd + cast_fwd), self.table.ids(bwd + cast_bwd)
@@ -234,7 +230,7 @@ class ShapeKernels:
         ref = replace(shape, ep=1, load=1.0) if moe else shape
         fwd, per_op, extra_ids = self._reference(ref, layer)
         if moe and (shape.ep != 1 or shape.load != 1.0):
-            # ep and the load change only the expert kernels (``compute._experts``, a map op by
+            # ep and the load change only the expert kernels (``kernel_lists._experts``, a map op by
             # op that the other steps of ``layer_forward_ops`` leave alone): re-number those
             moving = self._moving.get((ref, layer))
             if moving is None:  # the ops _experts replaces (by name and class, whatever ep)

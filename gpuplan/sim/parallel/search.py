@@ -6,9 +6,9 @@ How it stays fast (no per-strategy call of the per-kernel model):
    schedule (GPipe, 1F1B, interleaved with every valid virtual-stage count) as base rows, then
    the product with recomputation, ZeRO stage, sequence parallelism and precision as numpy arrays;
 2. price the few distinct per-GPU kernel shapes (micro-batch, tp, cp, sp, ep, precision) in
-   bulk: each shape's kernels are listed as numbers of one table of distinct kernels
-   (``op_memo.ShapeKernels``), the new kernels priced in a few numpy calls of the one-GPU kernel
-   models' array mirrors (``hwmodels.bulk``), and every shape's times summed at once
+   bulk (``shape_pricing``): each shape's kernels are listed as numbers of one table of distinct
+   kernels (``op_memo.ShapeKernels``), the new kernels priced in a few numpy calls of the one-GPU
+   kernel models' array mirrors (``hwmodels.bulk``), and every shape's times summed at once
    (``op_memo.shape_time_table``: the same doubles as ``compute.CostCache`` + ``shape_times``);
 3. evaluate the closed form of memory for all strategies at once (``evaluate.memory_of``), and
    those of communication and bubble for the strategies that fit (``evaluate.time_terms``), in
@@ -34,16 +34,12 @@ from gpuplan.errors import GpuplanError, check_whole
 from gpuplan.hwmodels.efficiency import efficiency_for
 from gpuplan.limits import MAX_DIM
 from gpuplan.sim.estimate.inputs import check_gpus, check_seq
-from gpuplan.sim.parallel.compute import (
-    Shape,
-    stack_shape_fields,
-)
 from gpuplan.sim.parallel.cost import usd_per_hour
 from gpuplan.sim.parallel.estimate import flops_per_sequence, training_efficiency
 from gpuplan.sim.parallel.evaluate import memory_of, time_terms
 from gpuplan.sim.parallel.interruptions import Interruptions, expected_interruptions
-from gpuplan.sim.parallel.memory import autocast_stream_facts, model_facts
-from gpuplan.sim.parallel.op_memo import KernelTable, ShapeKernels, shape_time_table
+from gpuplan.sim.parallel.model_facts import autocast_stream_facts, model_facts
+from gpuplan.sim.parallel.shape_pricing import price_shapes
 from gpuplan.sim.parallel.space import (
     RECOMPUTE_NAMES,
     SCHEDULE_NAMES,
@@ -66,7 +62,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
 CHUNK = 65_536  # strategies evaluated per numpy pass (a piece of work of the sweep)
-SHAPE_CHUNK = 128  # kernel shapes priced per piece of work (each piece has its cache's copy)
 __all__ = ["SearchResult", "SearchSpace", "distinct_layouts", "enumerate_space", "pareto_front",
            "row_strategy", "search"]  # fmt: skip
 
@@ -90,60 +85,6 @@ class SearchResult:
     def total_s(self) -> float:
         return self.pricing_s + self.evaluation_s
 
-
-def _price_shapes(cfg, s: dict, seq: int, acc, eff, space: SearchSpace, pool, progress):
-    """Index of each strategy's shape and the shapes' times as arrays (priced in pieces of
-    ``SHAPE_CHUNK`` shapes, merged in order: the same wherever the pieces run)."""
-    keys = np.stack([s["mb"], s["tp"], s["cp"], s["sp"], s["ep"], s["fp8"]], axis=1)
-    uniq, index = unique_rows(keys)
-    # one table of kernels for every piece: run here, the pieces share the kernels they price
-    # (a worker elsewhere gets a copy; the numbers are the same either way)
-    kernels = ShapeKernels(cfg, get_stack(space.stack).elementwise, KernelTable(acc, eff))
-    price = partial(_price_piece, kernels, seq, space)
-    pieces = [uniq[sl] for sl in chunks(len(uniq), SHAPE_CHUNK)]
-    parts = pool.map(price, progress(pieces, "pricing kernel shapes", pool))
-    table = {f: np.concatenate([part[f] for part in parts]) for f in TIME_FIELDS}
-    return index.ravel(), table, len(uniq)
-
-
-def unique_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(keys, axis=0, return_inverse=True)`` of non-negative integer rows, as one
-    int64 sort of a mixed-radix number (a row-wise unique is several times slower)."""
-    keys = keys.astype(np.int64)
-    bases = keys.max(axis=0) + 1
-    if float(np.prod(bases.astype(float))) >= 2.0**62:
-        uniq, index = np.unique(keys, axis=0, return_inverse=True)
-        return uniq, index.ravel()
-    number = np.zeros(len(keys), dtype=np.int64)
-    for col, base in zip(keys.T, bases, strict=True):
-        number = number * int(base) + col
-    _numbers, first, index = np.unique(number, return_index=True, return_inverse=True)
-    return keys[first], index.ravel()
-
-
-def _price_piece(kernels: ShapeKernels, seq: int, space: SearchSpace, shapes: np.ndarray) -> dict:
-    """Times of ``shapes`` (rows of micro-batch, tp, cp, sp, ep, fp8): one piece of a sweep.
-    Each shape's kernels are listed as numbers, the new ones priced in a few array calls
-    (``hwmodels.bulk``), and the per-shape sums taken at once (``op_memo.shape_time_table``)."""
-    cfg = kernels.cfg
-    stack = get_stack(space.stack)
-    parts = []
-    for mb, tp, cp, sp, ep, fp8 in shapes.tolist():
-        precision = "fp8" if fp8 else "bf16"
-        shape = Shape(
-            micro_batch=int(mb),
-            seq=seq,
-            tp=int(tp),
-            cp=int(cp),
-            sp=bool(sp),
-            ep=int(ep) if cfg.is_moe else 1,
-            load=space.load if cfg.is_moe else 1.0,
-            precision=precision,
-            attention=space.attention,
-            **stack_shape_fields(stack, precision, cfg.is_moe),
-        )
-        parts.append(kernels.parts(shape))
-    return shape_time_table(parts, kernels.table, kernels.table.eff)
 
 
 def _progress(total: int):
@@ -182,35 +123,16 @@ def search(
     acc = cluster.accelerator
     stack = get_stack(space.stack)
     eff = training_efficiency(stack, eff or efficiency_for(acc.key), acc)
-    s = enumerate_space(cfg, gpus, global_batch, seq, acc, space)
-    keep = layout_mask(runtime_of(stack), s["tp"], s["pp"], s["zero"], s["cp"])  # it runs
-    s = _rows(s, keep)
+    s = _runnable_rows(cfg, gpus, global_batch, seq, acc, space, stack)
     total = len(s["tp"])
-    if total == 0:
-        raise GpuplanError(
-            f"no valid layout of {cfg.name} on gpus={gpus} with global_batch={global_batch}: "
-            "the data-parallel degree must divide the global batch; try a global_batch that is "
-            "a multiple of a power of two"
-        )
     pool = pool or InProcess()
     progress = _progress(total)
     t0 = time.perf_counter()
-    index, table, n_shapes = _price_shapes(cfg, s, seq, acc, eff, space, pool, progress)
+    index, table, n_shapes = price_shapes(cfg, s, seq, acc, eff, space, pool, progress)
     t1 = time.perf_counter()
-    fits, leanest = _evaluate_all(
-        cfg,
-        s,
-        index,
-        table,
-        cluster=cluster,
-        acc=acc,
-        eff=eff,
-        seq=seq,
-        space=space,
-        gpus=gpus,
-        pool=pool,
-        progress=progress,
-    )
+    fits, leanest = _evaluate_all(cfg, s, index, table, cluster=cluster, acc=acc, eff=eff,
+                                  seq=seq, space=space, gpus=gpus, pool=pool,
+                                  progress=progress)  # fmt: skip
     t2 = time.perf_counter()
     if fits is None:
         raise _fits_nowhere(cfg, leanest, total, gpus, acc)
@@ -219,16 +141,8 @@ def search(
                                state_precision=space.state_precision)
         if tokens else None
     )  # fmt: skip
-    fits = _with_cost(
-        fits,
-        gpus=gpus,
-        acc=acc,
-        tokens=tokens,
-        usd=usd_per_gpu_hour,
-        global_batch=global_batch,
-        seq=seq,
-        interruptions=interruptions,
-    )
+    fits = _with_cost(fits, gpus=gpus, acc=acc, tokens=tokens, usd=usd_per_gpu_hour,
+                      global_batch=global_batch, seq=seq, interruptions=interruptions)  # fmt: skip
     fits = fits.sort_values("step_time_s", kind="stable").reset_index(drop=True)
     return SearchResult(
         frame=fits,
@@ -240,6 +154,22 @@ def search(
         evaluation_s=t2 - t1,
         interruptions=interruptions,
     )
+
+
+def _runnable_rows(cfg, gpus: int, global_batch: int, seq: int, acc, space: SearchSpace,
+                   stack) -> dict:  # fmt: skip
+    """The strategy columns of the space that ``stack`` runs (``stacks.training.layout_mask``);
+    a GpuplanError where there is none."""
+    s = enumerate_space(cfg, gpus, global_batch, seq, acc, space)
+    keep = layout_mask(runtime_of(stack), s["tp"], s["pp"], s["zero"], s["cp"])  # it runs
+    s = _rows(s, keep)
+    if len(s["tp"]) == 0:
+        raise GpuplanError(
+            f"no valid layout of {cfg.name} on gpus={gpus} with global_batch={global_batch}: "
+            "the data-parallel degree must divide the global batch; try a global_batch that is "
+            "a multiple of a power of two"
+        )
+    return s
 
 
 def _evaluate_all(cfg, s, index, table, *, cluster, acc, eff, seq, space, gpus, pool, progress):

@@ -24,15 +24,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuplan.errors import GpuplanError
-from gpuplan.sim.parallel.memory import RECOMPUTE_CODES, SCHEDULE_CODES, model_facts
+from gpuplan.sim.parallel.degrees import divisors, valid_tp, valid_virtual_stages
+from gpuplan.sim.parallel.memory import RECOMPUTE_CODES, SCHEDULE_CODES
+from gpuplan.sim.parallel.model_facts import model_facts
 from gpuplan.sim.parallel.stage import StageKinds, stack_kinds, stage_kinds
-from gpuplan.sim.parallel.strategy import (
-    Strategy,
-    auto_pp_layers,
-    divisors,
-    valid_tp,
-    valid_virtual_stages,
-)
+from gpuplan.sim.parallel.strategy import Strategy, auto_pp_layers
 
 SCHEDULE_NAMES = {v: k for k, v in SCHEDULE_CODES.items()}
 RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE_CODES.items()}

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuplan.sim.parallel.compute import CORE, Cost, MicroBatchCosts
+from gpuplan.sim.parallel.kernel_costs import Cost, MicroBatchCosts
+from gpuplan.sim.parallel.kernel_lists import CORE
 
 TIME_FIELDS = (
     "dense_fwd",

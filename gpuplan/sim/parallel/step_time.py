@@ -215,9 +215,58 @@ def step_terms(*, lk, sp_, s, c, k, bytes_, params) -> dict:
     ``params``: stage (per kind), max_stage, embedding, with the optimizer and accumulation
     times as ``optimizer_s`` and ``accumulate_s``.
     """
-    tp, pp, dp, cp, ep, rc = s["tp"], s["pp"], s["dp"], s["cp"], s["ep"], s["rc"]
-    m, chunks, zero = s["m"], s["chunks"], s["zero"]
+    m = s["m"]
     rows = s.get("comm_rows")  # (representatives, inverse) of the distinct degree rows
+    x_tp_layer, x_cp_layer, x_ep_layer, x_pp = _block_comm(lk, sp_, s, c, bytes_, params, rows)
+    compute_k = c["stage_fwd"] + c["stage_bwd"] + c["recompute"]
+    x_z = _zero_block_comm(lk, sp_, s, k, params, compute_k, rows)
+    x_tp, x_cp, x_ep = k.layers * x_tp_layer, k.layers * x_cp_layer, k.moe * x_ep_layer
+    gpu_k = compute_k + x_tp + x_cp + x_ep + x_pp + x_z  # one micro-batch on each kind of stage
+    cast_mb = params.get("cast_s", 0.0)
+    host_k = _exposed_host(c, params, gpu_k, cast_mb)
+    t_k = gpu_k + host_k
+    kinds = len(k.count)
+    slow = np.argmax(np.where(k.count > 0, t_k, -np.inf), axis=0)
+
+    def at_slowest(values):
+        return _at_kind(values, slow, kinds)
+
+    t_mb = at_slowest(t_k)
+    bubble = np.where(s["pp"] > 1, (np.sum(k.count * t_k, axis=0) - t_mb) / s["chunks"], 0.0)
+    stage_fwd, stage_bwd = at_slowest(c["stage_fwd"]), at_slowest(c["stage_bwd"])
+    x_dp, x_ag = _dp_comm(lk, sp_, s, params, stage_fwd, stage_bwd, rows)
+    return {
+        "compute_fwd": m * stage_fwd,
+        "compute_bwd": m * stage_bwd,
+        "recompute": m * at_slowest(c["recompute"]),
+        "tp_comm": m * at_slowest(x_tp),
+        "cp_comm": m * at_slowest(x_cp),
+        "ep_comm": m * at_slowest(x_ep),
+        "pp_comm": m * np.broadcast_to(x_pp, np.shape(t_mb)),
+        "zero_comm": m * at_slowest(x_z),
+        "bubble": bubble,
+        "dp_comm": x_dp,
+        "param_allgather": x_ag,
+        "embedding_sync": _embedding_sync(lk, s, params),
+        "grad_accumulation": _grad_accumulation(s, params),
+        "host_overhead": m * at_slowest(host_k),
+        "weight_casts": m * cast_mb,
+        "optimizer": params["optimizer_s"],
+        "stage_s": t_mb,
+        "slowest_kind": slow,
+    }
+
+
+def _at_kind(values, index, kinds: int):
+    """``values`` (K, ...) at kind ``index`` (...) of each strategy."""
+    values = np.broadcast_to(values, (kinds, *np.shape(index)))
+    return np.take_along_axis(values, np.asarray(index)[None], axis=0)[0]
+
+
+def _block_comm(lk, sp_, s, c, bytes_, params, rows):
+    """Exposed TP/SP, CP and EP communication of one block and micro-batch, and the exposed
+    pipeline sends of one micro-batch: (tp, cp, ep, pp)."""
+    tp, pp, cp, ep, rc = s["tp"], s["pp"], s["cp"], s["ep"], s["rc"]
     tp_layer = tp_comm_s(lk, sp_["tp"], bytes_["act"], tp, rc, s["sp"], rows)
     shared = params.get("interference", 0.0)  # a stack's runtime (stacks.training)
     x_tp_layer = exposed(tp_layer, c["gemm_layer"], s["overlap_tp"], shared)
@@ -227,16 +276,21 @@ def step_terms(*, lk, sp_, s, c, k, bytes_, params) -> dict:
         ep_comm_s(lk, sp_["ep"], bytes_["dispatch"], ep, rc, rows), c["moe_layer"],
         s["overlap_ep"],
     )  # fmt: skip
-    pp_one = pp_comm_s(lk, sp_["pp_cross"], sp_["tp"], bytes_["act"], tp, s["sp"], pp, chunks,
-                       rows)  # fmt: skip
+    pp_one = pp_comm_s(lk, sp_["pp_cross"], sp_["tp"], bytes_["act"], tp, s["sp"], pp,
+                       s["chunks"], rows)  # fmt: skip
     # a runtime whose pipeline sends and receives block one by one (DeepSpeed) has more
     # transfers on each stage's path than Megatron's paired exchanges (stacks.training)
     pp_one = pp_one * params.get("pp_transfers", 2) / 2
     x_pp = np.where(s["overlap_pp"], 0.0, pp_one)
+    return x_tp_layer, x_cp_layer, x_ep_layer, x_pp
+
+
+def _zero_block_comm(lk, sp_, s, k, params, compute_k, rows):
+    """Exposed ZeRO-2/3 traffic of one micro-batch on each kind of stage: the reduce-scatter of
+    each block's gradients (ZeRO 2, 3) and the gathers of its parameters (ZeRO 3)."""
+    zero, group, rc = s["zero"], s["dp"] * s["cp"], s["rc"]
     dl, dn = sp_["dpcp"]
-    group = dp * cp
     z3_calls = 2 + np.where(rc == 2, 1, 0)
-    compute_k = c["stage_fwd"] + c["stage_bwd"] + c["recompute"]
     # ZeRO-2/3 work block by block (an FSDP unit is a block): one gather / reduce-scatter each
     block = params["stage"] / np.maximum(k.layers, 1)
     # a stack's runtime (stacks.training): gradient bytes on the wire, ZeRO-3 gather calls per
@@ -252,27 +306,28 @@ def step_terms(*, lk, sp_, s, c, k, bytes_, params) -> dict:
     )
     # a runtime may prefetch ZeRO-3 gathers where it does not overlap other DP traffic (DeepSpeed)
     z_overlap = np.asarray(s["overlap_dp"]) | ((zero >= 3) & params.get("overlap_zero3", False))
-    x_z = np.where(zero >= 2, exposed(z3_mb, compute_k, z_overlap, shared), 0.0)
-    x_tp, x_cp, x_ep = k.layers * x_tp_layer, k.layers * x_cp_layer, k.moe * x_ep_layer
-    gpu_k = compute_k + x_tp + x_cp + x_ep + x_pp + x_z  # one micro-batch on each kind of stage
+    shared = params.get("interference", 0.0)
+    return np.where(zero >= 2, exposed(z3_mb, compute_k, z_overlap, shared), 0.0)
+
+
+def _exposed_host(c, params, gpu_k, cast_mb):
+    """The CPU time of issuing one micro-batch's calls that its GPU work does not cover."""
     # the CPU issues a micro-batch's calls (and starts its backward) while the GPU runs the
     # earlier ones: only the issue time its kernels and casts do not cover shows (hwmodels.launch)
-    cast_mb = params.get("cast_s", 0.0)
     host = c.get("host", 0.0) + params.get("autograd_s", 0.0)
     host_k = np.maximum(host - (gpu_k + cast_mb), 0.0)
     if params.get("launch_blocking", False):  # CUDA_LAUNCH_BLOCKING=1: nothing runs ahead
         host_k = np.broadcast_to(host, np.shape(gpu_k)).astype(float)
-    t_k = gpu_k + host_k
-    kinds = len(k.count)
-    slow = np.argmax(np.where(k.count > 0, t_k, -np.inf), axis=0)
+    return host_k
 
-    def at_slowest(values):
-        values = np.broadcast_to(values, (kinds, *np.shape(slow)))
-        return np.take_along_axis(values, np.asarray(slow)[None], axis=0)[0]
 
-    t_mb = at_slowest(t_k)
-    bubble = np.where(pp > 1, (np.sum(k.count * t_k, axis=0) - t_mb) / chunks, 0.0)
-    stage_fwd, stage_bwd = at_slowest(c["stage_fwd"]), at_slowest(c["stage_bwd"])
+def _dp_comm(lk, sp_, s, params, stage_fwd, stage_bwd, rows):
+    """Exposed data-parallel gradient reduction and parameter all-gather of one step, over the
+    dp x cp group of the largest stage: (reduction, all-gather)."""
+    zero, group = s["zero"], s["dp"] * s["cp"]
+    dl, dn = sp_["dpcp"]
+    shared = params.get("interference", 0.0)
+    grad_bytes = params.get("grad_bytes", GRAD_BYTES)
     stage_p = params["max_stage"]
     ag_stage = on_rows(rows, co.all_gather_s, lk, dl, dn, stage_p * PARAM_BYTES / group)
     rs_stage = on_rows(rows, co.reduce_scatter_s, lk, dl, dn, stage_p * grad_bytes)
@@ -282,8 +337,7 @@ def step_terms(*, lk, sp_, s, c, k, bytes_, params) -> dict:
         np.where(zero == 1, rs_stage, 0.0),
     )
     # DeepSpeed's BF16_Optimizer all-reduces its whole fp32 gradient buffer (FP32_GRAD_BYTES)
-    bf16_opt = params.get("state_precision") in BF16_OPTIMIZER
-    if bf16_opt:
+    if _bf16_optimizer(params):
         whole = on_rows(rows, co.all_reduce_s, lk, dl, dn, stage_p * FP32_GRAD_BYTES)
         dp_reduce = np.where(zero <= 1, whole, dp_reduce)  # it runs with ZeRO 0 (its own 1)
     # the last gradient bucket is reduced after the backward ends: it never hides
@@ -296,33 +350,29 @@ def step_terms(*, lk, sp_, s, c, k, bytes_, params) -> dict:
     )
     param_ag = np.where((zero == 1) | (zero == 2), ag_stage, 0.0)
     x_ag = np.where(group > 1, exposed(param_ag, stage_fwd, s["overlap_dp"], shared), 0.0)
-    emb = co.all_reduce_s(lk, 1, 2, params["embedding"] * (FP32_GRAD_BYTES if bf16_opt
-                                                             else GRAD_BYTES))
-    x_emb = np.where((pp > 1) & s["tied"], emb, 0.0)
-    return {
-        "compute_fwd": m * stage_fwd,
-        "compute_bwd": m * stage_bwd,
-        "recompute": m * at_slowest(c["recompute"]),
-        "tp_comm": m * at_slowest(x_tp),
-        "cp_comm": m * at_slowest(x_cp),
-        "ep_comm": m * at_slowest(x_ep),
-        "pp_comm": m * np.broadcast_to(x_pp, np.shape(t_mb)),
-        "zero_comm": m * at_slowest(x_z),
-        "bubble": bubble,
-        "dp_comm": x_dp,
-        "param_allgather": x_ag,
-        "embedding_sync": x_emb,
-        "grad_accumulation": np.where(
-            np.asarray(s["fused_accum"]) & (not bf16_opt)
-            & ~np.asarray(params.get("unsynced_accumulation", False)),
-            0.0, m * params["accumulate_s"],
-        ),  # fmt: skip
-        "host_overhead": m * at_slowest(host_k),
-        "weight_casts": m * cast_mb,
-        "optimizer": params["optimizer_s"],
-        "stage_s": t_mb,
-        "slowest_kind": slow,
-    }
+    return x_dp, x_ag
+
+
+def _bf16_optimizer(params) -> bool:
+    """Whether the state precision is DeepSpeed's BF16_Optimizer's (``BF16_OPTIMIZER``)."""
+    return params.get("state_precision") in BF16_OPTIMIZER
+
+
+def _embedding_sync(lk, s, params):
+    """The all-reduce of a tied embedding's gradients between the end stages (pp > 1)."""
+    per_param = FP32_GRAD_BYTES if _bf16_optimizer(params) else GRAD_BYTES
+    emb = co.all_reduce_s(lk, 1, 2, params["embedding"] * per_param)
+    return np.where((s["pp"] > 1) & s["tied"], emb, 0.0)
+
+
+def _grad_accumulation(s, params):
+    """The step's separate gradient-accumulation kernels: none where the weight-gradient GEMMs
+    accumulate (fused), except under BF16_Optimizer or unsynced whole-gradient accumulation."""
+    return np.where(
+        np.asarray(s["fused_accum"]) & (not _bf16_optimizer(params))
+        & ~np.asarray(params.get("unsynced_accumulation", False)),
+        0.0, s["m"] * params["accumulate_s"],
+    )  # fmt: skip
 
 
 TIME_TERMS = (

@@ -18,8 +18,9 @@ import pandas as pd
 
 from gpuplan.hwmodels.efficiency import efficiency_for
 from gpuplan.sim.parallel.collectives import links
-from gpuplan.sim.parallel.compute import CORE, CostCache
+from gpuplan.sim.parallel.compute import CostCache
 from gpuplan.sim.parallel.estimate import estimate_training, shape_of
+from gpuplan.sim.parallel.kernel_lists import CORE
 from gpuplan.sim.parallel.step_time import tp_comm_phases
 from gpuplan.sim.parallel.strategy import Strategy
 from gpuplan.sim.parallel.topology import get_cluster, spans

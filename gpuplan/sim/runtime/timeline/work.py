@@ -2,7 +2,7 @@
 the steps of every block (kernels, and the collectives after or beside them), the pipeline sends,
 the data-parallel gradient and parameter collectives, the optimizer.
 
-The prices are the training estimate's (``sim.parallel``): kernels from ``compute`` (one GPU, one
+The prices are the training estimate's (``sim.parallel``): kernels from ``kernel_lists`` (one GPU, one
 micro-batch), collectives from ``collectives`` on the cluster's hierarchy, TP/SP, CP and EP
 volumes from ``step_time``. Only their arrangement in time is new:
 
@@ -35,17 +35,11 @@ from gpuplan.hwmodels.launch import launch_cost
 from gpuplan.sim.estimate.breakdown import Item, priced_items
 from gpuplan.sim.estimate.compilation import eager
 from gpuplan.sim.parallel import collectives as co
-from gpuplan.sim.parallel.compute import (
-    CORE,
-    Cost,
-    CostCache,
-    MicroBatchCosts,
-    embedding_ops,
-    head_ops,
-    layer_ops,
-)
+from gpuplan.sim.parallel.compute import CostCache
 from gpuplan.sim.parallel.estimate import shape_of
-from gpuplan.sim.parallel.memory import ACT_BYTES, model_facts
+from gpuplan.sim.parallel.kernel_costs import Cost, MicroBatchCosts
+from gpuplan.sim.parallel.kernel_lists import CORE, embedding_ops, head_ops, layer_ops
+from gpuplan.sim.parallel.model_facts import ACT_BYTES, model_facts
 from gpuplan.sim.parallel.step_time import (
     GRAD_BYTES,
     PARAM_BYTES,
