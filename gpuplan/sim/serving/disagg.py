@@ -32,8 +32,8 @@ from gpuplan.sim.serving.engine import (
 )
 from gpuplan.sim.serving.kv_cache import kv_bytes_per_token, kv_capacity
 from gpuplan.sim.serving.metrics import Timeline, conservation, request_columns, summarize
+from gpuplan.sim.serving.request_table import RequestTable
 from gpuplan.sim.serving.router import Router
-from gpuplan.sim.serving.state import RequestTable
 from gpuplan.sim.serving.step_model import StepModel, check_servable
 from gpuplan.sim.serving.vision import cross_attention_step, encoder_summary, prepare_images
 

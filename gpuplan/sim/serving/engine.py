@@ -33,8 +33,9 @@ from gpuplan.sim.serving.metrics import (
     time_average,
 )
 from gpuplan.sim.serving.policies import IDLE, DecodeRun, Iteration, WaitUntil, make_policy
+from gpuplan.sim.serving.request_table import RequestTable
 from gpuplan.sim.serving.router import Router
-from gpuplan.sim.serving.state import ReplicaState, RequestTable
+from gpuplan.sim.serving.state import ReplicaState
 from gpuplan.sim.serving.step_model import StepModel, check_servable
 from gpuplan.sim.serving.vision import (
     cross_attention_step,

@@ -45,8 +45,8 @@ from gpuplan.sim.serving.disagg import Disaggregation, simulate_disaggregated
 from gpuplan.sim.serving.engine import Settled, simulate
 from gpuplan.sim.serving.kv_cache import kv_capacity
 from gpuplan.sim.serving.on_stack import deployment_fields, stack_serving_efficiency
+from gpuplan.sim.serving.request_table import FINISHED
 from gpuplan.sim.serving.requests import Workload
-from gpuplan.sim.serving.state import FINISHED
 from gpuplan.sim.serving.step_model import Batch, StepModel
 from gpuplan.sim.sweep import InProcess, Pool
 from gpuplan.units import HOUR
