@@ -592,7 +592,7 @@ def run_reproduce(args) -> int:
 
 def run_plan(args) -> int:
     from gpuplan.hwmodels.accelerators import get_accelerator
-    from gpuplan.sim.serving.plan import RATIOS, SearchSpace
+    from gpuplan.sim.serving.plan_space import RATIOS, SearchSpace
 
     if args.trace:
         from gpuplan.sim.serving.requests import read_trace
