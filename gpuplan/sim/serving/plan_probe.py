@@ -10,8 +10,9 @@ from dataclasses import replace
 import numpy as np
 
 from gpuplan.sim.serving.disagg import Disaggregation, simulate_disaggregated
-from gpuplan.sim.serving.engine import Settled, simulate
+from gpuplan.sim.serving.engine import simulate
 from gpuplan.sim.serving.plan_space import Slo, sched_of
+from gpuplan.sim.serving.progress import Settled
 from gpuplan.sim.serving.request_table import FINISHED
 from gpuplan.sim.serving.requests import Workload
 
@@ -19,7 +20,7 @@ WARMUP_SHARE = 0.1  # first requests left out of the percentiles
 
 
 class MissWatch:
-    """A simulation's watch (``engine.Settled``): it ends the run once the SLO verdict is sure
+    """A simulation's watch (``progress.Settled``): it ends the run once the SLO verdict is sure
     to be a miss, so a failing probe need not simulate its remaining requests. Sure, because
     ``verdict`` fails on any rejection, and numpy's linear percentile of N values at p lies
     between the sorted values of ranks floor(r) and ceil(r), r = p/100 (N - 1): once N -
