@@ -37,7 +37,8 @@ def search_sweep(pool):
 
 
 def plan_sweep(pool):
-    from gpuplan.sim.runtime.serving.plan import Slo, plan
+    from gpuplan.sim.runtime.serving.plan import plan
+    from gpuplan.sim.runtime.serving.plan_space import Slo
     from gpuplan.sim.runtime.serving.requests import make_workload
 
     load = make_workload(rate_per_s=20.0, n=1000, prompt_tokens=1024, output_tokens=256, seed=0)

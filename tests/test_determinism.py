@@ -11,8 +11,9 @@ import pytest
 
 from gpuplan.cli import main
 from gpuplan.sim.runtime.serving.metrics import conservation, request_frame
+from gpuplan.sim.runtime.serving.request_table import RequestTable
 from gpuplan.sim.runtime.serving.requests import Workload
-from gpuplan.sim.runtime.serving.state import ReplicaState, RequestTable
+from gpuplan.sim.runtime.serving.state import ReplicaState
 
 SCENARIO = """\
 name: small

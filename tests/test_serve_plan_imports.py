@@ -9,7 +9,9 @@ import sys
 import numpy as np
 import pandas as pd
 
-from gpuplan.sim.runtime.serving.plan import SearchSpace, Slo, _verdict, plan
+from gpuplan.sim.runtime.serving.plan import plan
+from gpuplan.sim.runtime.serving.plan_probe import verdict
+from gpuplan.sim.runtime.serving.plan_space import SearchSpace, Slo
 
 
 def test_best_rows_are_the_best_frames_records():
@@ -33,10 +35,10 @@ def test_the_verdict_on_numpy_columns_is_the_verdict_on_the_frame():
             "ttft_s": rng.exponential(0.1, n), "tpot_s": rng.exponential(0.01, n)}  # fmt: skip
     cols["tpot_s"][::7] = math.nan  # one-token outputs
     slo = Slo(ttft_s=0.3, tpot_s=0.03, percentile=90)
-    assert _verdict(cols, slo) == _verdict(pd.DataFrame(cols), slo)
-    assert _verdict(cols, slo)[0] in (True, False)
+    assert verdict(cols, slo) == verdict(pd.DataFrame(cols), slo)
+    assert verdict(cols, slo)[0] in (True, False)
     cols["status"][-1] = "rejected"
-    assert _verdict(cols, slo) == (False, math.inf, math.inf)
+    assert verdict(cols, slo) == (False, math.inf, math.inf)
 
 
 def test_the_plan_path_loads_no_pandas():

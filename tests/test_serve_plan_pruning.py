@@ -8,17 +8,10 @@ import pandas as pd
 import pytest
 
 from gpuplan.sim.runtime.serving.deployment import deployment
-from gpuplan.sim.runtime.serving.plan import (
-    ABOVE_CAP,
-    Candidate,
-    SearchSpace,
-    Slo,
-    _Failing,
-    _Probe,
-    _verdict,
-    fewest_units,
-    plan,
-)
+from gpuplan.sim.runtime.serving.plan import plan
+from gpuplan.sim.runtime.serving.plan_probe import MissWatch, Probe, verdict
+from gpuplan.sim.runtime.serving.plan_search import ABOVE_CAP, fewest_units
+from gpuplan.sim.runtime.serving.plan_space import Candidate, SearchSpace, Slo
 from gpuplan.sim.runtime.serving.step_model import StepModel
 
 
@@ -61,9 +54,9 @@ def test_a_settled_miss_is_the_full_runs_miss():
     slo = Slo(ttft_s=0.3, tpot_s=0.03, percentile=90)
     step = StepModel(dep)
     for rate in (8.0, 30.0, 120.0):
-        quick = _Probe(c, dep, step, rate_per_s=rate, lengths=lengths, slo=slo, n_requests=200,
+        quick = Probe(c, dep, step, rate_per_s=rate, lengths=lengths, slo=slo, n_requests=200,
                        seed=0)  # fmt: skip
-        full = _Probe(c, dep, step, rate_per_s=rate, lengths=lengths, slo=slo, n_requests=200,
+        full = Probe(c, dep, step, rate_per_s=rate, lengths=lengths, slo=slo, n_requests=200,
                       seed=0, settle=False)  # fmt: skip
         assert quick(1)[0] == full(1)[0]
         if quick(1)[0]:  # a pass is never cut short: its percentiles are the full run's
@@ -76,7 +69,7 @@ def test_the_settle_rule_matches_numpys_percentile_at_its_edge():
     # N kept values, _needed of them above the target: the percentile exceeds it, and it asks
     # at most one more than the fewest that do (integer ranks such as 0.99 x 900 included)
     for n, p in ((90, 99.0), (180, 90.0), (7, 50.0), (901, 99.0), (101, 90.0), (1, 99.0)):
-        need = _Failing._needed(n, p)
+        need = MissWatch._needed(n, p)
         x = np.zeros(n)
         x[n - need :] = 2.0
         assert np.percentile(x, p) > 1.0
@@ -85,7 +78,7 @@ def test_the_settle_rule_matches_numpys_percentile_at_its_edge():
         assert fewest <= need <= fewest + 1
     frame = pd.DataFrame({"status": ["finished", "rejected"], "ttft_s": [0.1, math.nan],
                           "tpot_s": [0.01, math.nan]})  # fmt: skip
-    assert _verdict(frame, Slo(ttft_s=1, tpot_s=1))[0] is False
+    assert verdict(frame, Slo(ttft_s=1, tpot_s=1))[0] is False
 
 
 def test_the_pruned_plan_is_the_plan():

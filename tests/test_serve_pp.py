@@ -192,7 +192,7 @@ def test_the_stages_weights_add_up_to_the_whole_replicas(model):
 
 def test_plan_offers_pipelines_for_formats_no_node_holds():
     from gpuplan.hwmodels.accelerators import get_accelerator
-    from gpuplan.sim.runtime.serving.plan import SearchSpace, candidates
+    from gpuplan.sim.runtime.serving.plan_space import SearchSpace, candidates
 
     dep = deployment("deepseek-v3", "h100-sxm", tp=8, weight_dtype="fp8")
     space = SearchSpace(formats=(("fp8", "fp8"),), max_seqs=(64,), ratios=())

@@ -152,7 +152,8 @@ def test_serving_speculation_parses_the_flags():
 
 
 def test_serve_plan_offers_speculation_when_asked():
-    from gpuplan.sim.runtime.serving.plan import SearchSpace, Slo, plan
+    from gpuplan.sim.runtime.serving.plan import plan
+    from gpuplan.sim.runtime.serving.plan_space import SearchSpace, Slo
 
     lengths = (np.full(120, 256), np.full(120, 96))
     space = SearchSpace(tps=(1,), formats=(("bf16", "bf16"),), max_seqs=(64,), ratios=(),

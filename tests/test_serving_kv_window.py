@@ -98,7 +98,8 @@ def test_a_replica_with_a_window_runs_more_long_requests_at_once_and_never_overf
 @pytest.mark.parametrize("rule", [BlockRule(16), BlockRule(16, full_layers=3, windowed_layers=2,
                                                             window=40)])
 def test_the_decode_set_counts_the_blocks_of_its_members_exactly(rule):
-    from gpuplan.sim.runtime.serving.state import DecodeSet, RequestTable
+    from gpuplan.sim.runtime.serving.decode_set import DecodeSet
+    from gpuplan.sim.runtime.serving.request_table import RequestTable
 
     rng = np.random.default_rng(3)
     n = 60

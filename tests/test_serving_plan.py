@@ -9,7 +9,9 @@ import pytest
 from gpuplan.errors import GpuplanError
 from gpuplan.sim.runtime.serving.deployment import deployment
 from gpuplan.sim.runtime.serving.edge import edge_estimates
-from gpuplan.sim.runtime.serving.plan import Candidate, SearchSpace, Slo, _Probe, plan
+from gpuplan.sim.runtime.serving.plan import plan
+from gpuplan.sim.runtime.serving.plan_probe import Probe
+from gpuplan.sim.runtime.serving.plan_space import Candidate, SearchSpace, Slo
 from gpuplan.sim.runtime.serving.step_model import StepModel
 
 LENGTHS = (np.full(300, 512), np.full(300, 128))
@@ -48,7 +50,7 @@ def test_one_unit_fewer_than_the_plan_misses_the_slo(result):
     c = Candidate(tp=int(row["tp"]), weight_dtype=row["weight_dtype"], kv_dtype=row["kv_dtype"],
                   max_seqs=int(row["max_seqs"]), policy="chunked")  # fmt: skip
     dep = deployment("llama3-8b", "h100-sxm", weight_dtype=c.weight_dtype, kv_dtype=c.kv_dtype)
-    probe = _Probe(c, dep, StepModel(dep), rate_per_s=RATE, lengths=LENGTHS, slo=SLO,
+    probe = Probe(c, dep, StepModel(dep), rate_per_s=RATE, lengths=LENGTHS, slo=SLO,
                    n_requests=300, seed=0)  # fmt: skip
     assert probe(int(row["units"]))[0]
     assert not probe(int(row["units"]) - 1)[0]

@@ -13,8 +13,9 @@ from gpuplan.sim.runtime.serving.policies import (
     StaticPolicy,
     WaitUntil,
 )
+from gpuplan.sim.runtime.serving.request_table import FINISHED, RequestTable
 from gpuplan.sim.runtime.serving.requests import Workload
-from gpuplan.sim.runtime.serving.state import FINISHED, ReplicaState, RequestTable
+from gpuplan.sim.runtime.serving.state import ReplicaState
 
 
 def state_of(prompts, outputs, *, blocks=1000, block=16, max_seqs=8, arrivals=None):

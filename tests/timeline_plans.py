@@ -9,7 +9,9 @@ import hashlib
 import json
 
 from gpuplan.sim.estimate.breakdown import Item
-from gpuplan.sim.runtime.timeline.work import OTHER, BlockWork, Comm, Plan, Step
+from gpuplan.sim.runtime.timeline.block_steps import OTHER, BlockWork, Step
+from gpuplan.sim.runtime.timeline.comm import Comm
+from gpuplan.sim.runtime.timeline.work import Plan
 
 CASES = {  # name -> (plan options, replicas simulated, straggler factors, jitter)
     "interleaved-zero1": (dict(p=4, v=2, m=4, schedule="interleaved", zero=1, overlap_dp=True,

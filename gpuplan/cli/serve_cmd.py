@@ -593,7 +593,7 @@ def run_reproduce(args) -> int:
 
 def run_plan(args) -> int:
     from gpuplan.hwmodels.accelerators import get_accelerator
-    from gpuplan.sim.runtime.serving.plan import RATIOS, SearchSpace
+    from gpuplan.sim.runtime.serving.plan_space import RATIOS, SearchSpace
 
     if args.trace:
         from gpuplan.sim.runtime.serving.requests import read_trace

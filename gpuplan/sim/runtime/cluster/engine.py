@@ -7,7 +7,8 @@ of a job (it waits for the segment's end: training between events is bookkept in
 ``checkpoint.progress_at``, so checkpoints cost no events), hold processes (a failed job's
 detection, a preempted job's final checkpoint), repairs, gang time slices and the progress bar.
 A scheduling pass (``scheduler.run_pass``) runs after every change of the queue or the free GPUs;
-this class is the view the policies see.
+this class is the view the policies see. A job's life is in ``job_life``, failures and repairs
+in ``outages``, the GPU books in ``gpu_books``.
 
 Nodes are in one of three states — up and schedulable, up and a hot spare, down — and every GPU
 is allocated, idle or down; the three GPU-time integrals are kept as the simulation runs and
@@ -16,7 +17,6 @@ checked against each other and against the jobs' own accounts at the end (``metr
 
 from __future__ import annotations
 
-import bisect
 import functools
 import math
 import time
@@ -26,30 +26,27 @@ import simpy
 
 from gpuplan.errors import GpuplanError
 from gpuplan.sim.runtime.cluster import scheduler
-from gpuplan.sim.runtime.cluster.checkpoint import (
-    checkpoint_cost,
-    interval_for,
-    progress_at,
-    segment_s,
-)
+from gpuplan.sim.runtime.cluster.checkpoint import progress_at
 from gpuplan.sim.runtime.cluster.config import ClusterConfig
-from gpuplan.sim.runtime.cluster.failures import failure_events, mtbf_s
+from gpuplan.sim.runtime.cluster.gpu_books import GpuBooks, spread_spares
+from gpuplan.sim.runtime.cluster.job_life import JobLife
 from gpuplan.sim.runtime.cluster.jobs import JobSpec
+from gpuplan.sim.runtime.cluster.outages import Outages
 from gpuplan.sim.runtime.cluster.placement import place
-from gpuplan.sim.runtime.cluster.state import JobState, Segment
+from gpuplan.sim.runtime.cluster.state import JobState
 from gpuplan.sim.runtime.cluster.steptime import StepTimes
 from gpuplan.workloads.memory import training_state_bytes
 from gpuplan.workloads.params import count_params
 from gpuplan.workloads.presets import get_model
 
-CHUNK_S = 30 * 86400.0  # failures drawn a month at a time when the run has no horizon
 # A run without a horizon ends when every job has, or at ten years of simulated time: a job of
 # 10^15 steps, or one that failures keep from progressing, cannot hold the simulation for ever
 UNBOUNDED_LIMIT_S = 3650 * 86400.0
 
 
-class ClusterSim:
-    """One simulated cluster and its jobs (a ``scheduler`` view)."""
+class ClusterSim(GpuBooks, JobLife, Outages):
+    """One simulated cluster and its jobs (a ``scheduler`` view): its GPU books, a job's life,
+    failures and repairs are the mixed-in ``GpuBooks``, ``JobLife`` and ``Outages``."""
 
     def __init__(self, cfg: ClusterConfig, jobs: list[JobSpec], *, seed: int = 0,
                  progress: bool = False, fit=None) -> None:  # fmt: skip
@@ -63,7 +60,7 @@ class ClusterSim:
         self.node_alloc = np.zeros(n, int)
         self.down = np.zeros(n, bool)
         self.spare = np.zeros(n, bool)
-        self.spare[_spread(cfg.spare_nodes, n, self.npl)] = True
+        self.spare[spread_spares(cfg.spare_nodes, n, self.npl)] = True
         self.node_jobs: list[dict[str, int]] = [{} for _ in range(n)]
         seeds = np.random.SeedSequence(seed).spawn(2)
         self.fail_rng, self.place_rng = (np.random.default_rng(s) for s in seeds)
@@ -108,44 +105,6 @@ class ClusterSim:
             state.ideal_step_s = state.step_s = self.steps.ideal(spec)
             state.steps_total = _steps(spec, state.ideal_step_s)
             state.state_bytes = _state_bytes(spec)
-
-    # -- bookkeeping -------------------------------------------------------------------------
-    def _tick(self) -> None:
-        now = self.env.now
-        dt = now - self._last
-        if dt > 0:
-            self.gpu_s["allocated"] += self.alloc_gpus * dt
-            self.gpu_s["idle"] += self.idle_gpus * dt
-            self.gpu_s["down"] += self.down_gpus * dt
-            self._last = now
-
-    def _sample(self) -> None:
-        self.samples.append((self.env.now, self.alloc_gpus, self.idle_gpus, self.down_gpus))
-
-    def _alloc(self, node: int, delta: int) -> None:
-        """Allocate (``delta`` > 0) or free GPUs of ``node``."""
-        self.node_alloc[node] += delta
-        self.alloc_gpus += delta
-        if self.down[node]:
-            self.down_gpus -= delta
-        else:
-            self.idle_gpus -= delta
-            if not self.spare[node]:
-                self.free_usable -= delta
-
-    def _set_down(self, node: int, down: bool) -> None:
-        free = self.gpn - int(self.node_alloc[node])
-        sign = 1 if down else -1
-        self.down_gpus += sign * free
-        self.idle_gpus -= sign * free
-        if not self.spare[node]:
-            self.free_usable -= sign * free
-        self.down[node] = down
-
-    def _set_spare(self, node: int, spare: bool) -> None:
-        if not self.down[node]:
-            self.free_usable += (-1 if spare else 1) * (self.gpn - int(self.node_alloc[node]))
-        self.spare[node] = spare
 
     def note(self, kind: str, job: str = "", node: int = -1, cause: str = "", detail="") -> None:
         self.log.append((self.env.now, kind, job, node, cause, detail))
@@ -204,202 +163,6 @@ class ClusterSim:
         self._settle(job, graceful=True)
         self._hold(job, self._cost(job).blocking_s, "save", "requeue")
 
-    # -- a job's life ----------------------------------------------------------------------------
-    def _cost(self, job: JobState):
-        return checkpoint_cost(job.state_bytes, nodes=len(job.alloc.nodes), gpus=job.gpus,
-                               host_copy_bytes_per_s=self.acc.pcie_bytes_per_s or 25e9,
-                               cfg=self.cfg.checkpoint)  # fmt: skip
-
-    def _load_s(self, job: JobState) -> float:
-        return self._cost(job).load_s if job.steps_done > 0 else 0.0
-
-    def _begin(self, job: JobState, startup_s: float) -> None:
-        """Start a run segment on the job's allocation."""
-        shape = job.alloc.shape(self.npl, self.npd)
-        job.step_s = self.steps.placed(job.spec, shape)
-        job.leaf_groups = shape.leaf_groups
-        cost = self._cost(job)
-        mtbf = mtbf_s(self.cfg.causes, gpus=job.gpus, nodes=len(job.alloc.nodes))
-        interval = interval_for(self.cfg.checkpoint, cost.blocking_s, mtbf)
-        interval = max(interval, cost.write_s)  # an async write ends before the next starts
-        job.interval_s = interval
-        work = job.remaining_s()
-        length = segment_s(work, startup_s=startup_s, interval_s=interval,
-                           blocking_s=cost.blocking_s)  # fmt: skip
-        job.segment = Segment(self.now, startup_s, interval, cost.blocking_s, cost.write_s, work,
-                              self.now + length)  # fmt: skip
-        job.status, job.started_s = "running", self.now
-        self.running_ids[job.id] = job
-        job.proc = self.env.process(self._run(job, length))
-
-    def _run(self, job: JobState, length_s: float):
-        try:
-            yield self.env.timeout(length_s)
-        except simpy.Interrupt:
-            return
-        self._finish(job)
-
-    def _finish(self, job: JobState) -> None:
-        seg = job.segment
-        p = progress_at(seg.end_s - seg.start_s, startup_s=seg.startup_s,
-                        interval_s=seg.interval_s, blocking_s=seg.blocking_s)  # fmt: skip
-        job.time["startup"] += p.startup_s
-        job.book_train(seg.work_s)
-        job.time["checkpoint"] += seg.end_s - seg.start_s - p.startup_s - seg.work_s
-        job.steps_done = job.steps_total
-        job.segment, job.proc = None, None
-        self.running_ids.pop(job.id, None)
-        self._release(job)
-        job.status, job.end_s = "done", self.now
-        self.note("finish", job.id)
-        self.done += 1
-        if self._bar is not None and self.cfg.horizon_s is None:
-            self._bar.update(1)
-        if self.done == self._runnable:
-            self.all_done.succeed()
-        self._kick()
-
-    def _settle(self, job: JobState, *, graceful: bool) -> None:
-        """Stop the job's segment now: book its time; keep what a checkpoint saved."""
-        seg = job.segment
-        p = progress_at(self.now - seg.start_s, startup_s=seg.startup_s,
-                        interval_s=seg.interval_s, blocking_s=seg.blocking_s,
-                        write_s=seg.write_s)  # fmt: skip
-        safe = p.train_s if graceful else p.durable_s
-        job.time["startup"] += p.startup_s
-        job.book_train(safe)
-        job.time["lost"] += p.train_s - safe
-        job.time["checkpoint"] += p.checkpoint_s
-        job.steps_done = min(job.steps_total, job.steps_done + safe / job.step_s)
-        if job.proc is not None and job.proc.is_alive:
-            job.proc.interrupt()
-        job.segment, job.proc = None, None
-        self.running_ids.pop(job.id, None)
-
-    def _hold(self, job: JobState, seconds: float, phase: str, then: str) -> None:
-        job.status, job.hold_until = "holding", self.now + seconds
-        job.hold_start, job.hold_phase = self.now, phase
-        self.env.process(self._holding(job, seconds, phase, then))
-
-    def _holding(self, job: JobState, seconds: float, phase: str, then: str):
-        yield self.env.timeout(seconds)
-        job.time[phase] += self.now - job.hold_start
-        job.hold_until = math.nan
-        failed = [n for n in job.alloc.nodes if self.down[n]]
-        if then == "requeue":
-            self.making.discard(job.id)
-            self._release(job)
-            self._enqueue(job, back=self.cfg.policy == "gang")
-        elif failed and not self._swap(job, failed):
-            self._release(job)
-            self._enqueue(job)
-        else:
-            job.restarts += 1
-            extra = self.cfg.reschedule_s if failed else 0.0
-            self.note("restart", job.id, detail="spare" if failed else "in place")
-            self._begin(job, extra + self.cfg.restart_s + self._load_s(job))
-        self._kick()
-
-    def _swap(self, job: JobState, failed: list[int]) -> bool:
-        """Replace ``failed`` nodes of the job by free spares (same leaf group first)."""
-        spares = np.flatnonzero(self.spare & ~self.down & (self.node_alloc == 0))
-        if len(spares) < len(failed):
-            return False
-        self._tick()
-        for old in failed:
-            same = spares[spares // self.npl == old // self.npl]
-            new = int(same[0] if len(same) else spares[0])
-            spares = spares[spares != new]
-            count = self.node_jobs[old].pop(job.id)
-            self._alloc(old, -count)
-            self._set_spare(new, False)
-            self._alloc(new, count)
-            self.node_jobs[new][job.id] = count
-            job.alloc = job.alloc.replace_node(old, new)
-        self._sample()
-        return True
-
-    def _release(self, job: JobState) -> None:
-        self._tick()
-        for node, count in zip(job.alloc.nodes, job.alloc.counts, strict=True):
-            self._alloc(node, -count)
-            del self.node_jobs[node][job.id]
-        self._sample()
-        job.alloc_s += self.now - job.alloc_at
-        job.alloc = None
-
-    def _enqueue(self, job: JobState, *, back: bool = False) -> None:
-        if back:
-            self._seq += 1
-            job.order = (-job.priority, math.inf, self._seq)
-        job.status, job.queued_at = "queued", self.now
-        bisect.insort(self.queue, job, key=lambda j: j.order)
-
-    def _kick(self) -> None:
-        preempts = self.cfg.policy in ("priority", "gang")
-        if self.queue and (self.free_usable > 0 or preempts):
-            scheduler.run_pass(self.cfg.policy, self.queue, self, depth=self.cfg.backfill_depth)
-
-    # -- failures and repairs --------------------------------------------------------------------
-    def _fail(self, k: int, unit: int) -> None:
-        cause = self.cfg.causes[k]
-        if cause.scope == "job":
-            self._job_failure(cause, unit)
-            return
-        if cause.scope == "leaf":
-            nodes = range(unit * self.npl, min((unit + 1) * self.npl, len(self.down)))
-        else:
-            nodes = [unit // self.gpn if cause.unit == "gpu" else unit]
-        hit = [n for n in nodes if not self.down[n]]
-        if not hit:
-            return  # failures of a part under repair are dropped
-        self._tick()
-        for node in hit:
-            if self.spare[node]:
-                self._set_spare(node, False)
-            self._set_down(node, True)
-            self.note("failure", node=node, cause=cause.name)
-            repair = self.env.timeout(cause.repair_s)
-            repair.callbacks.append(lambda _e, node=node: self._repair(node))
-        self._sample()
-        victims = {j for n in hit for j in self.node_jobs[n]}
-        for job_id in sorted(victims):
-            self._interrupt(self.jobs[job_id], cause)
-
-    def _job_failure(self, cause, unit: int) -> None:
-        if cause.unit in ("gpu", "job_gpu"):
-            node, slot = divmod(unit, self.gpn)
-            owner = _slot_owner(self.node_jobs[node], slot)
-            victims = [owner] if owner else []
-        elif cause.unit == "node":
-            victims = sorted(self.node_jobs[unit])
-        else:
-            nodes = range(unit * self.npl, min((unit + 1) * self.npl, len(self.down)))
-            victims = sorted({j for n in nodes for j in self.node_jobs[n]})
-        for job_id in victims:
-            self.note("failure", job_id, cause=cause.name)
-            self._interrupt(self.jobs[job_id], cause)
-
-    def _interrupt(self, job: JobState, cause) -> None:
-        if job.status != "running":
-            return  # already stopping: one interruption
-        job.interruptions[cause.name] = job.interruptions.get(cause.name, 0) + 1
-        self.note("interruption", job.id, cause=cause.name)
-        self._settle(job, graceful=cause.graceful)
-        if cause.graceful:
-            self._hold(job, self._cost(job).blocking_s, "save", "restart")
-        else:
-            self._hold(job, cause.detection_s, "detect", "restart")
-
-    def _repair(self, node: int) -> None:
-        self._tick()
-        self._set_down(node, False)
-        if self.spare.sum() < self.cfg.spare_nodes and self.node_alloc[node] == 0:
-            self._set_spare(node, True)
-        self._sample()
-        self.note("repair", node=node)
-        self._kick()
-
     # -- processes ---------------------------------------------------------------------------------
     def _arrivals(self):
         for job in sorted(self.jobs.values(), key=lambda j: j.order[1:]):
@@ -411,21 +174,6 @@ class ClusterSim:
             job.queued_at = self.now
             self._enqueue(job)
             self._kick()
-
-    def _failures(self):
-        start, horizon = 0.0, self.cfg.horizon_s
-        units = {"gpu": self.cfg.capacity_gpus, "job_gpu": self.cfg.capacity_gpus,
-                 "node": self.cfg.total_nodes, "leaf": -(-self.cfg.total_nodes // self.npl)}  # fmt: skip
-        while horizon is None or start < horizon:
-            span = CHUNK_S if horizon is None else horizon
-            for t, k, unit in failure_events(
-                self.cfg.causes, units=units, horizon_s=span, rng=self.fail_rng,
-                distribution=self.cfg.distribution, shape=self.cfg.weibull_shape,
-            ):  # fmt: skip
-                yield self.env.timeout(start + t - self.now)
-                self._fail(k, unit)
-            start += span
-            yield self.env.timeout(max(start - self.now, 0.0))
 
     def _slices(self):
         while True:
@@ -511,29 +259,6 @@ class ClusterSim:
                 job.alloc_s += self.now - job.alloc_at
             if job.status in ("queued",):
                 job.queue_s += self.now - job.queued_at
-
-
-def _spread(count: int, nodes: int, npl: int) -> list[int]:
-    """``count`` spare nodes, taken round-robin from the ends of the leaf groups."""
-    groups = -(-nodes // npl)
-    out: list[int] = []
-    k = 0
-    while len(out) < count and k < npl:
-        for g in range(groups):
-            node = min((g + 1) * npl, nodes) - 1 - k
-            if node >= g * npl and len(out) < count:
-                out.append(node)
-        k += 1
-    return sorted(out)
-
-
-def _slot_owner(jobs_on_node: dict[str, int], slot: int) -> str | None:
-    """The job holding GPU ``slot`` of a node (jobs fill the node in the order they came)."""
-    for job_id, count in jobs_on_node.items():
-        if slot < count:
-            return job_id
-        slot -= count
-    return None
 
 
 def _steps(spec: JobSpec, ideal_step_s: float) -> float:

@@ -94,21 +94,10 @@ def _chosen(intervals) -> float:
 
 
 def summarize(sim, jobs: pd.DataFrame, events: pd.DataFrame, wall_s: float) -> dict:
+    """The run's summary (module docstring's definitions), in its fixed key order."""
     cfg, t = sim.cfg, sim.env.now
-    cap = cfg.capacity_gpus * t
-    alloc = sim.gpu_s["allocated"]
-    train = float(jobs["train_gpu_s"].sum())
-    ideal = float(jobs["ideal_train_gpu_s"].sum())
     done = jobs[jobs.status == "done"]
     started = jobs[~jobs.first_start_s.isna()]
-    causes = Counter()
-    graceful = {c.name for c in cfg.causes if c.graceful}
-    for row in events[events.kind == "interruption"].itertuples():
-        causes[row.cause] += 1
-    tdp = sim.acc.tdp_w or 0.0
-    power_j = tdp * cfg.pue * (cfg.busy_power_fraction * alloc + cfg.idle_power_fraction
-                               * sim.gpu_s["idle"])  # fmt: skip
-    status = Counter(jobs.status)
     return {
         "simulated_s": t,
         "capacity_gpus": cfg.capacity_gpus,
@@ -116,6 +105,26 @@ def summarize(sim, jobs: pd.DataFrame, events: pd.DataFrame, wall_s: float) -> d
         "spare_nodes": cfg.spare_nodes,
         "policy": cfg.policy,
         "placement": cfg.placement,
+        **_gpu_time(sim, jobs, started),
+        **_job_outcomes(jobs, done, started),
+        "checkpoint_policy": cfg.checkpoint.policy,
+        "checkpoint_interval_s": _chosen(started.checkpoint_interval_s),
+        **_interruptions(cfg, events),
+        "energy_kwh": _energy_j(sim) / KWH_J,
+        "events": sim.events,
+        "step_time_estimates": sim.steps.estimates,
+        "wall_s": wall_s,
+    }
+
+
+def _gpu_time(sim, jobs: pd.DataFrame, started: pd.DataFrame) -> dict:
+    """Where the GPU-time went: utilization, goodput, the hours of each use (module docstring)."""
+    t = sim.env.now
+    cap = sim.cfg.capacity_gpus * t
+    alloc = sim.gpu_s["allocated"]
+    train = float(jobs["train_gpu_s"].sum())
+    ideal = float(jobs["ideal_train_gpu_s"].sum())
+    return {
         "utilization": alloc / cap if cap else 0.0,
         "goodput": train / alloc if alloc else 0.0,
         "effective_utilization": ideal / cap if cap else 0.0,
@@ -133,6 +142,13 @@ def summarize(sim, jobs: pd.DataFrame, events: pd.DataFrame, wall_s: float) -> d
             started["train_gpu_s"].sum()
             / ((started.gpus * ((started.end_s.fillna(t)) - started.first_start_s)).sum() or 1)
         ),
+    }
+
+
+def _job_outcomes(jobs: pd.DataFrame, done: pd.DataFrame, started: pd.DataFrame) -> dict:
+    """The jobs by status, and the percentiles of completion time and queueing delay."""
+    status = Counter(jobs.status)
+    return {
         "jobs": len(jobs),
         "finished": status["done"],
         "running": status["running"] + status["holding"],
@@ -145,19 +161,31 @@ def summarize(sim, jobs: pd.DataFrame, events: pd.DataFrame, wall_s: float) -> d
         "queue_p50_s": _pct(started.queue_s, 50),
         "queue_p90_s": _pct(started.queue_s, 90),
         "queue_p99_s": _pct(started.queue_s, 99),
-        "checkpoint_policy": cfg.checkpoint.policy,
-        "checkpoint_interval_s": _chosen(started.checkpoint_interval_s),
+    }
+
+
+def _interruptions(cfg, events: pd.DataFrame) -> dict:
+    """Interruptions by cause (unexpected or planned), failures and preemptions."""
+    causes = Counter()
+    graceful = {c.name for c in cfg.causes if c.graceful}
+    for row in events[events.kind == "interruption"].itertuples():
+        causes[row.cause] += 1
+    return {
         "interruptions": sum(causes.values()),
         "unexpected_interruptions": sum(v for k, v in causes.items() if k not in graceful),
         "planned_interruptions": sum(v for k, v in causes.items() if k in graceful),
         "interruptions_by_cause": dict(causes.most_common()),
         "failures": int((events.kind == "failure").sum()),
         "preemptions": int((events.kind == "preemption").sum()),
-        "energy_kwh": power_j / KWH_J,
-        "events": sim.events,
-        "step_time_estimates": sim.steps.estimates,
-        "wall_s": wall_s,
     }
+
+
+def _energy_j(sim) -> float:
+    """Energy of the allocated and idle GPU-time at the GPU's TDP and the facility's PUE."""
+    cfg = sim.cfg
+    tdp = sim.acc.tdp_w or 0.0
+    return tdp * cfg.pue * (cfg.busy_power_fraction * sim.gpu_s["allocated"]
+                            + cfg.idle_power_fraction * sim.gpu_s["idle"])  # fmt: skip
 
 
 def conservation(sim, jobs: pd.DataFrame) -> dict:

@@ -285,7 +285,7 @@ def run_scenario(name_or_path, *, seed: int | None = None, progress: bool = Fals
     """Run a scenario's base and variants; a list of ``ClusterResult``. ``calibration``: a fit
     file of the cluster's GPU (``efficiency_from_file``) to price the steps with."""
     from gpuplan.hwmodels.efficiency import efficiency_from_file
-    from gpuplan.sim.runtime.cluster import simulate_cluster
+    from gpuplan.sim.runtime.cluster.run import simulate_cluster
 
     doc, path = load_scenario(name_or_path)
     base = int(doc.get("seed", 0))

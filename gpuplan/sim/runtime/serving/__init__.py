@@ -7,7 +7,8 @@ The pieces, each a module: ``requests`` (seeded arrivals, length specs, traces),
 ``iteration`` (an iteration's operators, priced one by one), ``step_model`` (the same time,
 fast), ``state`` and ``policies`` (who runs next: static, dynamic, continuous, chunked prefill;
 preemption), ``engine`` (the simpy processes), ``router``, ``disagg`` (prefill and decode
-pools), ``metrics``, ``plan`` (cheapest configurations under SLOs) and ``edge``.
+pools), ``metrics``, ``plan`` (cheapest configurations under SLOs; its space, probes, search and
+pruning in ``plan_space``, ``plan_probe``, ``plan_search``, ``plan_pruning``) and ``edge``.
 
     from gpuplan.sim.runtime.serving import SchedulerConfig, deployment, make_workload, simulate
     result = simulate(deployment("llama3-8b", "h100-sxm"), SchedulerConfig(),
@@ -20,7 +21,8 @@ from gpuplan.sim.runtime.serving.disagg import Disaggregation, simulate_disaggre
 from gpuplan.sim.runtime.serving.edge import edge_estimates
 from gpuplan.sim.runtime.serving.engine import ServingResult, simulate
 from gpuplan.sim.runtime.serving.kv_cache import kv_capacity
-from gpuplan.sim.runtime.serving.plan import SearchSpace, Slo, plan
+from gpuplan.sim.runtime.serving.plan import plan
+from gpuplan.sim.runtime.serving.plan_space import SearchSpace, Slo
 from gpuplan.sim.runtime.serving.requests import Workload, make_workload, read_trace
 from gpuplan.sim.runtime.serving.step_model import Batch, StepModel, iteration_breakdown
 

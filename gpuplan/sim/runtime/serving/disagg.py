@@ -24,16 +24,17 @@ import simpy
 
 from gpuplan.errors import GpuplanError, check_choice, check_positive
 from gpuplan.sim.runtime.serving.engine import (
+    Replica,
     ServingResult,
-    arrival_watched,
     arrivals,
     make_replica,
-    watched_progress,
+    watch_replicas,
 )
 from gpuplan.sim.runtime.serving.kv_cache import kv_bytes_per_token, kv_capacity
 from gpuplan.sim.runtime.serving.metrics import Timeline, conservation, request_columns, summarize
+from gpuplan.sim.runtime.serving.progress import Progress, arrival_watched, watched_progress
+from gpuplan.sim.runtime.serving.request_table import RequestTable
 from gpuplan.sim.runtime.serving.router import Router
-from gpuplan.sim.runtime.serving.state import RequestTable
 from gpuplan.sim.runtime.serving.step_model import StepModel, check_servable
 from gpuplan.sim.runtime.serving.vision import cross_attention_step, encoder_summary, prepare_images
 
@@ -130,36 +131,8 @@ def simulate_disaggregated(
     step = cross_attention_step(step, dep, workload, disaggregated=True)  # refused with images
     line = Timeline(timeline)
     bar = watched_progress(workload.n, progress, watch, table)
-    pre = [
-        make_replica(env, i, table, dep, pre_sched, step, line, prefill_only=True)
-        for i in range(dis.prefill_replicas)
-    ]
-    dec = [
-        make_replica(env, dis.prefill_replicas + j, table, dep, sched, step, line)
-        for j in range(dis.decode_replicas)
-    ]
-    to_decode = Router(dis.decode_router, len(dec))
-
-    def decode_arrival(rid: int) -> None:
-        loads = [to_decode.load_of(r.state) for r in dec] if to_decode.needs_load else ()
-        j = to_decode.pick(loads)
-        table.decode_replica[rid] = dec[j].state.index
-        dec[j].offer(rid)
-
-    links = _Links(env, dep, dis.link, len(pre), decode_arrival)
-    for i, rep in enumerate(pre):
-        rep.state.handoff = lambda rid, at, i=i: links.send(i, rid, table, at)
-    for rep in pre + dec:
-        rep.state.on_done = bar.done
-        rep.state.on_first = bar.first_token  # None without a watch of first tokens
-    to_prefill = Router(dis.prefill_router, len(pre))
-
-    def dispatch(rid: int) -> None:
-        loads = [to_prefill.load_of(r.state) for r in pre] if to_prefill.needs_load else ()
-        i = to_prefill.pick(loads)
-        table.replica[rid] = i
-        pre[i].offer(rid)
-
+    pre, dec = _pools(env, table, dep, (pre_sched, sched), step, line, dis)
+    dispatch = _routed(env, table, dep, dis, pre, dec, bar)
     env.process(arrivals(env, table, arrival_watched(dispatch, watch, table, env)))
     env.run(until=horizon_s)
     bar.close()
@@ -176,3 +149,46 @@ def simulate_disaggregated(
         end_s=env.now,
         wall_s=time.perf_counter() - started,
     )
+
+
+def _pools(env, table: RequestTable, dep, scheds, step: StepModel, line: Timeline,
+           dis: Disaggregation) -> tuple[list[Replica], list[Replica]]:  # fmt: skip
+    """The prefill replicas (``scheds``' first, prefill only) and the decode replicas (its
+    second), numbered in that order."""
+    pre_sched, sched = scheds
+    pre = [
+        make_replica(env, i, table, dep, pre_sched, step, line, prefill_only=True)
+        for i in range(dis.prefill_replicas)
+    ]
+    dec = [
+        make_replica(env, dis.prefill_replicas + j, table, dep, sched, step, line)
+        for j in range(dis.decode_replicas)
+    ]
+    return pre, dec
+
+
+def _routed(env, table: RequestTable, dep, dis: Disaggregation, pre: list[Replica],
+            dec: list[Replica], bar: Progress):  # fmt: skip
+    """The pools wired together: a prefill's cache sent to a decode replica its router picks,
+    every replica watched by ``bar``; returns the dispatch of an arrival to a prefill replica."""
+    to_decode = Router(dis.decode_router, len(dec))
+
+    def decode_arrival(rid: int) -> None:
+        loads = [to_decode.load_of(r.state) for r in dec] if to_decode.needs_load else ()
+        j = to_decode.pick(loads)
+        table.decode_replica[rid] = dec[j].state.index
+        dec[j].offer(rid)
+
+    links = _Links(env, dep, dis.link, len(pre), decode_arrival)
+    for i, rep in enumerate(pre):
+        rep.state.handoff = lambda rid, at, i=i: links.send(i, rid, table, at)
+    watch_replicas(pre + dec, bar)
+    to_prefill = Router(dis.prefill_router, len(pre))
+
+    def dispatch(rid: int) -> None:
+        loads = [to_prefill.load_of(r.state) for r in pre] if to_prefill.needs_load else ()
+        i = to_prefill.pick(loads)
+        table.replica[rid] = i
+        pre[i].offer(rid)
+
+    return dispatch

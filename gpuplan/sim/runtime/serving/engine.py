@@ -8,7 +8,7 @@ then ends at the first boundary after the arrival, exactly where stepping every 
 would have admitted it (``max_run_iterations=1`` steps every iteration, for comparison).
 
 Disaggregation (prefill and decode pools, DistServe and Splitwise) is in ``disagg``; it builds
-on the ``Replica`` here.
+on the ``Replica`` here. A run's progress bar and its watch are ``progress``'s.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from functools import partial
 from typing import TYPE_CHECKING
 
 import simpy
@@ -33,8 +32,10 @@ from gpuplan.sim.runtime.serving.metrics import (
     time_average,
 )
 from gpuplan.sim.runtime.serving.policies import IDLE, DecodeRun, Iteration, WaitUntil, make_policy
+from gpuplan.sim.runtime.serving.progress import Progress, arrival_watched, watched_progress
+from gpuplan.sim.runtime.serving.request_table import RequestTable
 from gpuplan.sim.runtime.serving.router import Router
-from gpuplan.sim.runtime.serving.state import ReplicaState, RequestTable
+from gpuplan.sim.runtime.serving.state import ReplicaState
 from gpuplan.sim.runtime.serving.step_model import StepModel, check_servable
 from gpuplan.sim.runtime.serving.vision import (
     cross_attention_step,
@@ -223,37 +224,6 @@ def arrivals(env, table: RequestTable, dispatch):
     yield env.timeout(0)
 
 
-class Settled(Exception):  # noqa: N818 (a signal, not an error)
-    """Raised by a ``watch`` to end a simulation whose verdict can no longer change."""
-
-
-class Progress:
-    """A tqdm bar of finished requests, updated in steps (``enabled`` False: nothing);
-    ``watch(rid, at_s)``, if given, sees every request finished or rejected, and
-    ``first_token(rid, at_s)`` every first token; either may raise ``Settled`` to end the
-    simulation there."""
-
-    def __init__(self, total: int, enabled: bool, watch=None, first_token=None):
-        self.bar, self.count, self.step = None, 0, max(1, total // 200)
-        self.watch, self.first_token = watch, first_token
-        if enabled:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total, unit="req", smoothing=0.1)
-
-    def done(self, rid: int, at_s: float) -> None:
-        if self.watch is not None:
-            self.watch(rid, at_s)
-        self.count += 1
-        if self.bar is not None and self.count % self.step == 0:
-            self.bar.update(self.step)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.update(self.count - self.bar.n)
-            self.bar.close()
-
-
 def simulate(
     dep,
     sched,
@@ -277,11 +247,7 @@ def simulate(
     at_s)`` and ``arrival(table, rid, at_s)``, if it has them, at each first token and arrival;
     any may raise ``Settled``, which propagates; ``speculator``: a ``speculative.Speculator``,
     whose decode steps are speculative and whose summary joins the result's)."""
-    check_gpus(replicas, "replicas")
-    if speculator is not None:
-        _start_speculation(sched, speculator)
-    if horizon_s is not None:
-        check_positive("horizon_s", horizon_s)
+    _check_run(sched, replicas, horizon_s, speculator)
     started = time.perf_counter()
     workload = prepare_images(dep, workload)  # a VLM's image tokens and encoder, if any
     dep = cross_kv_deployment(dep, workload)  # and a cross-attention VLM's image cache
@@ -297,9 +263,7 @@ def simulate(
                      speculator=speculator, cap=cap)  # fmt: skip
         for i in range(replicas)
     ]
-    for rep in reps:
-        rep.state.on_done = bar.done
-        rep.state.on_first = bar.first_token  # None without a watch of first tokens
+    watch_replicas(reps, bar)
     pick = Router(router, replicas)
     dispatch = arrival_watched(_dispatcher(pick, reps, table), watch, table, env)
     env.process(arrivals(env, table, dispatch))
@@ -308,17 +272,8 @@ def simulate(
     end_s = env.now
     frame, over_time = request_columns(table, end_s=end_s), line.columns()
     summary = summarize(frame, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s)
-    summary["conservation"] = conservation(frame, table, [r.state for r in reps])
-    if table.prefix_id is not None:
-        summary["prefix_cache"] = prefix_cache_summary(table)
-    if workload.encoder_s is not None:
-        summary["vision"] = encoder_summary(workload, dep)
-    if speculator is not None:
-        summary["speculative"] = speculator.summary()
-    if timeline:
-        summary["waiting_mean"] = time_average(over_time, "waiting", end_s=end_s)
-        used = time_average(over_time, "kv_blocks_used", end_s=end_s)
-        summary["kv_use_mean"] = used / (cap.blocks * replicas)
+    summary |= _run_facts(frame, over_time, table, reps, workload, dep, speculator=speculator,
+                          kv_blocks=cap.blocks * replicas, end_s=end_s, timeline=timeline)  # fmt: skip
     return ServingResult(
         request_columns=frame,
         timeline_columns=over_time,
@@ -329,25 +284,39 @@ def simulate(
     )
 
 
-def arrival_watched(dispatch, watch, table, env):
-    """``dispatch``, telling a watch's ``arrival(table, rid, at_s)`` first (if it has one)."""
-    arrival = getattr(watch, "arrival", None)
-    if arrival is None:
-        return dispatch
-
-    def told(rid: int) -> None:
-        arrival(table, rid, env.now)
-        dispatch(rid)
-
-    return told
+def _check_run(sched, replicas: int, horizon_s: float | None, speculator) -> None:
+    """A run's replicas, horizon and speculation checked (``speculator``'s counts cleared)."""
+    check_gpus(replicas, "replicas")
+    if speculator is not None:
+        _start_speculation(sched, speculator)
+    if horizon_s is not None:
+        check_positive("horizon_s", horizon_s)
 
 
-def watched_progress(total: int, enabled: bool, watch, table) -> Progress:
-    """The run's ``Progress``, telling ``watch(table, rid, at_s)`` (if any) each request finished
-    or rejected, and its ``first_token(table, rid, at_s)`` (if it has one) each first token."""
-    first = getattr(watch, "first_token", None)
-    return Progress(total, enabled, watch and partial(watch, table),
-                    None if first is None else partial(first, table))  # fmt: skip
+def _run_facts(frame, over_time, table, reps, workload, dep, *, speculator, kv_blocks: int,
+               end_s: float, timeline: bool) -> dict:  # fmt: skip
+    """What the summary adds to the requests' latencies: conservation, and the prefix cache,
+    images, speculation and the timeline's means where the run had them."""
+    facts = {"conservation": conservation(frame, table, [r.state for r in reps])}
+    if table.prefix_id is not None:
+        facts["prefix_cache"] = prefix_cache_summary(table)
+    if workload.encoder_s is not None:
+        facts["vision"] = encoder_summary(workload, dep)
+    if speculator is not None:
+        facts["speculative"] = speculator.summary()
+    if timeline:
+        facts["waiting_mean"] = time_average(over_time, "waiting", end_s=end_s)
+        used = time_average(over_time, "kv_blocks_used", end_s=end_s)
+        facts["kv_use_mean"] = used / kv_blocks
+    return facts
+
+
+def watch_replicas(reps: list[Replica], bar: Progress) -> None:
+    """Tell the run's ``Progress`` each request a replica finishes or rejects, and each first
+    token (``first_token`` None without a watch of first tokens)."""
+    for rep in reps:
+        rep.state.on_done = bar.done
+        rep.state.on_first = bar.first_token
 
 
 def _start_speculation(sched, speculator) -> None:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gpuplan.sim.runtime.serving.state import FINISHED, REJECTED
+from gpuplan.sim.runtime.serving.request_table import FINISHED, REJECTED
 
 if TYPE_CHECKING:  # pandas only where a frame is asked for: `gpuplan serve` never imports it
     import pandas as pd

@@ -29,7 +29,7 @@ sequence (``E = tokens_per_step``), so ``s`` steps emit ``floor(s E)``, within o
 expectation, and acceptance 0 emits one token a step. Chosen over a per-sequence draw from the
 seeded RNG because the run is then exact to its expectation (a request of hundreds of tokens
 averages out the draws' spread; the spread between sequences in one batch is what is left out)
-and the lazily advanced decode set (``state.DecodeSet``) keeps every sequence at the same count.
+and the lazily advanced decode set (``decode_set.DecodeSet``) keeps every sequence at the same count.
 A sequence's last step may accept more than it needs: the surplus is dropped (the request is
 done). The KV cache also holds the drafter's: a draft model's weights and cache per token, or an
 EAGLE head's block and its one layer of cache (``extra_weights_bytes``, ``kv_bytes_per_token``);

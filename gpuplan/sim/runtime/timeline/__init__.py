@@ -8,7 +8,8 @@ and seeded kernel jitter. Every duration comes from the analytical models of ``s
 where the closed form's assumptions hold the two agree (tests hold them within 2%).
 
 - ``schedule``: the pipeline orders and the balanced bubble (p-1)/(vm+p-1);
-- ``work``: the priced steps of each stage (``Plan``); ``links``: processor-sharing links;
+- ``work``: the priced steps of each stage (``Plan``), of ``block_steps`` (a block's steps) and
+  ``comm`` (a collective's fixed and busy seconds); ``links``: processor-sharing links;
 - ``engine``: the simpy processes; ``result``: ``StepTimeline`` and its views;
 - ``trace``: a Chrome/Perfetto trace writer.
 

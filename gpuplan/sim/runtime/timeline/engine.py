@@ -4,7 +4,7 @@ with communication streams beside it, and links shared by the transfers that mee
 Per GPU (one TP x CP group, whose ranks run in lock step and are simulated once):
 - the compute stream runs its tasks in schedule order (``schedule.stage_order``); a task waits
   for its input (the activation or gradient a send delivers), runs its blocks' steps
-  (``work.Step``: kernels, then the collectives it waits for), and sends its output;
+  (``block_steps.Step``: kernels, then the collectives it waits for), and sends its output;
 - ``pp`` sends: the compute stream waits for each send unless ``overlap_pp`` (then the send runs
   on its own stream and only the receiver waits);
 - ``dp``: gradient buckets are reduced as the last micro-batch's backward produces them (ZeRO 0/1,
@@ -32,9 +32,11 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
+from gpuplan.sim.runtime.timeline.block_steps import OTHER, Step
+from gpuplan.sim.runtime.timeline.comm import Comm
 from gpuplan.sim.runtime.timeline.links import Link
 from gpuplan.sim.runtime.timeline.schedule import stage_order
-from gpuplan.sim.runtime.timeline.work import OTHER, Comm, Plan, Step
+from gpuplan.sim.runtime.timeline.work import Plan
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

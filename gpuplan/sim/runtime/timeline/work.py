@@ -1,24 +1,11 @@
 """What each GPU of a pipeline stage does for one micro-batch, priced by the analytical models:
-the steps of every block (kernels, and the collectives after or beside them), the pipeline sends,
-the data-parallel gradient and parameter collectives, the optimizer.
+the steps of every block (``block_steps``: kernels, and the collectives after or beside them),
+the pipeline sends, the data-parallel gradient and parameter collectives, the optimizer.
 
-The prices are the training estimate's (``sim.parallel``): kernels from ``kernel_lists`` (one GPU, one
-micro-batch), collectives from ``collectives`` on the cluster's hierarchy, TP/SP, CP and EP
-volumes from ``step_time``. Only their arrangement in time is new:
-
-- a block's forward is two halves (attention, MLP), each followed by its half of the block's
-  TP/SP collectives (Megatron: an all-reduce after the attention output projection and one after
-  the MLP down projection; Shoeybi et al. 2019, Fig. 3); an MoE block's MLP half also runs the
-  dispatch and combine all-to-alls; the backward runs the halves in reverse order;
-- ``overlap_tp``: a half's TP collectives run beside its GEMMs; CP's ring exchange always runs
-  beside the attention kernel (Liu et al. 2023); where a collective overlaps, the kernels it hides
-  behind are drawn as one group after the others;
-- full recomputation re-runs each block's forward (and its collectives) just before the block's
-  backward; selective re-runs the unfused attention core;
-- the embedding runs on the first virtual stage, the LM head and loss on the last;
-- a collective is ``fixed_s`` (launch, per-step latencies) plus busy seconds on the scale-up link
-  and on the NIC (its bytes sent per rank over the achievable bandwidth, ring terms of Thakur,
-  Rabenseifner and Gropp 2005); alone it takes exactly the analytical time.
+The prices are the training estimate's (``sim.parallel``): kernels from ``compute`` (one GPU, one
+micro-batch), collectives from ``collectives`` on the cluster's hierarchy (``comm``: as fixed and
+busy seconds), TP/SP, CP and EP volumes from ``step_time``. Only their arrangement in time is
+new; the embedding runs on the first virtual stage, the LM head and loss on the last.
 
 Gradients are reduced in buckets of ``max(40M, 1M x dp)`` parameters, Megatron-Core's default for
 its overlapped gradient reduction (``DistributedDataParallelConfig.bucket_size``).
@@ -32,66 +19,29 @@ import numpy as np
 
 from gpuplan.hwmodels.efficiency import queued
 from gpuplan.hwmodels.launch import launch_cost
-from gpuplan.sim.estimate.breakdown import Item, priced_items
-from gpuplan.sim.estimate.compilation import eager
-from gpuplan.sim.parallel import collectives as co
-from gpuplan.sim.parallel.compute import CostCache
-from gpuplan.sim.parallel.estimate import shape_of
-from gpuplan.sim.parallel.kernel_costs import Cost, MicroBatchCosts
-from gpuplan.sim.parallel.kernel_lists import CORE, embedding_ops, head_ops, layer_ops
-from gpuplan.sim.parallel.model_facts import ACT_BYTES, model_facts
+from gpuplan.sim.estimate.breakdown import Item
 from gpuplan.sim.parallel.step_time import (
     GRAD_BYTES,
     PARAM_BYTES,
     accumulate_s,
     optimizer_s,
     pp_comm_s,
-    tp_comm_phases,
 )
 from gpuplan.sim.parallel.strategy import Strategy
-from gpuplan.sim.parallel.topology import Cluster, spans
+from gpuplan.sim.parallel.topology import Cluster
+from gpuplan.sim.runtime.timeline.block_steps import (
+    EMBEDDING,
+    HEAD,
+    OTHER,
+    BlockWork,
+    Step,
+    StepBuilder,
+    items_s,
+    micro_batch_costs,
+)
+from gpuplan.sim.runtime.timeline.comm import Comm, comm_from, send_from
 
 BUCKET_PARAMS = 40_000_000  # Megatron-Core DistributedDataParallelConfig default
-EMBEDDING, HEAD, OTHER = -1, -2, -3  # block ids of the end-stage work
-
-
-@dataclass(frozen=True, slots=True)
-class Comm:
-    """A collective or send: fixed seconds, then busy seconds on each link level."""
-
-    name: str
-    stream: str  # tp, cp, ep, pp, dp, dp-gather
-    fixed_s: float
-    intra_s: float = 0.0  # on the scale-up (NVLink) port
-    inter_s: float = 0.0  # on the NIC
-    group: str = ""  # "dp": spans data-parallel replicas (they meet before it starts)
-
-    @property
-    def total_s(self) -> float:
-        return self.fixed_s + self.intra_s + self.inter_s
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    """Kernels a compute stream runs back to back, the collectives that run beside them
-    (``overlap``) and those it then waits for (``after``)."""
-
-    name: str
-    phase: str  # fwd, bwd, recompute, optimizer, launch
-    block: int
-    items: tuple[Item, ...]
-    compute_s: float
-    overlap: tuple[Comm, ...] = ()
-    after: tuple[Comm, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class BlockWork:
-    """One block's steps in one task, and the parameters this GPU holds for it."""
-
-    block: int
-    steps: tuple[Step, ...]
-    params: float
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -127,220 +77,11 @@ class Plan:
         return list(seen.items())
 
 
-def comm_from(lk, name: str, stream: str, op: str, local: int, nodes: int, nbytes: float,
-              group: str = "") -> Comm:  # fmt: skip
-    """A hierarchical collective of ``nbytes`` per rank as fixed and busy seconds."""
-    fn = {
-        "all_reduce": co.all_reduce_s,
-        "all_gather": co.all_gather_s,
-        "reduce_scatter": co.reduce_scatter_s,
-        "all_to_all": co.all_to_all_s,
-    }[op]
-    total = float(fn(lk, local, nodes, nbytes)) if local * nodes > 1 else 0.0
-    intra, inter = _bytes_sent(op, local, nodes, nbytes)
-    inter_bw = lk.inter_bytes_per_s / (lk.oversubscription if nodes > lk.nodes_per_leaf else 1)
-    return _split(name, stream, total, intra / lk.intra_bytes_per_s, inter / inter_bw, group)
-
-
-def send_from(lk, name: str, cross: bool, nbytes: float, extra_s: float = 0.0) -> Comm:
-    """A point-to-point message (and ``extra_s`` of NVLink all-gather after it)."""
-    total = float(co.send_recv_s(lk, cross, nbytes)) + extra_s
-    if cross:
-        return _split(name, "pp", total, 0.0, nbytes / lk.inter_bytes_per_s)
-    return _split(name, "pp", total, nbytes / lk.intra_bytes_per_s, 0.0)
-
-
-def _split(name, stream, total, intra_s, inter_s, group="") -> Comm:
-    busy = intra_s + inter_s
-    if busy > total > 0:  # a latency-bound protocol: the bandwidth terms are an upper bound
-        intra_s, inter_s = intra_s * total / busy, inter_s * total / busy
-    if total <= 0:
-        intra_s = inter_s = 0.0
-    return Comm(name, stream, max(total - intra_s - inter_s, 0.0), intra_s, inter_s, group)
-
-
-def _bytes_sent(op: str, local: int, nodes: int, b: float) -> tuple[float, float]:
-    """(bytes over NVLink, bytes over the NIC) one rank sends in the hierarchical ``op``."""
-    lo, n = local, nodes
-    if op == "all_reduce":
-        if n == 1:
-            return 2 * (lo - 1) / lo * b, 0.0
-        shard = b / lo
-        return (lo - 1) / lo * b + (lo - 1) * shard, 2 * (n - 1) / n * shard
-    if op == "all_gather":
-        return ((lo - 1) * b, 0.0) if n == 1 else ((lo - 1) * b * n, (n - 1) * b)
-    if op == "reduce_scatter":
-        return ((lo - 1) / lo * b, 0.0) if n == 1 else ((lo - 1) / lo * b, (n - 1) / n * b / lo)
-    g = lo * n  # all_to_all: both levels at once; the larger share sets the time
-    return ((lo - 1) / lo * b, 0.0) if n == 1 else (0.0, (g - lo) / g * b)
-
-
-def micro_batch_costs(cfg, strategy: Strategy, seq: int, acc, eff, impl: str) -> MicroBatchCosts:
-    """One micro-batch's priced kernels: the estimate's (``fused``) or eager PyTorch's."""
-    shape = shape_of(strategy, cfg, seq)
-    if impl == "fused":
-        return CostCache(cfg, acc, eff)(shape)
-    q = queued(eff)
-
-    def cost(ops) -> Cost:
-        fwd, bwd = ops
-        return Cost(
-            tuple(priced_items(eager(fwd), acc, q, phase="fwd")),
-            tuple(priced_items(eager(bwd), acc, q, phase="bwd")),
-        )
-
-    kinds = {}
-    for layer in range(cfg.n_layers):
-        kind = "moe" if cfg.is_moe_layer(layer) else "dense"
-        if kind not in kinds:
-            kinds[kind] = cost(layer_ops(cfg, shape, layer))
-    return MicroBatchCosts(
-        dense=kinds.get("dense"),
-        moe=kinds.get("moe"),
-        head=cost(head_ops(cfg, shape)),
-        embedding=cost(embedding_ops(cfg, shape)),
-    )
-
-
-class _Builder:
-    """Turns priced kernels and collectives into the steps of every block."""
-
-    def __init__(self, cfg, st: Strategy, cluster: Cluster, seq: int, eff, mbc, impl: str):
-        self.cfg, self.st, self.mbc, self.impl, self.eff = cfg, st, mbc, impl, eff
-        self.lk = co.links(cluster, eff)
-        sp_ = spans(cluster, st.tp, st.cp, st.dp, st.pp, st.ep)
-        self.span = {k: tuple(int(x) for x in v) for k, v in sp_.items() if k != "pp_cross"}
-        self.pp_cross = bool(sp_["pp_cross"])
-        tokens = st.micro_batch * seq / st.cp
-        f = self.facts = model_facts(cfg)
-        self.act = tokens * f.d_model * ACT_BYTES
-        kv_heads = max(1, f.n_kv_heads // st.tp)
-        self.kv = tokens * kv_heads * f.kv_dim * ACT_BYTES
-        load = (st.capacity_factor or st.expert_imbalance) if cfg.is_moe else 1.0
-        self.dispatch = tokens * f.top_k * f.d_model * ACT_BYTES * load
-        self.sp = st.sp and st.tp > 1
-        self.tp_fwd, self.tp_bwd, _ = (
-            float(x)
-            for x in tp_comm_phases(self.lk, self.span["tp"], self.act, np.asarray(st.tp), self.sp)
-        )
-
-    # -- communication of one block --------------------------------------------------------
-    def _tp(self, seconds: float, what: str) -> tuple[Comm, ...]:
-        if self.st.tp == 1 or seconds <= 0:
-            return ()
-        local, nodes = self.span["tp"]
-        name = "tp all_gather+reduce_scatter" if self.sp else "tp all_reduce"
-        # per half block: an all-reduce (2 (l-1)/l of the activation sent), or with SP an
-        # all-gather and a reduce-scatter ((l-1)/l each) plus the backward's re-gather
-        shares = 3 if (self.sp and what == "bwd") else 2
-        busy = self.act * shares * (local - 1) / local / self.lk.intra_bytes_per_s
-        if nodes > 1:
-            busy = 0.0  # a TP group across domains: leave it all fixed (rare, slow anyway)
-        return (_split(f"{name} ({what})", "tp", seconds, busy, 0.0),)
-
-    def _ep(self, calls: int) -> tuple[Comm, ...]:
-        if self.st.ep == 1:
-            return ()
-        local, nodes = self.span["ep"]
-        a2a = comm_from(self.lk, "ep all_to_all", "ep", "all_to_all", local, nodes, self.dispatch)
-        return (a2a,) * calls
-
-    def _cp(self, sends: int) -> tuple[Comm, ...]:
-        if self.st.cp == 1:
-            return ()
-        _local, nodes = self.span["cp"]
-        one = send_from(self.lk, "cp ring send", nodes > 1, self.kv)
-        return (Comm("cp ring exchange", "cp", one.fixed_s * sends, one.intra_s * sends,
-                     one.inter_s * sends),)  # fmt: skip
-
-    # -- steps ------------------------------------------------------------------------------
-    def _half(self, items, phase, block, tp: tuple, ep: tuple, cp: tuple, name) -> list[Step]:
-        """A half block: its kernels, then its collectives (or beside them)."""
-        items = tuple(items)
-        overlap_tp = self.st.overlap_tp and tp
-        if not cp and not overlap_tp:
-            return [Step(name, phase, block, items, _sum(items), after=ep + tp)]
-        attn = tuple(
-            i for i in items if cp and (i.op.startswith("attention") or i.op.startswith(CORE))
-        )
-        gemm = tuple(i for i in items if overlap_tp and i.category == "gemm" and i not in attn)
-        rest = tuple(i for i in items if i not in attn and i not in gemm)
-        steps = [Step(name, phase, block, rest, _sum(rest))]
-        if attn:
-            steps.append(Step(f"{name} attention", phase, block, attn, _sum(attn), overlap=cp))
-        if gemm:
-            steps.append(Step(f"{name} gemm", phase, block, gemm, _sum(gemm), overlap=tp))
-        last = steps[-1]
-        tail = ep + (() if overlap_tp else tp)
-        steps[-1] = Step(last.name, last.phase, block, last.items, last.compute_s, last.overlap,
-                         last.after + tail)  # fmt: skip
-        return steps
-
-    def block_forward(self, layer: int, phase: str = "fwd") -> list[Step]:
-        cost = self._cost(layer)
-        fwd = cost.fwd
-        cut = _index(fwd, "mlp_norm")
-        moe = self.cfg.is_moe_layer(layer)
-        cp = self._cp(self.st.cp - 1)
-        tp = self.tp_fwd / 2
-        return self._half(
-            fwd[:cut], phase, layer, self._tp(tp, phase), (), cp, f"L{layer} attn"
-        ) + (
-            self._half(
-                fwd[cut:],
-                phase,
-                layer,
-                self._tp(tp, phase),
-                self._ep(2) if moe else (),
-                (),
-                f"L{layer} mlp",
-            )  # fmt: skip
-        )
-
-    def block_backward(self, layer: int) -> list[Step]:
-        cost = self._cost(layer)
-        steps: list[Step] = []
-        if self.st.recompute == "full":
-            steps += [_relabel(s, "recompute") for s in self.block_forward(layer, "recompute")]
-        elif self.st.recompute == "selective":
-            core = tuple(_relabel_item(i, "recompute") for i in cost.fwd if i.op.startswith(CORE))
-            if core:
-                steps.append(Step(f"L{layer} core recompute", "recompute", layer, core, _sum(core)))
-        bwd = cost.bwd
-        cut = _index(bwd, "attn_residual")
-        moe = self.cfg.is_moe_layer(layer)
-        tp = self.tp_bwd / 2
-        steps += self._half(bwd[:cut], "bwd", layer, self._tp(tp, "bwd"),
-                            self._ep(2) if moe else (), (), f"L{layer} mlp")  # fmt: skip
-        steps += self._half(bwd[cut:], "bwd", layer, self._tp(tp, "bwd"), (),
-                            self._cp(2 * (self.st.cp - 1)), f"L{layer} attn")  # fmt: skip
-        return steps
-
-    def _cost(self, layer: int) -> Cost:
-        return self.mbc.moe if self.cfg.is_moe_layer(layer) else self.mbc.dense
-
-    def end_step(self, cost: Cost, block: int, phase: str) -> Step:
-        items = cost.fwd if phase == "fwd" else cost.bwd
-        name = {EMBEDDING: "embedding", HEAD: "lm head + loss"}[block]
-        return Step(name, phase, block, tuple(items), _sum(items))
-
-    # -- parameters --------------------------------------------------------------------------
-    def block_params(self, layer: int) -> float:
-        f, st = self.facts, self.st
-        if self.cfg.is_moe_layer(layer):
-            return f.moe_shared_params / st.tp + f.moe_expert_params / (st.tp * st.ep)
-        return f.dense_layer_params / st.tp
-
-    def end_params(self, block: int) -> float:
-        f = self.facts
-        return (f.embedding_params if block == EMBEDDING else f.head_params) / self.st.tp
-
-
 def build_plan(cfg, st: Strategy, *, cluster: Cluster, seq: int, eff, acc,
                impl: str = "fused") -> Plan:  # fmt: skip
     """The work of every stage of ``st`` for one micro-batch, priced."""
     mbc = micro_batch_costs(cfg, st, seq, acc, eff, impl)
-    b = _Builder(cfg, st, cluster, seq, eff, mbc, impl)
+    b = StepBuilder(cfg, st, cluster, seq, eff, mbc, impl)
     p, v = st.pp, st.chunks
     per_chunk = cfg.n_layers // (p * v)
     tasks: dict = {}
@@ -369,7 +110,7 @@ def build_plan(cfg, st: Strategy, *, cluster: Cluster, seq: int, eff, acc,
     )  # fmt: skip
 
 
-def _task_blocks(b: _Builder, layers, first: bool, last: bool):
+def _task_blocks(b: StepBuilder, layers, first: bool, last: bool):
     fwd: list[BlockWork] = []
     bwd: list[BlockWork] = []
     if first:
@@ -389,7 +130,7 @@ def _task_blocks(b: _Builder, layers, first: bool, last: bool):
     return fwd, bwd
 
 
-def _accumulate(b: _Builder, bwd: list[BlockWork]) -> list[BlockWork]:
+def _accumulate(b: StepBuilder, bwd: list[BlockWork]) -> list[BlockWork]:
     """Unfused gradient accumulation: one bandwidth-bound kernel over the task's gradients."""
     if b.st.fused_grad_accumulation:
         return []
@@ -400,7 +141,7 @@ def _accumulate(b: _Builder, bwd: list[BlockWork]) -> list[BlockWork]:
     return [BlockWork(OTHER, (Step("gradient accumulation", "bwd", OTHER, (item,), t),), 0.0)]
 
 
-def _with_host(b: _Builder, blocks: list[BlockWork], phase: str) -> tuple[BlockWork, ...]:
+def _with_host(b: StepBuilder, blocks: list[BlockWork], phase: str) -> tuple[BlockWork, ...]:
     """Eager PyTorch: the CPU's issue time not hidden behind the task's kernels."""
     if b.impl != "eager":
         return tuple(blocks)
@@ -408,7 +149,7 @@ def _with_host(b: _Builder, blocks: list[BlockWork], phase: str) -> tuple[BlockW
     comms = sum(len(s.after) + len(s.overlap) for bw in blocks for s in bw.steps)
     cost = launch_cost(
         sum(i.kernels for i in items),
-        _sum(items),
+        items_s(items),
         queued(b.eff),
         cuda_graph=False,
         backward_passes=int(phase == "bwd"),
@@ -423,7 +164,7 @@ def _with_host(b: _Builder, blocks: list[BlockWork], phase: str) -> tuple[BlockW
     return tuple(blocks) + (BlockWork(OTHER, (host,), 0.0),)
 
 
-def _send(b: _Builder) -> Comm:
+def _send(b: StepBuilder) -> Comm:
     """One micro-batch's activation (or gradient) to the next stage: the estimate's
     ``pp_comm_s`` per send, as a message and Megatron's NVLink re-gather."""
     st = b.st
@@ -449,12 +190,12 @@ def _send(b: _Builder) -> Comm:
                 msg.inter_s)  # fmt: skip
 
 
-def _embedding_sync(b: _Builder) -> Comm:
+def _embedding_sync(b: StepBuilder) -> Comm:
     nbytes = b.facts.vocab * b.facts.d_model / b.st.tp * GRAD_BYTES
     return comm_from(b.lk, "tied-embedding all_reduce", "dp", "all_reduce", 1, 2, nbytes)
 
 
-def _dp_comm(b: _Builder, what: str):
+def _dp_comm(b: StepBuilder, what: str):
     """params -> the data-parallel collective of that many parameters (memoized)."""
     st = b.st
     local, nodes = b.span["dpcp"]
@@ -480,26 +221,6 @@ def _dp_comm(b: _Builder, what: str):
 def _optimizer_item(t: float) -> Item:
     return Item(layer="model", category="adamw", op="optimizer step", phase="optimizer",
                 time_s=t, kernels=1, bound="memory")  # fmt: skip
-
-
-def _relabel(step: Step, phase: str) -> Step:
-    items = tuple(_relabel_item(i, phase) for i in step.items)
-    return Step(f"{step.name} (recompute)", phase, step.block, items, step.compute_s,
-                step.overlap, step.after)  # fmt: skip
-
-
-def _relabel_item(item: Item, phase: str) -> Item:
-    return Item(layer="compile", category=item.category, op=item.op, phase=phase,
-                time_s=item.time_s, flops=item.flops, bytes=item.bytes, kernels=item.kernels,
-                bound=item.bound)  # fmt: skip
-
-
-def _index(items, prefix: str) -> int:
-    return next((k for k, i in enumerate(items) if i.op.startswith(prefix)), len(items))
-
-
-def _sum(items) -> float:
-    return sum(i.time_s for i in items)
 
 
 def uniform_plan(*, p: int, m: int, v: int = 1, schedule: str = "1f1b", fwd_s: float,
