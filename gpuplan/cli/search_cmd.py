@@ -23,17 +23,15 @@ from gpuplan.cli.dask_workers import (
 )
 from gpuplan.cli.stack_flags import stack_doc
 from gpuplan.cli.tables import dump_json, format_value, render_table
+from gpuplan.cli.train_args import training_precision, zero_stage
 from gpuplan.cli.train_cmd import (
     add_assumption_options,
     add_cluster_options,
     default_seq,
-    render_estimate,
-    render_overlaps,
     resolve_cluster,
     resolve_stack,
-    training_precision,
-    zero_stage,
 )
+from gpuplan.cli.train_render import render_estimate, render_overlaps
 from gpuplan.errors import GpuplanError
 from gpuplan.sim import bands
 

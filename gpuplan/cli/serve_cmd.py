@@ -111,7 +111,7 @@ def _common(p, *, rate_required: bool) -> None:
 
 def _pipeline_options(p) -> None:
     """--pp, --pp-layers, --pp-first-last (training's parsing and rule) and --ep."""
-    from gpuplan.cli.train_cmd import first_last_arg, pp_layers_arg
+    from gpuplan.cli.train_args import first_last_arg, pp_layers_arg
 
     p.add_argument("--pp", type=gpu_count, default=1,
                    help="pipeline stages per replica, of --tp GPUs each")  # fmt: skip
@@ -364,7 +364,7 @@ def _stack_deployment(args):
 
 def _pipeline_fields(args) -> dict:
     """Deployment's pp, pp_layers and ep from the flags (the split resolved as train's)."""
-    from gpuplan.cli.train_cmd import resolve_pp_layers
+    from gpuplan.cli.train_args import resolve_pp_layers
     from gpuplan.workloads.presets import get_model
 
     pp = getattr(args, "pp", 1)
