@@ -20,9 +20,10 @@ from gpuplan.cli.argtypes import (
     word,
 )
 from gpuplan.cli.calibration import add_calibration_option, efficiency_from_args
+from gpuplan.cli.estimate_render import render_case
 from gpuplan.cli.stack_flags import add_stack_options, stack_doc, stack_from_args, stack_line
 from gpuplan.errors import GpuplanError
-from gpuplan.tables import dump_json, render_table
+from gpuplan.tables import dump_json
 from gpuplan.validate.bands import documents as bands
 
 KIND_NAMES = (
@@ -208,7 +209,7 @@ def run(args) -> int:
     if args.json:
         print(dump_json(results[0] if len(results) == 1 else {"scenario": results}))
         return 0
-    print("\n\n".join(_render(r, args.by) for r in results))
+    print("\n\n".join(render_case(r, args.by) for r in results))
     return 0
 
 
@@ -334,71 +335,3 @@ def _result(kind, acc, eff, model, params, bd, stack) -> dict[str, Any]:
         "items": bd.frame(),
         "notes": list(bd.notes),
     }
-
-
-def _render(r: dict[str, Any], by: str) -> str:
-    what = r["model"] or ", ".join(f"{k}={v}" for k, v in r["params"].items())
-    case = ", ".join(f"{k}={v}" for k, v in r["params"].items()) if r["model"] else ""
-    lines = [
-        f"{r['kind']} on {r['device']}: {what}" + (f" ({case})" if case else ""),
-        "defaults in force (not given): " + (", ".join(r["defaults"]) or "none"),
-        f"hardware efficiency: {r['efficiency_source']}",
-        r["stack_line"],
-        "",
-    ]
-    items = r["items"]
-    keys = ["phase", "op"] if by == "op" else [by]
-    table = items.groupby(keys, sort=False)[["time_s", "flops", "bytes", "kernels"]].sum()
-    table["share_pct"] = 100 * table["time_s"] / max(r["time_s"], 1e-300)
-    table = table.reset_index().sort_values("time_s", ascending=False)
-    shown = table.head(25)
-    lines.append(
-        render_table(
-            shown,
-            [*keys, "time_s", "share_pct", "flops", "bytes", "kernels"],
-            formats={"flops": _format_flops},
-        )
-    )
-    if len(table) > len(shown):
-        lines.append(f"... {len(table) - len(shown)} more rows (--json has them all)")
-    lines += [
-        "",
-        render_table(
-            r["by_category"].assign(share_pct=100 * r["by_category"]["share"]),
-            ["category", "time_s", "share_pct"],
-        ),
-    ]
-    lines += [
-        "",
-        f"predicted time: {_banded(r, 'time_s')}   achieved: "
-        f"{_banded(r, 'achieved_flops_per_s')}",
-    ]
-    if r.get("error_band_label"):
-        lines.append(f"error band p10-p90: {r['error_band_label']}")
-    if r["peak_bytes"] is not None:
-        terms = ", ".join(f"{k} {_fmt('bytes', v)}" for k, v in r["memory_bytes"].items() if v)
-        fits = "fits" if r["fits"] else "DOES NOT FIT"
-        lines.append(
-            f"peak memory: {_banded(r, 'peak_bytes')} of "
-            f"{_fmt('bytes', r['device_memory_bytes'])} ({fits}): {terms}"
-        )
-    return "\n".join(lines)
-
-
-def _format_flops(value: float) -> str:
-    """FLOPs of an operator, in GFLOP or TFLOP as their size asks."""
-    if value >= 1e13:
-        return f"{value / 1e12:,.1f} TFLOP"
-    return f"{value / 1e9:,.1f} GFLOP"
-
-
-def _banded(r: dict[str, Any], key: str) -> str:
-    from gpuplan.tables import format_banded
-
-    return format_banded(key, r[key], r.get("error_band", {}).get(key))
-
-
-def _fmt(name: str, value: float) -> str:
-    from gpuplan.tables import format_value
-
-    return format_value(name, value)

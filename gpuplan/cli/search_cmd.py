@@ -22,17 +22,15 @@ from gpuplan.cli.dask_workers import (
     with_timing,
 )
 from gpuplan.cli.stack_flags import stack_doc
+from gpuplan.cli.train_args import training_precision, zero_stage
 from gpuplan.cli.train_cmd import (
     add_assumption_options,
     add_cluster_options,
     default_seq,
-    render_estimate,
-    render_overlaps,
     resolve_cluster,
     resolve_stack,
-    training_precision,
-    zero_stage,
 )
+from gpuplan.cli.train_render import render_estimate, render_overlaps
 from gpuplan.errors import GpuplanError
 from gpuplan.tables import dump_json, format_value, render_table
 from gpuplan.validate.bands import documents as band_docs
@@ -92,8 +90,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from gpuplan.sim.parallel.estimate import estimate_training, overlaps_in_force
-    from gpuplan.sim.parallel.search import SearchSpace, distinct_layouts, row_strategy, search
+    from gpuplan.sim.parallel.search import distinct_layouts, search
     from gpuplan.workloads.presets import get_model
 
     if not args.gpus:
@@ -103,28 +100,65 @@ def run(args) -> int:
     stack = resolve_stack(args, cluster.accelerator)
     seq = args.seq or default_seq(cfg)
     eff = efficiency_from_args(args, cluster.accelerator.key)  # --calibration, else built in
-    space = SearchSpace(
-        recompute=tuple(args.recompute), zero=tuple(sorted(set(args.zero))),
-        precision=PRECISION_CHOICES[args.precision], max_cp=args.max_cp, attention=args.attention,
-        state_precision=args.state_precision, overlap_dp=args.overlap_dp,
-        overlap_tp=args.overlap_tp, overlap_pp=args.overlap_pp, overlap_ep=args.overlap_ep,
-        load=args.expert_imbalance, stack=stack,
-    )  # fmt: skip
+    space = _space(args, stack)
     with open_pool(args) as pool:
         result = search(
             cfg, cluster=cluster, gpus=args.gpus, global_batch=args.global_batch, seq=seq,
             space=space, tokens=args.tokens, usd_per_gpu_hour=args.price_per_gpu_hour, pool=pool,
             eff=eff,
         )  # fmt: skip
+    fastest = _fastest(args, cfg, cluster, stack, seq, eff, space, result)
+    layouts = distinct_layouts(result.frame, seq)
+    top = layouts.head(args.top).assign(mfu_pct=lambda f: 100 * f["mfu"])
+    pareto = result.pareto.assign(mfu_pct=lambda f: 100 * f["mfu"])
+    stats = _stats(args, cfg, cluster, (stack, seq, eff, space), result, len(layouts))
+    if args.json:
+        doc = stats | {"top": top, "pareto": pareto, "fastest": fastest}
+        doc |= {k: fastest[k] for k in ("error_band", "error_band_label")}  # the fastest's
+        # every row's band: its value times these factors (one family, stack and device)
+        doc["error_band_row_factors"] = {k: _factors(k, stack.name, cluster.accelerator.key)
+                                         for k in ("step_time_s", "tokens_per_s", "mfu",
+                                                   "peak_memory_per_gpu_bytes",
+                                                   "cost_per_step_usd")}  # fmt: skip
+        print(dump_json(with_timing(doc, args, _timing(args, result))))
+        return 0
+    _print_summary(args, cluster, stack, space, result, stats)
+    _print_tables(args, top, pareto, fastest, len(layouts))
+    return 0
+
+
+def _space(args, stack):
+    """The search space of the flags: recomputation, ZeRO, precision, CP and the assumptions."""
+    from gpuplan.sim.parallel.search import SearchSpace
+
+    return SearchSpace(
+        recompute=tuple(args.recompute), zero=tuple(sorted(set(args.zero))),
+        precision=PRECISION_CHOICES[args.precision], max_cp=args.max_cp, attention=args.attention,
+        state_precision=args.state_precision, overlap_dp=args.overlap_dp,
+        overlap_tp=args.overlap_tp, overlap_pp=args.overlap_pp, overlap_ep=args.overlap_ep,
+        load=args.expert_imbalance, stack=stack,
+    )  # fmt: skip
+
+
+def _fastest(args, cfg, cluster, stack, seq, eff, space, result) -> dict:
+    """The fastest strategy's full estimate, with its stack and bands as train prints it."""
+    from gpuplan.sim.parallel.estimate import estimate_training
+    from gpuplan.sim.parallel.search import row_strategy
+
     best = row_strategy(result.frame.iloc[0], global_batch=args.global_batch, space=space)
     fastest = estimate_training(
         cfg, best, cluster=cluster, seq=seq, gpus=args.gpus, stack=stack, eff=eff
     ).to_dict()
     fastest["stack"] = stack_doc(stack, cluster.accelerator)  # as train prints it
     fastest |= band_docs.train_bands(fastest, stack=stack.name, device=cluster.accelerator.key)
-    layouts = distinct_layouts(result.frame, seq)
-    top = layouts.head(args.top).assign(mfu_pct=lambda f: 100 * f["mfu"])
-    pareto = result.pareto.assign(mfu_pct=lambda f: 100 * f["mfu"])
+    return fastest
+
+
+def _stats(args, cfg, cluster, setup, result, distinct_layouts: int) -> dict:
+    """What was searched and what came of it; ``setup`` is (stack, seq, eff, space)."""
+    from gpuplan.sim.parallel.estimate import overlaps_in_force
+
+    stack, seq, eff, space = setup
     stats = {
         "model": cfg.name,
         "cluster": cluster.key,
@@ -134,7 +168,7 @@ def run(args) -> int:
         "evaluated": result.evaluated,
         "fitting": result.fitting,
         "shapes_priced": result.shapes_priced,
-        "distinct_layouts": len(layouts),
+        "distinct_layouts": distinct_layouts,
         "precision": list(space.precision),
         "overlaps": overlaps_in_force(space),
         "stack": stack_doc(stack, cluster.accelerator),
@@ -142,22 +176,22 @@ def run(args) -> int:
     }
     if result.interruptions is not None:
         stats["interruptions"] = result.interruptions.to_dict()
-    timing = {
+    return stats
+
+
+def _timing(args, result) -> dict:
+    """The search's own timing: pricing, evaluation, strategies per second, where it ran."""
+    return {
         "pricing_s": result.pricing_s,
         "evaluation_s": result.evaluation_s,
         "strategies_per_s": result.strategies_per_s,
         "ran_on": pool_label(args),
     }
-    if args.json:
-        doc = stats | {"top": top, "pareto": pareto, "fastest": fastest}
-        doc |= {k: fastest[k] for k in ("error_band", "error_band_label")}  # the fastest's
-        # every row's band: its value times these factors (one family, stack and device)
-        doc["error_band_row_factors"] = {k: _factors(k, stack.name, cluster.accelerator.key)
-                                         for k in ("step_time_s", "tokens_per_s", "mfu",
-                                                   "peak_memory_per_gpu_bytes",
-                                                   "cost_per_step_usd")}  # fmt: skip
-        print(dump_json(with_timing(doc, args, timing)))
-        return 0
+
+
+def _print_summary(args, cluster, stack, space, result, stats: dict) -> None:
+    """How many strategies were evaluated and fit, what was searched, the interruptions and
+    the rows' error band."""
     took = (
         f" in {format_value('evaluation_s', result.evaluation_s)} "
         f"({result.strategies_per_s:,.0f} strategies/s; {pool_label(args)})"
@@ -165,16 +199,10 @@ def run(args) -> int:
     )  # fmt: skip
     priced = f" in {format_value('pricing_s', result.pricing_s)}" if timed(args) else ""
     print(
-        f"evaluated {result.evaluated:,} strategies of {cfg.name} on {args.gpus} x "
+        f"evaluated {result.evaluated:,} strategies of {stats['model']} on {args.gpus} x "
         f"{cluster.gpu}{took}; {result.shapes_priced} kernel shapes priced{priced}; "
         f"{result.fitting:,} fit in memory"
     )
-    train_cols = ["time_to_train_s", "time_to_train_with_failures_s", "cost_with_failures_usd"]
-    cols = COLUMNS + (train_cols if args.tokens else [])
-    days = lambda v: f"{v / 86400:.1f} d"  # noqa: E731
-    fmt = {"mfu_pct": lambda v: f"{v:.1f}%", "cost_per_step_usd": lambda v: f"${v:.3g}"}
-    fmt |= {"cost_with_failures_usd": lambda v: f"${v:,.0f}", "time_to_train_s": days,
-            "time_to_train_with_failures_s": days}  # fmt: skip
     print(
         f"precision searched: {', '.join(space.precision)}; overlaps in force: "
         f"{render_overlaps(stats['overlaps'])}; stack {stats['stack']['name']}"
@@ -188,13 +216,22 @@ def run(args) -> int:
             f"lost (rates: {i.source})"
         )
     print(_row_band_line(stack.name, cluster.accelerator.key))
-    print(f"\nfastest {len(top)} distinct layouts (of {len(layouts):,}):")
+
+
+def _print_tables(args, top, pareto, fastest: dict, distinct_layouts: int) -> None:
+    """The fastest distinct layouts, the Pareto front and the fastest strategy in full."""
+    train_cols = ["time_to_train_s", "time_to_train_with_failures_s", "cost_with_failures_usd"]
+    cols = COLUMNS + (train_cols if args.tokens else [])
+    days = lambda v: f"{v / 86400:.1f} d"  # noqa: E731
+    fmt = {"mfu_pct": lambda v: f"{v:.1f}%", "cost_per_step_usd": lambda v: f"${v:.3g}"}
+    fmt |= {"cost_with_failures_usd": lambda v: f"${v:,.0f}", "time_to_train_s": days,
+            "time_to_train_with_failures_s": days}  # fmt: skip
+    print(f"\nfastest {len(top)} distinct layouts (of {distinct_layouts:,}):")
     print(render_table(top, cols, formats=fmt))
     print(f"\nPareto front (step time, memory per GPU, cost): {len(pareto)} strategies")
     print(render_table(pareto, cols, formats=fmt))
     print("\nthe fastest in full:\n")
     print(render_estimate(fastest))
-    return 0
 
 
 def _row_band_line(stack: str, device: str) -> str:

@@ -18,47 +18,18 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from gpuplan.cli.argtypes import (
-    at_least_one,
-    gpu_count,
-    non_negative,
-    positive_float,
-    positive_int,
-    random_seed,
-    word,
-)
+from gpuplan.cli.argtypes import gpu_count, positive_float, word
 from gpuplan.cli.calibration import add_calibration_option, efficiency_from_args
 from gpuplan.cli.dask_workers import add_timing_option, with_timing
 from gpuplan.cli.stack_flags import add_stack_options, stack_doc, stack_from_args
+from gpuplan.cli.train_args import add_strategy_options, add_timeline_options, resolve_pp_layers
+from gpuplan.cli.train_render import render_estimate
+from gpuplan.cli.train_reproduce import reproduce
+from gpuplan.cli.train_timeline import write_timeline
 from gpuplan.errors import GpuplanError
-from gpuplan.limits import MAX_CV, MAX_GPUS
 from gpuplan.outputs import check_output
-from gpuplan.tables import dump_json, format_banded, format_value, render_table
+from gpuplan.tables import dump_json
 from gpuplan.validate.bands import documents as bands
-
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
-RECOMPUTE = ("none", "selective", "full")
-
-
-def zero_stage(text: str) -> int:
-    if text.lower() == "fsdp":
-        return 3
-    if text not in ("0", "1", "2", "3"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a ZeRO stage: 0, 1, 2, 3 or fsdp")
-    return int(text)
-
-
-PRECISION_WORDS = {"bf16": "bf16", "fp8": "fp8", "bf16-mixed": "bf16", "fp8-mixed": "fp8"}
-
-
-def training_precision(text: str) -> str:
-    """--precision of train and search: bf16 or fp8 GEMMs (``-mixed`` accepted, the same)."""
-    word = text.strip().lower()
-    if word not in PRECISION_WORDS:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a precision: bf16 or fp8 (bf16-mixed, fp8-mixed are the same)"
-        )
-    return PRECISION_WORDS[word]
 
 
 def add_cluster_options(p) -> None:
@@ -163,51 +134,7 @@ def register(subparsers) -> None:
     )
     p.add_argument("--model", type=word, help="model preset or config.json")
     add_cluster_options(p)
-    for name in ("tp", "pp", "dp", "ep", "cp"):
-        p.add_argument(f"--{name}", type=gpu_count, help=f"{name} degree")
-    p.add_argument("--sp", action="store_true", help="Megatron sequence parallelism (tp > 1)")
-    p.add_argument("--zero", type=zero_stage, default=0, help="ZeRO stage 0-3 or fsdp (= 3)")
-    p.add_argument("--micro-batch", type=positive_int, default=1, help="sequences per micro-batch")
-    p.add_argument(
-        "--global-batch",
-        type=positive_int,
-        help="sequences per step (default: micro-batch x dp x max(1, 4 pp))",
-    )
-    p.add_argument("--seq", type=positive_int, help="sequence length (default: model's, <= 8192)")
-    p.add_argument("--images", type=positive_int, default=None,
-                   help="vision-language models, one GPU: images per sequence (the encoder and "
-                   "projector are trained with it; --seq is the text tokens)")
-    p.add_argument("--image-size", type=word, default=None, metavar="WxH",
-                   help="pixels of each image (default: the encoder's own square)")
-    p.add_argument("--freeze-vision", action="store_true",
-                   help="with --images: encoder and projector frozen (forward only)")
-    p.add_argument("--schedule", choices=SCHEDULES, default="1f1b")
-    p.add_argument("--virtual-stages", type=positive_int, default=1)
-    p.add_argument(
-        "--pp-layers",
-        type=pp_layers_arg,
-        metavar="N,N,...|auto",
-        help="blocks on each pipeline stage, first to last (e.g. 7,8,...,8,7), or auto: the "
-        "embedding and the loss count as a block each (Llama 3 405B's split)",
-    )
-    p.add_argument(
-        "--pp-first-last",
-        type=first_last_arg,
-        metavar="N,M",
-        help="N blocks on the first stage, M on the last, the rest split evenly",
-    )
-    p.add_argument("--recompute", choices=RECOMPUTE, default="none")
-    p.add_argument("--precision", type=training_precision, default="bf16",
-                   help="GEMM precision of mixed-precision training: bf16 (default) or fp8; "
-                   "weights, gradients and Adam state per --state-precision. bf16-mixed and "
-                   "fp8-mixed are the same words (estimate train-step's bf16-mixed is bf16)")  # fmt: skip
-    p.add_argument(
-        "--expert-imbalance",
-        type=at_least_one,
-        default=1.0,
-        help="MoE: busiest expert's load over the mean (default 1.0)",
-    )
-    p.add_argument("--capacity-factor", type=positive_float, help="MoE: pad to this capacity")
+    add_strategy_options(p)
     add_assumption_options(p)
     p.add_argument(
         "--reproduce",
@@ -218,70 +145,6 @@ def register(subparsers) -> None:
     add_timing_option(p)
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     p.set_defaults(func=run)
-
-
-def pp_layers_arg(text: str):
-    """'auto' or a comma-separated list of block counts."""
-    if text.strip().lower() == "auto":
-        return "auto"
-    try:
-        return tuple(int(n) for n in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a list of block counts per stage (e.g. 7,8,8,7) or auto"
-        ) from None
-
-
-def first_last_arg(text: str) -> tuple[int, int]:
-    """N,M: blocks on the first and on the last pipeline stage."""
-    try:
-        first, last = (int(n) for n in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not FIRST,LAST (blocks on the first and last stage, e.g. 7,7)"
-        ) from None
-    return first, last
-
-
-def resolve_pp_layers(args, cfg, pp: int) -> tuple[int, ...] | None:
-    """The stage split of --pp-layers / --pp-first-last (None: even)."""
-    from gpuplan.sim.parallel.strategy import auto_pp_layers, first_last_pp_layers
-
-    given, first_last = getattr(args, "pp_layers", None), getattr(args, "pp_first_last", None)
-    if given is not None and first_last is not None:
-        raise GpuplanError("--pp-layers and --pp-first-last both set the stage split; give one")
-    if given == "auto":
-        return auto_pp_layers(cfg.n_layers, pp)
-    if first_last is not None:
-        return first_last_pp_layers(cfg.n_layers, pp, *first_last)
-    return given
-
-
-def straggler(text: str):
-    """RANK:SLOWDOWN, e.g. 12:0.1 for GPU 12 computing 10% slower."""
-    rank, sep, slowdown = text.partition(":")
-    if not sep:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not RANK:SLOWDOWN (e.g. 12:0.1 for GPU 12 computing 10% slower)"
-        )
-    try:
-        return non_negative(int, MAX_GPUS - 1)(rank), non_negative(float)(slowdown)
-    except argparse.ArgumentTypeError as err:
-        raise argparse.ArgumentTypeError(f"{text!r} (RANK:SLOWDOWN): {err}") from None
-
-
-def add_timeline_options(p) -> None:
-    """--timeline, --all-ranks and the timeline's perturbations."""
-    p.add_argument("--timeline", metavar="OUT.json", type=word,
-                   help="simulate the step in time and write a Chrome/Perfetto trace")  # fmt: skip
-    p.add_argument("--all-ranks", action="store_true",
-                   help="simulate (and draw) every GPU, not one per symmetric group")  # fmt: skip
-    p.add_argument("--straggler", type=straggler, action="append", default=[],
-                   metavar="RANK:SLOWDOWN", help="a GPU that computes slower (repeatable)")  # fmt: skip
-    p.add_argument("--jitter", type=non_negative(float, MAX_CV), default=0.0,
-                   help="kernel-time jitter, coefficient of variation (default 0)")  # fmt: skip
-    p.add_argument("--seed", type=random_seed, default=0,
-                   help="seed of the jitter (0 to 2^64 - 1; default 0)")  # fmt: skip
 
 
 def resolve_cluster(args):
@@ -405,54 +268,6 @@ def _images(args, cfg):
     return images_of(cfg, {k: v for k, v in params.items() if v is not None})
 
 
-def write_timeline(args, cfg, strategy, cluster, seq) -> dict[str, Any]:
-    """Simulate the step, write its trace; the timeline's headline figures."""
-    from gpuplan.sim.runtime.timeline import Straggler, simulate_step
-    from gpuplan.sim.runtime.timeline.trace import write_chrome_trace
-
-    tl = simulate_step(
-        cfg, strategy, cluster=cluster, seq=seq, all_ranks=args.all_ranks, jitter=args.jitter,
-        seed=args.seed, stragglers=tuple(Straggler(rank=r, slowdown=s) for r, s in args.straggler),
-        eff=efficiency_from_args(args, cluster.accelerator.key),
-    )  # fmt: skip
-    detail, every_rank = trace_detail(tl)
-    slices = write_chrome_trace(tl, args.timeline, detail=detail, every_rank=every_rank)
-    return tl.to_dict() | {"trace": args.timeline, "trace_slices": slices, "trace_detail": detail,
-                           "trace_every_rank": every_rank and tl.all_ranks}  # fmt: skip
-
-
-MAX_TRACE_SLICES = 2_000_000  # about 250 MB of JSON, written in seconds; a viewer opens it
-
-
-def trace_detail(tl) -> tuple[str, bool]:
-    """The finest (detail, every rank) whose trace holds at most ``MAX_TRACE_SLICES`` slices:
-    kernels, then steps (block halves), then each TP x CP group drawn once, then tasks."""
-    from gpuplan.sim.runtime.timeline.trace import choose_detail
-
-    detail, every_rank, n = choose_detail(tl, MAX_TRACE_SLICES)
-    if n > MAX_TRACE_SLICES:
-        raise GpuplanError(
-            f"the trace would hold {n:,} slices even one per task (at most {MAX_TRACE_SLICES:,}); "
-            "drop --all-ranks to draw each symmetric group once"
-        )
-    return detail, every_rank
-
-
-def render_timeline(t: dict[str, Any], estimate_s: float, wall_s: float | None = None) -> list[str]:
-    diff = 100 * (t["step_time_s"] / estimate_s - 1)
-    took = "" if wall_s is None else f" in {wall_s:.2f} s"
-    return [
-        "",
-        f"timeline        {format_value('step_time_s', t['step_time_s'])} ({diff:+.1f}% vs the "
-        f"closed form), bubble {100 * t['bubble_fraction']:.1f}% (mean of the simulated GPUs)",
-        f"                {t['simulated_gpus']} TP x CP groups simulated for {t['world']} GPUs, "
-        f"{t['events']:,} events{took}",
-        *[f"                {n}" for n in t["notes"][1:]],
-        f"trace           {t['trace']} ({t['trace_slices']:,} slices, {t['trace_detail']} "
-        f"detail{_drawn(t)}; open in https://ui.perfetto.dev)",
-    ]
-
-
 def with_interruptions(cfg, est, cluster, time_to_train_s: float) -> dict[str, Any]:
     """The budget's keys for the expected interruptions of the run (sim.parallel.interruptions)."""
     from gpuplan.sim.parallel.interruptions import expected_interruptions
@@ -466,21 +281,6 @@ def with_interruptions(cfg, est, cluster, time_to_train_s: float) -> dict[str, A
     }
 
 
-def render_interruptions(i: dict[str, Any], with_failures_s: float) -> str:
-    """One line: the interruptions' rate, checkpoints, restarts and the time they add."""
-    return (
-        f"with interruptions: {with_failures_s / 86400:.1f} days (one every "
-        f"{i['mtbf_s'] / 3600:.1f} h, a {i['checkpoint_s']:.0f} s checkpoint every "
-        f"{i['checkpoint_interval_s'] / 60:.0f} min, {i['restart_s']:.0f} s per restart: "
-        f"{100 * i['waste']:.1f}% of wall time lost; rates: {i['source']})"
-    )
-
-
-def render_overlaps(overlaps: dict[str, bool]) -> str:
-    """The overlaps in force, e.g. 'dp on, tp off, pp off'."""
-    return ", ".join(f"{k} {'on' if v else 'off'}" for k, v in overlaps.items())
-
-
 def train_defaults(args, cluster, strategy, seq: int) -> list[str]:
     """The flags left unset whose defaults change the answer, as they were filled in."""
     out = []
@@ -491,172 +291,3 @@ def train_defaults(args, cluster, strategy, seq: int) -> list[str]:
     if not args.global_batch:
         out.append(f"--global-batch {strategy.global_batch} (micro-batch x dp x max(1, 4 pp))")
     return out
-
-
-def _drawn(t: dict[str, Any]) -> str:
-    if not t["all_ranks"]:
-        return ""
-    return ", every rank" if t.get("trace_every_rank") else ", each TP x CP group once"
-
-
-def _pct(value: float) -> str:
-    return f"{100 * value:.1f}%"
-
-
-def _banded(doc: dict[str, Any], key: str, fmt=None) -> str:
-    return format_banded(key, doc[key], doc.get("error_band", {}).get(key), fmt)
-
-
-def render_estimate(doc: dict[str, Any]) -> str:
-    """The estimate as people read it: headline, breakdown by class, memory terms."""
-    st = doc["strategy"]
-    fits = "fits" if doc["fits"] else "DOES NOT FIT"
-    lines = [
-        f"{doc['model']} on {doc['gpus']} GPUs of {doc['cluster']}: {st['label']}, "
-        f"global batch {st['global_batch']} x {doc['seq']} tokens",
-        *(["defaults in force (not given): " + (", ".join(doc["defaults"]) or "none")]
-          if "defaults" in doc else []),  # fmt: skip
-        "",
-        f"step time       {_banded(doc, 'step_time_s')}",
-        f"tokens/s        {_banded(doc, 'tokens_per_s', lambda v: f'{v:,.0f}')}",
-        f"MFU / HFU       {_banded(doc, 'mfu', _pct)} / {_banded(doc, 'hfu', _pct)}",
-        f"memory per GPU  {_banded(doc, 'peak_memory_per_gpu_bytes')} of "
-        f"{format_value('bytes', doc['device_memory_bytes'])} ({fits})",
-        f"overlaps        {render_overlaps(doc['overlaps'])}",
-    ]
-    if doc.get("error_band_label"):
-        lines.append(f"error band      p10-p90; {doc['error_band_label']}")
-    if "stack" in doc:
-        s = doc["stack"]
-        measured = "" if s.get("measured") else "; not measured as a whole"
-        lines.append(f"stack           {s['name']} (attention {s['attention']['train']}, "
-                     f"elementwise {s['elementwise']}, host {s['host']['mode']}{measured})")
-    lines.append("")
-    rows = [dict(r, share_pct=100 * r["share"]) for r in doc["by_category"]]
-    rows.sort(key=lambda r: -r["time_s"])
-    lines.append(render_table(rows, ["layer", "category", "time_s", "share_pct"]))
-    lines.append("")
-    mem = [{"term": k, "bytes": v} for k, v in doc["memory_bytes"].items()]
-    lines.append(render_table(mem, ["term", "bytes"]))
-    if "budget" in doc:
-        b = doc["budget"]
-        band = {**b, **doc}
-        cost = "-" if b["cost_usd"] is None else _banded(band, "cost_usd", lambda v: f"${v:,.0f}")
-        lines += [
-            "",
-            f"{b['tokens']:.3g} tokens: "
-            f"{_banded(band, 'time_to_train_s', lambda v: f'{v / 86400:.1f}')} days, "
-            f"{_banded(band, 'gpu_hours', lambda v: f'{v:,.0f}')} GPU-hours, {cost}, "
-            f"{_banded(band, 'energy_kwh', lambda v: f'{v:,.0f}')} kWh "
-            f"(power {b['power_fraction']:.0%} of TDP, PUE {b['pue']})",
-            f"price: {b['price_source']}",
-            render_interruptions(b["interruptions"], b["time_to_train_with_failures_s"]),
-        ]
-    if "timeline" in doc:
-        wall_s = doc.get("timing", {}).get("timeline_wall_s")
-        lines += render_timeline(doc["timeline"], doc["step_time_s"], wall_s)
-    lines += ["", *[f"note: {n}" for n in doc["notes"]]]
-    return "\n".join(lines)
-
-
-def reproduce(args) -> int:
-    """Predict the published runs; print the comparison tables and the errors per source."""
-    from gpuplan.hwmodels.efficiency import efficiency_for
-    from gpuplan.validate.published.megatron import reproduce as predict
-    from gpuplan.validate.published.megatron import summary
-    from gpuplan.validate.published.training import (
-        DEFAULT_SEED,
-        reproduce_training,
-        source_summary,
-        training_sources,
-    )
-
-    frame = predict()
-    summ = summary(frame)
-    source = efficiency_for("a100-sxm-80gb").source
-    runs = reproduce_training(DEFAULT_SEED)
-    by_source = source_summary(runs)
-    held = sorted(set(runs.loc[runs["held_out"], "source"]))
-    if args.json:
-        print(dump_json({
-            "rows": frame, "summary": summ, "efficiency_source": source,
-            "published_training": {"rows": runs, "summary": by_source, "seed": DEFAULT_SEED,
-                                   "held_out_sources": held},
-        }))  # fmt: skip
-        return 0
-    print(render_reproduction(frame, summ))
-    print(f"\nA100 kernel efficiencies: {source}")
-    print(render_training(runs, by_source, training_sources()["sources"], held))
-    return 0
-
-
-def _shown(row, value) -> str:
-    """A published or predicted value: bytes for memory, else 4 digits in the metric's unit."""
-    return format_value("bytes", value) if row["kind"] == "memory" else f"{value:.4g}"
-
-
-def render_source(name: str, rows, reference: str) -> list[str]:
-    """One source's rows that gpuplan predicts, then its rows it cannot express, by reason."""
-    ok = rows[rows["status"] == "ok"].to_dict("records")
-    for r in ok:
-        for col in ("published", "predicted"):
-            r[f"{col}_"] = _shown(r, r[col])
-    lines = ["", f"== {name}: {reference}"]
-    if ok:
-        lines.append(render_table(
-            ok, ["model", "gpus", "layout", "metric", "published_", "predicted_", "error_pct"],
-            headers={"published_": "published", "predicted_": "predicted"},
-            formats={"error_pct": lambda v: f"{v:+.1f}%"},
-        ))  # fmt: skip
-    bad = rows[rows["status"] != "ok"].groupby("status").size()
-    lines += [f"{n} row(s) {status}" for status, n in bad.items()]
-    return lines
-
-
-SUMMARY_COLUMNS = ("source", "kind", "n", "not_expressible", "median_abs_pct_error",
-                   "p90_abs_pct_error", "held_out")  # fmt: skip
-
-
-def render_training(runs, by_source, sources: dict, held: list[str]) -> str:
-    """Per-source tables of the published training runs and the summary per source."""
-    lines = ["", "Published training runs (data/published_training.csv) against gpuplan"]
-    for name, rows in runs[~runs["source"].isin(("narayanan2021", "korthikanti2022"))].groupby(
-        "source", sort=True
-    ):
-        lines += render_source(name, rows, sources.get(name, {}).get("reference", ""))
-    summ = by_source.assign(held_out=by_source["held_out"].map({True: "held out", False: "fit"}))
-    lines += [
-        "",
-        f"Summary per source (absolute % error; held-out sources: {', '.join(held)})",
-        render_table(
-            summ,
-            SUMMARY_COLUMNS,
-        ),
-    ]
-    return "\n".join(lines)
-
-
-def render_reproduction(frame, summ) -> str:
-    cols = ["id", "metric", "gpus", "measured", "predicted", "error_pct"]
-    fmt = {"measured": lambda v: f"{v:.4g}", "predicted": lambda v: f"{v:.4g}",
-           "error_pct": lambda v: f"{v:+.1f}%"}  # fmt: skip
-    kinds = summ[summ["by"] == "kind"]
-    sources = summ[summ["by"] == "source"]
-    lines = [
-        "Published runs (A100 80GB, DGX A100 / Selene) against gpuplan's predictions",
-        "",
-        render_table(frame, cols, formats=fmt),
-        "",
-        render_table(
-            sources.rename(columns={"median": "median_abs_pct_error", "max": "max_abs_pct_error"}),
-            ["kind", "group", "count", "median_abs_pct_error", "max_abs_pct_error"],
-            headers={"group": "source"},
-        ),
-        "",
-        render_table(
-            kinds.rename(columns={"median": "median_abs_pct_error", "max": "max_abs_pct_error"}),
-            ["group", "count", "median_abs_pct_error", "max_abs_pct_error", "target_pct", "met"],
-            headers={"group": "kind"},
-        ),
-    ]
-    return "\n".join(lines)

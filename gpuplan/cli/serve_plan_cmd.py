@@ -1,0 +1,166 @@
+"""``gpuplan serve plan``: the cheapest serving configurations (tensor parallelism, replicas,
+batch limits, quantization, disaggregation) that meet TTFT and TPOT SLOs at a request rate
+(``sim.runtime.serving.plan``), with their error bands."""
+
+from __future__ import annotations
+
+import sys
+
+from gpuplan.cli.argtypes import gpu_count, int_list, percentile, positive
+from gpuplan.cli.calibration import efficiency_line
+from gpuplan.cli.dask_workers import add_sweep_options, open_pool, pool_label, timed, with_timing
+from gpuplan.cli.serve_args import (
+    DEFAULT_STACK,
+    add_speculative_options,
+    add_traffic_options,
+    int_values,
+)
+from gpuplan.cli.serve_inputs import (
+    efficiency_fit,
+    serve_defaults,
+    serve_workload,
+    speculation_from_args,
+)
+from gpuplan.cli.serve_render import defaults_line
+from gpuplan.cli.stack_flags import add_stack_options, stack_doc, stack_from_args, stack_line
+from gpuplan.limits import MAX_GPUS
+from gpuplan.tables import dump_json, format_banded, format_seconds, render_table
+from gpuplan.validate.bands import documents as bands
+
+
+def register_plan(sub) -> None:
+    """``serve plan`` under ``serve``'s subcommands."""
+    p = sub.add_parser("plan", help="cheapest configurations that meet TTFT and TPOT SLOs")
+    add_traffic_options(p, rate_required=True)
+    add_stack_options(p, default=DEFAULT_STACK)
+    p.add_argument("--slo-ttft-s", type=positive(float), required=True)
+    p.add_argument("--slo-tpot-s", type=positive(float), required=True)
+    p.add_argument("--percentile", type=percentile, default=99.0)
+    p.add_argument("--tp", type=int_list(MAX_GPUS), help="tensor-parallel degrees to try (default: all)")
+    p.add_argument("--policy", choices=("continuous", "chunked"), default="chunked")
+    p.add_argument("--max-seqs", type=int_values, default=(64, 256), help="max_seqs values to try")
+    p.add_argument("--no-disaggregation", action="store_true")
+    p.add_argument("--max-gpus", type=gpu_count, default=64)
+    p.add_argument("--top", type=positive(int), default=5)
+    p.add_argument("--price-per-gpu-hour", type=positive(float), help="USD (default: price file)")
+    add_speculative_options(p, "also try each colocated candidate with speculative decoding")
+    add_sweep_options(p)
+    p.set_defaults(func=run_plan)
+
+
+def run_plan(args) -> int:
+    from gpuplan.sim.runtime.serving.plan_space import RATIOS, SearchSpace
+
+    if args.trace:
+        from gpuplan.sim.runtime.serving.requests import read_trace
+
+        load = read_trace(args.trace, rate_per_s=args.rate, seed=args.seed, limit=args.requests)
+    defaults = serve_defaults(args, tokens=(1024, 256))
+    if not args.trace:
+        args.prompt_tokens = args.prompt_tokens or 1024
+        args.output_tokens = args.output_tokens or 256
+        load = serve_workload(args, default_requests=1000)
+    space = SearchSpace(
+        tps=args.tp,
+        max_seqs=args.max_seqs,
+        policy=args.policy,
+        ratios=() if args.no_disaggregation else RATIOS,
+        max_gpus=args.max_gpus,
+        stack=_plan_stack(args),
+        speculation=speculation_from_args(args),
+    )
+    with open_pool(args) as pool:
+        result = _plan(args, load, space, pool)
+    doc = _plan_doc(args, result, space, defaults)
+    if args.json:
+        print(dump_json(with_timing(doc, args, {"wall_s": result.wall_s,
+                                                "ran_on": pool_label(args)})))  # fmt: skip
+        return 0
+    _print_plan(args, doc, result, space)
+    return 0
+
+
+def _plan_doc(args, result, space, defaults: list[str]) -> dict:
+    """The plan's document: every best row with its own bands, the first (cheapest) row's as
+    the document's, the counts, sources, stack, rate, defaults and SLO."""
+    from gpuplan.hwmodels.accelerators import get_accelerator
+
+    acc_key, plan_stack = get_accelerator(args.gpu).key, space.stack.name
+    # each row's own bands; the document's: the first (cheapest) row's
+    configs = [c | bands.serve_bands(c, stack=plan_stack, device=acc_key)
+               for c in result.best_rows]  # fmt: skip
+    first = configs[0] if configs else {}
+    return {
+        "configs": configs,
+        "error_band": first.get("error_band", {}),
+        "error_band_label": first.get("error_band_label", ""),
+        "evaluated": len(result.rows),
+        "candidates": result.candidates,
+        "price_source": result.price_source,
+        "efficiency_source": efficiency_fit(args).source,
+        "stack": stack_doc(space.stack, get_accelerator(args.gpu)),
+        "rate_per_s": args.rate,
+        "defaults": defaults,
+        "slo": {
+            "ttft_s": args.slo_ttft_s,
+            "tpot_s": args.slo_tpot_s,
+            "percentile": args.percentile,
+        },
+    }
+
+
+def _print_plan(args, doc: dict, result, space) -> None:
+    """The plan as people read it: the question, the cheapest configurations, how many were
+    simulated, the price, stack and efficiency sources."""
+    from gpuplan.hwmodels.accelerators import get_accelerator
+
+    pct = f"p{args.percentile:g}"
+    cols = ["layout", "tp", "pp", "weight_dtype", "kv_dtype", "max_seqs", "replicas", "gpus",
+            f"ttft_{pct}_s", f"tpot_{pct}_s", "usd_per_hour", "usd_per_m_output_tokens"]  # fmt: skip
+    money = {c: (lambda v: f"${v:,.2f}") for c in ("usd_per_hour", "usd_per_m_output_tokens")}
+    print(
+        f"cheapest ways to serve {args.model} at {args.rate:g} requests/s on {args.gpu} with "
+        f"TTFT {pct} <= {format_seconds(args.slo_ttft_s)} and TPOT {pct} <= "
+        f"{format_seconds(args.slo_tpot_s)}\n{defaults_line(doc['defaults'])}\n"
+    )
+    banded = {c: money.get(c, format_seconds) for c in cols[8:]}
+    shown = [{**row, **{c: format_banded(c, row[c], row["error_band"].get(c), banded[c])
+                        for c in cols[8:] if c in row}} for row in doc["configs"]]  # fmt: skip
+    if space.speculation is not None:
+        cols.insert(1, "speculative")
+    print(render_table(shown, cols))
+    if doc["error_band_label"]:
+        print(f"error band p10-p90: {doc['error_band_label']}")
+    took = f" in {format_seconds(result.wall_s)} ({pool_label(args)})" if timed(args) else ""
+    print(
+        f"\n{len(result.rows)} of {result.candidates} candidates simulated{took}; "
+        f"price: {result.price_source}"
+    )
+    print(stack_line(space.stack, get_accelerator(args.gpu)))
+    print(efficiency_line(doc["efficiency_source"]))
+
+
+def _plan_stack(args):
+    from gpuplan.hwmodels.accelerators import get_accelerator
+
+    return stack_from_args(args, get_accelerator(args.gpu))
+
+
+def _plan(args, load, space, pool):
+    from gpuplan.sim.runtime.serving.plan import Slo, plan
+
+    return plan(
+        args.model,
+        args.gpu,
+        rate_per_s=args.rate,
+        slo=Slo(ttft_s=args.slo_ttft_s, tpot_s=args.slo_tpot_s, percentile=args.percentile),
+        lengths=(load.prompt_tokens, load.output_tokens),
+        requests=load.n,
+        seed=args.seed,
+        space=space,
+        usd_per_gpu_hour=args.price_per_gpu_hour,
+        top=args.top,
+        progress=not args.json and sys.stderr.isatty(),
+        pool=pool,
+        fit=efficiency_fit(args),
+    )
