@@ -57,6 +57,7 @@ def composed_coverage(data_dir=None, device: str = "h200") -> pd.DataFrame:
     """Held-out composite harness records: is the measured time inside the composed band?"""
     from gpuplan.hwmodels.efficiency import calibrated_efficiency
     from gpuplan.validate import calibrate
+    from gpuplan.validate.measurements import for_run, run_of
     from gpuplan.validate.record_prediction import predict_breakdown
 
     eff = calibrated_efficiency(device)
@@ -66,7 +67,7 @@ def composed_coverage(data_dir=None, device: str = "h200") -> pd.DataFrame:
         if r.kind not in COMPOSED_KINDS or not r.measured.get("time_s"):
             continue
         bd = predict_breakdown(r.kind, r.device, r.params,
-                               eff=calibrate.for_run(eff, calibrate.run_of(r), r.kind))  # fmt: skip
+                               eff=for_run(eff, run_of(r), r.kind))  # fmt: skip
         cats = bd.by("category")
         band = band_docs.breakdown_band(zip(cats["category"], cats["time_s"], strict=True), r.kind,
                                     stack=r.params.get("stack", "harness"), device=r.device)  # fmt: skip

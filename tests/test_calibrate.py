@@ -8,11 +8,12 @@ import pytest
 from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.efficiency import prior_efficiency
 from gpuplan.validate import calibrate
+from gpuplan.validate.calibration_stages import with_values
 from gpuplan.validate.record_prediction import predict_record
 from gpuplan.validate.records import Record
 
 PRIOR = prior_efficiency()
-TRUTH = calibrate.with_values(
+TRUTH = with_values(
     PRIOR,
     {"gemm_peak_fraction.bf16": 0.6, "kernel_overhead_s": 5e-6, "collective_bw_fraction": 0.5},
 )
@@ -90,7 +91,7 @@ def test_a_case_measured_in_two_runs_falls_on_one_side():
 
 
 def test_setting_a_parameter_copies_instead_of_mutating():
-    changed = calibrate.with_values(PRIOR, {"gemm_peak_fraction.fp8": 0.1})
+    changed = with_values(PRIOR, {"gemm_peak_fraction.fp8": 0.1})
     assert PRIOR.gemm_fraction("fp8") != 0.1 and changed.gemm_fraction("fp8") == 0.1
 
 

@@ -16,13 +16,14 @@ from gpuplan.hwmodels.efficiency import (
     prior_efficiency,
 )
 from gpuplan.validate import calibrate, runs
+from gpuplan.validate.calibration_stages import with_values
 from gpuplan.validate.record_prediction import predict_record
 from gpuplan.validate.records import Record
 
 ROOT = Path(__file__).parents[1]
 COMMITTED_FIT = ROOT / "gpuplan" / "hwmodels" / "data" / "calibration_h200.json"
 # the synthetic GPU: GEMMs at 40% of the bf16 peak (the committed fit says about 79%)
-TRUTH = calibrate.with_values(prior_efficiency(), {"gemm_peak_fraction.bf16": 0.4})
+TRUTH = with_values(prior_efficiency(), {"gemm_peak_fraction.bf16": 0.4})
 SHAPES = [(m, n, k) for m in (1, 256, 4096) for n in (1024, 8192) for k in (1024, 4096)]
 
 

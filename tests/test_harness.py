@@ -18,7 +18,7 @@ from gpuplan.validate.harness.records import (
     read_records,
 )
 from gpuplan.validate.harness.timing import Budget
-from gpuplan.validate.records import optional_param_rules
+from gpuplan.validate.record_kinds import optional_param_rules
 
 ROOT = Path(__file__).resolve().parents[1]
 ALL_KINDS = tuple(PARAM_KEYS)

@@ -7,15 +7,8 @@ from pathlib import Path
 import pytest
 
 from gpuplan.errors import GpuplanError
-from gpuplan.validate.records import (
-    KINDS,
-    MEASURED,
-    PARAM_RULES,
-    Record,
-    parse_lines,
-    parse_record,
-    read_records,
-)
+from gpuplan.validate.record_kinds import KINDS, MEASURED, PARAM_RULES
+from gpuplan.validate.records import Record, parse_lines, parse_record, read_records
 
 DATA = Path(__file__).parent / "data"
 SAMPLE = Path(__file__).parents[1] / "data" / "sample.jsonl"

@@ -11,12 +11,8 @@ torch = pytest.importorskip("torch")
 
 from gpuplan.validate.serving import compare  # noqa: E402
 from gpuplan.validate.serving.__main__ import main as serve_main  # noqa: E402
-from gpuplan.validate.serving.server import (  # noqa: E402
-    TINY,
-    Model,
-    PaddedDecoder,
-    decode_buckets,
-)
+from gpuplan.validate.serving.model import TINY, Model  # noqa: E402
+from gpuplan.validate.serving.padded_decode import PaddedDecoder, decode_buckets  # noqa: E402
 
 
 @torch.inference_mode()

@@ -145,14 +145,14 @@ def test_the_split_is_seeded_stratified_and_keeps_a_case_on_one_side():
 
 def test_whole_model_param_keys_match_the_record_contract():
     # the campaign keeps its own copy (it imports nothing of gpuplan but the harness)
-    from gpuplan.validate.records import MODEL_KINDS, PARAM_RULES
+    from gpuplan.validate.record_kinds import MODEL_KINDS, PARAM_RULES
     from gpuplan.validate.stack_campaign.common import MODEL_PARAM_KEYS
 
     assert {kind: tuple(PARAM_RULES[kind]) for kind in MODEL_KINDS} == MODEL_PARAM_KEYS
 
 
 def test_the_grouped_gemm_param_keys_match_the_record_contract():
-    from gpuplan.validate.records import PARAM_RULES
+    from gpuplan.validate.record_kinds import PARAM_RULES
     from gpuplan.validate.stack_campaign.common import CONTRACT_PARAM_KEYS
 
     assert CONTRACT_PARAM_KEYS["grouped_gemm"] == tuple(PARAM_RULES["grouped_gemm"])

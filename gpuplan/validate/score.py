@@ -21,7 +21,8 @@ import numpy as np
 import pandas as pd
 
 from gpuplan.errors import GpuplanError
-from gpuplan.validate.records import KINDS, MEASURED, PARAM_RULES, Record, RecordError
+from gpuplan.validate.record_kinds import KINDS, MEASURED, PARAM_RULES
+from gpuplan.validate.records import Record, RecordError
 
 Predictor = Callable[[Record], Mapping[str, float]]
 

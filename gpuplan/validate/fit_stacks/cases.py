@@ -10,7 +10,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from gpuplan.errors import GpuplanError
-from gpuplan.validate.records import MODEL_KINDS
+from gpuplan.validate.record_kinds import MODEL_KINDS
 
 FIT_SHARE = 0.7
 

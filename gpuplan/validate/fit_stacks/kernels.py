@@ -81,7 +81,7 @@ from gpuplan.validate.fit_stacks.parameters import (
     RATE_KEYS,
     SIMT_KEYS,
 )
-from gpuplan.validate.records import MODEL_KINDS
+from gpuplan.validate.record_kinds import MODEL_KINDS
 
 
 def attention_rate_key(rec, acc) -> str | None:

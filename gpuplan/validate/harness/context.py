@@ -1,5 +1,6 @@
 """What every kind's measurement needs: torch, the device, the clock, and how to say where a
-number came from. Also the dtype names of the contract and random (never zero) inputs.
+number came from. Also the dtype names of the contract and random (never zero) inputs, and the
+setting up of torch for a run's device (``make_context``).
 """
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from .records import device_key
 from .timing import Clock, Timing
 
 
@@ -55,6 +57,37 @@ class Context:
             lib, timer, gpu = f"torch {t.__version__}", "perf_counter", "CPU"
         l2 = "L2 flushed (256 MB write) before each run" if timing.l2 == "flushed" else "no flush"
         return f"{lib}, {what}, {timer}, median of {len(timing.times_s)}, {l2}, {gpu}"
+
+
+def _setup_torch(device: str):
+    import torch
+
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            raise SystemExit("--device cuda: torch sees no CUDA device")
+        # Flash first for every SDPA call (layers too): no cuDNN attention in the dispatch.
+        torch.backends.cuda.enable_cudnn_sdp(False)
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, 64)
+    return torch
+
+
+def make_context(device: str | None, tiny: bool, device_name_key: str | None = None):
+    """Set torch up for ``device`` (cuda where available when None) and build the Context."""
+    import torch as _torch
+
+    device = device or ("cuda" if _torch.cuda.is_available() else "cpu")
+    torch = _setup_torch(device)
+    name = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
+    return Context(
+        torch=torch,
+        device=device,
+        device_key=device_name_key or device_key(name),
+        clock=Clock(torch, device, min_reps=3 if tiny else 10, max_reps=5 if tiny else 50),
+        tiny=tiny,
+        compile_backend="aot_eager" if tiny else "inductor",
+    )
 
 
 def interleaved(a: list, b: list, *, take_a: int, take_b: int, seed: int) -> list:

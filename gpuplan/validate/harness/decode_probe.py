@@ -37,9 +37,9 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from . import decode_step
+from .context import make_context
 from .elementwise import PRESPIN_CYCLES
 from .records import RecordWriter, environment, make_record
-from .runner import make_context
 from .trace import device_kernels
 
 _HEADS = ((32, 32, 128), (32, 8, 128))  # Llama-2-7B (MHA) and Llama-3-8B (GQA) heads

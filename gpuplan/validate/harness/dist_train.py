@@ -69,7 +69,7 @@ LAYOUTS = {
     "fsdp2-keep": ("fsdp2", 2, "fully_shard per layer + root, reshard_after_forward=False"),
 }
 ACCUMULATIONS = (1, 4)
-# params beside the contract's train_step keys (gpuplan.validate.records, KIND_OPTIONAL), with
+# params beside the contract's train_step keys (gpuplan.validate.record_kinds, KIND_OPTIONAL), with
 # optimizer_impl, the AdamW implementation run (fused on CUDA, foreach on the CPU)
 OPTIONAL_PARAMS = ("stack", "timing", "dp", "accumulation", "zero_stage")
 PEAK_DEFINITION = (

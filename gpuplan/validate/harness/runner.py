@@ -18,7 +18,8 @@ import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .records import RecordWriter, device_key, environment, make_record, write_environment
+from .context import make_context
+from .records import RecordWriter, environment, make_record, write_environment
 from .timing import Budget, Clock
 
 KINDS = (
@@ -64,39 +65,6 @@ class KindSummary:
 
 def _log(msg: str) -> None:
     print(msg, flush=True)
-
-
-def _setup_torch(device: str):
-    import torch
-
-    if device == "cuda":
-        if not torch.cuda.is_available():
-            raise SystemExit("--device cuda: torch sees no CUDA device")
-        # Flash first for every SDPA call (layers too): no cuDNN attention in the dispatch.
-        torch.backends.cuda.enable_cudnn_sdp(False)
-    for name in ("recompile_limit", "cache_size_limit"):
-        if hasattr(torch._dynamo.config, name):
-            setattr(torch._dynamo.config, name, 64)
-    return torch
-
-
-def make_context(device: str | None, tiny: bool, device_name_key: str | None = None):
-    """Set torch up for ``device`` (cuda where available when None) and build the Context."""
-    import torch as _torch
-
-    from .context import Context
-
-    device = device or ("cuda" if _torch.cuda.is_available() else "cpu")
-    torch = _setup_torch(device)
-    name = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
-    return Context(
-        torch=torch,
-        device=device,
-        device_key=device_name_key or device_key(name),
-        clock=Clock(torch, device, min_reps=3 if tiny else 10, max_reps=5 if tiny else 50),
-        tiny=tiny,
-        compile_backend="aot_eager" if tiny else "inductor",
-    )
 
 
 def _ceilings(torch) -> dict:

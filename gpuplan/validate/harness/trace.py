@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from . import decode_step, elementwise, layer, train_step
+from .context import make_context
 
 ACTIVE = 3
 _GZIP_OVER_BYTES = 2 * 2**20
@@ -113,8 +114,6 @@ def _maybe_gzip(path: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from .runner import make_context
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--tiny", action="store_true")

@@ -29,7 +29,8 @@ from pathlib import Path
 
 import torch
 
-from .server import LLAMA2_7B, TINY, serve_rates
+from .model import LLAMA2_7B, TINY
+from .server import serve_rates
 
 
 def _floats(text: str) -> list[float]:
@@ -42,7 +43,8 @@ def _floats(text: str) -> list[float]:
     return values
 
 
-def main(argv: list[str] | None = None) -> None:
+def _parser() -> argparse.ArgumentParser:
+    """The command line of ``python3 -m gpuplan.validate.serving`` (module docstring)."""
     ap = argparse.ArgumentParser(
         prog="python3 -m gpuplan.validate.serving",
         description="Measure a torch continuous-batching server under Poisson load.",
@@ -73,7 +75,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda if any")
     ap.add_argument("--device-key", default=None, help="catalogue key (default: from the name)")
     ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     shape = TINY if args.tiny else LLAMA2_7B
@@ -102,8 +108,19 @@ def main(argv: list[str] | None = None) -> None:
     )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    settings = _settings(args, shape, dtype, device, decode_info, started)
+    _write(out, settings, requests, iterations)
+    _print_summary(requests, args.rates, settings["wall_s"])
+    print(f"decode: cuda_graph={settings['cuda_graph']} padding={settings['decode_padding']}")
+    if settings["graph_error"]:
+        print(f"graph capture failed, decode ran eagerly: {settings['graph_error']}")
+
+
+def _settings(args, shape: dict, dtype, device: str, decode_info: dict, started: float) -> dict:
+    """``settings.json``: the run's model, load, device and how decode ran (``wall_s``: since
+    ``started``, the perf_counter before serving)."""
     name = torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu"
-    settings = {
+    return {
         "model": "llama2-7b shapes, random weights" if not args.tiny else "tiny",
         "shape": shape,
         "dtype": str(dtype).removeprefix("torch."),
@@ -128,13 +145,13 @@ def main(argv: list[str] | None = None) -> None:
         "impl": "eager",  # every elementwise op its own kernel (graphs capture the same ones)
         "wall_s": time.perf_counter() - started,
     }
+
+
+def _write(out: Path, settings: dict, requests: list[dict], iterations: list[dict]) -> None:
+    """``settings.json``, ``requests.jsonl`` and ``iterations.jsonl`` into ``out``."""
     (out / "settings.json").write_text(json.dumps(settings, indent=2) + "\n")
     for file, rows in (("requests.jsonl", requests), ("iterations.jsonl", iterations)):
         (out / file).write_text("".join(json.dumps(r) + "\n" for r in rows))
-    _print_summary(requests, args.rates, settings["wall_s"])
-    print(f"decode: cuda_graph={settings['cuda_graph']} padding={settings['decode_padding']}")
-    if settings["graph_error"]:
-        print(f"graph capture failed, decode ran eagerly: {settings['graph_error']}")
 
 
 def _p50_ms(values: list[float]) -> float:

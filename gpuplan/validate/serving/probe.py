@@ -22,7 +22,8 @@ from pathlib import Path
 
 import torch
 
-from .server import LLAMA2_7B, TINY, Model, PaddedDecoder, decode_buckets
+from .model import LLAMA2_7B, TINY, Model
+from .padded_decode import PaddedDecoder, decode_buckets
 
 
 def _time_ms(fn, reps: int, cuda: bool) -> float:

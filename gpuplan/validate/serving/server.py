@@ -1,13 +1,7 @@
 """A small continuous-batching LLM server in torch, for measuring what serving really does.
 
-The model is Llama-like with random weights (the decoder layer of the measurement contract:
-RMSNorm, one fused q/k/v GEMM, rotate-half RoPE, SDPA, SwiGLU with a fused gate/up GEMM; an
-embedding, a final norm and an untied LM head; greedy sampling). Shapes default to Llama-2-7B.
-
-The KV cache is preallocated: ``max_seqs`` slots of ``max_len`` positions for every layer, one
-tensor for keys and one for values ([layers, slots, kv heads, positions, head dim]). Running
-sequences occupy slots 0..B-1; when one finishes, the last running sequence's cache moves into
-its slot (one copy), so a decode step reads a contiguous block of slots.
+The model (``model``: Llama-like, random weights, a preallocated KV cache) defaults to
+Llama-2-7B's shapes.
 
 Scheduling is iteration-level, as vLLM's default scheduler (and gpuplan's ``continuous``
 policy) does it: at every iteration boundary, waiting prompts are admitted first come first
@@ -19,17 +13,9 @@ time is when its tokens exist; a request's first token is the end of its prefill
 its finish is the end of the iteration that emitted its last token. Everything runs under
 ``torch.inference_mode``, without torch.compile.
 
-Decode on a padded batch (``PaddedDecoder``; what vLLM and TensorRT-LLM do to replay decode
-iterations from CUDA graphs): the decode batch sizes are buckets 1, 2, 4, ... up to
-``max_seqs`` (and ``max_seqs`` itself); a decode iteration of B sequences runs the smallest
-bucket >= B, the padding rows reading token 0 at position 0 of the free cache slots after the
-running ones (never read by a running sequence: a prefill rewrites a slot before it is used), and
-every row attends over a fixed span of ``max_context`` positions with a mask hiding those past
-its own position. On CUDA each bucket is captured once in a ``torch.cuda.CUDAGraph`` (one
-shared memory pool) over static token and position buffers, and a decode iteration is two small
-host-to-device copies and one ``replay()``; on the CPU the same padded step runs eagerly.
-Prefill iterations always run eagerly. Without padding a decode step attends over the longest
-running context.
+Decode may run on a padded batch (``padded_decode``: bucketed batches over a fixed span, replayed
+from CUDA graphs on CUDA). Prefill iterations always run eagerly. Without padding a decode step
+attends over the longest running context.
 
 Load: Poisson arrivals at each rate for ``duration_s`` seconds (seeded), then the server drains
 what is left. A request's arrival time is its scheduled time, measured on the same clock.
@@ -44,209 +30,9 @@ from collections import deque
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 
-ROPE_BASE = 10_000.0  # Llama 2 (only the values of cos/sin depend on it)
-LLAMA2_7B = {"hidden": 4096, "heads_q": 32, "heads_kv": 32, "ffn": 11008, "layers": 32,
-             "vocab": 32000}  # fmt: skip
-TINY = {"hidden": 64, "heads_q": 4, "heads_kv": 2, "ffn": 128, "layers": 2, "vocab": 128}
-
-
-def rope_tables(positions: int, head_dim: int, *, device, dtype):
-    """cos and sin [positions, head_dim] (rotate-half form, Su et al. 2021, eq. 34)."""
-    inv = 1.0 / ROPE_BASE ** (torch.arange(0, head_dim, 2, device=device).float() / head_dim)
-    freqs = torch.outer(torch.arange(positions, device=device).float(), inv)
-    emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos().to(dtype), emb.sin().to(dtype)
-
-
-def apply_rope(x, cos, sin):
-    half = x.shape[-1] // 2
-    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
-
-
-class Layer(nn.Module):
-    """One decoder layer; the cache tensors are views of this layer's slice."""
-
-    def __init__(self, hidden: int, heads_q: int, heads_kv: int, ffn: int):
-        super().__init__()
-        self.hidden, self.hq, self.hkv = hidden, heads_q, heads_kv
-        self.d = hidden // heads_q
-        self.attn_norm = nn.Parameter(torch.ones(hidden))
-        self.wqkv = nn.Linear(hidden, (heads_q + 2 * heads_kv) * self.d, bias=False)
-        self.wo = nn.Linear(hidden, hidden, bias=False)
-        self.mlp_norm = nn.Parameter(torch.ones(hidden))
-        self.w_gate_up = nn.Linear(hidden, 2 * ffn, bias=False)
-        self.w_down = nn.Linear(ffn, hidden, bias=False)
-
-    def _qkv(self, x, cos, sin):
-        b, s, _ = x.shape
-        h = F.rms_norm(x, (self.hidden,), self.attn_norm, 1e-5)
-        q, k, v = self.wqkv(h).split([self.hq * self.d, self.hkv * self.d, self.hkv * self.d], -1)
-        q = q.view(b, s, self.hq, self.d).transpose(1, 2)  # (B, hq, S, D)
-        k = k.view(b, s, self.hkv, self.d).transpose(1, 2)  # (B, hkv, S, D)
-        v = v.view(b, s, self.hkv, self.d).transpose(1, 2)
-        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
-
-    def _out_and_mlp(self, x, o):
-        b, s, _ = x.shape
-        x = x + self.wo(o.transpose(1, 2).reshape(b, s, self.hidden))
-        h = F.rms_norm(x, (self.hidden,), self.mlp_norm, 1e-5)
-        gate, up = self.w_gate_up(h).chunk(2, dim=-1)
-        return x + self.w_down(F.silu(gate) * up)
-
-    def prefill(self, x, cos, sin, k_cache, v_cache, slots):
-        """x [k, P, hidden] of k new prompts going into cache ``slots``."""
-        q, k, v = self._qkv(x, cos, sin)
-        p = x.shape[1]
-        k_cache[slots, :, :p] = k
-        v_cache[slots, :, :p] = v
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.hq != self.hkv)
-        return self._out_and_mlp(x, o)
-
-    def decode(self, x, cos, sin, k_cache, v_cache, rows, positions, span, mask):
-        """x [B, 1, hidden] at ``positions``; the sequences are in slots 0..B-1."""
-        q, k, v = self._qkv(x, cos, sin)
-        k_cache[rows, :, positions] = k[:, :, 0]
-        v_cache[rows, :, positions] = v[:, :, 0]
-        b = x.shape[0]
-        keys, values = k_cache[:b, :, :span], v_cache[:b, :, :span]
-        o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
-                                           enable_gqa=self.hq != self.hkv)  # fmt: skip
-        return self._out_and_mlp(x, o)
-
-
-class Model(nn.Module):
-    """Embedding, decoder layers, final norm, untied LM head, and the preallocated cache."""
-
-    def __init__(self, shape: dict, *, max_seqs: int, max_len: int, device, dtype):
-        super().__init__()
-        hidden, vocab = shape["hidden"], shape["vocab"]
-        with torch.device(device):
-            self.embed = nn.Embedding(vocab, hidden)
-            self.layers = nn.ModuleList(
-                Layer(hidden, shape["heads_q"], shape["heads_kv"], shape["ffn"])
-                for _ in range(shape["layers"])
-            )
-            self.norm = nn.Parameter(torch.ones(hidden))
-            self.head = nn.Linear(hidden, vocab, bias=False)
-        self.to(dtype)
-        for p in self.parameters():  # random weights, small enough to stay finite
-            nn.init.normal_(p, std=0.02) if p.dim() > 1 else nn.init.ones_(p)
-        d = hidden // shape["heads_q"]
-        cache = (shape["layers"], max_seqs, shape["heads_kv"], max_len, d)
-        self.k_cache = torch.zeros(cache, device=device, dtype=dtype)
-        self.v_cache = torch.zeros(cache, device=device, dtype=dtype)
-        self.cos, self.sin = rope_tables(max_len, d, device=device, dtype=dtype)
-        self.hidden = hidden
-        # With a mask, PyTorch runs decode attention on its memory-efficient kernel; without
-        # one, on the flash kernel, reading the whole span for every row (the positions past a
-        # sequence's own hold stale cache entries: harmless for timing with random weights).
-        self.mask_decode = True
-
-    def _sample(self, x):
-        h = F.rms_norm(x, (self.hidden,), self.norm, 1e-5)
-        return self.head(h).argmax(dim=-1)
-
-    def prefill(self, tokens, slots):
-        """tokens [k, P] into cache ``slots`` [k]; the first generated token of each [k]."""
-        p = tokens.shape[1]
-        x = self.embed(tokens)
-        cos, sin = self.cos[:p], self.sin[:p]
-        for i, layer in enumerate(self.layers):
-            x = layer.prefill(x, cos, sin, self.k_cache[i], self.v_cache[i], slots)
-        return self._sample(x[:, -1])
-
-    def decode(self, tokens, positions, span: int):
-        """tokens [B] of the sequences in slots 0..B-1, at ``positions`` [B]; next tokens [B]."""
-        b = tokens.shape[0]
-        x = self.embed(tokens)[:, None]
-        cos, sin = self.cos[positions][:, None, None], self.sin[positions][:, None, None]
-        rows = torch.arange(b, device=tokens.device)
-        keys = torch.arange(span, device=tokens.device)
-        mask = (keys[None] <= positions[:, None])[:, None, None]  # (B, 1, 1, span)
-        if not self.mask_decode:  # timing only: every row reads the whole span, flash kernel
-            mask = None
-        for i, layer in enumerate(self.layers):
-            x = layer.decode(x, cos, sin, self.k_cache[i], self.v_cache[i], rows, positions,
-                             span, mask)  # fmt: skip
-        return self._sample(x[:, 0])
-
-    def move_slot(self, src: int, dst: int, length: int) -> None:
-        self.k_cache[:, dst, :, :length] = self.k_cache[:, src, :, :length]
-        self.v_cache[:, dst, :, :length] = self.v_cache[:, src, :, :length]
-
-
-def decode_buckets(max_seqs: int) -> list[int]:
-    """Powers of two below ``max_seqs``, then ``max_seqs`` (vLLM captures a similar list)."""
-    out, b = [], 1
-    while b < max_seqs:
-        out.append(b)
-        b *= 2
-    return out + [max_seqs]
-
-
-class PaddedDecoder:
-    """Decode steps over bucketed batches and a fixed span (module docstring): replayed from one
-    CUDA graph per bucket when ``graphs``, else run eagerly on the same padded inputs."""
-
-    def __init__(self, model: Model, *, buckets: list[int], span: int, device, graphs: bool):
-        self.model, self.buckets, self.span = model, list(buckets), span
-        self.tokens = torch.zeros(max(buckets), dtype=torch.long, device=device)
-        self.positions = torch.zeros(max(buckets), dtype=torch.long, device=device)
-        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.outputs: dict[int, torch.Tensor] = {}
-        self.prep_s = 0.0  # host time of the last step before its kernels could start
-        self.graph_error: str | None = None
-        if graphs:
-            try:
-                self._capture()
-            except Exception as err:  # run eagerly on the padded inputs, and say why
-                self.graphs.clear()
-                self.outputs.clear()
-                self.graph_error = f"{type(err).__name__}: {err}"[:2000]
-                torch.cuda.synchronize()
-
-    def bucket(self, n: int) -> int:
-        return next((b for b in self.buckets if b >= n), n)
-
-    def _step(self, b: int) -> torch.Tensor:
-        return self.model.decode(self.tokens[:b], self.positions[:b], self.span)
-
-    def _capture(self) -> None:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm-up off the capture: cuBLAS handles, workspaces
-            for b in self.buckets:
-                for _ in range(2):
-                    self._step(b)
-        torch.cuda.current_stream().wait_stream(side)
-        torch.cuda.synchronize()
-        pool = torch.cuda.graph_pool_handle()
-        for b in sorted(self.buckets, reverse=True):  # the largest first: the pool fits all
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
-                self.outputs[b] = self._step(b)
-            self.graphs[b] = graph
-        torch.cuda.synchronize()
-
-    def __call__(self, tokens: list[int], positions: list[int], started: float) -> list[int]:
-        """Next tokens of ``len(tokens)`` sequences in slots 0.. (``started``: perf_counter
-        when the iteration began, for ``prep_s``)."""
-        n = len(tokens)
-        b = self.bucket(n)
-        pad = [0] * (b - n)
-        self.tokens[:b].copy_(torch.tensor(tokens + pad))
-        self.positions[:b].copy_(torch.tensor(positions + pad))
-        graph = self.graphs.get(b)
-        self.prep_s = time.perf_counter() - started
-        if graph is None:
-            out = self._step(b)
-        else:
-            graph.replay()
-            out = self.outputs[b]
-        return out[:n].tolist()
+from .model import Model
+from .padded_decode import PaddedDecoder, decode_buckets
 
 
 @dataclass

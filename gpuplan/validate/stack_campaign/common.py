@@ -22,8 +22,8 @@ import time
 
 from ..harness.records import PARAM_KEYS
 
-# Whole-model kinds, additive to the contract: gpuplan/validate/records.py holds their rules, and
-# this copy of their keys (the package imports nothing of gpuplan but the harness) is checked
+# Whole-model kinds, additive to the contract: gpuplan/validate/record_kinds.py holds their rules,
+# and this copy of their keys (the package imports nothing of gpuplan but the harness) is checked
 # against them by tests/test_stack_campaign.py.
 MODEL_PARAM_KEYS: dict[str, tuple[str, ...]] = {
     "prefill_step": ("model", "layers", "batch", "seq", "dtype"),
@@ -33,7 +33,7 @@ MODEL_PARAM_KEYS: dict[str, tuple[str, ...]] = {
 CONTRACT_PARAM_KEYS: dict[str, tuple[str, ...]] = {
     **{kind: PARAM_KEYS[kind] for kind in ("gemm", "attention", "elementwise")},
     **MODEL_PARAM_KEYS,
-    # MoE experts' grouped GEMM (stack_campaign/grouped.py; validate/records.py has its rules,
+    # MoE experts' grouped GEMM (stack_campaign/grouped.py; validate/record_kinds.py has its rules,
     # which tests/test_stack_campaign.py checks this copy against)
     "grouped_gemm": ("groups", "m", "n", "k", "dtype"),
 }

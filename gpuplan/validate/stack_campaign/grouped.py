@@ -11,7 +11,7 @@ Shapes: the expert projections of Mixtral-8x7B (8 experts, 4096 -> 2 x 14336 gat
 4096 down), DeepSeek-V2-Lite (64 experts, 2048 -> 2 x 1408, 1408 -> 2048) and a
 DeepSeek-V3-sized expert (256 experts of 7168 -> 2 x 2048; 32 of them here, what one GPU of
 8-way expert parallelism holds), at 4 to 4,096 rows per group; forward only, both timings.
-Records: kind ``grouped_gemm`` (``validate/records.py``), params ``groups``, ``m`` (rows per
+Records: kind ``grouped_gemm`` (``validate/record_kinds.py``), params ``groups``, ``m`` (rows per
 group), ``n``, ``k``, ``dtype``.
 """
 

@@ -28,33 +28,9 @@ import time
 from ..harness.records import RecordWriter
 from .common import TimeBox, Timer, host_probe_s_per_launch, lib_source, log, make_record
 from .configs import MODELS, tiny_config
+from .hf_grids import EXT_TRAIN, grids, model_names
 
-PREFILL = ((1, 512), (1, 4096), (8, 2048))  # (batch, seq)
-DECODE = ((1, 1024), (16, 4096), (64, 1024))  # (batch, context)
-TRAIN = ((1, 2048), (2, 4096))  # (micro_batch, seq)
-COMPILE_MODELS = ("llama3-8b", "deepseek-v2-lite")
 STATIC_EXTRA = 16  # StaticCache positions beyond the context: a generate() of 16 new tokens
-TINY_PREFILL, TINY_DECODE, TINY_TRAIN = ((1, 16),), ((2, 16),), ((1, 16),)
-# ``--grid extended`` (the second H200 run, data/h200_stacks/run2): more sizes, every case timed
-# in ``ROUNDS`` rounds (a model built once, the cases cycled), each case's host probe and its
-# kernels' own time (``device_kernel_s``: torch.profiler's summed kernel durations of one call,
-# ``common.Timer.device_time``) kept beside the isolated time, so that host and device cost
-# can be told apart. Training adds the MoE models' sizes (grouped_mm backward) and torch-compile
-# gets prefill, decode and training sizes of two dense models.
-EXT_PREFILL = ((1, 128), (1, 512), (1, 1024), (4, 1024), (1, 4096))
-EXT_DECODE = ((1, 256), (1, 1024), (1, 4096), (8, 2048), (16, 4096), (64, 1024))
-EXT_TRAIN = {"mixtral-8x7b": ((1, 512), (1, 1024), (1, 2048), (2, 2048), (2, 4096)),
-             "deepseek-v2-lite": ((1, 512), (1, 1024), (1, 2048), (2, 4096)),
-             "default": ((1, 1024), (4, 2048))}
-EXT_COMPILE_MODELS = ("qwen2.5-7b", "llama3-8b")
-EXT_COMPILE_PREFILL = ((1, 512), (1, 2048), (4, 2048))
-EXT_COMPILE_DECODE = ((1, 512), (4, 2048), (32, 1024))
-EXT_COMPILE_TRAIN = ((1, 1024), (2, 2048))
-# ``--grid compile2`` (H200 run8): more compiled sizes, none of them the extended grid's
-EXT2_COMPILE_PREFILL = ((1, 1024), (2, 4096), (8, 512))
-EXT2_COMPILE_DECODE = ((1, 2048), (16, 1024), (8, 4096))
-EXT2_COMPILE_TRAIN = ((1, 512), (1, 4096))
-ROUNDS = 2
 
 
 def transformers_or_none():
@@ -327,11 +303,33 @@ def _free(torch, device):
         torch.cuda.empty_cache()
 
 
+def _run_phase(part, tf, name: str, phase: str, lay: dict, stack: str, shapes: tuple,
+               share: TimeBox, *, compiled: bool, extended: bool) -> None:
+    """One model's ``infer`` phase (prefill, then decode) or ``train`` phase, on a model built
+    for it (bf16 weights to infer, fp32 to train)."""
+    torch, device, tiny = part.torch, part.device, part.tiny
+    pre, dec, tr = shapes
+    if phase == "infer":
+        infer_layers = lay["compile"] if compiled else lay["infer"]
+        model, info = _build(torch, tf, device, name, infer_layers, torch.bfloat16, tiny)
+        model.eval()
+        _prefill(part, model, name, infer_layers, stack, info, pre, share)
+        _decode(part, tf, model, name, infer_layers, stack, info, dec, share,
+                ("static",) if compiled else ("dynamic", "static"))
+    else:
+        layers = lay["compile"] if compiled else lay["train"]
+        if extended and not tiny and not compiled:
+            tr = EXT_TRAIN.get(name, EXT_TRAIN["default"])
+        model, info = _build(torch, tf, device, name, layers, torch.float32, tiny)
+        model.train()
+        _train(part, model, name, layers, stack, info, tr, share)
+
+
 def run(torch, device, device_key, out_dir, box: TimeBox, tiny: bool, *, compiled: bool,
         models: tuple[str, ...] | None = None, extended: bool = False,
         grid: str = "base") -> dict:
     """Every model in turn (eager), or the compiled cases of ``COMPILE_MODELS``; ``extended``:
-    the extended grid (module docstring's ``EXT_*``)."""
+    the extended grid (``hf_grids``' ``EXT_*``)."""
     tf = transformers_or_none()
     if tf is None:
         log("  hf: transformers is not installed here: whole-model parts skipped")
@@ -339,57 +337,29 @@ def run(torch, device, device_key, out_dir, box: TimeBox, tiny: bool, *, compile
     torch._dynamo.config.cache_size_limit = 64
     part = _Part(torch, device, device_key, RecordWriter(out_dir, "models"), tiny)
     part.extended = extended
-    names = COMPILE_MODELS if compiled else tuple(MODELS)
-    if extended and compiled:
-        names = EXT_COMPILE_MODELS
-    # models named on the command line run as given (compiled ones too)
-    names = tuple(models) if models is not None else names
+    names = model_names(compiled, extended, models)
     stack = "torch-compile" if compiled else "hf-transformers"
     failed = {}
-    pre, dec, tr = (TINY_PREFILL, TINY_DECODE, TINY_TRAIN) if tiny else (PREFILL, DECODE, TRAIN)
-    if compiled and not tiny:
-        pre, dec, tr = pre[1:2], dec[:2], tr[:1]
+    shapes = grids(tiny, compiled, extended, grid)
     decode_only = grid == "decode"
-    if extended and not tiny:
-        pre, dec = EXT_PREFILL * ROUNDS, EXT_DECODE * ROUNDS
-        if decode_only:
-            pre, dec = (), EXT_DECODE
-        if compiled:
-            pre, dec, tr = EXT_COMPILE_PREFILL, EXT_COMPILE_DECODE, EXT_COMPILE_TRAIN
-        if compiled and grid == "compile2":
-            pre, dec, tr = EXT2_COMPILE_PREFILL, EXT2_COMPILE_DECODE, EXT2_COMPILE_TRAIN
     for i, name in enumerate(names):
         if box.over():
             log(f"  hf: time box reached before {name}")
             break
         model_s = box.left_s() / (len(names) - i)
         lay = {k: 2 for k in MODELS[name]["layers"]} if tiny else MODELS[name]["layers"]
-        infer_layers = lay["compile"] if compiled else lay["infer"]
         part.probe_s = host_probe_s_per_launch(torch, device)
         for phase in ("infer",) if decode_only and not compiled else ("infer", "train"):
             start = time.monotonic()
             # Inference gets 60% of the model's share, training the rest (and what is left).
             share = TimeBox(0.6 * model_s if phase == "infer" else box.left_s() / (len(names) - i))
             try:
-                if phase == "infer":
-                    model, info = _build(torch, tf, device, name, infer_layers, torch.bfloat16,
-                                         tiny)
-                    model.eval()
-                    _prefill(part, model, name, infer_layers, stack, info, pre, share)
-                    _decode(part, tf, model, name, infer_layers, stack, info, dec, share,
-                            ("static",) if compiled else ("dynamic", "static"))
-                else:
-                    layers = lay["compile"] if compiled else lay["train"]
-                    if extended and not tiny and not compiled:
-                        tr = EXT_TRAIN.get(name, EXT_TRAIN["default"])
-                    model, info = _build(torch, tf, device, name, layers, torch.float32, tiny)
-                    model.train()
-                    _train(part, model, name, layers, stack, info, tr, share)
+                _run_phase(part, tf, name, phase, lay, stack, shapes, share, compiled=compiled,
+                           extended=extended)
             except Exception as exc:  # one model's failure must not end the part
                 msg = failure(exc)
                 failed[f"{name}/{phase}"] = msg
                 log(f"  hf {name} {phase} ({stack}) FAILED {msg}")
-            model = None
             _free(torch, device)
             torch._dynamo.reset()
             log(f"  hf {name} {phase} ({stack}): {time.monotonic() - start:.1f} s")

@@ -31,13 +31,14 @@ from ..harness.records import RecordWriter
 from . import hf
 from .common import TimeBox, _stats, host_probe_s_per_launch, log
 from .configs import MODELS
+from .hf_grids import EXT_DECODE
 
 ROUNDS = 5
 REPS = 3
 PROBE_REPS = 7
 PROBE_TOKENS = 1  # tokens of the module probe's forward (no cache)
 PREFILL = ((1, 128), (1, 512))  # the host-bound prompts
-DECODE = hf.EXT_DECODE
+DECODE = EXT_DECODE
 TINY_PREFILL, TINY_DECODE = ((1, 8),), ((1, 8),)
 
 
