@@ -2,6 +2,8 @@
 lines and functions over 60 lines in ``gpuplan/`` (docs/architecture.md has the map).
 
     python3 benchmarks/house.py          # the counts and every offender; exit 1 if any
+    python3 benchmarks/house.py --map    # every module with its docstring's first sentence
+                                         # (the index of docs/architecture.md)
 
 Imports are read with ``ast`` (every ``import`` and ``from ... import`` anywhere in a module,
 inside functions too). A module may import its own layer or one below it:
@@ -150,7 +152,29 @@ def wrong_way(imports: dict[str, set[str]]) -> list[tuple[str, str]]:
     return bad
 
 
+def module_index(package: Path = PACKAGE) -> str:
+    """A Markdown table per folder of ``gpuplan/``: each module and what its docstring says
+    first (docs/architecture.md's index)."""
+    folders: dict[str, list[str]] = {}
+    for path in sorted(package.rglob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        first = " ".join(doc.split("\n\n")[0].split()).replace("|", "/")
+        if len(first) > 150:
+            first = first[:147].rsplit(" ", 1)[0] + " …"
+        folder = str(path.parent.relative_to(ROOT))
+        folders.setdefault(folder, []).append(f"| `{path.stem}` | {first} |")
+    out = []
+    for folder, rows in folders.items():
+        out += [f"### `{folder}/`", "", "| module | what it holds |", "|---|---|", *rows, ""]
+    return "\n".join(out)
+
+
 def main() -> int:
+    if "--map" in sys.argv[1:]:
+        print(module_index())
+        return 0
     house = read_house()
     found = {
         "import circles": circles(house.imports),

@@ -1,4 +1,5 @@
-"""Plain-text tables and JSON documents for the command line.
+"""Plain-text tables and JSON documents for people and machines (the commands, validation and
+the reports all print through them).
 
 People read tables: a value is formatted by the unit its column name carries (STYLE.md: units in
 names) — ``_s`` as ns/µs/ms/s, ``_bytes`` as B/KB/MB/GB/TB (decimal, SI), ``_bytes_per_s`` as

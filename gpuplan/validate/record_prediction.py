@@ -52,7 +52,7 @@ KINDS = (
     # MoE experts' grouped GEMM (stack_campaign/grouped.py)
     "grouped_gemm",
 )
-# whole-model record kind -> the kind of ``model_estimate.model_breakdown`` (what ``gpuplan
+# whole-model record kind -> the kind of ``whole_model.model_breakdown`` (what ``gpuplan
 # estimate prefill-step / decode-step / train-step --model`` prices)
 _MODEL_KINDS = {"prefill_step": "prefill_step", "model_decode_step": "decode_step",
                 "model_train_step": "train_step"}
@@ -117,7 +117,7 @@ def _layer(acc, eff, p):
 
 
 def _train_step(acc, eff, p, stack):
-    """The one-GPU case of the multi-GPU estimate (``model_estimate.one_gpu_training``), with
+    """The one-GPU case of the multi-GPU estimate (``whole_model.one_gpu_training``), with
     the peak memory a record measures: allocated bytes (``torch.cuda.max_memory_allocated``),
     not the allocator's fragmentation or the CUDA context."""
     bd = one_gpu_training(acc, eff, contract_model(p), stack, p).breakdown

@@ -1,5 +1,5 @@
-"""Layer 2, parallelization: multi-GPU training estimates, a vectorized strategy search, and
-published training runs reproduced.
+"""Layer 2, parallelization: multi-GPU training estimates and a vectorized strategy search (the
+published training runs they are scored on are ``validate.published``).
 
 - ``strategy``: ``Strategy`` (tp, pp, dp, cp, ep, sp, ZeRO/FSDP, micro/global batch, schedule,
   virtual stages, recomputation, precision, overlap options) and its validity rules (``degrees``:
@@ -17,7 +17,7 @@ published training runs reproduced.
 - ``search``: every valid strategy evaluated with numpy, the fastest and the Pareto front
   (``space``: the strategies; ``shape_pricing``: their kernel shapes priced in bulk);
 - ``cost``: time, GPU-hours, money (``data/prices.json``) and energy of a token budget;
-- ``published``: Narayanan et al. 2021 and Korthikanti et al. 2022 runs against predictions.
+  ``interruptions``: the time a budget loses to failures; ``fp8``: FP8's casts (layer 4).
 """
 
 from gpuplan.sim.parallel.cost import RunBudget, run_budget
