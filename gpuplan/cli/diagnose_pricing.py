@@ -13,8 +13,9 @@ from gpuplan.sim.diagnose.walk import Priced, argv_of, walk, with_edits
 
 def _train_context(args):
     from gpuplan.cli.calibration import efficiency_from_args
-    from gpuplan.cli.train_cmd import _strategy, default_seq, resolve_cluster, resolve_stack
+    from gpuplan.cli.train_cmd import _strategy, resolve_cluster, resolve_stack
     from gpuplan.errors import GpuplanError
+    from gpuplan.sim.parallel.strategy import default_seq
     from gpuplan.workloads.presets import get_model
 
     if not args.model:

@@ -89,3 +89,15 @@ def expected_interruptions(cfg, *, gpus: int, gpus_per_node: int, acc,
         waste=expected_waste(interval, cost.blocking_s, mtbf, restart),
         source=causes[0].source,
     )
+
+
+def with_interruptions(cfg, est, cluster, time_to_train_s: float) -> dict:
+    """A run budget's keys for the expected interruptions of the run of ``est`` (a
+    ``TrainEstimate``) on ``cluster``: the interruptions and the time to train with them."""
+    i = expected_interruptions(cfg, gpus=est.gpus, gpus_per_node=cluster.gpus_per_node,
+                               acc=cluster.accelerator,
+                               state_precision=est.strategy.state_precision)  # fmt: skip
+    return {
+        "interruptions": i.to_dict(),
+        "time_to_train_with_failures_s": i.with_failures_s(time_to_train_s),
+    }
