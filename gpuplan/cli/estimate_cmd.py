@@ -249,7 +249,7 @@ def _flag(name: str, value) -> str:
 
 
 def _result(kind, acc, eff, model, params, bd, stack) -> dict[str, Any]:
-    peak = bd.peak_bytes
+    """The case's document: its breakdown's numbers with the device, stack and params."""
     return {
         "kind": kind,
         "device": acc.key,
@@ -259,10 +259,10 @@ def _result(kind, acc, eff, model, params, bd, stack) -> dict[str, Any]:
         "params": params,
         "time_s": bd.total_s,
         "flops": bd.flops,
-        "achieved_flops_per_s": bd.flops / bd.total_s if bd.total_s else 0.0,
-        "peak_bytes": peak,
+        "achieved_flops_per_s": bd.achieved_flops_per_s,
+        "peak_bytes": bd.peak_bytes,
         "device_memory_bytes": acc.hbm_bytes,
-        "fits": None if peak is None else bool(peak <= acc.hbm_bytes),
+        "fits": bd.fits(acc.hbm_bytes),
         "efficiency_source": eff.source,
         "memory_bytes": dict(bd.memory_bytes),
         "by_category": bd.by("category"),
