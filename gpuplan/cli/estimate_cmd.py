@@ -25,6 +25,13 @@ from gpuplan.cli.stack_flags import add_stack_options, stack_doc, stack_from_arg
 from gpuplan.errors import GpuplanError
 from gpuplan.tables import dump_json
 from gpuplan.validate.bands import documents as bands
+from gpuplan.validate.case_params import (
+    IMAGE_PARAMS,
+    PRECISION_ALIASES,
+    accepted,
+    case_params,
+    missing_params,
+)
 
 KIND_NAMES = (
     "gemm",
@@ -37,43 +44,6 @@ KIND_NAMES = (
     "collective",
     "tp-mlp",
 )
-# Defaults that make a flag optional, per kind; params with no default are required.
-DEFAULTS: dict[str, dict[str, Any]] = {
-    "gemm": {"dtype": "bf16"},
-    "attention": {
-        "batch": 1,
-        "heads_q": 32,
-        "heads_kv": 8,
-        "head_dim": 128,
-        "causal": True,
-        "pass": "fwd",
-        "dtype": "bf16",
-    },
-    "elementwise": {"pass": "fwd", "dtype": "bf16"},
-    "layer": {"seq": 4096, "micro_batch": 1, "pass": "fwd_bwd", "compiled": False, "dtype": "bf16"},
-    "prefill_step": {"batch": 1, "seq": 4096},
-    "train_step": {
-        "seq": 4096,
-        "micro_batch": 1,
-        "recompute": "none",
-        "optimizer": "adamw",
-        "precision": "bf16-mixed",
-    },
-    "decode_step": {"batch": 1, "context": 2048, "cuda_graph": False, "dtype": "bf16"},
-    "collective": {"world": 2, "dtype": "bf16"},
-    "tp_mlp": {"tp": 1, "pass": "fwd_bwd", "dtype": "bf16"},
-}
-REQUIRED: dict[str, tuple[str, ...]] = {
-    "gemm": ("m", "n", "k"),
-    "attention": ("seq_q",),
-    "elementwise": ("op", "tokens", "hidden"),
-    "layer": ("hidden", "heads_q", "heads_kv", "ffn"),
-    "prefill_step": ("model",),
-    "train_step": ("vocab", "hidden", "heads_q", "heads_kv", "ffn", "layers"),
-    "decode_step": ("hidden", "heads_q", "heads_kv", "ffn", "layers"),
-    "collective": ("op", "bytes"),
-    "tp_mlp": ("hidden", "ffn", "tokens"),
-}
 INT_FLAGS = (
     "m",
     "n",
@@ -175,10 +145,6 @@ def _str_choices() -> dict[str, tuple[str, ...] | None]:
     return {name: out[name] for name in STR_FLAGS}
 
 
-# One vocabulary with ``gpuplan train --precision``: the GEMMs' precision under mixed-precision
-# training (fp32 master weights, gradients and Adam state as --state-precision says there);
-# the record contract's ``bf16-mixed`` is bf16 in it. A one-GPU train step prices bf16 only.
-PRECISION_ALIASES = {"bf16": "bf16-mixed"}
 STR_HELP = {
     "precision": "train-step: bf16 GEMMs under mixed precision, fp32 master weights and Adam "
     "state (bf16-mixed, the record contract's word, is the same; as in `gpuplan train "
@@ -213,39 +179,16 @@ def run(args) -> int:
     return 0
 
 
-# What --model fills in, and what the whole-model path also takes.
-MODEL_SHAPE = ("hidden", "heads_q", "heads_kv", "ffn", "vocab")
-MODEL_EXTRA = {
-    "layer": ("tp",),
-    "prefill_step": ("tp", "layers"),
-    "decode_step": ("tp", "layers", "kv_cache", "max_cache_len"),
-    "train_step": ("layers",),
-}
-MODEL_ONLY = ("kv_cache", "max_cache_len")  # whole-model decode only
-IMAGE_FLAGS = ("images", "image_size", "freeze_vision")  # a VLM's prefill and training step
 MAX_IMAGES = 1024
-CONTRACT_ONLY = ("timing",)  # the record contract's timing convention
-
-
-def accepted(kind: str, with_model: bool) -> set[str]:
-    """The parameters ``estimate KIND`` uses; any other flag given is an error, not ignored."""
-    names = (set(DEFAULTS[kind]) | set(REQUIRED[kind])) - {"model"}
-    if kind == "attention":
-        names.add("seq_kv")
-    if with_model:
-        names = (names - set(MODEL_SHAPE)) | set(MODEL_EXTRA.get(kind, ()))
-        if kind in ("prefill_step", "train_step"):
-            names |= set(IMAGE_FLAGS) - ({"freeze_vision"} if kind == "prefill_step" else set())
-    else:
-        names |= set(CONTRACT_ONLY)
-    return names
 
 
 def _params(
     kind: str, args, overrides: dict[str, Any], *, with_model: bool = False
 ) -> dict[str, Any]:
+    """The flags given, checked against what ``estimate KIND`` takes, merged into the case's
+    params (``case_params``)."""
     given = {k: getattr(args, k, None)
-             for k in (*INT_FLAGS, *BOOL_FLAGS, *STR_FLAGS, "bytes", *IMAGE_FLAGS)}
+             for k in (*INT_FLAGS, *BOOL_FLAGS, *STR_FLAGS, "bytes", *IMAGE_PARAMS)}
     given = {k: v for k, v in given.items() if v is not None}
     unused = sorted(set(given) - accepted(kind, with_model))
     if unused:
@@ -255,15 +198,7 @@ def _params(
         raise GpuplanError(
             f"estimate {kind.replace('_', '-')}{how} does not use {flags} (it takes {valid})"
         )
-    defaults = dict(DEFAULTS[kind])
-    if with_model and kind == "decode_step":
-        defaults.pop("cuda_graph")  # the stack's own choice unless asked
-    params = defaults | overrides | given
-    if "precision" in params:
-        params["precision"] = PRECISION_ALIASES.get(params["precision"], params["precision"])
-    if kind == "attention":
-        params.setdefault("seq_kv", params.get("seq_q"))
-    return params
+    return case_params(kind, given, overrides, with_model=with_model)
 
 
 def _estimate(kind: str, args, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -287,7 +222,7 @@ def _estimate(kind: str, args, overrides: dict[str, Any]) -> dict[str, Any]:
             raise GpuplanError("--impl is for a whole model (with --model); a record-contract case"
                                " runs its stack's elementwise kernels (--stack)")
         params["stack"] = stack.name
-        missing = [k for k in REQUIRED[kind] if k not in params]
+        missing = missing_params(kind, params)
         if missing:
             flags = ", ".join("--" + k.replace("_", "-") for k in missing)
             hint = " (or --model)" if kind in ("layer", "train_step", "decode_step") else ""
@@ -296,7 +231,7 @@ def _estimate(kind: str, args, overrides: dict[str, Any]) -> dict[str, Any]:
         bd = predict_breakdown(kind, acc.key, params, eff=eff, stack=stack)
     out = _result(kind, acc, eff, model, params, bd, stack)
     out |= bands.estimate_bands(out, stack=stack.name, device=acc.key)
-    given = {k for k in (*INT_FLAGS, *BOOL_FLAGS, *STR_FLAGS, "bytes", *IMAGE_FLAGS)
+    given = {k for k in (*INT_FLAGS, *BOOL_FLAGS, *STR_FLAGS, "bytes", *IMAGE_PARAMS)
              if getattr(args, k, None) is not None}
     out["defaults"] = [*args.defaulted, *([] if args.model else [f"--model {model}"] * bool(model)),
                        *(_flag(k, v) for k, v in params.items() if k not in given | {"stack"})]  # fmt: skip
@@ -314,7 +249,7 @@ def _flag(name: str, value) -> str:
 
 
 def _result(kind, acc, eff, model, params, bd, stack) -> dict[str, Any]:
-    peak = bd.peak_bytes
+    """The case's document: its breakdown's numbers with the device, stack and params."""
     return {
         "kind": kind,
         "device": acc.key,
@@ -324,10 +259,10 @@ def _result(kind, acc, eff, model, params, bd, stack) -> dict[str, Any]:
         "params": params,
         "time_s": bd.total_s,
         "flops": bd.flops,
-        "achieved_flops_per_s": bd.flops / bd.total_s if bd.total_s else 0.0,
-        "peak_bytes": peak,
+        "achieved_flops_per_s": bd.achieved_flops_per_s,
+        "peak_bytes": bd.peak_bytes,
         "device_memory_bytes": acc.hbm_bytes,
-        "fits": None if peak is None else bool(peak <= acc.hbm_bytes),
+        "fits": bd.fits(acc.hbm_bytes),
         "efficiency_source": eff.source,
         "memory_bytes": dict(bd.memory_bytes),
         "by_category": bd.by("category"),

@@ -59,8 +59,7 @@ def register(subparsers) -> None:
 
 
 def run_serve(args) -> int:
-    from gpuplan.sim.runtime.serving.deployment import SchedulerConfig
-    from gpuplan.sim.runtime.serving.disagg import Disaggregation, simulate_disaggregated
+    from gpuplan.sim.runtime.serving.disagg import Disaggregation, serve_disaggregated
     from gpuplan.sim.runtime.serving.engine import simulate
 
     if getattr(args, "reproduce", False):
@@ -90,9 +89,8 @@ def run_serve(args) -> int:
             raise GpuplanError("--speculative with --disaggregate is not modelled: drop one")
         p, d = args.disaggregate
         dis = Disaggregation(prefill_replicas=p, decode_replicas=d, link=args.kv_link)
-        prefill = SchedulerConfig(**{**_fields(sched), "policy": "continuous"})
-        result = simulate_disaggregated(dep, sched, workload, dis, prefill_sched=prefill, **common)
-        replicas = p + d
+        result = serve_disaggregated(dep, sched, workload, dis, **common)
+        replicas = dis.replicas
     else:
         result = simulate(dep, sched, workload, replicas=args.replicas, router=args.router,
                           speculator=speculator, **common)  # fmt: skip
@@ -111,62 +109,54 @@ def run_serve(args) -> int:
 
 
 def _speculator(args, dep, stack):
-    """``--speculative``'s drafter for the replica ``dep`` (its draft model on the same GPUs,
-    stack and formats), or None."""
+    """``--speculative``'s drafter for the replica ``dep`` (``speculative.stack_speculator``),
+    or None."""
     speculation = speculation_from_args(args)
     if speculation is None:
         return None
-    from gpuplan.sim.runtime.serving.on_stack import stack_deployment
-    from gpuplan.sim.runtime.serving.speculative import Speculator
+    from gpuplan.sim.runtime.serving.speculative import stack_speculator
 
     spec, draft_name = speculation
-    draft = None
-    if draft_name is not None:
-        draft = stack_deployment(draft_name, args.gpu, stack, fit=efficiency_fit(args),
-                                 tp=dep.tp, weight_dtype=dep.weight_dtype,
-                                 kv_dtype=dep.kv_dtype)  # fmt: skip
-    return Speculator(spec, dep, draft=draft)
+    fit = efficiency_fit(args) if draft_name is not None else None
+    return stack_speculator(spec, dep, stack, args.gpu, draft_model=draft_name, fit=fit)
 
 
 def _stack_deployment(args):
-    """The replica as ``--stack`` serves it, with the flags that override the stack's choices."""
+    """The replica as ``--stack`` serves it, with the flags that override the stack's choices
+    (``on_stack.overridden_deployment``)."""
     from gpuplan.hwmodels.accelerators import get_accelerator
-    from gpuplan.sim.runtime.serving.on_stack import stack_deployment
+    from gpuplan.sim.runtime.serving.on_stack import overridden_deployment
 
     stack = stack_from_args(args, get_accelerator(args.gpu))
-    kw = {"tp": args.tp, "weight_dtype": args.weight_dtype, "kv_dtype": args.kv_dtype}
-    kw |= _pipeline_fields(args)
-    if args.no_cuda_graph:
-        kw |= {"cuda_graph": False, "decode_buckets": ()}
-    if args.impl is not None:
-        kw["impl"] = args.impl
-    return stack_deployment(args.model, args.gpu, stack, fit=efficiency_fit(args), **kw), stack
+    pp, ep, layers = getattr(args, "pp", 1), getattr(args, "ep", 1), _pp_layers(args)
+    dep = overridden_deployment(args.model, args.gpu, stack, fit=efficiency_fit(args), tp=args.tp,
+                                weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype, pp=pp,
+                                ep=ep, pp_layers=layers, eager_decode=args.no_cuda_graph,
+                                impl=args.impl)  # fmt: skip
+    return dep, stack
 
 
-def _pipeline_fields(args) -> dict:
-    """Deployment's pp, pp_layers and ep from the flags (the split resolved as train's)."""
+def _pp_layers(args) -> tuple[int, ...] | None:
+    """The stage split of --pp-layers / --pp-first-last, resolved as train's (None: even)."""
     from gpuplan.cli.train_args import resolve_pp_layers
     from gpuplan.workloads.presets import get_model
 
     pp = getattr(args, "pp", 1)
     if pp == 1 and getattr(args, "pp_layers", None) is None and not getattr(args, "pp_first_last", None):
-        return {"pp": 1, "ep": getattr(args, "ep", 1)}
-    layers = resolve_pp_layers(args, get_model(args.model), pp)
-    return {"pp": pp, "pp_layers": layers, "ep": getattr(args, "ep", 1)}
+        return None
+    return resolve_pp_layers(args, get_model(args.model), pp)
 
 
 def _stack_scheduler(args, stack, dep):
-    """The stack's scheduler defaults, each flag given overriding its own; a KV share of the
-    free memory (TensorRT-LLM's) as the device share it amounts to, unless one is given."""
-    from gpuplan.sim.runtime.serving.on_stack import kv_memory_share, stack_scheduler
+    """The scheduler of ``--stack`` with the flags given (``on_stack.serving_scheduler``)."""
+    from gpuplan.sim.runtime.serving.on_stack import serving_scheduler
 
-    sched = stack_scheduler(stack, policy=args.policy, max_seqs=args.max_seqs,
-                            max_batched_tokens=args.max_batched_tokens,
-                            block_tokens=args.block_tokens, preemption=args.preemption,
-                            batch_timeout_s=args.batch_timeout_s,
-                            memory_utilization=args.memory_utilization,
-                            max_model_len=args.max_model_len)  # fmt: skip
-    return sched if args.memory_utilization is not None else kv_memory_share(stack, dep, sched)
+    return serving_scheduler(stack, dep, policy=args.policy, max_seqs=args.max_seqs,
+                             max_batched_tokens=args.max_batched_tokens,
+                             block_tokens=args.block_tokens, preemption=args.preemption,
+                             batch_timeout_s=args.batch_timeout_s,
+                             memory_utilization=args.memory_utilization,
+                             max_model_len=args.max_model_len)  # fmt: skip
 
 
 def _check_serve_outputs(args) -> None:
@@ -180,12 +170,6 @@ def _check_serve_outputs(args) -> None:
             f"--replicas {args.replicas} disagrees with --disaggregate {p}:{d}, which runs "
             f"{p} + {d} = {p + d} replicas: drop --replicas or give a P:D that sums to it"
         )
-
-
-def _fields(obj) -> dict:
-    import dataclasses
-
-    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
 
 
 def _serve_doc(args, dep, sched, workload, result, replicas: int, stack=None) -> dict:

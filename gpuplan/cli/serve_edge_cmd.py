@@ -79,9 +79,9 @@ def run_edge(args) -> int:
 
 def _edge_stack(args, acc):
     """The edge device's stack; the default one on a device with no CUDA or ROCm architecture
-    (Apple silicon) is None: the generic server priced as before stacks."""
-    from gpuplan.sim.stacks.kernels import ARCH
+    (Apple silicon) is None (``edge.stackless_device``)."""
+    from gpuplan.sim.runtime.serving.edge import stackless_device
 
-    if args.stack == DEFAULT_STACK and args.attention_kernel is None and acc.key not in ARCH:
+    if args.stack == DEFAULT_STACK and args.attention_kernel is None and stackless_device(acc):
         return None
     return stack_from_args(args, acc)

@@ -81,19 +81,13 @@ def run_plan(args) -> int:
 
 
 def _plan_doc(args, result, space, defaults: list[str]) -> dict:
-    """The plan's document: every best row with its own bands, the first (cheapest) row's as
-    the document's, the counts, sources, stack, rate, defaults and SLO."""
+    """The plan's document: the best rows with their bands (``bands.plan_bands``), the counts,
+    sources, stack, rate, defaults and SLO."""
     from gpuplan.hwmodels.accelerators import get_accelerator
 
-    acc_key, plan_stack = get_accelerator(args.gpu).key, space.stack.name
-    # each row's own bands; the document's: the first (cheapest) row's
-    configs = [c | bands.serve_bands(c, stack=plan_stack, device=acc_key)
-               for c in result.best_rows]  # fmt: skip
-    first = configs[0] if configs else {}
+    acc_key = get_accelerator(args.gpu).key
     return {
-        "configs": configs,
-        "error_band": first.get("error_band", {}),
-        "error_band_label": first.get("error_band_label", ""),
+        **bands.plan_bands(result.best_rows, stack=space.stack.name, device=acc_key),
         "evaluated": len(result.rows),
         "candidates": result.candidates,
         "price_source": result.price_source,

@@ -57,6 +57,17 @@ class Breakdown:
     def kernels(self) -> int:
         return sum(i.kernels for i in self.items)
 
+    @property
+    def achieved_flops_per_s(self) -> float:
+        """The FLOPs over the total time (0 for no time)."""
+        total = self.total_s
+        return self.flops / total if total else 0.0
+
+    def fits(self, capacity_bytes: float) -> bool | None:
+        """Whether the peak memory fits in ``capacity_bytes`` (None: no memory terms)."""
+        peak = self.peak_bytes
+        return None if peak is None else bool(peak <= capacity_bytes)
+
     def frame(self):
         """One row per item (pandas DataFrame)."""
         import pandas as pd

@@ -113,6 +113,19 @@ def serve_bands(doc: Mapping[str, Any], *, stack: str, device: str) -> dict[str,
     return out
 
 
+
+def plan_bands(rows: Iterable[Mapping[str, Any]], *, stack: str, device: str) -> dict[str, Any]:
+    """``serve plan``'s bands: each row with its own (``serve_bands``) as ``configs``, and the
+    first (cheapest) row's as the document's."""
+    configs = [c | serve_bands(c, stack=stack, device=device) for c in rows]
+    first = configs[0] if configs else {}
+    return {
+        "configs": configs,
+        "error_band": first.get("error_band", {}),
+        "error_band_label": first.get("error_band_label", ""),
+    }
+
+
 # A breakdown category's family: the harness kind that measures that kernel class. Categories of
 # memory-bound kernels (norms, activations, copies, the optimizer's elementwise update, the loss,
 # embedding lookups) are priced as elementwise kernels; launch and host time, and any category

@@ -18,7 +18,7 @@ there); its KV cache then travels to a decode replica, which admits it straight 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import simpy
 
@@ -149,6 +149,19 @@ def simulate_disaggregated(
         end_s=env.now,
         wall_s=time.perf_counter() - started,
     )
+
+
+def continuous_prefill(sched):
+    """The prefill pool's scheduler as ``serve`` and ``serve plan`` run it: ``sched``'s limits
+    under continuous batching."""
+    return replace(sched, policy="continuous")
+
+
+def serve_disaggregated(dep, sched, workload, dis: Disaggregation, **kw) -> ServingResult:
+    """``simulate_disaggregated`` with the prefill pool on ``continuous_prefill(sched)`` (the
+    decode pool on ``sched``); ``kw`` as ``simulate_disaggregated``'s."""
+    pre = continuous_prefill(sched)
+    return simulate_disaggregated(dep, sched, workload, dis, prefill_sched=pre, **kw)
 
 
 def _pools(env, table: RequestTable, dep, scheds, step: StepModel, line: Timeline,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from gpuplan.hwmodels.architecture import ARCH
 from gpuplan.sim.estimate.inputs import check_params
 from gpuplan.sim.runtime.serving.deployment import deployment
 from gpuplan.sim.runtime.serving.kv_cache import (
@@ -35,6 +36,12 @@ if TYPE_CHECKING:
 
 MEMORY_UTILIZATION = 0.9  # share of the (shared) memory the model may take
 BATCHES = (1, 2, 4, 8)
+
+
+def stackless_device(acc) -> bool:
+    """Whether ``acc`` has no CUDA or ROCm architecture (Apple silicon): its default stack is then
+    none, the generic server priced as before stacks."""
+    return acc.key not in ARCH
 
 
 def limiting_bound(breakdown) -> str:

@@ -15,6 +15,7 @@ import dataclasses
 from gpuplan.hwmodels.accelerators import get_accelerator
 from gpuplan.hwmodels.efficiency import Efficiency, efficiency_for, queued
 from gpuplan.sim.runtime.serving.deployment import Deployment, SchedulerConfig
+from gpuplan.sim.runtime.serving.pipeline import pipeline_fields
 from gpuplan.sim.stacks import Stack, get_stack, stack_efficiency
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.presets import get_model
@@ -73,6 +74,21 @@ def stack_deployment(model: str | ModelConfig, gpu: str, stack: str | Stack = "v
     return Deployment(model=cfg, acc=acc, eff=eff, **{**choices, **kw})
 
 
+def overridden_deployment(model: str | ModelConfig, gpu: str, stack: str | Stack, *,
+                          fit: Efficiency | None = None, pp: int = 1, ep: int = 1,
+                          pp_layers: tuple[int, ...] | None = None, eager_decode: bool = False,
+                          impl: str | None = None, **kw) -> Deployment:  # fmt: skip
+    """``stack_deployment`` with the stack's choices a user overrides: the pipeline split
+    (``pipeline_fields``), eager decode (no CUDA graphs, so no decode buckets) and the elementwise
+    implementation (None: the stack's); ``kw`` as there."""
+    kw |= pipeline_fields(pp, ep, pp_layers)
+    if eager_decode:
+        kw |= {"cuda_graph": False, "decode_buckets": ()}
+    if impl is not None:
+        kw["impl"] = impl
+    return stack_deployment(model, gpu, stack, fit=fit, **kw)
+
+
 def stack_scheduler(stack: str | Stack, **kw) -> SchedulerConfig:
     """The scheduler limits of ``stack``'s runtime (``SchedulerConfig``'s defaults for a stack
     without one); keywords override. A KV share of the free memory (TensorRT-LLM) is kept as
@@ -100,3 +116,13 @@ def kv_memory_share(stack: str | Stack, dep: Deployment, sched: SchedulerConfig)
         return sched  # nothing fits: kv_capacity says so in its own words
     used = placed + sched.memory_utilization * (whole.hbm_bytes - placed)
     return dataclasses.replace(sched, memory_utilization=used / whole.hbm_bytes)
+
+
+def serving_scheduler(stack: str | Stack, dep: Deployment, **limits) -> SchedulerConfig:
+    """``stack_scheduler``'s limits, each given overriding its own; a KV share of the free memory
+    (TensorRT-LLM's) as the device share it amounts to (``kv_memory_share``), unless
+    ``memory_utilization`` is given."""
+    sched = stack_scheduler(stack, **limits)
+    if limits.get("memory_utilization") is not None:
+        return sched
+    return kv_memory_share(stack, dep, sched)

@@ -71,6 +71,14 @@ def stage_split(cfg: ModelConfig, pp: int, pp_layers: tuple[int, ...] | None) ->
     return stage_layer_counts(strategy, cfg.n_layers)
 
 
+def pipeline_fields(pp: int, ep: int, pp_layers: tuple[int, ...] | None = None) -> dict:
+    """A replica's ``Deployment`` fields of pipeline and expert parallelism: ``pp`` stages of
+    ``pp_layers`` blocks each (None: even), experts over ``ep`` GPUs of a stage."""
+    if pp == 1 and pp_layers is None:
+        return {"pp": 1, "ep": ep}
+    return {"pp": pp, "pp_layers": pp_layers, "ep": ep}
+
+
 def auto_split(n_layers: int, pp: int) -> tuple[int, ...]:
     """Training's ``--pp-layers auto`` (``strategy.auto_pp_layers``)."""
     from gpuplan.sim.parallel.strategy import auto_pp_layers

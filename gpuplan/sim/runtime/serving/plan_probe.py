@@ -5,11 +5,10 @@ sure is ended early by its watch (``MissWatch``)."""
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import numpy as np
 
-from gpuplan.sim.runtime.serving.disagg import Disaggregation, simulate_disaggregated
+from gpuplan.sim.runtime.serving.disagg import Disaggregation, serve_disaggregated
 from gpuplan.sim.runtime.serving.engine import simulate
 from gpuplan.sim.runtime.serving.plan_space import Slo, sched_of
 from gpuplan.sim.runtime.serving.progress import Settled
@@ -115,9 +114,8 @@ class Probe:
         try:
             if c.prefill:
                 dis = Disaggregation(prefill_replicas=c.prefill, decode_replicas=c.decode)
-                pre = replace(self.sched, policy="continuous")
-                res = simulate_disaggregated(self.dep, self.sched, load, dis, prefill_sched=pre,
-                                             timeline=False, step=self.step, watch=watch)  # fmt: skip
+                res = serve_disaggregated(self.dep, self.sched, load, dis, timeline=False,
+                                          step=self.step, watch=watch)  # fmt: skip
             else:
                 res = simulate(self.dep, self.sched, load, timeline=False, step=self.step,
                                watch=watch, speculator=self.speculator)  # fmt: skip

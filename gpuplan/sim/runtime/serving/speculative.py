@@ -248,3 +248,16 @@ def serving_speculation(method: str, spec_tokens, accept_rate) -> tuple[Speculat
         raise GpuplanError(f"--accept-rate {accept_rate!r} is invalid: give a rate in [0, 1]")
     spec = Speculation(method=name, k=spec_tokens, acceptance=float(accept_rate))
     return spec, draft or None
+
+
+def stack_speculator(spec: Speculation, dep, stack, gpu: str, *, draft_model: str | None = None,
+                     fit=None) -> Speculator:  # fmt: skip
+    """``spec``'s drafter for the replica ``dep``: with ``draft_model``, that model as ``stack``
+    serves it on the target's GPUs (``gpu``, ``fit``), tensor parallelism and formats."""
+    from gpuplan.sim.runtime.serving.on_stack import stack_deployment
+
+    draft = None
+    if draft_model is not None:
+        draft = stack_deployment(draft_model, gpu, stack, fit=fit, tp=dep.tp,
+                                 weight_dtype=dep.weight_dtype, kv_dtype=dep.kv_dtype)  # fmt: skip
+    return Speculator(spec, dep, draft=draft)
