@@ -26,7 +26,6 @@ from gpuplan.cli.train_args import training_precision, zero_stage
 from gpuplan.cli.train_cmd import (
     add_assumption_options,
     add_cluster_options,
-    default_seq,
     resolve_cluster,
     resolve_stack,
 )
@@ -91,6 +90,7 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from gpuplan.sim.parallel.search import distinct_layouts, search
+    from gpuplan.sim.parallel.strategy_defaults import default_seq
     from gpuplan.workloads.presets import get_model
 
     if not args.gpus:

@@ -164,36 +164,22 @@ def resolve_cluster(args):
     return with_placement(cluster, args.placement) if args.placement else cluster
 
 
-def default_seq(cfg) -> int:
-    return min(cfg.max_seq_len, 8192)
+def strategy_from_args(args, gpus: int | None, cfg=None):
+    """The ``Strategy`` of the layout flags, unset degrees and batch filled in
+    (``sim.parallel.strategy_defaults``); the stage split of ``cfg`` when it is given."""
+    from gpuplan.sim.parallel.strategy_defaults import data_parallel_degree, strategy_of
 
-
-def _strategy(args, gpus: int | None, cfg=None):
-    from gpuplan.sim.parallel.strategy import Strategy
-
-    tp, pp, cp, ep = args.tp or 1, args.pp or 1, args.cp or 1, args.ep or 1
-    dp = args.dp
-    if dp is None:
-        inner = tp * pp * cp
-        if gpus is None:
-            dp = 1
-        elif gpus % inner:
-            raise GpuplanError(
-                f"tp*cp*pp = {tp}*{cp}*{pp} = {inner} does not divide gpus={gpus}; "
-                "choose degrees whose product divides the GPUs"
-            )
-        else:
-            dp = gpus // inner
-    gb = args.global_batch or args.micro_batch * dp * max(1, 4 * pp)
-    return Strategy(
-        tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sp=args.sp, zero=args.zero,
-        micro_batch=args.micro_batch, global_batch=gb, schedule=args.schedule,
+    dp = data_parallel_degree(gpus, tp=args.tp, pp=args.pp, cp=args.cp, dp=args.dp)
+    pp_layers = resolve_pp_layers(args, cfg, args.pp or 1) if cfg is not None else None
+    return strategy_of(
+        gpus, tp=args.tp, pp=args.pp, dp=dp, cp=args.cp, ep=args.ep, sp=args.sp, zero=args.zero,
+        micro_batch=args.micro_batch, global_batch=args.global_batch, schedule=args.schedule,
         virtual_stages=args.virtual_stages, recompute=args.recompute, precision=args.precision,
         state_precision=args.state_precision, attention=args.attention,
         overlap_dp=args.overlap_dp, overlap_tp=args.overlap_tp, overlap_pp=args.overlap_pp,
         overlap_ep=args.overlap_ep,
         capacity_factor=args.capacity_factor, expert_imbalance=args.expert_imbalance,
-        pp_layers=resolve_pp_layers(args, cfg, pp) if cfg is not None else None,
+        pp_layers=pp_layers,
     )  # fmt: skip
 
 
@@ -209,12 +195,13 @@ def run(args) -> int:
         check_output(args.timeline, "--timeline")  # before any work
     from gpuplan.sim.parallel.cost import run_budget
     from gpuplan.sim.parallel.estimate import estimate_training
+    from gpuplan.sim.parallel.strategy_defaults import default_seq
     from gpuplan.workloads.presets import get_model
 
     cfg = get_model(args.model)
     cluster = resolve_cluster(args)
     stack = resolve_stack(args, cluster.accelerator)
-    strategy = _strategy(args, args.gpus, cfg)
+    strategy = strategy_from_args(args, args.gpus, cfg)
     seq = args.seq or default_seq(cfg)
     if getattr(args, "timeline", None) and len(set(strategy.pp_layers or ())) > 1:
         raise GpuplanError(
