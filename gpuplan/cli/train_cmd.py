@@ -109,17 +109,12 @@ DEFAULT_TRAINING_STACK = "megatron-te"
 
 
 def resolve_stack(args, acc):
-    """The stack of --stack and its overrides; the strategy options it sets by default
-    (precision of the state, overlaps) filled in where the command line left them unset."""
-    stack = stack_from_args(args, acc)
-    if args.impl is not None and args.impl != stack.elementwise:  # add_assumption_options
-        import dataclasses
+    """The stack of --stack, --impl and their overrides; the strategy options it sets by default
+    (``sim.stacks.training.strategy_defaults``) filled in where the command line left them unset."""
+    from gpuplan.sim.stacks.training import strategy_defaults, with_elementwise
 
-        stack = dataclasses.replace(stack, elementwise=args.impl)
-    state = "bf16-mixed" if stack.mixed_precision == "autocast" else "bf16-mixed-megatron"
-    defaults = {"state_precision": state, "overlap_dp": stack.overlap_dp,
-                "overlap_tp": stack.overlap_tp, "overlap_pp": stack.overlap_pp}  # fmt: skip
-    for name, value in defaults.items():
+    stack = with_elementwise(stack_from_args(args, acc), args.impl)  # add_assumption_options
+    for name, value in strategy_defaults(stack).items():
         if getattr(args, name, None) is None:
             setattr(args, name, value)
     return stack
