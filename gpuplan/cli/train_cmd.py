@@ -16,7 +16,6 @@ https://ui.perfetto.dev; symmetric ranks are simulated once unless ``--all-ranks
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from gpuplan.cli.argtypes import gpu_count, positive_float, word
 from gpuplan.cli.calibration import add_calibration_option, efficiency_from_args
@@ -188,8 +187,8 @@ def run(args) -> int:
         raise GpuplanError("gpuplan train needs --model (or --reproduce)")
     if getattr(args, "timeline", None):
         check_output(args.timeline, "--timeline")  # before any work
-    from gpuplan.sim.parallel.cost import run_budget
     from gpuplan.sim.parallel.estimate import estimate_training
+    from gpuplan.sim.parallel.interruptions import training_budget
     from gpuplan.sim.parallel.strategy_defaults import default_seq
     from gpuplan.workloads.presets import get_model
 
@@ -222,13 +221,8 @@ def run(args) -> int:
         doc["timeline"] = {k: v for k, v in timeline.items() if k != "wall_s"}
         timing["timeline_wall_s"] = timeline["wall_s"]
     if args.tokens:
-        budget = run_budget(
-            tokens=args.tokens, tokens_per_s=est.tokens_per_s, gpus=est.gpus,
-            acc=cluster.accelerator, usd_per_gpu_hour=args.price_per_gpu_hour,
-        )  # fmt: skip
-        doc["budget"] = budget.to_dict() | with_interruptions(
-            cfg, est, cluster, budget.time_to_train_s
-        )
+        doc["budget"] = training_budget(cfg, est, cluster, tokens=args.tokens,
+                                        usd_per_gpu_hour=args.price_per_gpu_hour)  # fmt: skip
     doc |= bands.train_bands({**doc, **doc.get("budget", {})}, stack=stack.name,
                              device=cluster.accelerator.key)  # fmt: skip
     if timing:
@@ -248,19 +242,6 @@ def _images(args, cfg):
         raise GpuplanError("--image-size and --freeze-vision need --images N")
     params = {"images": args.images, "image_size": args.image_size}
     return images_of(cfg, {k: v for k, v in params.items() if v is not None})
-
-
-def with_interruptions(cfg, est, cluster, time_to_train_s: float) -> dict[str, Any]:
-    """The budget's keys for the expected interruptions of the run (sim.parallel.interruptions)."""
-    from gpuplan.sim.parallel.interruptions import expected_interruptions
-
-    i = expected_interruptions(cfg, gpus=est.gpus, gpus_per_node=cluster.gpus_per_node,
-                               acc=cluster.accelerator,
-                               state_precision=est.strategy.state_precision)  # fmt: skip
-    return {
-        "interruptions": i.to_dict(),
-        "time_to_train_with_failures_s": i.with_failures_s(time_to_train_s),
-    }
 
 
 def train_defaults(args, cluster, strategy, seq: int) -> list[str]:
