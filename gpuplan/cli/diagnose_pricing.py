@@ -13,9 +13,9 @@ from gpuplan.sim.diagnose.walk import Priced, argv_of, walk, with_edits
 
 def _train_context(args):
     from gpuplan.cli.calibration import efficiency_from_args
-    from gpuplan.cli.train_cmd import resolve_cluster, resolve_stack, strategy_from_args
+    from gpuplan.cli.train_cmd import _strategy, resolve_cluster, resolve_stack
     from gpuplan.errors import GpuplanError
-    from gpuplan.sim.parallel.strategy_defaults import default_seq
+    from gpuplan.sim.parallel.strategy import default_seq
     from gpuplan.workloads.presets import get_model
 
     if not args.model:
@@ -23,7 +23,7 @@ def _train_context(args):
     cfg = get_model(args.model)
     cluster = resolve_cluster(args)
     stack = resolve_stack(args, cluster.accelerator)
-    strategy = strategy_from_args(args, args.gpus, cfg)
+    strategy = _strategy(args, args.gpus, cfg)
     seq = args.seq or default_seq(cfg)
     eff = efficiency_from_args(args, cluster.accelerator.key)
     return cfg, cluster, stack, strategy, seq, eff

@@ -158,7 +158,7 @@ def resolve_cluster(args):
     return with_placement(cluster, args.placement) if args.placement else cluster
 
 
-def strategy_from_args(args, gpus: int | None, cfg=None):
+def _strategy(args, gpus: int | None, cfg=None):
     """The ``Strategy`` of the layout flags, unset degrees and batch filled in
     (``sim.parallel.strategy_defaults``); the stage split of ``cfg`` when it is given."""
     from gpuplan.sim.parallel.strategy_defaults import data_parallel_degree, strategy_of
@@ -189,13 +189,13 @@ def run(args) -> int:
         check_output(args.timeline, "--timeline")  # before any work
     from gpuplan.sim.parallel.estimate import estimate_training
     from gpuplan.sim.parallel.interruptions import training_budget
-    from gpuplan.sim.parallel.strategy_defaults import default_seq
+    from gpuplan.sim.parallel.strategy import default_seq
     from gpuplan.workloads.presets import get_model
 
     cfg = get_model(args.model)
     cluster = resolve_cluster(args)
     stack = resolve_stack(args, cluster.accelerator)
-    strategy = strategy_from_args(args, args.gpus, cfg)
+    strategy = _strategy(args, args.gpus, cfg)
     seq = args.seq or default_seq(cfg)
     if getattr(args, "timeline", None) and len(set(strategy.pp_layers or ())) > 1:
         raise GpuplanError(

@@ -51,6 +51,17 @@ class Interruptions:
         return dataclasses.asdict(self)
 
 
+def training_budget(cfg, est, cluster, *, tokens: float,
+                    usd_per_gpu_hour: float | None = None) -> dict[str, Any]:  # fmt: skip
+    """The budget of training on ``tokens`` at the estimate ``est``'s rate on ``cluster``
+    (``cost.run_budget``), with the run's expected interruptions (``with_interruptions``)."""
+    budget = run_budget(
+        tokens=tokens, tokens_per_s=est.tokens_per_s, gpus=est.gpus, acc=cluster.accelerator,
+        usd_per_gpu_hour=usd_per_gpu_hour,
+    )  # fmt: skip
+    return budget.to_dict() | with_interruptions(cfg, est, cluster, budget.time_to_train_s)
+
+
 def _default(field: str) -> float:
     from gpuplan.sim.runtime.cluster.config import ClusterConfig
 
@@ -93,9 +104,9 @@ def expected_interruptions(cfg, *, gpus: int, gpus_per_node: int, acc,
     )
 
 
-def with_interruptions(cfg, est, cluster, time_to_train_s: float) -> dict[str, Any]:
-    """A run budget's keys for the expected interruptions of the training estimate ``est`` on
-    ``cluster``: the interruptions and the time to train once they are paid for."""
+def with_interruptions(cfg, est, cluster, time_to_train_s: float) -> dict:
+    """A run budget's keys for the expected interruptions of the run of ``est`` (a
+    ``TrainEstimate``) on ``cluster``: the interruptions and the time to train with them."""
     i = expected_interruptions(cfg, gpus=est.gpus, gpus_per_node=cluster.gpus_per_node,
                                acc=cluster.accelerator,
                                state_precision=est.strategy.state_precision)  # fmt: skip
@@ -103,14 +114,3 @@ def with_interruptions(cfg, est, cluster, time_to_train_s: float) -> dict[str, A
         "interruptions": i.to_dict(),
         "time_to_train_with_failures_s": i.with_failures_s(time_to_train_s),
     }
-
-
-def training_budget(cfg, est, cluster, *, tokens: float,
-                    usd_per_gpu_hour: float | None = None) -> dict[str, Any]:  # fmt: skip
-    """The budget of training on ``tokens`` at the estimate ``est``'s rate on ``cluster``
-    (``cost.run_budget``), with the run's expected interruptions (``with_interruptions``)."""
-    budget = run_budget(
-        tokens=tokens, tokens_per_s=est.tokens_per_s, gpus=est.gpus, acc=cluster.accelerator,
-        usd_per_gpu_hour=usd_per_gpu_hour,
-    )  # fmt: skip
-    return budget.to_dict() | with_interruptions(cfg, est, cluster, budget.time_to_train_s)

@@ -364,3 +364,9 @@ def _check_experts(s: Strategy, cfg: ModelConfig) -> None:
             f"ep={s.ep} must divide n_experts={cfg.n_experts} and dp={s.dp}; "
             f"valid ep: {nearest(s.ep, eps)}"
         )
+
+
+def default_seq(cfg) -> int:
+    """The sequence length a training run takes when none is given: the model's own, at most
+    8,192 tokens."""
+    return min(cfg.max_seq_len, 8192)

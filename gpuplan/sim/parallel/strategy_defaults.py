@@ -1,19 +1,12 @@
 """What a training layout takes where it is left unset: degrees of 1, the data-parallel degree
-that fills the GPUs, the global batch of four micro-batches per stage and the sequence length.
+that fills the GPUs and the global batch of four micro-batches per stage (the sequence length a
+run takes by default is ``strategy.default_seq``).
 """
 
 from __future__ import annotations
 
 from gpuplan.errors import GpuplanError
 from gpuplan.sim.parallel.strategy import Strategy
-from gpuplan.workloads.model import ModelConfig
-
-MAX_DEFAULT_SEQ = 8192  # the longest sequence trained by default (the model's, at most this)
-
-
-def default_seq(cfg: ModelConfig) -> int:
-    """The sequence length of a run that names none: the model's longest, at most 8192."""
-    return min(cfg.max_seq_len, MAX_DEFAULT_SEQ)
 
 
 def data_parallel_degree(gpus: int | None, *, tp: int | None = None, pp: int | None = None,
