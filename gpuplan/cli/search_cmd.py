@@ -89,7 +89,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from gpuplan.sim.parallel.search import distinct_layouts, search
+    from gpuplan.sim.parallel.search import distinct_layouts, search, with_mfu_pct
     from gpuplan.sim.parallel.strategy import default_seq
     from gpuplan.workloads.presets import get_model
 
@@ -109,8 +109,7 @@ def run(args) -> int:
         )  # fmt: skip
     fastest = _fastest(args, cfg, cluster, stack, seq, eff, space, result)
     layouts = distinct_layouts(result.frame, seq)
-    top = layouts.head(args.top).assign(mfu_pct=lambda f: 100 * f["mfu"])
-    pareto = result.pareto.assign(mfu_pct=lambda f: 100 * f["mfu"])
+    top, pareto = with_mfu_pct(layouts.head(args.top)), with_mfu_pct(result.pareto)
     stats = _stats(args, cfg, cluster, (stack, seq, eff, space), result, len(layouts))
     if args.json:
         doc = stats | {"top": top, "pareto": pareto, "fastest": fastest}
@@ -142,13 +141,11 @@ def _space(args, stack):
 
 def _fastest(args, cfg, cluster, stack, seq, eff, space, result) -> dict:
     """The fastest strategy's full estimate, with its stack and bands as train prints it."""
-    from gpuplan.sim.parallel.estimate import estimate_training
-    from gpuplan.sim.parallel.search import row_strategy
+    from gpuplan.sim.parallel.search import fastest_estimate
 
-    best = row_strategy(result.frame.iloc[0], global_batch=args.global_batch, space=space)
-    fastest = estimate_training(
-        cfg, best, cluster=cluster, seq=seq, gpus=args.gpus, stack=stack, eff=eff
-    ).to_dict()
+    fastest = fastest_estimate(cfg, result, cluster=cluster, gpus=args.gpus,
+                               global_batch=args.global_batch, seq=seq, space=space, stack=stack,
+                               eff=eff).to_dict()  # fmt: skip
     fastest["stack"] = stack_doc(stack, cluster.accelerator)  # as train prints it
     fastest |= band_docs.train_bands(fastest, stack=stack.name, device=cluster.accelerator.key)
     return fastest

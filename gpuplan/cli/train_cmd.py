@@ -108,17 +108,12 @@ DEFAULT_TRAINING_STACK = "megatron-te"
 
 
 def resolve_stack(args, acc):
-    """The stack of --stack and its overrides; the strategy options it sets by default
-    (precision of the state, overlaps) filled in where the command line left them unset."""
-    stack = stack_from_args(args, acc)
-    if args.impl is not None and args.impl != stack.elementwise:  # add_assumption_options
-        import dataclasses
+    """The stack of --stack, --impl and their overrides; the strategy options it sets by default
+    (``sim.stacks.training.strategy_defaults``) filled in where the command line left them unset."""
+    from gpuplan.sim.stacks.training import strategy_defaults, with_elementwise
 
-        stack = dataclasses.replace(stack, elementwise=args.impl)
-    state = "bf16-mixed" if stack.mixed_precision == "autocast" else "bf16-mixed-megatron"
-    defaults = {"state_precision": state, "overlap_dp": stack.overlap_dp,
-                "overlap_tp": stack.overlap_tp, "overlap_pp": stack.overlap_pp}  # fmt: skip
-    for name, value in defaults.items():
+    stack = with_elementwise(stack_from_args(args, acc), args.impl)  # add_assumption_options
+    for name, value in strategy_defaults(stack).items():
         if getattr(args, name, None) is None:
             setattr(args, name, value)
     return stack
@@ -164,44 +159,22 @@ def resolve_cluster(args):
 
 
 def _strategy(args, gpus: int | None, cfg=None):
-    from gpuplan.sim.parallel.strategy import Strategy
+    """The ``Strategy`` of the layout flags, unset degrees and batch filled in
+    (``sim.parallel.strategy_defaults``); the stage split of ``cfg`` when it is given."""
+    from gpuplan.sim.parallel.strategy_defaults import data_parallel_degree, strategy_of
 
-    tp, pp, cp, ep = args.tp or 1, args.pp or 1, args.cp or 1, args.ep or 1
-    dp = args.dp
-    if dp is None:
-        inner = tp * pp * cp
-        if gpus is None:
-            dp = 1
-        elif gpus % inner:
-            raise GpuplanError(
-                f"tp*cp*pp = {tp}*{cp}*{pp} = {inner} does not divide gpus={gpus}; "
-                "choose degrees whose product divides the GPUs"
-            )
-        else:
-            dp = gpus // inner
-    gb = args.global_batch or args.micro_batch * dp * max(1, 4 * pp)
-    return Strategy(
-        tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sp=args.sp, zero=args.zero,
-        micro_batch=args.micro_batch, global_batch=gb, schedule=args.schedule,
+    dp = data_parallel_degree(gpus, tp=args.tp, pp=args.pp, cp=args.cp, dp=args.dp)
+    pp_layers = resolve_pp_layers(args, cfg, args.pp or 1) if cfg is not None else None
+    return strategy_of(
+        gpus, tp=args.tp, pp=args.pp, dp=dp, cp=args.cp, ep=args.ep, sp=args.sp, zero=args.zero,
+        micro_batch=args.micro_batch, global_batch=args.global_batch, schedule=args.schedule,
         virtual_stages=args.virtual_stages, recompute=args.recompute, precision=args.precision,
         state_precision=args.state_precision, attention=args.attention,
         overlap_dp=args.overlap_dp, overlap_tp=args.overlap_tp, overlap_pp=args.overlap_pp,
         overlap_ep=args.overlap_ep,
         capacity_factor=args.capacity_factor, expert_imbalance=args.expert_imbalance,
-        pp_layers=resolve_pp_layers(args, cfg, pp) if cfg is not None else None,
+        pp_layers=pp_layers,
     )  # fmt: skip
-
-
-def _budget(args, cfg, est, cluster) -> dict:
-    """``--tokens``: the run's time, GPU-hours, cost and energy, and its expected interruptions."""
-    from gpuplan.sim.parallel.cost import run_budget
-    from gpuplan.sim.parallel.interruptions import with_interruptions
-
-    budget = run_budget(
-        tokens=args.tokens, tokens_per_s=est.tokens_per_s, gpus=est.gpus,
-        acc=cluster.accelerator, usd_per_gpu_hour=args.price_per_gpu_hour,
-    )  # fmt: skip
-    return budget.to_dict() | with_interruptions(cfg, est, cluster, budget.time_to_train_s)
 
 
 def run(args) -> int:
@@ -215,6 +188,7 @@ def run(args) -> int:
     if getattr(args, "timeline", None):
         check_output(args.timeline, "--timeline")  # before any work
     from gpuplan.sim.parallel.estimate import estimate_training
+    from gpuplan.sim.parallel.interruptions import training_budget
     from gpuplan.sim.parallel.strategy import default_seq
     from gpuplan.workloads.presets import get_model
 
@@ -247,7 +221,8 @@ def run(args) -> int:
         doc["timeline"] = {k: v for k, v in timeline.items() if k != "wall_s"}
         timing["timeline_wall_s"] = timeline["wall_s"]
     if args.tokens:
-        doc["budget"] = _budget(args, cfg, est, cluster)
+        doc["budget"] = training_budget(cfg, est, cluster, tokens=args.tokens,
+                                        usd_per_gpu_hour=args.price_per_gpu_hour)  # fmt: skip
     doc |= bands.train_bands({**doc, **doc.get("budget", {})}, stack=stack.name,
                              device=cluster.accelerator.key)  # fmt: skip
     if timing:

@@ -7,41 +7,20 @@ from __future__ import annotations
 from typing import Any
 
 from gpuplan.cli.calibration import efficiency_from_args
-from gpuplan.errors import GpuplanError
 from gpuplan.tables import format_value
 
 
 def write_timeline(args, cfg, strategy, cluster, seq) -> dict[str, Any]:
     """Simulate the step, write its trace; the timeline's headline figures."""
     from gpuplan.sim.runtime.timeline import Straggler, simulate_step
-    from gpuplan.sim.runtime.timeline.trace import write_chrome_trace
+    from gpuplan.sim.runtime.timeline.trace import write_openable_trace
 
     tl = simulate_step(
         cfg, strategy, cluster=cluster, seq=seq, all_ranks=args.all_ranks, jitter=args.jitter,
         seed=args.seed, stragglers=tuple(Straggler(rank=r, slowdown=s) for r, s in args.straggler),
         eff=efficiency_from_args(args, cluster.accelerator.key),
     )  # fmt: skip
-    detail, every_rank = trace_detail(tl)
-    slices = write_chrome_trace(tl, args.timeline, detail=detail, every_rank=every_rank)
-    return tl.to_dict() | {"trace": args.timeline, "trace_slices": slices, "trace_detail": detail,
-                           "trace_every_rank": every_rank and tl.all_ranks}  # fmt: skip
-
-
-MAX_TRACE_SLICES = 2_000_000  # about 250 MB of JSON, written in seconds; a viewer opens it
-
-
-def trace_detail(tl) -> tuple[str, bool]:
-    """The finest (detail, every rank) whose trace holds at most ``MAX_TRACE_SLICES`` slices:
-    kernels, then steps (block halves), then each TP x CP group drawn once, then tasks."""
-    from gpuplan.sim.runtime.timeline.trace import choose_detail
-
-    detail, every_rank, n = choose_detail(tl, MAX_TRACE_SLICES)
-    if n > MAX_TRACE_SLICES:
-        raise GpuplanError(
-            f"the trace would hold {n:,} slices even one per task (at most {MAX_TRACE_SLICES:,}); "
-            "drop --all-ranks to draw each symmetric group once"
-        )
-    return detail, every_rank
+    return tl.to_dict() | write_openable_trace(tl, args.timeline)
 
 
 def render_timeline(t: dict[str, Any], estimate_s: float, wall_s: float | None = None) -> list[str]:

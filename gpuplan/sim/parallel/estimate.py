@@ -39,7 +39,12 @@ from gpuplan.sim.parallel.step_time import BF16_OPTIMIZER
 from gpuplan.sim.parallel.strategy import Strategy, stage_layer_counts, validate
 from gpuplan.sim.parallel.topology import Cluster
 from gpuplan.sim.stacks import get_stack, stack_efficiency
-from gpuplan.sim.stacks.training import check_layout, pipeline_unsharded, runtime_of
+from gpuplan.sim.stacks.training import (
+    check_layout,
+    pipeline_unsharded,
+    runtime_of,
+    strategy_defaults,
+)
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.operators import training_flops
 
@@ -270,13 +275,9 @@ def training_efficiency(stack, eff, acc):
 
 
 def stack_strategy(strategy: Strategy, stack) -> Strategy:
-    """``strategy`` with the stack's own defaults: its mixed precision (autocast over fp32
-    weights is ``bf16-mixed``; 16-bit weights with fp32 master copies ``bf16-mixed-megatron``)
-    and the overlaps it performs."""
-    stack = get_stack(stack)
-    state = "bf16-mixed" if stack.mixed_precision == "autocast" else "bf16-mixed-megatron"
-    return replace(strategy, state_precision=state, overlap_dp=stack.overlap_dp,
-                   overlap_tp=stack.overlap_tp, overlap_pp=stack.overlap_pp)  # fmt: skip
+    """``strategy`` with the stack's own defaults, its state's precision and the overlaps it
+    performs (``sim.stacks.training.strategy_defaults``)."""
+    return replace(strategy, **strategy_defaults(get_stack(stack)))
 
 
 def _hardware_flops(cfg, mbc: MicroBatchCosts, st: Strategy, seq: int,

@@ -23,7 +23,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Any
 
+from gpuplan.sim.parallel.cost import run_budget
 from gpuplan.workloads.memory import training_state_bytes
 from gpuplan.workloads.params import count_params
 
@@ -47,6 +49,17 @@ class Interruptions:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def training_budget(cfg, est, cluster, *, tokens: float,
+                    usd_per_gpu_hour: float | None = None) -> dict[str, Any]:  # fmt: skip
+    """The budget of training on ``tokens`` at the estimate ``est``'s rate on ``cluster``
+    (``cost.run_budget``), with the run's expected interruptions (``with_interruptions``)."""
+    budget = run_budget(
+        tokens=tokens, tokens_per_s=est.tokens_per_s, gpus=est.gpus, acc=cluster.accelerator,
+        usd_per_gpu_hour=usd_per_gpu_hour,
+    )  # fmt: skip
+    return budget.to_dict() | with_interruptions(cfg, est, cluster, budget.time_to_train_s)
 
 
 def _default(field: str) -> float:

@@ -35,7 +35,12 @@ from gpuplan.hwmodels.efficiency import efficiency_for
 from gpuplan.limits import MAX_DIM
 from gpuplan.sim.estimate.inputs import check_gpus, check_seq
 from gpuplan.sim.parallel.cost import usd_per_hour
-from gpuplan.sim.parallel.estimate import flops_per_sequence, training_efficiency
+from gpuplan.sim.parallel.estimate import (
+    TrainEstimate,
+    estimate_training,
+    flops_per_sequence,
+    training_efficiency,
+)
 from gpuplan.sim.parallel.evaluate import memory_of, time_terms
 from gpuplan.sim.parallel.interruptions import Interruptions, expected_interruptions
 from gpuplan.sim.parallel.model_facts import autocast_stream_facts, model_facts
@@ -62,8 +67,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 CHUNK = 65_536  # strategies evaluated per numpy pass (a piece of work of the sweep)
-__all__ = ["SearchResult", "SearchSpace", "distinct_layouts", "enumerate_space", "pareto_front",
-           "row_strategy", "search"]  # fmt: skip
+__all__ = ["SearchResult", "SearchSpace", "distinct_layouts", "enumerate_space", "fastest_estimate",
+           "pareto_front", "row_strategy", "search", "with_mfu_pct"]  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -300,6 +305,20 @@ def distinct_layouts(frame: pd.DataFrame, seq: int) -> pd.DataFrame:
     """
     keep = ~layout_key(frame, seq).duplicated(keep="first")
     return frame[keep.to_numpy()].reset_index(drop=True)
+
+
+def fastest_estimate(cfg, result: SearchResult, *, cluster: Cluster, gpus: int,
+                     global_batch: int, seq: int, space: SearchSpace, stack=None,
+                     eff=None) -> TrainEstimate:  # fmt: skip
+    """The fastest row's strategy estimated in full (``estimate_training``), as ``gpuplan
+    train`` prices it."""
+    best = row_strategy(result.frame.iloc[0], global_batch=global_batch, space=space)
+    return estimate_training(cfg, best, cluster=cluster, seq=seq, gpus=gpus, stack=stack, eff=eff)
+
+
+def with_mfu_pct(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows with their MFU in percent as one more column, ``mfu_pct``."""
+    return frame.assign(mfu_pct=lambda f: 100 * f["mfu"])
 
 
 def _fits_nowhere(cfg, leanest, total: int, gpus, acc) -> GpuplanError:

@@ -65,7 +65,9 @@ FSDP for ZeRO-2/3; that runtime is ``PYTORCH_RUNTIME``, the default of a stack w
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -215,6 +217,23 @@ def runtime_of(stack) -> TrainingRuntime:
     """The stack's training runtime (``PYTORCH_RUNTIME`` where it names none)."""
     runtime = getattr(stack, "training", None)
     return runtime if isinstance(runtime, TrainingRuntime) else PYTORCH_RUNTIME
+
+
+def strategy_defaults(stack: Stack) -> dict[str, Any]:
+    """The strategy fields the stack sets where a layout leaves them unset: the state's precision
+    of its mixed precision (autocast over fp32 weights is ``bf16-mixed``; 16-bit weights with fp32
+    master copies ``bf16-mixed-megatron``) and the overlaps it performs."""
+    state = "bf16-mixed" if stack.mixed_precision == "autocast" else "bf16-mixed-megatron"
+    return {"state_precision": state, "overlap_dp": stack.overlap_dp,
+            "overlap_tp": stack.overlap_tp, "overlap_pp": stack.overlap_pp}  # fmt: skip
+
+
+def with_elementwise(stack: Stack, impl: str | None) -> Stack:
+    """The stack with its elementwise kernels run as ``impl`` (eager, fused, compiled); the rest
+    of it, its optimizer and runtime, as it is (``impl`` None: the stack's own)."""
+    if impl is not None and impl != stack.elementwise:
+        return dataclasses.replace(stack, elementwise=impl)
+    return stack
 
 
 def check_layout(stack, strategy) -> None:

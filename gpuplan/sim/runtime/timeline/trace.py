@@ -13,7 +13,8 @@ tasks. Symmetric ranks simulated once appear once, named after the ranks they st
 would be too large (its ranks run in lock step).
 
 ``write_chrome_trace`` writes the same bytes as ``json.dumps(chrome_trace(...))`` with compact
-separators, formatting each slice once however many ranks draw it.
+separators, formatting each slice once however many ranks draw it; ``write_openable_trace``
+writes it at the finest detail that holds at most ``MAX_TRACE_SLICES`` slices (``trace_detail``).
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
-from gpuplan.errors import check_choice
+from gpuplan.errors import GpuplanError, check_choice
 from gpuplan.outputs import write_text
 from gpuplan.sim.runtime.timeline.result import STREAMS, StepTimeline, gc_paused
 
@@ -259,6 +261,7 @@ def _task_counts(tl: StepTimeline) -> dict[int, int]:
 
 
 LADDER = (("kernel", True), ("step", True), ("step", False), ("task", False))
+MAX_TRACE_SLICES = 2_000_000  # about 250 MB of JSON, written in seconds; a viewer opens it
 
 
 def choose_detail(tl: StepTimeline, max_slices: int) -> tuple[str, bool, int]:
@@ -272,3 +275,24 @@ def choose_detail(tl: StepTimeline, max_slices: int) -> tuple[str, bool, int]:
         if n <= max_slices:
             break
     return detail, every_rank, n
+
+
+def trace_detail(tl: StepTimeline) -> tuple[str, bool]:
+    """The finest (detail, every rank) whose trace holds at most ``MAX_TRACE_SLICES`` slices:
+    kernels, then steps (block halves), then each TP x CP group drawn once, then tasks."""
+    detail, every_rank, n = choose_detail(tl, MAX_TRACE_SLICES)
+    if n > MAX_TRACE_SLICES:
+        raise GpuplanError(
+            f"the trace would hold {n:,} slices even one per task (at most {MAX_TRACE_SLICES:,}); "
+            "drop --all-ranks to draw each symmetric group once"
+        )
+    return detail, every_rank
+
+
+def write_openable_trace(tl: StepTimeline, path: str | Path) -> dict[str, Any]:
+    """Write the trace at the finest detail that stays openable (``trace_detail``); where it
+    went, its slices and its detail."""
+    detail, every_rank = trace_detail(tl)
+    slices = write_chrome_trace(tl, path, detail=detail, every_rank=every_rank)
+    return {"trace": path, "trace_slices": slices, "trace_detail": detail,
+            "trace_every_rank": every_rank and tl.all_ranks}  # fmt: skip
