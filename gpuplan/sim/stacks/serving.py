@@ -173,13 +173,20 @@ def _fitted() -> dict:
 _FIT = _fitted()
 
 
+# every fitted field's prior, by stack: the value before any fit, which a stack takes where
+# no source but the one left out runs it (``validate.fit_stacks.serving_loso``)
+PRIORS: dict[str, dict[str, object]] = {}
+
+
 def _fit(stack: str, name: str, prior: float) -> float:
     """The committed fitted value of ``stack``'s ``name``, or its prior before any fit."""
+    PRIORS.setdefault(stack, {})[name] = prior
     return float(_FIT.get(stack, {}).get(name, prior))
 
 
 def _fit_pairs(stack: str, name: str) -> tuple[tuple[str, float], ...]:
     """The committed fitted (key, value) pairs of ``stack``'s ``name`` (none before any fit)."""
+    PRIORS.setdefault(stack, {})[name] = ()
     return tuple((k, float(v)) for k, v in _FIT.get(stack, {}).get(name, ()))
 
 
