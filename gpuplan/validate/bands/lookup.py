@@ -131,7 +131,9 @@ def _unmeasured(data: Mapping, family: str) -> tuple[float, float]:
 def _at_least(lo: float, hi: float, groups: Iterable[Mapping]) -> tuple[float, float]:
     """``[lo, hi]`` widened symmetrically, if need be, to the widest measured group's band: an
     unmeasured band is never narrower than a measured one it stands for."""
-    widest = max((g["p90"] - g["p10"] for g in groups), default=0.0)
+    # the widths compared are of the bands as printed, each holding its point (_holding_point)
+    lo, hi = min(lo, 0.0), max(hi, 0.0)
+    widest = max((max(g["p90"], 0.0) - min(g["p10"], 0.0) for g in groups), default=0.0)
     if hi - lo < widest:
         pad = 0.5 * (widest - (hi - lo))
         lo, hi = lo - pad, hi + pad
