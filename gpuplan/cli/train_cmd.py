@@ -202,13 +202,12 @@ def run(args) -> int:
         raise GpuplanError("gpuplan train needs --model (or --reproduce)")
     if getattr(args, "timeline", None):
         check_output(args.timeline, "--timeline")  # before any work
+    from gpuplan.hwmodels.power import power_capped
     from gpuplan.sim.parallel.estimate import estimate_training
     from gpuplan.sim.parallel.interruptions import training_budget
     from gpuplan.sim.parallel.strategy import default_seq
-    from gpuplan.workloads.presets import get_model
-
-    from gpuplan.hwmodels.power import power_capped
     from gpuplan.sim.stacks.training import with_launch_blocking
+    from gpuplan.workloads.presets import get_model
 
     cfg = get_model(args.model)
     cluster = resolve_cluster(args)
