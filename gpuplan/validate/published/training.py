@@ -43,7 +43,8 @@ from gpuplan.sim.parallel.estimate import estimate_training, stack_strategy, tra
 from gpuplan.sim.parallel.strategy import Strategy, auto_pp_layers
 from gpuplan.sim.parallel.topology import cluster_for, get_cluster
 from gpuplan.sim.stacks import get_stack
-from gpuplan.sim.stacks.training import runtime_of
+from gpuplan.sim.stacks.registry import with_overrides
+from gpuplan.sim.stacks.training import with_launch_blocking
 from gpuplan.units import TFLOPS, GiB
 from gpuplan.validate.published.megatron import paper_flops
 from gpuplan.workloads.model import ModelConfig
@@ -168,14 +169,9 @@ def row_stack(row: dict):
     with the attention kernel its ``attention_kernel`` option names for training and prefill,
     and ``launch_blocking=true`` where the job ran under CUDA_LAUNCH_BLOCKING=1."""
     stack = get_stack("megatron-te" if row["stack"] == "megatron" else row["stack"])
-    if row["options"].get("launch_blocking"):
-        runtime = dataclasses.replace(runtime_of(stack), launch_blocking=True)
-        stack = dataclasses.replace(stack, training=runtime)
-    kernel = row["options"].get("attention_kernel")
-    if kernel is None:
-        return stack
-    choice = dataclasses.replace(stack.attention, prefill=kernel, train=kernel)
-    return dataclasses.replace(stack, attention=choice)
+    # the same calls as ``gpuplan train --launch-blocking --attention-kernel``
+    stack = with_launch_blocking(stack, bool(row["options"].get("launch_blocking")))
+    return with_overrides(stack, attention_kernel=row["options"].get("attention_kernel"))
 
 
 def predict_row(row: dict, caches: dict, *, stacks: bool = True, stack_for=None):
