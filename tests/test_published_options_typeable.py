@@ -11,7 +11,7 @@ from gpuplan.cli.calibration import efficiency_from_args
 from gpuplan.cli.train_cmd import _strategy, resolve_cluster, resolve_stack
 from gpuplan.hwmodels.efficiency import efficiency_for
 from gpuplan.hwmodels.power import power_capped
-from gpuplan.sim.stacks.training import with_launch_blocking
+from gpuplan.sim.stacks.training import with_elementwise, with_launch_blocking
 from gpuplan.validate.published import training as published
 
 # the row's own columns, as the flags that set them
@@ -71,6 +71,7 @@ def test_the_flags_of_a_row_build_what_reproduce_prices(row):
     args = build_parser().parse_args(row_argv(row))
     cluster = resolve_cluster(args)
     stack = with_launch_blocking(resolve_stack(args, cluster.accelerator), args.launch_blocking)
+    stack = with_elementwise(stack, args.impl)
     assert stack == published.row_stack(row)
     acc = published.row_cluster(row).accelerator
     eff = power_capped(efficiency_from_args(args, acc.key), acc.tdp_w, args.power_limit_w)
