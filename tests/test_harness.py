@@ -46,7 +46,8 @@ def test_every_kind_writes_records_with_exactly_the_contract_keys(tiny_run, kind
     assert records, f"no {kind} record"
     for rec in records:
         assert rec["kind"] == kind
-        assert list(rec["params"]) == list(PARAM_KEYS[kind])
+        assert list(rec["params"]) == [*PARAM_KEYS[kind], "stack"]
+        assert rec["params"]["stack"] == "harness"  # every record names the stack that ran it
         assert set(rec["measured"]) == set(MEASURED_KEYS[kind])
         assert rec["device"] == "cpu"
         assert isinstance(rec["source"], str) and rec["source"]
