@@ -237,6 +237,20 @@ def _estimate(kind: str, args, overrides: dict[str, Any]) -> dict[str, Any]:
                        *(_flag(k, v) for k, v in params.items() if k not in given | {"stack"})]  # fmt: skip
     if with_model and kind == "decode_step" and "cuda_graph" not in params:
         out["defaults"].append(f"CUDA graphs {'on' if stack.cuda_graph_decode else 'off'} (the stack's)")
+    out["defaults"] = [*stack_defaults(args, stack, kind, with_model), *out["defaults"]]
+    return out
+
+
+def stack_defaults(args, stack, kind: str, with_model: bool) -> list[str]:
+    """The stack when --stack is left unset, and, for a whole model's training step, the state
+    precision its mixed precision sets (``sim.stacks.training_defaults``, as ``train`` fills it)."""
+    from gpuplan.sim.stacks.training_defaults import fill_defaults
+
+    out = [] if getattr(args, "stack_given", True) else [f"--stack {stack.name}"]
+    if with_model and kind == "train_step":
+        # not an estimate flag (--precision names the contract's): said in words
+        out += [line.replace("--state-precision", "state precision", 1)
+                for line in fill_defaults(stack, {}, fields=("state_precision",)).applied]
     return out
 
 
