@@ -182,25 +182,26 @@ def _rules(stack, tp: int, virtual_stages: int) -> dict:
         return own["overlap_pp"] or interleaved, f"{name}: {why}"
 
     fixed = {
-        "zero": (layout.zero, layout.zero_why),
-        "sp": (layout.sp_with_tp and tp > 1, layout.sp_why),
+        "zero": (layout.zero, f"{name}: {layout.zero_why}"),
+        "sp": (layout.sp_with_tp and tp > 1, f"{name}: {layout.sp_why}"),
         "schedule": ("interleaved" if virtual_stages > 1 else "1f1b",
-                     "interleaved with virtual stages, else 1F1B"),
-        "micro_batch": (1, "gpuplan's"),
-        "recompute": (layout.recompute, layout.recompute_why),
-        "precision": ("bf16", "bf16 GEMMs"),
-        "state_precision": (own["state_precision"], "the stack's mixed precision"),
-        "overlap_dp": (own["overlap_dp"], "the stack's"),
-        "overlap_tp": (own["overlap_tp"], "the stack's"),
+                     "interleaved with --virtual-stages, else 1F1B"),
+        "micro_batch": (1, "gpuplan's default"),
+        "recompute": (layout.recompute, f"{name}: {layout.recompute_why}"),
+        "precision": ("bf16", "bf16 GEMMs unless fp8 is asked for"),
+        "state_precision": (own["state_precision"], f"{name}: the stack's mixed precision"),
+        "overlap_dp": (own["overlap_dp"], f"{name}: the stack's"),
+        "overlap_tp": (own["overlap_tp"], f"{name}: the stack's"),
     }  # fmt: skip
-    rules = {k: (lambda _, v=v, why=why: (v, f"{name}: {why}")) for k, (v, why) in fixed.items()}
+    rules = {k: (lambda _, v=v, why=why: (v, why)) for k, (v, why) in fixed.items()}
     return rules | {"overlap_pp": overlap_pp}
 
 
 def _shown(field: str, tp: int, pp: int) -> bool:
     """Whether a default of ``field`` changes anything on a layout of ``tp`` and ``pp``: SP only
     with TP, a schedule and pipeline overlap only with a pipeline."""
-    return {"sp": tp > 1, "schedule": pp > 1, "overlap_tp": tp > 1}.get(field, True)
+    return {"sp": tp > 1, "schedule": pp > 1, "overlap_tp": tp > 1,
+            "overlap_pp": pp > 1}.get(field, True)  # fmt: skip
 
 
 def _flag(field: str, value, why: str) -> str:
