@@ -67,8 +67,8 @@ def add_assumption_options(p) -> None:
     add_calibration_option(p)
     p.add_argument(
         "--state-precision",
-        choices=("bf16-mixed-megatron", "bf16-mixed", "bf16", "bf16-deepspeed",
-                 "bf16-deepspeed-2022"),
+        choices=("bf16-mixed-megatron", "bf16-grads-megatron", "bf16-mixed", "bf16",
+                 "bf16-deepspeed", "bf16-deepspeed-2022"),
         default=None,
         help="bytes per parameter of weights, gradients and Adam state (default: the stack's; "
         "megatron-te: 2+4+12, autocast stacks: bf16-mixed 4+4+8)",

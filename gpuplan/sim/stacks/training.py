@@ -157,6 +157,10 @@ class TrainingRuntime:
     # its parameters would typically be immediately all-gathered for backward" (fully_shard
     # docstring, torch/distributed/fsdp/_fully_shard/_fully_shard.py)
     fsdp2_root_unsharded: bool = False
+    # fp8 GEMMs cache their fp8-cast inputs (1 B) for the weight gradient in place of the 16-bit
+    # ones: Transformer Engine's Linear/LayerNormLinear save the quantized ``inputmat``
+    # (transformer_engine/pytorch/module/linear.py); torchao's Float8Linear saves the bf16 input
+    fp8_saved_inputs: bool = False
 
     def __post_init__(self) -> None:
         check_choice("selective", self.selective, SELECTIVE)
@@ -188,6 +192,7 @@ MEGATRON_RUNTIME = TrainingRuntime(
     grad_reduce_bytes=4,  # bf16: accumulate and all-reduce in fp32 (arguments.py)
     bucket_bytes=40_000_000 * 4,  # max(40M, 1M x dp) parameters of fp32 gradients
     bucket_bytes_per_dp=1_000_000 * 4,
+    fp8_saved_inputs=True,  # Transformer Engine
 )
 
 FSDP2_RUNTIME = TrainingRuntime(
