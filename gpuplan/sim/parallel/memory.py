@@ -13,7 +13,10 @@ the logits, a middle stage of an uneven split may hold more blocks; the peak is 
   splits the tensor-parallel part, sequence parallelism also the rest); the unfused attention of
   2021-2022 Megatron also keeps 5 a s bytes of scores per token (softmax output, dropout mask and
   output; their eq. 1) unless selective recomputation drops them; full recomputation keeps each
-  block's input plus one block's full activations while it is recomputed. Under 1F1B stage i
+  block's input plus one block's full activations while it is recomputed. fp8 GEMMs under
+  Transformer Engine cache their inputs in fp8 (``fp8_saved_inputs``: the norm outputs and the
+  down projection's input at 1 byte, ``workloads.memory.fp8_cached_input_saving``). Under 1F1B
+  stage i
   holds min(p - i, m) micro-batches of its blocks (the first p, the last one); GPipe all m; the
   interleaved schedule's stage i holds 2 (p - i - 1) + (v - 1) p + 1 chunks of 1/v of its
   blocks, at most m v (Megatron-LM's warm-up count, schedules.py), which for the first stage is
@@ -28,6 +31,9 @@ the logits, a middle stage of an uneven split may hold more blocks; the peak is 
 - fragmentation: 5% of the allocated bytes, a named floor (GMLake, Guo et al. ASPLOS 2024, measure
   far more on some large-model runs); cuda_context: 0.5 GB outside PyTorch's allocator (context,
   cuBLAS and NCCL workspaces; an order of magnitude, not a measurement).
+
+docs/memory.md has the terms with their sources and the truth set of production layouts that
+checks them (``validate/published/memory_truth``).
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """Presets of the stacks that train across many GPUs, and the runtime each framework brings.
 
 A training stack is a ``Stack`` (kernels, host, optimizer, mixed precision, overlaps) with a
-``TrainingRuntime``: the layouts the framework can run, how it buckets and types the gradient
-reduction, how finely ZeRO-3 gathers parameters, and what its selective recomputation re-runs.
+``TrainingRuntime``: the layouts the framework can run, what it does with a layout left unset
+(``layout``: ZeRO stage, SP with TP, recomputation; ``training_defaults``), how it buckets and
+types the gradient reduction, how finely ZeRO-3 gathers parameters, and what its selective
+recomputation re-runs.
 Every choice below is the framework's default or the setting its published runs state.
 
 ``megatron-te`` - Megatron-LM / NeMo with Transformer Engine: hand-fused elementwise kernels
@@ -12,7 +14,8 @@ Blackwell), bf16 weights with fp32 main gradients and master weights in the dist
 optimizer (``bf16-mixed-megatron``: 2 + 4 + 12 bytes per parameter), a persistent contiguous
 gradient buffer, fused Adam. Overlaps as Megatron-LM's arguments default them: gradient reduction
 overlapped (``--overlap-grad-reduce``, on in NeMo recipes), TP communication overlap off
-(``--tp-comm-overlap`` is opt-in: TE userbuffers), pipeline sends not overlapped. With bf16
+(``--tp-comm-overlap`` is opt-in: TE userbuffers), pipeline sends overlapped under the
+interleaved schedule only (``training_defaults``). With bf16
 the gradients are accumulated and all-reduced in fp32 (``megatron/training/arguments.py``: "bfloat16
 requires gradient accumulation and all-reduce to be performed in fp32"), in buckets of
 ``max(40,000,000, 1,000,000 x dp)`` parameters (``megatron/core/distributed/
