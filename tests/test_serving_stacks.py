@@ -88,28 +88,6 @@ def test_every_engine_of_the_published_rows_has_a_stack():
         get_stack(stack)
 
 
-def test_the_eager_engine_pays_its_slower_large_all_reduce_only_above_its_size():
-    from gpuplan.hwmodels.price import price
-    from gpuplan.sim.runtime.serving.iteration import Batch, iteration_breakdown, price_op
-    from gpuplan.workloads.ops import Collective
-
-    run = get_stack("eager-2023").serving
-    assert run.large_allreduce_bytes > 0 and run.large_allreduce_factor > 1  # the committed fit
-    dep = stack_deployment("llama2-70b", "h100-sxm", "eager-2023", tp=8)
-    vllm = stack_deployment("llama2-70b", "h100-sxm", "vllm", tp=8)
-    # the bytes beyond the size take the factor: half of a message twice the size
-    for nbytes, factor in ((run.large_allreduce_bytes / 2, 1.0),
-                           (run.large_allreduce_bytes * 2, (1 + run.large_allreduce_factor) / 2)):
-        op = Collective(name="tp all_reduce", op="all_reduce", world=8, bytes_per_rank=nbytes)
-        fabric = price(op, dep.acc, dep.eff)
-        assert price_op(op, dep).total_s == pytest.approx(
-            factor * (fabric.total_s - fabric.launch_s) + fabric.launch_s)
-        assert price_op(op, vllm).total_s == pytest.approx(price(op, vllm.acc, vllm.eff).total_s)
-    batch = Batch(prefill=((8192, 0, 1),))  # 8192 x 8192 x 2 B = 134 MB a reduce
-    assert StepModel(dep).iteration_s(batch) == pytest.approx(
-        iteration_breakdown(dep, batch).total_s, rel=1e-9)
-
-
 def test_the_eager_engine_pays_cpu_time_per_running_sequence_on_every_cost_path():
     from gpuplan.sim.runtime.serving.iteration import Batch, iteration_breakdown
 
@@ -166,7 +144,6 @@ def ref_factor(dep):
 
 @pytest.mark.parametrize("bad", [{"policy": "static"}, {"memory_fraction": 0.0},
                                  {"iteration_overhead_s": -1e-3}, {"kv_memory": "half"},
-                                 {"large_allreduce_bytes": -1.0}, {"large_allreduce_factor": 0.5},
                                  {"seq_overhead_s": -1e-4}])
 def test_a_runtime_with_a_bad_field_is_a_one_line_error(bad):
     with pytest.raises(GpuplanError) as err:

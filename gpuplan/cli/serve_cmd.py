@@ -215,29 +215,40 @@ def _serve_doc(args, dep, sched, workload, result, replicas: int, stack=None) ->
 
 
 def run_reproduce(args) -> int:
-    """Predict the published serving rows; print per-source error tables (held-out rows and
-    all rows) and the rows that cannot be run, with their reasons."""
-    from gpuplan.validate.published.serving import HOLDOUT_SHARE, cannot_run, reproduce, summary
+    """Predict the published serving rows; print the per-source error left out of every fit
+    (each source priced with the stacks' values fitted without it), then the per-source tables
+    of the committed fit (held-out rows and all rows) and the rows that cannot be run."""
+    from gpuplan.validate.generalization.published import serving_left_out
+    from gpuplan.validate.generalization.published import summary as left_summary
+    from gpuplan.validate.published.serving import HOLDOUT_SHARE, cannot_run, summary
 
-    rows = reproduce(seed=args.seed)
+    rows = serving_left_out()
+    left = left_summary(rows, "source", left="left_abs_error_pct")
     held, every, bad = summary(rows, split="holdout"), summary(rows, split=None), cannot_run(rows)
     if args.json:
         print(dump_json({"seed": args.seed, "holdout_share": HOLDOUT_SHARE, "rows": rows,
-                         "summary_holdout": held, "summary_all": every, "cannot_run": bad}))  # fmt: skip
+                         "summary_left_out": left, "summary_holdout": held,
+                         "summary_all": every, "cannot_run": bad}))  # fmt: skip
         return 0
     cols = ["source", "kind", "rows", "predicted", "cannot_run", "median_abs_pct_error",
             "p90_abs_pct_error", "median_pct_error"]  # fmt: skip
     pct = {c: (lambda v: f"{v:.1f}%") for c in cols[-3:-1]}
     pct[cols[-1]] = lambda v: f"{v:+.1f}%"
+    left_cols = ["source", "kind", "rows", "predicted", "left_out_median_pct", "left_out_p90_pct",
+                 "in_sample_median_pct"]  # fmt: skip
     predicted = int(rows["predicted"].notna().sum())
     print(
         f"Published serving results against gpuplan: {len(rows):,} rows from "
         f"{rows['source'].nunique()} sources, {predicted:,} predicted "
-        f"({100 * predicted / len(rows):.1f}%); held-out share {HOLDOUT_SHARE:g} of each "
-        f"source (seed {args.seed}); each row priced on its engine's stack, whose uncited "
-        f"parameters are fitted on the other rows only (gpuplan/sim/runtime/serving/data/stack_fit.json)\n"
+        f"({100 * predicted / len(rows):.1f}%); each row priced on its engine's stack\n"
     )
-    print("held-out rows\n" + render_table(held, cols, formats=pct))
-    print("\nall rows\n" + render_table(every, cols, formats=pct))
+    print("left out of every fit: each source priced with the stacks' values fitted on the other "
+          "sources (gpuplan/sim/runtime/serving/data/stack_fit_loso.json; a stack no other "
+          "source runs keeps its priors)\n"
+          + render_table(left, left_cols, formats={c: (lambda v: f"{v:.1f}%") for c in left_cols[4:]}))
+    print(f"\nin sample: the committed fit (gpuplan/sim/runtime/serving/data/stack_fit.json), "
+          f"fitted on {1 - HOLDOUT_SHARE:g} of each source's rows (seed {args.seed}); its "
+          "held-out rows\n" + render_table(held, cols, formats=pct))
+    print("\nin sample, all rows\n" + render_table(every, cols, formats=pct))
     print("\nrows that cannot be run\n" + render_table(bad, ["source", "rows", "reason"]))
     return 0

@@ -38,7 +38,8 @@ def add_stack_options(parser, *, default: str, kernels: bool = True) -> None:
             dest="attention_kernel",
             default=None,
             help="force one attention kernel in every phase: flash2, flash3, cudnn, efficient, "
-            "math, flashinfer (default: the stack's own choice on the device)",
+            "math, flashinfer, or triton (llm-foundry's Triton flash attention, training and "
+            "prefill only) (default: the stack's own choice on the device)",
         )
     parser.add_argument(
         "--host-speed",
@@ -55,10 +56,11 @@ def stack_from_args(args: argparse.Namespace, acc):
     from gpuplan.errors import check_choice
     from gpuplan.sim.stacks import ATTENTION_KERNELS, get_stack, resolved_attention, with_overrides
     from gpuplan.sim.stacks.kernels import check_kernel
+    from gpuplan.sim.stacks.stack import TRAIN_ONLY_KERNELS
 
     forced = getattr(args, "attention_kernel", None)
     if forced is not None:
-        check_choice("--attention-kernel", forced, ATTENTION_KERNELS)
+        check_choice("--attention-kernel", forced, (*ATTENTION_KERNELS, *TRAIN_ONLY_KERNELS))
         check_kernel(forced, acc, field="--attention-kernel")
     stack = with_overrides(
         get_stack(args.stack),

@@ -107,6 +107,20 @@ def add_assumption_options(p) -> None:
 DEFAULT_TRAINING_STACK = "megatron-te"
 
 
+def add_job_options(p) -> None:
+    """What a job's environment sets beside the stack: the boards' power limit and
+    CUDA_LAUNCH_BLOCKING (published runs state both: ``--reproduce``)."""
+    p.add_argument(
+        "--power-limit-w", dest="power_limit_w", type=positive_float, default=None,
+        help="hold every GPU to this board power in watts, below its rated TDP (nvidia-smi -pl; "
+        "default: the rated TDP)",
+    )
+    p.add_argument(
+        "--launch-blocking", dest="launch_blocking", action="store_true",
+        help="run as under CUDA_LAUNCH_BLOCKING=1: every launch waits for its kernel",
+    )
+
+
 def resolve_stack(args, acc):
     """The stack of --stack, --impl and their overrides (the layout it fills where the command
     line leaves it unset is ``layout_of``'s)."""
@@ -126,6 +140,7 @@ def register(subparsers) -> None:
     add_cluster_options(p)
     add_strategy_options(p)
     add_assumption_options(p)
+    add_job_options(p)
     p.add_argument(
         "--reproduce",
         action="store_true",
@@ -196,14 +211,16 @@ def run(args) -> int:
         raise GpuplanError("gpuplan train needs --model (or --reproduce)")
     if getattr(args, "timeline", None):
         check_output(args.timeline, "--timeline")  # before any work
+    from gpuplan.hwmodels.power import power_capped
     from gpuplan.sim.parallel.estimate import estimate_training
     from gpuplan.sim.parallel.interruptions import training_budget
     from gpuplan.sim.parallel.strategy import default_seq
+    from gpuplan.sim.stacks.training import with_launch_blocking
     from gpuplan.workloads.presets import get_model
 
     cfg = get_model(args.model)
     cluster = resolve_cluster(args)
-    stack = resolve_stack(args, cluster.accelerator)
+    stack = with_launch_blocking(resolve_stack(args, cluster.accelerator), args.launch_blocking)
     strategy, applied = layout_of(args, args.gpus, stack, cfg)
     seq = args.seq or default_seq(cfg)
     if getattr(args, "timeline", None) and len(set(strategy.pp_layers or ())) > 1:
@@ -212,6 +229,7 @@ def run(args) -> int:
             f"{','.join(map(str, strategy.pp_layers))} is uneven: drop --timeline or the uneven split"
         )
     eff = efficiency_from_args(args, cluster.accelerator.key)  # --calibration, else built in
+    eff = power_capped(eff, cluster.accelerator.tdp_w, args.power_limit_w)
     images = _images(args, cfg)
     if images is not None:  # a VLM's samples with images (sim.estimate.vision)
         from gpuplan.sim.estimate.vision import vlm_training_estimate

@@ -7,7 +7,7 @@ import dataclasses
 
 from gpuplan.errors import GpuplanError, check_choice, unknown_key
 from gpuplan.hwmodels.attention import ATTENTION_KERNELS
-from gpuplan.sim.stacks.stack import KV_CACHES, AttentionChoice, Stack
+from gpuplan.sim.stacks.stack import KV_CACHES, TRAIN_ONLY_KERNELS, AttentionChoice, Stack
 
 _REGISTRY: dict[str, Stack] = {}
 
@@ -44,12 +44,15 @@ def get_stack(name: str | Stack) -> Stack:
 
 def with_overrides(stack: Stack, *, attention_kernel: str | None = None,
                    kv_cache: str | None = None, host_speed: float | None = None) -> Stack:
-    """The stack with a kernel forced in every phase, another KV cache or another host speed."""
+    """The stack with a kernel forced in every phase (a training-only kernel, ``triton``, in
+    training and prefill: the stack keeps its own decode kernel), another KV cache or another
+    host speed."""
     changes = {}
     if attention_kernel is not None:
-        check_choice("attention_kernel", attention_kernel, ATTENTION_KERNELS)
+        check_choice("attention_kernel", attention_kernel, (*ATTENTION_KERNELS, *TRAIN_ONLY_KERNELS))
+        decode = stack.attention.decode if attention_kernel in TRAIN_ONLY_KERNELS else attention_kernel
         changes["attention"] = AttentionChoice(
-            prefill=attention_kernel, train=attention_kernel, decode=attention_kernel
+            prefill=attention_kernel, train=attention_kernel, decode=decode
         )
     if kv_cache is not None:
         check_choice("kv_cache", kv_cache, KV_CACHES)

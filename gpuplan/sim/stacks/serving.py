@@ -52,17 +52,12 @@ Where each choice comes from:
 (``max_num_seqs=256``), every kernel issued eagerly from Python (no CUDA graphs), FlashAttention-2
 assumed; its host cost per kernel call (against the reference host's eager PyTorch), its CPU
 cost per iteration and per tensor-parallel rank (a Python driver feeding each rank) fitted.
-Its large all-reduces are slower than the fabric model: in the profiles' prefills of up to 2048
-tokens (llama2-70b, BLOOM-176B; A100 and H100; TP 2, 4, 8) the model is within about 10%, but
-for one prompt of 4096 tokens or more the time it misses is 1.6-5x its own all-reduce time in
-every one of those settings (llama2-70b on H100 at 8192 tokens: 3.0x, 2.6x, 2.9x at TP 2, 4, 8),
-while against the GEMM time it goes from 0.26x to 1.8x with TP: the missing time follows the
-all-reduce, whose bytes do not shrink with TP. So the bytes of an all-reduce beyond
-``large_allreduce_bytes`` per rank take ``large_allreduce_factor`` times the modelled time (the
-size and the factor fitted; the grid offers 0 bytes, no such slowdown). The cause is not
-identified (a 2023 stack's NCCL all-reduce through torch.distributed, eager; vLLM's custom
-all-reduce came in 0.3.1, for messages under 8 MB only); decode iterations, whose reduces are
-kilobytes, are untouched. Its CPU time per iteration also grows with the sequences running
+Its prefills of 4096 tokens or more (one long prompt, or 8 and more prompts of 512) run up to
+2x slower than the model prices them, worst at TP 8; the cause is not identified, and no term
+stands for it (``docs/fits.md``: a slower large all-reduce once stood there, of a form chosen
+without a mechanism, and NCCL's own tuning model has none: its time is latency plus bytes over a
+bus bandwidth that only grows to its plateau with size, ``src/graph/tuning.cc``
+``ncclTopoGetAlgoTime``). Its CPU time per iteration grows with the sequences running
 (``seq_overhead_s``, fitted): the profiles' decode step of llama2-70b on H100 at TP 8 goes from
 31 ms at batch 1 to 34, 39 and 50 ms at 16, 32 and 64 while its kernels' modelled time moves
 by 3 ms: the per-sequence Python work (scheduling, input preparation, sampling bookkeeping) of
@@ -110,10 +105,6 @@ class ServingRuntime:
     memory_fraction: float = 0.9
     iteration_overhead_s: float = 0.0
     overhead_per_rank_s: float = 0.0  # CPU time per iteration per tensor-parallel rank beyond one
-    # all-reduces above this many bytes per rank take ``large_allreduce_factor`` times the
-    # fabric model's time (0: none; eager-2023 only, fitted: module docstring)
-    large_allreduce_bytes: float = 0.0
-    large_allreduce_factor: float = 1.0
     seq_overhead_s: float = 0.0  # CPU time per iteration per running sequence, not hidden
     # (GPU key, factor): the CPU of the engine's machine with that GPU, as a factor on every host
     # cost (per call, per iteration, per rank, per sequence); a GPU not listed: 1
@@ -124,12 +115,8 @@ class ServingRuntime:
         check_choice("kv_memory", self.kv_memory, KV_MEMORY)
         check_positive("max_seqs", self.max_seqs)
         check_positive("block_tokens", self.block_tokens)
-        for name in ("iteration_overhead_s", "overhead_per_rank_s", "large_allreduce_bytes",
-                     "seq_overhead_s"):
+        for name in ("iteration_overhead_s", "overhead_per_rank_s", "seq_overhead_s"):
             check_positive(name, getattr(self, name), allow_zero=True)
-        if not self.large_allreduce_factor >= 1.0:
-            raise GpuplanError(f"large_allreduce_factor={self.large_allreduce_factor!r} is "
-                               "invalid: give a time multiplier >= 1")
         for pair in self.host_factors:
             if (not isinstance(pair, tuple) or len(pair) != 2 or not isinstance(pair[0], str)
                     or not 0 < pair[1] < float("inf")):  # fmt: skip
@@ -173,13 +160,20 @@ def _fitted() -> dict:
 _FIT = _fitted()
 
 
+# every fitted field's prior, by stack: the value before any fit, which a stack takes where
+# no source but the one left out runs it (``validate.fit_stacks.serving_loso``)
+PRIORS: dict[str, dict[str, object]] = {}
+
+
 def _fit(stack: str, name: str, prior: float) -> float:
     """The committed fitted value of ``stack``'s ``name``, or its prior before any fit."""
+    PRIORS.setdefault(stack, {})[name] = prior
     return float(_FIT.get(stack, {}).get(name, prior))
 
 
 def _fit_pairs(stack: str, name: str) -> tuple[tuple[str, float], ...]:
     """The committed fitted (key, value) pairs of ``stack``'s ``name`` (none before any fit)."""
+    PRIORS.setdefault(stack, {})[name] = ()
     return tuple((k, float(v)) for k, v in _FIT.get(stack, {}).get(name, ()))
 
 
@@ -251,16 +245,11 @@ EAGER_2023 = Stack(
     serving=ServingRuntime(cuda_graph=False, policy="continuous", max_seqs=256,
                            iteration_overhead_s=_fit("eager-2023", "iteration_overhead_s", 0.0),
                            overhead_per_rank_s=_fit("eager-2023", "overhead_per_rank_s", 0.0),
-                           large_allreduce_bytes=_fit("eager-2023", "large_allreduce_bytes", 0.0),
-                           large_allreduce_factor=_fit("eager-2023", "large_allreduce_factor",
-                                                       1.0),
                            seq_overhead_s=_fit("eager-2023", "seq_overhead_s", 0.0),
                            host_factors=_fit_pairs("eager-2023", "host_factors")),
     sources=("Patel et al., Splitwise, ISCA 2024; SplitwiseSim data/perf_model.csv",),
     notes=("engine not stated by its source: FlashAttention-2 and fused kernels assumed",
            "call_factor, iteration_overhead_s and overhead_per_rank_s fitted on published rows",
-           "all-reduce bytes beyond large_allreduce_bytes take large_allreduce_factor x the "
-           "fabric model's time: fitted, cause not identified",
            "seq_overhead_s (CPU per running sequence per iteration) fitted",
            "host_factors: the A100 machine's CPU costs against the H100 machine's, fitted"),
 )

@@ -247,6 +247,15 @@ def with_elementwise(stack: Stack, impl: str | None) -> Stack:
     return stack
 
 
+def with_launch_blocking(stack: Stack, blocking: bool = True) -> Stack:
+    """The stack run under CUDA_LAUNCH_BLOCKING=1 (``TrainingRuntime.launch_blocking``: every
+    launch waits for its kernel), as a job's environment sets it; ``blocking`` False: as it is."""
+    if not blocking:
+        return stack
+    return dataclasses.replace(stack, training=dataclasses.replace(runtime_of(stack),
+                                                                   launch_blocking=True))
+
+
 def check_layout(stack, strategy) -> None:
     """A one-line GpuplanError where ``stack`` cannot run ``strategy``, saying what would run."""
     rt = runtime_of(stack)

@@ -3,9 +3,9 @@ the error bands (``gpuplan.validate.bands.lookup``) from the validation residual
 same inputs, same bytes (``tests/test_bands.py`` checks it).
 
 A residual is the signed relative error ``e = predicted / true - 1`` of one prediction, in the
-direction of its family's metric. Four sets give them, each with its own committed, seeded split
-into a fit part and a held-out part; the bands are built from the fit part only and the held-out
-part is left for ``benchmarks/band_coverage.py``:
+direction of its family's metric. Four sets give them; the two campaigns' records are split, seeded,
+into a fit part and a held-out part, the bands built from the fit part only and the held-out
+part left for ``benchmarks/band_coverage.py``:
 
 - the harness records (``data/``, ``validate.calibrate.split`` with the seed and train fraction of
   the committed calibration, 70/30 by case and kind), predicted with the committed calibration:
@@ -17,15 +17,21 @@ part is left for ``benchmarks/band_coverage.py``:
   model kinds ``prefill_step``, ``model_decode_step`` and ``model_train_step``; a record timed in
   a convention other than its stack's own is the group ``stack@timing`` (``validate.bands.lookup.stack_key``:
   ``pytorch@device``), as ``gpuplan estimate --timing`` looks it up;
-- the published training runs (``validate.published.training``, held out by source):
-  ``train.time`` (step time: a throughput's error ``e`` is the step time's ``1 / (1 + e) - 1``)
-  and ``train.memory``;
-- the published serving rows (``validate.published.serving``, held out by row within each source):
-  ``serve.throughput``, ``serve.ttft``, ``serve.tpot``, ``serve.e2e``.
+- the published training rows (``validate.published.training``): ``train.time`` (step time: a
+  throughput's error ``e`` is the step time's ``1 / (1 + e) - 1``) and ``train.memory``;
+- the published serving rows, each priced with the stacks' values fitted without its source
+  (``validate.fit_stacks.serving_loso.left_out``): ``serve.throughput``, ``serve.ttft``,
+  ``serve.tpot``, ``serve.e2e``.
+
+Every published row is already left out of every fit made with its source
+(``validate.generalization.published``), so all of them build the bands (``part`` fit), and the
+coverage a new source gets is measured by leaving each source out of the band build in turn
+(``benchmarks/band_coverage.py``, ``benchmarks/generalization.py``). Within a band, each source's
+residuals weigh alike in total (``source_weights``).
 
 Every residual also carries its ``source`` (a published source; ``harness`` or ``h200_stacks``
 for the two campaigns). Per family, the p10 and p90 of the fit residuals (numpy's linear
-quantile, every row weighted alike) are written at four levels, the ones a prediction is looked
+quantile, each source weighted alike) are written at four levels, the ones a prediction is looked
 up by (``validate.bands.lookup.residuals``, most specific first):
 
 1. ``groups``: per (stack, device) with at least ``MIN_ROWS`` fit residuals: a measured band;
@@ -39,16 +45,14 @@ up by (``validate.bands.lookup.residuals``, most specific first):
 Why these levels, and why sources. The published sets' errors are dominated by what each source
 shares across its rows (its cluster, its software version, how it times a step): leaving one
 training source out and pricing its rows with the band of the others
-(``benchmarks/band_coverage.py``, "leave one source out") covers about half its rows, not four
-in five, whatever the pooling, because eight sources are eight draws of a source's bias. So a
+(``benchmarks/band_coverage.py``, "leave one source out") covers well under four rows in five,
+whatever the pooling, because eleven training sources are eleven draws of a source's bias. So a
 pooled level is only used when it holds at least two sources (one source's band is that
-source's bias, not a spread), and the first thing pooled over is the device, not the framework:
-every device without a fit of its own borrows the H200's kernel efficiencies
-(``hwmodels.efficiency.efficiency_for``), so the device is what the rows of a device share (the
-fit's Blackwell rows run 30-40% fast whatever the stack, its A100 rows a few percent slow). The
-held-out training source llm-foundry (216 of the 220 held-out training rows) ran
-``composer-fsdp``, a stack no fit source ran: its rows get their device's band (H100), or their
-architecture's (A100 40GB: sm_80, measured on the A100 80GB). No width here was chosen to meet a
+source's bias, not a spread), each source weighs alike in it, and the first thing pooled over
+is the device, not the framework: every device without a fit of its own borrows the H200's
+kernel efficiencies (``hwmodels.efficiency.efficiency_for``), so the device is what the rows of
+a device share (the Blackwell rows run 30-55% fast whatever the stack, the A100 rows a few
+percent slow). No width here was chosen to meet a
 coverage target: every band is the p10-p90 of fit residuals.
 """
 
@@ -150,16 +154,18 @@ def training_residuals() -> pd.DataFrame:
         "stack": f["stack"].astype(str),
         "device": f["gpu"].astype(str),
         "source": f["source"].astype(str),
-        "part": np.where(f["held_out"], "held_out", "fit"),
+        "part": "fit",  # every row is left out of every fit (generalization.published)
         "e": e,
     })[COLUMNS]  # fmt: skip
 
 
 def serving_residuals() -> pd.DataFrame:
-    """The published serving rows' residuals (rows that could be run)."""
-    from gpuplan.validate.published.serving import ENGINE_STACK, reproduce
+    """The published serving rows' residuals (rows that could be run), each row priced with the
+    stacks' values fitted without its source (``fit_stacks.serving_loso.left_out``)."""
+    from gpuplan.validate.fit_stacks.serving_loso import left_out
+    from gpuplan.validate.published.serving import ENGINE_STACK
 
-    f = reproduce()
+    f = left_out()
     f = f[f["predicted"].notna() & (f["value"] > 0)]
     return pd.DataFrame({
         "set": "published serving",
@@ -167,7 +173,7 @@ def serving_residuals() -> pd.DataFrame:
         "stack": f["engine"].map(ENGINE_STACK).fillna(f["engine"]).astype(str),
         "device": f["gpu"].astype(str),
         "source": f["source"].astype(str),
-        "part": np.where(f["split"] == "holdout", "held_out", "fit"),
+        "part": "fit",  # left out of its own source's fit
         "e": f["error_pct"] / 100.0,
     })[COLUMNS]  # fmt: skip
 
@@ -180,9 +186,25 @@ def all_residuals(data_dir=None) -> pd.DataFrame:
     )  # fmt: skip
 
 
-def _q(values) -> tuple[float, float]:
-    lo, hi = np.quantile(np.asarray(values, dtype=float), QUANTILES)
+def _q(g: pd.DataFrame) -> tuple[float, float]:
+    """The p10 and p90 of ``g``'s residuals, each SOURCE weighted alike (``source_weights``)."""
+    e = np.asarray(g["e"], dtype=float)
+    order = np.argsort(e, kind="stable")
+    w = source_weights(g["source"]).to_numpy()[order]
+    # the weighted quantile whose unweighted case is numpy's linear one: the k-th of n sorted
+    # values sits at cumulative weight k / (n - 1) of the whole
+    at = (np.cumsum(w) - w[0]) / max(w.sum() - w[0], 1e-300) if len(e) > 1 else np.zeros(1)
+    lo, hi = np.interp(QUANTILES, at, e[order])
     return round(float(lo), 6), round(float(hi), 6)
+
+
+def source_weights(sources: pd.Series) -> pd.Series:
+    """A weight per residual such that each source's residuals weigh alike in total: a published
+    source's rows share its setup (cluster, software version, timing method), so its errors are
+    one draw of that setup's bias, however many rows it has; without the weights the largest
+    source (216 llm-foundry rows, 622 TensorRT-LLM v0.14 rows) would set every band."""
+    counts = sources.map(sources.value_counts())
+    return 1.0 / counts.astype(float)
 
 
 def architecture(device: str) -> str | None:
@@ -196,7 +218,7 @@ def _pool(g: pd.DataFrame, **keys) -> dict | None:
     n_sources = g["source"].nunique()
     if len(g) < MIN_ROWS or n_sources < MIN_SOURCES:
         return None
-    lo, hi = _q(g["e"])
+    lo, hi = _q(g)
     return keys | {"n_fit": len(g), "n_sources": int(n_sources),
                    "stacks": sorted(g["stack"].unique().tolist()), "p10": lo, "p90": hi}  # fmt: skip
 
@@ -211,14 +233,14 @@ def band_table(residuals: pd.DataFrame) -> dict:
         groups = []
         for (stack, device), gg in g.groupby(["stack", "device"], sort=True):
             if len(gg) >= MIN_ROWS:
-                lo, hi = _q(gg["e"])
+                lo, hi = _q(gg)
                 med = round(float(np.median(gg["e"])), 6)
                 groups.append({"stack": stack, "device": device, "n_fit": len(gg),
                                "p10": lo, "p90": hi, "median": med})  # fmt: skip
         devices = [e for d, gg in g.groupby("device", sort=True) if (e := _pool(gg, device=d))]
         archs = [e for a, gg in g[g["arch"] != ""].groupby("arch", sort=True)
                  if (e := _pool(gg, arch=a, devices=sorted(gg["device"].unique().tolist())))]
-        lo, hi = _q(g["e"])
+        lo, hi = _q(g)
         families[family] = {
             "pooled": {"n_fit": len(g), "n_sources": int(g["source"].nunique()), "p10": lo,
                        "p90": hi},

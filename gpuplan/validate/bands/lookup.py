@@ -9,7 +9,8 @@ from the FIT part of each validation split: per family (a harness record kind an
 often the truth falls inside.
 
 From a residual band to a value band: the true value of a prediction ``P`` of the family's
-metric is ``P / (1 + e)``, so its band is ``[P / (1 + p90), P / (1 + p10)]``. A metric inversely
+metric is ``P / (1 + e)``, so its band is ``[P / (1 + p90), P / (1 + p10)]``, where p10 is at most
+0 and p90 at least 0 (``residuals``): every band holds its own point. A metric inversely
 proportional to it (a throughput or MFU from a step time, a cost per token from a throughput) is
 ``P * (1 + e)``: ``[P * (1 + p10), P * (1 + p90)]`` (``power=-1``).
 
@@ -130,7 +131,9 @@ def _unmeasured(data: Mapping, family: str) -> tuple[float, float]:
 def _at_least(lo: float, hi: float, groups: Iterable[Mapping]) -> tuple[float, float]:
     """``[lo, hi]`` widened symmetrically, if need be, to the widest measured group's band: an
     unmeasured band is never narrower than a measured one it stands for."""
-    widest = max((g["p90"] - g["p10"] for g in groups), default=0.0)
+    # the widths compared are of the bands as printed, each holding its point (_holding_point)
+    lo, hi = min(lo, 0.0), max(hi, 0.0)
+    widest = max((max(g["p90"], 0.0) - min(g["p10"], 0.0) for g in groups), default=0.0)
     if hi - lo < widest:
         pad = 0.5 * (widest - (hi - lo))
         lo, hi = lo - pad, hi + pad
@@ -177,7 +180,22 @@ def stack_key(stack: str, timing: str | None = None) -> str:
 def residuals(family: str, stack: str, device: str, *, data: Mapping | None = None) -> Residuals:
     """The residual band of ``family`` for ``stack`` on ``device``: the measured group's, else the
     device's stacks', else its architecture's devices', else the family's pooled band (module
-    docstring); every band but the first is labelled."""
+    docstring); every band but the first is labelled. The band always spans ``e = 0``
+    (``_holding_point``), so the value band of a prediction holds the prediction."""
+    found = _residuals(family, stack, device, data=data)
+    return _holding_point(found)
+
+
+def _holding_point(res: Residuals) -> Residuals:
+    """``res`` with p10 at most 0 and p90 at least 0. A prediction is one point of its own
+    band: where the residuals of its group all lie on one side (a group the model prices
+    consistently fast or slow), the p10-p90 range of the truth would exclude the number printed
+    beside it, and a reader could not tell the two apart. Extending the band to the point only
+    widens it (a truth inside the quantile range stays inside)."""
+    return Residuals(res.family, min(res.p10, 0.0), max(res.p90, 0.0), res.measured, res.label)
+
+
+def _residuals(family: str, stack: str, device: str, *, data: Mapping | None = None) -> Residuals:
     data = table() if data is None else data
     fams = data["families"]
     if family not in fams:

@@ -3,11 +3,10 @@
     python3 -m gpuplan.validate.fit_stacks.serving [--seed 0] [--out gpuplan/sim/runtime/serving/data/stack_fit.json]
 
 Fitted (``stacks.serving``): TensorRT-LLM's host cost per kernel call against eager PyTorch
-(``call_factor``) and its CPU time per iteration; the Splitwise profiles' engine's host cost per call
-and its CPU time per iteration and per tensor-parallel rank, and the size above which its
-all-reduces run slower and by how much (``stacks.serving``; 0 bytes, none, is on the grid), its
-CPU time per running sequence, and then, in a second round with those held (``SECOND_ROUND``),
-the CPU cost factor of its A100 machine against its H100 machine.
+(``call_factor``) and its CPU time per iteration; the Splitwise profiles' engine's host cost per
+call and its CPU time per iteration, per tensor-parallel rank and per running sequence, and then,
+in a second round with those held (``SECOND_ROUND``), the CPU cost factor of its A100 machine
+against its H100 machine.
 Each stack is fitted on the rows of the sources it prices, only those ``split_by_source`` puts
 in the fit part (seed 0), by a grid search that minimises the mean over metric kinds of the
 median absolute % error. Held-out rows are never read. The output file records the grid, the seed, the rows used and the fitted values.
@@ -36,8 +35,6 @@ GRIDS = {
         "call_factor": (0.2, 0.4),
         "iteration_overhead_s": (6e-3, 9e-3, 12e-3),
         "overhead_per_rank_s": (0.0, 5e-4, 1e-3),
-        "large_allreduce_bytes": (0.0, 8e6, 12e6, 16e6, 24e6),  # 0: no slower large all-reduce
-        "large_allreduce_factor": (4.0, 5.0, 6.0),
         "seq_overhead_s": (1e-4, 2e-4, 3e-4),
     },
 }

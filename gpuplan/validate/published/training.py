@@ -43,7 +43,8 @@ from gpuplan.sim.parallel.estimate import estimate_training, training_efficiency
 from gpuplan.sim.parallel.strategy import Strategy, auto_pp_layers
 from gpuplan.sim.parallel.topology import cluster_for, get_cluster
 from gpuplan.sim.stacks import get_stack
-from gpuplan.sim.stacks.training import runtime_of
+from gpuplan.sim.stacks.registry import with_overrides
+from gpuplan.sim.stacks.training import with_elementwise, with_launch_blocking
 from gpuplan.sim.stacks.training_defaults import FIELDS, fill_defaults
 from gpuplan.units import TFLOPS, GiB
 from gpuplan.validate.published.megatron import paper_flops
@@ -133,6 +134,7 @@ def row_strategy(row: dict, cfg: ModelConfig, stack=None) -> Strategy:
     options.pop("attention_kernel", None)  # the stack's, not the layout's (``row_stack``)
     options.pop("power_limit_w", None)  # the board's (``predict_row``)
     options.pop("launch_blocking", None)  # the job's environment (``row_stack``)
+    options.pop("impl", None)  # the stack's elementwise kernels (``row_stack``)
     if options.get("pp_layers") == "auto":
         options["pp_layers"] = auto_pp_layers(cfg.n_layers, row["pp"])
     stated = {k: v for k, v in (fields | options).items() if v is not None}
@@ -173,16 +175,13 @@ def metric_value(row: dict, est, cfg: ModelConfig) -> float:
 def row_stack(row: dict):
     """The stack that ran the row (its ``stack`` column; the old Megatron rows: megatron-te),
     with the attention kernel its ``attention_kernel`` option names for training and prefill,
-    and ``launch_blocking=true`` where the job ran under CUDA_LAUNCH_BLOCKING=1."""
+    ``launch_blocking=true`` where the job ran under CUDA_LAUNCH_BLOCKING=1, and the elementwise
+    kernels ``impl`` names (``compiled``: the source ran torch.compile)."""
     stack = get_stack("megatron-te" if row["stack"] == "megatron" else row["stack"])
-    if row["options"].get("launch_blocking"):
-        runtime = dataclasses.replace(runtime_of(stack), launch_blocking=True)
-        stack = dataclasses.replace(stack, training=runtime)
-    kernel = row["options"].get("attention_kernel")
-    if kernel is None:
-        return stack
-    choice = dataclasses.replace(stack.attention, prefill=kernel, train=kernel)
-    return dataclasses.replace(stack, attention=choice)
+    # the same calls as ``gpuplan train --launch-blocking --attention-kernel``
+    stack = with_launch_blocking(stack, bool(row["options"].get("launch_blocking")))
+    stack = with_elementwise(stack, row["options"].get("impl"))
+    return with_overrides(stack, attention_kernel=row["options"].get("attention_kernel"))
 
 
 def predict_row(row: dict, caches: dict, *, stacks: bool = True, stack_for=None):

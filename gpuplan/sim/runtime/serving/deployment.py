@@ -75,10 +75,6 @@ class Deployment:
     moe_glue: str = "none"  # the library code around them (``Stack.moe_glue``)
     repeat_kv_masked: bool = False  # a masked decode (static span) repeats K/V to every head
     host_overlap: float = 1.0  # share of device time hidden behind the host (launch_cost)
-    # An engine whose all-reduces above a message size run slower than the fabric model
-    # (``stacks.serving.ServingRuntime.large_allreduce_bytes``): 0 for none.
-    large_allreduce_bytes: float = 0.0
-    large_allreduce_factor: float = 1.0  # time multiplier of such an all-reduce
     seq_overhead_s: float = 0.0  # CPU time per iteration per running sequence not hidden
     pp: int = 1  # pipeline stages of tp GPUs each (pipeline.py)
     pp_layers: tuple[int, ...] | str | None = None  # blocks per stage, first to last; None:
@@ -100,11 +96,7 @@ class Deployment:
         check_choice("impl", self.impl, IMPLS)
         check_positive("iteration_overhead_s", self.iteration_overhead_s, allow_zero=True)
         check_positive("host_extra_s", self.host_extra_s, allow_zero=True)
-        check_positive("large_allreduce_bytes", self.large_allreduce_bytes, allow_zero=True)
         check_positive("seq_overhead_s", self.seq_overhead_s, allow_zero=True)
-        if not self.large_allreduce_factor >= 1.0:
-            raise GpuplanError(f"large_allreduce_factor={self.large_allreduce_factor!r} is invalid: "
-                               "give a time multiplier >= 1")
         check_choice("kv_cache", self.kv_cache, ("dynamic", "static", "paged"))
         self._check_padding()
         if self.model.is_vision:

@@ -244,22 +244,7 @@ def price_op(op: Op, dep) -> KernelTime:
         return quantized_gemm_time(dep.acc, op, dep.eff, weight_dtype=dep.weight_dtype)
     if isinstance(op, Attention) and op.seq_q > 1 and not dep.acc.supports(op.dtype):
         op = replace(op, dtype=compute_dtype(dep.acc, op.dtype))
-    if isinstance(op, Collective) and op.op == "all_reduce":
-        return _engine_all_reduce(op, dep)
     return price(op, dep.acc, dep.eff)
-
-
-def _engine_all_reduce(op: Collective, dep) -> KernelTime:
-    """An all-reduce as the deployment's engine runs it: the bytes per rank beyond
-    ``large_allreduce_bytes`` (0: none) take ``large_allreduce_factor`` times the fabric
-    model's time, the rest the model's (``stacks.serving.ServingRuntime``: the values and their
-    evidence)."""
-    t = price(op, dep.acc, dep.eff)
-    limit = dep.large_allreduce_bytes
-    if not limit or op.bytes_per_rank <= limit:
-        return t
-    f = 1.0 + (dep.large_allreduce_factor - 1.0) * (op.bytes_per_rank - limit) / op.bytes_per_rank
-    return KernelTime(t.compute_s * f, t.memory_s * f, t.launch_s)
 
 
 def _items(ops: list[Op], dep, *, repeat: int = 1, phase: str = "iteration") -> list[Item]:

@@ -52,8 +52,6 @@ def deployment_fields(stack: str | Stack, *, tp: int = 1, gpu: str | None = None
         "cuda_graph": run.cuda_graph if run else True,
         "decode_buckets": run.decode_buckets if run and run.cuda_graph else (),
         "iteration_overhead_s": run.overhead_s(tp) * cpu if run else 0.0,
-        "large_allreduce_bytes": run.large_allreduce_bytes if run else 0.0,
-        "large_allreduce_factor": run.large_allreduce_factor if run else 1.0,
         "seq_overhead_s": run.seq_overhead_s * cpu if run else 0.0,
         # the stack's MoE implementation (vLLM/SGLang fused_moe, TensorRT-LLM's MoE plugin: one
         # grouped GEMM over the experts; Stack.moe), as the one-GPU estimate prices it
