@@ -73,17 +73,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+import gpuplan.sim.stacks.training_defaults as framework
 from gpuplan.errors import GpuplanError, check_choice
 from gpuplan.sim.stacks.kernels import SDPA_DEFAULT, TE_DEFAULT
 from gpuplan.sim.stacks.stack import AttentionChoice, HostModel, Stack
-from gpuplan.sim.stacks.training_defaults import (
-    COMPOSER_LAYOUT,
-    DEEPSPEED_LAYOUT,
-    FSDP2_LAYOUT,
-    MEGATRON_LAYOUT,
-    PYTORCH_LAYOUT,
-    LayoutDefaults,
-)
 from gpuplan.units import MiB
 
 SELECTIVE = ("attention-core", "op-sac")
@@ -94,7 +87,7 @@ class TrainingRuntime:
     """What a training framework does with a layout beyond its kernels (module docstring)."""
 
     framework: str  # as an error message names it
-    layout: LayoutDefaults = PYTORCH_LAYOUT  # what it does with a layout left unset
+    layout: framework.LayoutDefaults = framework.PYTORCH_LAYOUT  # what it does with one left unset
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     max_tp: int | None = None  # None: any tensor-parallel degree; 1: none
     pipeline: bool = True  # runs pp > 1
@@ -191,7 +184,7 @@ PYTORCH_RUNTIME = TrainingRuntime(
 
 MEGATRON_RUNTIME = TrainingRuntime(
     framework="Megatron-LM",
-    layout=MEGATRON_LAYOUT,  # stacks.training_defaults
+    layout=framework.MEGATRON_LAYOUT,  # stacks.training_defaults
     grad_reduce_bytes=4,  # bf16: accumulate and all-reduce in fp32 (arguments.py)
     bucket_bytes=40_000_000 * 4,  # max(40M, 1M x dp) parameters of fp32 gradients
     bucket_bytes_per_dp=1_000_000 * 4,
@@ -200,7 +193,7 @@ MEGATRON_RUNTIME = TrainingRuntime(
 
 FSDP2_RUNTIME = TrainingRuntime(
     framework="FSDP2 (torchtitan)",
-    layout=FSDP2_LAYOUT,  # stacks.training_defaults
+    layout=framework.FSDP2_LAYOUT,  # stacks.training_defaults
     zero_stages=(0, 2, 3),  # DDP (dp_replicate), fully_shard without / with reshard after forward
     grad_reduce_bytes=4,  # MixedPrecisionPolicy(reduce_dtype=torch.float32)
     bucket_bytes=25 * MiB,  # DDP's bucket where it replicates; FSDP reduces block by block
@@ -213,7 +206,7 @@ FSDP2_RUNTIME = TrainingRuntime(
 
 COMPOSER_RUNTIME = TrainingRuntime(
     framework="Composer FSDP (llm-foundry)",
-    layout=COMPOSER_LAYOUT,  # stacks.training_defaults
+    layout=framework.COMPOSER_LAYOUT,  # stacks.training_defaults
     zero_stages=(2, 3),  # SHARD_GRAD_OP, FULL_SHARD
     max_tp=1,
     pipeline=False,
@@ -223,7 +216,7 @@ COMPOSER_RUNTIME = TrainingRuntime(
 
 DEEPSPEED_RUNTIME = TrainingRuntime(
     framework="DeepSpeed",
-    layout=DEEPSPEED_LAYOUT,  # stacks.training_defaults
+    layout=framework.DEEPSPEED_LAYOUT,  # stacks.training_defaults
     max_zero_with_pp=1,
     grad_reduce_bytes=2,  # the bf16 model dtype (communication_data_type unset)
     bucket_bytes=500_000_000 * 2,  # reduce_bucket_size 5e8 elements
