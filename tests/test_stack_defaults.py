@@ -130,3 +130,21 @@ def test_a_bad_sp_rule_is_refused_naming_the_rules(capsys):
                  "32", "--sp", "on"]) == 2  # fmt: skip
     err = capsys.readouterr().err
     assert "argument --sp: invalid choice: 'on'" in err and err.count("\n") == 1
+
+
+def test_torchtitan_shards_nothing_on_one_data_parallel_rank():
+    fsdp2 = get_stack("fsdp2")
+    assert fill_defaults(fsdp2, {}, ranks=1).fields["zero"] == 0
+    assert fill_defaults(fsdp2, {}, ranks=8).fields["zero"] == 3
+    assert fill_defaults(get_stack("megatron-te"), {}, ranks=1).fields["zero"] == 1
+
+
+def test_a_whole_models_train_step_recomputes_as_its_stack_does(capsys):
+    case = ["--model", "llama3-8b", "--gpu", "h200", "--seq", "2048", "--stack", "fsdp2",
+            "--json"]  # fmt: skip
+    step = train_doc(capsys, "estimate", "train-step", *case)
+    assert step["params"]["recompute"] == "selective" and "--recompute selective" in step["defaults"]
+    train = train_doc(capsys, "train", "--gpus", "1", "--global-batch", "1", *case)
+    assert train["step_time_s"] == step["time_s"]
+    given = train_doc(capsys, "estimate", "train-step", *case, "--recompute", "none")
+    assert given["params"]["recompute"] == "none"

@@ -185,7 +185,7 @@ def layout_of(args, gpus: int | None, stack, cfg=None):
     pp_layers = resolve_pp_layers(args, cfg, args.pp or 1) if cfg is not None else None
     given = {f: getattr(args, f, None) for f in LAYOUT_FLAGS}
     filled = fill_defaults(stack, given, tp=args.tp or 1, pp=args.pp or 1,
-                           virtual_stages=args.virtual_stages)  # fmt: skip
+                           virtual_stages=args.virtual_stages, ranks=dp * (args.cp or 1))  # fmt: skip
     strategy = strategy_of(
         gpus, tp=args.tp, pp=args.pp, dp=dp, cp=args.cp, ep=args.ep,
         global_batch=args.global_batch, virtual_stages=args.virtual_stages,

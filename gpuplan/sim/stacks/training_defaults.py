@@ -24,7 +24,8 @@ The frameworks' defaults, each cited where its preset is built below:
   is the opt-out, arguments.py; only ``forward_backward_pipelining_with_interleaving`` reads
   ``overlap_p2p_comm``, megatron/core/pipeline_parallel/schedules.py).
 - ``fsdp2`` (torchtitan): ZeRO-3 (``data_parallel_shard_degree = -1``: every leftover rank
-  shards, torchtitan/config/job_config.py); sequence parallelism whenever TP is on (its TP plan
+  shards, torchtitan/config/job_config.py), none on one rank (``fully_shard`` is applied only
+  ``if parallel_dims.fsdp_enabled``, torchtitan/models/llama3/infra/parallelize.py); sequence parallelism whenever TP is on (its TP plan
   puts ``SequenceParallel()`` on every norm, torchtitan/models/llama3/infra/parallelize.py
   ``apply_tp``); selective recomputation (``ActivationCheckpoint.mode = "selective"``,
   job_config.py; gpuplan prices it as the op-level policy the llama3_8b.toml ships,
@@ -68,6 +69,7 @@ class LayoutDefaults:
     framework: str
     zero: int = 0
     zero_why: str = "DDP: nothing sharded"
+    zero_one_rank: int | None = None  # the stage with one data-parallel rank (None: ``zero``)
     sp_with_tp: bool = False  # sequence parallelism wherever tp > 1
     sp_why: str = "no sequence parallelism"
     recompute: str = "none"
@@ -102,6 +104,8 @@ FSDP2_LAYOUT = LayoutDefaults(
     framework="FSDP2 (torchtitan)",
     zero=3,  # job_config.py: data_parallel_shard_degree = -1, every leftover rank shards
     zero_why="torchtitan's fully_shard",
+    # parallelize.py: fully_shard only ``if parallel_dims.fsdp_enabled`` (dp_shard or cp > 1)
+    zero_one_rank=0,
     sp_with_tp=True,  # parallelize.py apply_tp: SequenceParallel() on every norm
     sp_why="torchtitan's TP plan is sequence-parallel",
     recompute="selective",  # job_config.py: ActivationCheckpoint.mode = "selective"
@@ -151,16 +155,18 @@ def strategy_defaults(stack) -> dict[str, Any]:
 
 
 def fill_defaults(stack, given: Mapping[str, Any], *, tp: int = 1, pp: int = 1,
-                  virtual_stages: int = 1, fields: tuple[str, ...] = FIELDS) -> Filled:  # fmt: skip
+                  virtual_stages: int = 1, fields: tuple[str, ...] = FIELDS,
+                  ranks: int | None = None) -> Filled:  # fmt: skip
     """``given``'s values of ``fields`` (all of ``FIELDS`` unless named), each None (or absent)
     one as ``stack``'s framework ships it on a layout of ``tp`` and ``pp`` with
-    ``virtual_stages`` chunks per GPU."""
+    ``virtual_stages`` chunks per GPU and ``ranks`` data-parallel x context-parallel ranks
+    (None: not known, as many as the framework's default wants)."""
     unknown = sorted((set(given) | set(fields)) - set(FIELDS))
     if unknown:
         raise GpuplanError(f"fill_defaults: {', '.join(unknown)} cannot be defaulted; "
                            f"valid fields: {', '.join(FIELDS)}")  # fmt: skip
     check_whole("virtual_stages", virtual_stages)
-    rules = _rules(stack, tp, virtual_stages)
+    rules = _rules(stack, tp, virtual_stages, ranks)
     out, applied = {}, []
     for field in (f for f in FIELDS if f in fields):  # in order: overlap_pp reads the schedule
         out[field] = given.get(field)
@@ -170,10 +176,13 @@ def fill_defaults(stack, given: Mapping[str, Any], *, tp: int = 1, pp: int = 1,
     return Filled(fields=out, applied=tuple(applied))
 
 
-def _rules(stack, tp: int, virtual_stages: int) -> dict:
+def _rules(stack, tp: int, virtual_stages: int, ranks: int | None) -> dict:
     """Each field's default as a function of the fields filled before it: (value, why)."""
     layout, own = layout_defaults_of(stack), strategy_defaults(stack)
     name = getattr(stack, "name", str(stack))
+    zero, zero_why = layout.zero, layout.zero_why
+    if ranks == 1 and layout.zero_one_rank is not None:
+        zero, zero_why = layout.zero_one_rank, "one data-parallel rank: nothing to shard over"
 
     def overlap_pp(done):
         sched = done.get("schedule") or ("interleaved" if virtual_stages > 1 else "1f1b")
@@ -182,7 +191,7 @@ def _rules(stack, tp: int, virtual_stages: int) -> dict:
         return own["overlap_pp"] or interleaved, f"{name}: {why}"
 
     fixed = {
-        "zero": (layout.zero, f"{name}: {layout.zero_why}"),
+        "zero": (zero, f"{name}: {zero_why}"),
         "sp": (layout.sp_with_tp and tp > 1, f"{name}: {layout.sp_why}"),
         "schedule": ("interleaved" if virtual_stages > 1 else "1f1b",
                      "interleaved with --virtual-stages, else 1F1B"),

@@ -142,7 +142,7 @@ def row_strategy(row: dict, cfg: ModelConfig, stack=None) -> Strategy:
         return Strategy(**stated)
     given = {f: stated.pop(f, None) for f in FIELDS}
     filled = fill_defaults(stack, given, tp=row["tp"], pp=row["pp"],
-                           virtual_stages=row["virtual_stages"])  # fmt: skip
+                           virtual_stages=row["virtual_stages"], ranks=row["dp"] * row["cp"])  # fmt: skip
     return Strategy(**stated | filled.fields)
 
 
