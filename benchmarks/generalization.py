@@ -34,13 +34,6 @@ DATA = ROOT / "data"
 PCT = ("left_out_median_pct", "left_out_p90_pct", "in_sample_median_pct",
        "median_abs_pct_error", "p90_abs_pct_error", "median_pct_error", "coverage_pct")  # fmt: skip
 FORMATS = {c: (lambda v: "-" if pd.isna(v) else f"{v:.1f}%") for c in PCT}
-# the folders of measured records of each device no fit reads, as (label, folders, device)
-UNSEEN = (
-    ("H100 harness (data/h100)", ("h100",), "h100-sxm"),
-    ("H100 stack campaign (data/h100_stacks)", ("h100_stacks",), "h100-sxm"),
-    ("Vidur H100 profiles (data/vidur_h100)", ("vidur_h100",), "h100-sxm"),
-    ("Vidur A100 profiles (data/vidur_a100)", ("vidur_a100",), "a100-sxm-80gb"),
-)
 
 
 def training() -> dict[str, pd.DataFrame]:
@@ -55,14 +48,10 @@ def serving() -> dict[str, pd.DataFrame]:
 
 
 def unseen_devices() -> dict[str, pd.DataFrame]:
-    out = {}
-    for label, folders, device in UNSEEN:
-        paths = [DATA / f for f in folders if (DATA / f).is_dir()]
-        records = devices.records_of(paths, device) if paths else []
-        if records:
-            out[f"leave one device out: {label}, priced as installed"] = devices.by_kind(
-                devices.installed(records))
-    return out
+    from gpuplan.validate.generalization.report import unseen_tables
+
+    return {f"leave one device out: {title}, priced as installed": frame
+            for title, frame in unseen_tables(DATA)}
 
 
 def refits() -> dict[str, pd.DataFrame]:

@@ -62,6 +62,30 @@ def installed(records: list) -> pd.DataFrame:
     return frame
 
 
+def harness_installed(data_dir, device: str) -> pd.DataFrame:
+    """The ``time_s`` rows of ``device``'s harness runs (those ``data/runs.json`` lists), priced
+    as the calibration scores its own records (each run's timing convention and host) with the
+    efficiency a user of ``device`` gets (``efficiency_for``: for a device without a fit of its
+    own, the H200's moved by datasheet scaling)."""
+    from gpuplan.hwmodels.efficiency import efficiency_for
+    from gpuplan.validate.fit_efficiency import score
+    from gpuplan.validate.measurements import load_measurements
+
+    records, _ = load_measurements(data_dir, device)
+    return _as_frame(score(records, efficiency_for(device)).rows)
+
+
+def _as_frame(rows: pd.DataFrame) -> pd.DataFrame:
+    rows = rows[rows["metric"] == "time_s"]
+    frame = pd.DataFrame({"kind": rows["kind"], "stack": "harness",
+                          "dtype": rows.get("dtype", pd.Series("", index=rows.index)).fillna(""),
+                          "device": rows["device"], "measured": rows["measured"],
+                          "predicted": rows["predicted"]})  # fmt: skip
+    frame["error_pct"] = 100 * (frame["predicted"] - frame["measured"]) / frame["measured"]
+    frame["abs_error_pct"] = frame["error_pct"].abs()
+    return frame.reset_index(drop=True)
+
+
 def _group(frame: pd.DataFrame) -> pd.Series:
     """The row's group: its kind, with the dtype for GEMMs, and the stack where not harness."""
     kind = frame["kind"].where(~frame["kind"].isin(DTYPE_KINDS),
@@ -84,7 +108,8 @@ def by_kind(frame: pd.DataFrame) -> pd.DataFrame:
 
 def refit_on(data_dir, fit_device: str, score_device: str, *, seed: int = 0) -> pd.DataFrame:
     """The harness calibration fitted on ``fit_device``'s records (its 70% fit part) and applied
-    to ``score_device``'s held-out records (the split of the committed calibration)."""
+    to ``score_device``'s held-out records (the split of the committed calibration), each run
+    priced with its own timing convention, at the reference host."""
     from gpuplan.hwmodels.efficiency import (
         _from_dict,
         architecture_kernel_rates,
@@ -92,30 +117,11 @@ def refit_on(data_dir, fit_device: str, score_device: str, *, seed: int = 0) -> 
         prior_efficiency,
     )
     from gpuplan.validate.calibrate import run_calibration, split_as_calibrated
+    from gpuplan.validate.fit_efficiency import score
 
     doc = run_calibration(data_dir, seed=seed, device=fit_device)
-    eff = _from_dict(prior_efficiency().to_dict() | doc["parameters"])
+    eff = _from_dict(prior_efficiency().to_dict() | doc["parameters"] | {"host_factor": {}})
     eff = architecture_kernel_rates(eff, score_device)
     reference = calibrated_efficiency(score_device) or eff
     _, _, held = split_as_calibrated(reference, data_dir, score_device)
-    rows = []
-    for r in held:
-        frame = installed_with(r, eff)
-        if frame is not None:
-            rows.append(frame)
-    out = pd.DataFrame(rows)
-    out["error_pct"] = 100 * (out["predicted"] - out["measured"]) / out["measured"]
-    out["abs_error_pct"] = out["error_pct"].abs()
-    return out
-
-
-def installed_with(record, eff) -> dict | None:
-    """One record's ``time_s`` priced with ``eff`` (None where it cannot be priced)."""
-    from gpuplan.validate.record_prediction import predict_record
-
-    try:
-        predicted = predict_record(record, eff=eff)["time_s"]
-    except Exception:  # noqa: BLE001 - counted by the caller as not priced
-        return None
-    return {"kind": record.kind, **_label(record), "device": record.device,
-            "measured": record.measured["time_s"], "predicted": predicted}  # fmt: skip
+    return _as_frame(score(held, eff).rows)

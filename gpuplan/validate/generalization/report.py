@@ -16,11 +16,12 @@ from gpuplan.validate.generalization import devices, published
 
 # record folders of devices no fit reads, as (label, folder, device)
 UNSEEN = (
-    ("H100 harness", "h100", "h100-sxm"),
+    ("H100 harness", "h100", "h100-sxm"),  # read through data/runs.json: harness_installed
     ("H100 stack campaign", "h100_stacks", "h100-sxm"),
     ("Vidur H100 profiles", "vidur_h100", "h100-sxm"),
     ("Vidur A100 profiles", "vidur_a100", "a100-sxm-80gb"),
 )
+HARNESS_RUNS = ("h100",)  # runs data/runs.json lists: priced with their timing conventions
 PCT_COLUMNS = ("left_out_median_pct", "left_out_p90_pct", "in_sample_median_pct",
                "median_abs_pct_error", "p90_abs_pct_error", "median_pct_error")  # fmt: skip
 
@@ -33,11 +34,15 @@ def unseen_tables(data_dir: Path) -> list[tuple[str, pd.DataFrame]]:
     """Per record set of a device no fit reads: the error per kind, priced as installed."""
     out = []
     for label, folder, device in UNSEEN:
-        if (data_dir / folder).is_dir():
+        if not (data_dir / folder).is_dir():
+            continue
+        if folder in HARNESS_RUNS:
+            frame = devices.harness_installed(data_dir, device)
+        else:
             records = devices.records_of([data_dir / folder], device)
-            if records:
-                out.append((f"{label} (`data/{folder}`, {device})",
-                            devices.by_kind(devices.installed(records))))
+            frame = devices.installed(records) if records else None
+        if frame is not None and len(frame):
+            out.append((f"{label} (`data/{folder}`, {device})", devices.by_kind(frame)))
     return out
 
 

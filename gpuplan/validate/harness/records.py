@@ -121,7 +121,9 @@ def make_record(kind: str, device: str, params: dict, measured: dict, source: st
             raise ValueError(
                 f"{kind} {what} keys {sorted(got)} differ from the contract's {sorted(want)}"
             )
-    ordered = {key: params[key] for key in PARAM_KEYS[kind]}
+    # every record names the stack that ran it (the record contract's optional ``stack``):
+    # the harness's own calls, priced as the ``harness`` stack (FlashAttention-2, its timing)
+    ordered = {key: params[key] for key in PARAM_KEYS[kind]} | {"stack": "harness"}
     return {
         "kind": kind,
         "device": device,
