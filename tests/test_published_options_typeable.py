@@ -78,7 +78,7 @@ def test_the_flags_of_a_row_build_what_reproduce_prices(row):
     limit = row["options"].get("power_limit_w")
     assert eff == power_capped(efficiency_for(acc.key), acc.tdp_w, limit)
     cfg = published.row_model(row)
-    strategy = _strategy(args, args.gpus, cfg)
+    strategy = _strategy(args, args.gpus, stack, cfg)
     want = published.row_strategy(row, cfg, stack)
     for key in row["options"]:
         if hasattr(want, key):

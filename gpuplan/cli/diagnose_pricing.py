@@ -23,7 +23,7 @@ def _train_context(args):
     cfg = get_model(args.model)
     cluster = resolve_cluster(args)
     stack = resolve_stack(args, cluster.accelerator)
-    strategy = _strategy(args, args.gpus, cfg)
+    strategy = _strategy(args, args.gpus, stack, cfg)
     seq = args.seq or default_seq(cfg)
     eff = efficiency_from_args(args, cluster.accelerator.key)
     return cfg, cluster, stack, strategy, seq, eff

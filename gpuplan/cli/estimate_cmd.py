@@ -204,6 +204,7 @@ def _params(
 def _estimate(kind: str, args, overrides: dict[str, Any]) -> dict[str, Any]:
     from gpuplan.hwmodels.accelerators import get_accelerator
     from gpuplan.sim.estimate.whole_model import model_breakdown
+    from gpuplan.sim.stacks.training_defaults import fill_defaults
     from gpuplan.validate.record_prediction import predict_breakdown
 
     model = args.model or ("llama3-8b" if args.kind is None else None)
@@ -215,6 +216,9 @@ def _estimate(kind: str, args, overrides: dict[str, Any]) -> dict[str, Any]:
     acc = get_accelerator(args.gpu)
     eff = efficiency_from_args(args, acc.key)  # --calibration's fit, else the built-in one
     stack = stack_from_args(args, acc)
+    if with_model and kind == "train_step" and "recompute" not in {*overrides, *_given(args)}:
+        # a whole model's step recomputes as its stack's framework does, as `train` fills it
+        params["recompute"] = fill_defaults(stack, {}, fields=("recompute",)).fields["recompute"]
     if with_model:
         bd = model_breakdown(kind, acc, eff, model, params, impl=args.impl, stack=stack)
     else:
@@ -231,13 +235,32 @@ def _estimate(kind: str, args, overrides: dict[str, Any]) -> dict[str, Any]:
         bd = predict_breakdown(kind, acc.key, params, eff=eff, stack=stack)
     out = _result(kind, acc, eff, model, params, bd, stack)
     out |= bands.estimate_bands(out, stack=stack.name, device=acc.key)
-    given = {k for k in (*INT_FLAGS, *BOOL_FLAGS, *STR_FLAGS, "bytes", *IMAGE_PARAMS)
-             if getattr(args, k, None) is not None}
+    given = _given(args)
     out["defaults"] = [*args.defaulted, *([] if args.model else [f"--model {model}"] * bool(model)),
                        *(_flag(k, v) for k, v in params.items() if k not in given | {"stack"})]  # fmt: skip
     if with_model and kind == "decode_step" and "cuda_graph" not in params:
         out["defaults"].append(f"CUDA graphs {'on' if stack.cuda_graph_decode else 'off'} (the stack's)")
+    out["defaults"] = [*stack_defaults(args, stack, kind, with_model), *out["defaults"]]
     return out
+
+
+def stack_defaults(args, stack, kind: str, with_model: bool) -> list[str]:
+    """The stack when --stack is left unset, and, for a whole model's training step, the state
+    precision its mixed precision sets (``sim.stacks.training_defaults``, as ``train`` fills it)."""
+    from gpuplan.sim.stacks.training_defaults import fill_defaults
+
+    out = [] if getattr(args, "stack_given", True) else [f"--stack {stack.name}"]
+    if with_model and kind == "train_step":
+        # not an estimate flag (--precision names the contract's): said in words
+        out += [line.replace("--state-precision", "state precision", 1)
+                for line in fill_defaults(stack, {}, fields=("state_precision",)).applied]
+    return out
+
+
+def _given(args) -> set[str]:
+    """The case params the command line gives."""
+    return {k for k in (*INT_FLAGS, *BOOL_FLAGS, *STR_FLAGS, "bytes", *IMAGE_PARAMS)
+            if getattr(args, k, None) is not None}  # fmt: skip
 
 
 def _flag(name: str, value) -> str:

@@ -76,6 +76,13 @@ def register(subparsers) -> None:
         help="GEMM precision under mixed precision searched: bf16 (default), fp8, or any "
         "(both); as in `gpuplan train` (bf16-mixed, fp8-mixed are the same words)",
     )
+    p.add_argument(
+        "--sp",
+        choices=("any", "with-tp", "off"),
+        default=None,
+        help="sequence parallelism: any (searched), with-tp (on wherever tp > 1) or off "
+        "(default: the stack's: with-tp for megatron-te and fsdp2, else off)",
+    )
     p.add_argument("--max-cp", type=gpu_count, default=16, help="largest context-parallel size")
     p.add_argument(
         "--expert-imbalance", type=at_least_one, default=1.0, help="MoE: busiest expert's load / mean"
@@ -127,16 +134,43 @@ def run(args) -> int:
 
 
 def _space(args, stack):
-    """The search space of the flags: recomputation, ZeRO, precision, CP and the assumptions."""
+    """The search space of the flags: recomputation, ZeRO, precision, SP, CP and the
+    assumptions; the state precision, overlaps and SP rule left unset are the stack's, filled
+    by the same function as ``gpuplan train``'s (``search_defaults``)."""
     from gpuplan.sim.parallel.search import SearchSpace
 
+    fields, _ = search_defaults(args, stack)
     return SearchSpace(
         recompute=tuple(args.recompute), zero=tuple(sorted(set(args.zero))),
         precision=PRECISION_CHOICES[args.precision], max_cp=args.max_cp, attention=args.attention,
-        state_precision=args.state_precision, overlap_dp=args.overlap_dp,
-        overlap_tp=args.overlap_tp, overlap_pp=args.overlap_pp, overlap_ep=args.overlap_ep,
-        load=args.expert_imbalance, stack=stack,
+        overlap_ep=args.overlap_ep, load=args.expert_imbalance, stack=stack, **fields,
     )  # fmt: skip
+
+
+def search_defaults(args, stack) -> tuple[dict, list[str]]:
+    """(the ``SearchSpace`` fields the stack fills where the flags leave them unset, the
+    defaults applied as flags): its state precision and overlaps
+    (``sim.stacks.training_defaults.fill_defaults``, as ``train`` fills them), its SP rule and
+    the overlap of pipeline sends its interleaved schedule makes."""
+    from gpuplan.sim.stacks.training_defaults import fill_defaults, layout_defaults_of
+
+    own = ("state_precision", "overlap_dp", "overlap_tp", "overlap_pp")
+    filled = fill_defaults(stack, {k: getattr(args, k) for k in own}, tp=2, pp=2, fields=own)
+    layout = layout_defaults_of(stack)
+    fields = {k: filled.fields[k] for k in own}
+    fields["overlap_pp_interleaved"] = args.overlap_pp is None and layout.overlap_pp_interleaved
+    applied = [f"--stack {stack.name} (train's default)"] * (not getattr(args, "stack_given", True))
+    fields["sp"] = args.sp or ("with-tp" if layout.sp_with_tp else "off")
+    if args.sp is None:
+        applied.append(f"--sp {fields['sp']} ({stack.name}: {layout.sp_why})")
+    applied += [a for a in filled.applied if not a.startswith(("--overlap-pp", "--no-overlap-pp"))]
+    if args.overlap_pp is None:
+        pp = "--overlap-pp" if fields["overlap_pp"] else "--no-overlap-pp"
+        why = "overlapped p2p of the interleaved schedule"
+        how = (f", on under the interleaved schedule ({stack.name}: {why})"
+               if fields["overlap_pp_interleaved"] else f" ({stack.name}: the stack's)")  # fmt: skip
+        applied.append(pp + how)
+    return fields, applied
 
 
 def _fastest(args, cfg, cluster, stack, seq, eff, space, result) -> dict:
@@ -168,6 +202,7 @@ def _stats(args, cfg, cluster, setup, result, distinct_layouts: int) -> dict:
         "distinct_layouts": distinct_layouts,
         "precision": list(space.precision),
         "overlaps": overlaps_in_force(space),
+        "defaults": search_defaults(args, stack)[1],
         "stack": stack_doc(stack, cluster.accelerator),
         "efficiency_source": eff.source,
     }
@@ -200,9 +235,13 @@ def _print_summary(args, cluster, stack, space, result, stats: dict) -> None:
         f"{cluster.gpu}{took}; {result.shapes_priced} kernel shapes priced{priced}; "
         f"{result.fitting:,} fit in memory"
     )
+    if stats["defaults"]:
+        print("defaults in force (not given): " + ", ".join(stats["defaults"]))
     print(
         f"precision searched: {', '.join(space.precision)}; overlaps in force: "
-        f"{render_overlaps(stats['overlaps'])}; stack {stats['stack']['name']}"
+        f"{render_overlaps(stats['overlaps'])}"
+        f"{' (pp on under interleaving)' if space.overlap_pp_interleaved else ''}; "
+        f"stack {stats['stack']['name']}"
     )
     if result.interruptions is not None:
         i = result.interruptions

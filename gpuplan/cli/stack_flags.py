@@ -14,11 +14,22 @@ import argparse
 from gpuplan.cli.argtypes import positive_float
 
 
+class _StackName(argparse.Action):
+    """``--stack NAME``, remembering that it was given (``stack_given``): a stack left unset is
+    a default the command lists in its ``defaults in force``."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.stack_given = True
+
+
 def add_stack_options(parser, *, default: str, kernels: bool = True) -> None:
     """The stack flags on ``parser``; ``default`` is the command's stack when none is named."""
+    parser.set_defaults(stack_given=False)
     parser.add_argument(
         "--stack",
         default=default,
+        action=_StackName,
         help=f"software stack that runs the work (default: {default}; `gpuplan stacks` lists them)",
     )
     if kernels:

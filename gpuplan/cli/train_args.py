@@ -47,9 +47,14 @@ def add_strategy_options(p) -> None:
     recomputation, precision and the MoE load."""
     for name in ("tp", "pp", "dp", "ep", "cp"):
         p.add_argument(f"--{name}", type=gpu_count, help=f"{name} degree")
-    p.add_argument("--sp", action="store_true", help="Megatron sequence parallelism (tp > 1)")
-    p.add_argument("--zero", type=zero_stage, default=0, help="ZeRO stage 0-3 or fsdp (= 3)")
-    p.add_argument("--micro-batch", type=positive_int, default=1, help="sequences per micro-batch")
+    p.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None,
+                   help="Megatron sequence parallelism, tp > 1 (default: the stack's: on with TP "
+                   "for megatron-te and fsdp2)")  # fmt: skip
+    p.add_argument("--zero", type=zero_stage, default=None,
+                   help="ZeRO stage 0-3 or fsdp (= 3) (default: the stack's: megatron-te 1, "
+                   "fsdp2 and composer-fsdp 3, deepspeed and pytorch 0)")  # fmt: skip
+    p.add_argument("--micro-batch", type=positive_int, default=None,
+                   help="sequences per micro-batch (default 1)")  # fmt: skip
     p.add_argument(
         "--global-batch",
         type=positive_int,
@@ -63,7 +68,9 @@ def add_strategy_options(p) -> None:
                    help="pixels of each image (default: the encoder's own square)")
     p.add_argument("--freeze-vision", action="store_true",
                    help="with --images: encoder and projector frozen (forward only)")
-    p.add_argument("--schedule", choices=SCHEDULES, default="1f1b")
+    p.add_argument("--schedule", choices=SCHEDULES, default=None,
+                   help="pipeline schedule (default: interleaved with --virtual-stages > 1, "
+                   "else 1f1b)")  # fmt: skip
     p.add_argument("--virtual-stages", type=positive_int, default=1)
     p.add_argument(
         "--pp-layers",
@@ -78,8 +85,10 @@ def add_strategy_options(p) -> None:
         metavar="N,M",
         help="N blocks on the first stage, M on the last, the rest split evenly",
     )
-    p.add_argument("--recompute", choices=RECOMPUTE, default="none")
-    p.add_argument("--precision", type=training_precision, default="bf16",
+    p.add_argument("--recompute", choices=RECOMPUTE, default=None,
+                   help="activation recomputation (default: the stack's: none; fsdp2 selective; "
+                   "composer-fsdp full)")  # fmt: skip
+    p.add_argument("--precision", type=training_precision, default=None,
                    help="GEMM precision of mixed-precision training: bf16 (default) or fp8; "
                    "weights, gradients and Adam state per --state-precision. bf16-mixed and "
                    "fp8-mixed are the same words (estimate train-step's bf16-mixed is bf16)")  # fmt: skip

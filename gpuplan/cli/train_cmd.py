@@ -67,8 +67,8 @@ def add_assumption_options(p) -> None:
     add_calibration_option(p)
     p.add_argument(
         "--state-precision",
-        choices=("bf16-mixed-megatron", "bf16-mixed", "bf16", "bf16-deepspeed",
-                 "bf16-deepspeed-2022"),
+        choices=("bf16-mixed-megatron", "bf16-grads-megatron", "bf16-mixed", "bf16",
+                 "bf16-deepspeed", "bf16-deepspeed-2022"),
         default=None,
         help="bytes per parameter of weights, gradients and Adam state (default: the stack's; "
         "megatron-te: 2+4+12, autocast stacks: bf16-mixed 4+4+8)",
@@ -122,15 +122,11 @@ def add_job_options(p) -> None:
 
 
 def resolve_stack(args, acc):
-    """The stack of --stack, --impl and their overrides; the strategy options it sets by default
-    (``sim.stacks.training.strategy_defaults``) filled in where the command line left them unset."""
-    from gpuplan.sim.stacks.training import strategy_defaults, with_elementwise
+    """The stack of --stack, --impl and their overrides (the layout it fills where the command
+    line leaves it unset is ``layout_of``'s)."""
+    from gpuplan.sim.stacks.training import with_elementwise
 
-    stack = with_elementwise(stack_from_args(args, acc), args.impl)  # add_assumption_options
-    for name, value in strategy_defaults(stack).items():
-        if getattr(args, name, None) is None:
-            setattr(args, name, value)
-    return stack
+    return with_elementwise(stack_from_args(args, acc), args.impl)  # add_assumption_options
 
 
 def register(subparsers) -> None:
@@ -173,23 +169,36 @@ def resolve_cluster(args):
     return with_placement(cluster, args.placement) if args.placement else cluster
 
 
-def _strategy(args, gpus: int | None, cfg=None):
-    """The ``Strategy`` of the layout flags, unset degrees and batch filled in
-    (``sim.parallel.strategy_defaults``); the stage split of ``cfg`` when it is given."""
+LAYOUT_FLAGS = ("zero", "sp", "schedule", "micro_batch", "recompute", "precision",
+                "state_precision", "overlap_dp", "overlap_tp", "overlap_pp")  # fmt: skip
+
+
+def layout_of(args, gpus: int | None, stack, cfg=None):
+    """(the ``Strategy`` of the layout flags, the defaults it took): the flags left unset filled
+    as the stack's framework ships them (``sim.stacks.training_defaults.fill_defaults``), the
+    degrees and the batch as ``sim.parallel.strategy_defaults`` fills them; the stage split of
+    ``cfg`` when it is given."""
     from gpuplan.sim.parallel.strategy_defaults import data_parallel_degree, strategy_of
+    from gpuplan.sim.stacks.training_defaults import fill_defaults
 
     dp = data_parallel_degree(gpus, tp=args.tp, pp=args.pp, cp=args.cp, dp=args.dp)
     pp_layers = resolve_pp_layers(args, cfg, args.pp or 1) if cfg is not None else None
-    return strategy_of(
-        gpus, tp=args.tp, pp=args.pp, dp=dp, cp=args.cp, ep=args.ep, sp=args.sp, zero=args.zero,
-        micro_batch=args.micro_batch, global_batch=args.global_batch, schedule=args.schedule,
-        virtual_stages=args.virtual_stages, recompute=args.recompute, precision=args.precision,
-        state_precision=args.state_precision, attention=args.attention,
-        overlap_dp=args.overlap_dp, overlap_tp=args.overlap_tp, overlap_pp=args.overlap_pp,
-        overlap_ep=args.overlap_ep,
+    given = {f: getattr(args, f, None) for f in LAYOUT_FLAGS}
+    filled = fill_defaults(stack, given, tp=args.tp or 1, pp=args.pp or 1,
+                           virtual_stages=args.virtual_stages, ranks=dp * (args.cp or 1))  # fmt: skip
+    strategy = strategy_of(
+        gpus, tp=args.tp, pp=args.pp, dp=dp, cp=args.cp, ep=args.ep,
+        global_batch=args.global_batch, virtual_stages=args.virtual_stages,
+        attention=args.attention, overlap_ep=args.overlap_ep,
         capacity_factor=args.capacity_factor, expert_imbalance=args.expert_imbalance,
-        pp_layers=pp_layers,
+        pp_layers=pp_layers, **filled.fields,
     )  # fmt: skip
+    return strategy, filled.applied
+
+
+def _strategy(args, gpus: int | None, stack, cfg=None):
+    """The ``Strategy`` of the layout flags, unset ones filled (``layout_of``)."""
+    return layout_of(args, gpus, stack, cfg)[0]
 
 
 def run(args) -> int:
@@ -212,7 +221,7 @@ def run(args) -> int:
     cfg = get_model(args.model)
     cluster = resolve_cluster(args)
     stack = with_launch_blocking(resolve_stack(args, cluster.accelerator), args.launch_blocking)
-    strategy = _strategy(args, args.gpus, cfg)
+    strategy, applied = layout_of(args, args.gpus, stack, cfg)
     seq = args.seq or default_seq(cfg)
     if getattr(args, "timeline", None) and len(set(strategy.pp_layers or ())) > 1:
         raise GpuplanError(
@@ -232,7 +241,7 @@ def run(args) -> int:
                                 stack=stack, eff=eff)  # fmt: skip
     doc = est.to_dict()
     doc["stack"] = stack_doc(stack, cluster.accelerator)
-    doc["defaults"] = train_defaults(args, cluster, strategy, seq)
+    doc["defaults"] = train_defaults(args, cluster, strategy, seq, applied)
     timing = {}
     if getattr(args, "timeline", None):
         timeline = write_timeline(args, cfg, strategy, cluster, seq)
@@ -262,11 +271,15 @@ def _images(args, cfg):
     return images_of(cfg, {k: v for k, v in params.items() if v is not None})
 
 
-def train_defaults(args, cluster, strategy, seq: int) -> list[str]:
-    """The flags left unset whose defaults change the answer, as they were filled in."""
+def train_defaults(args, cluster, strategy, seq: int, applied=()) -> list[str]:
+    """The flags left unset whose defaults change the answer, as they were filled in: the
+    stack, the GPU, the layout's (``applied``, ``layout_of``), the sequence and the batch."""
     out = []
+    if not getattr(args, "stack_given", True):
+        out.append(f"--stack {args.stack} (train's default)")
     if not args.gpu and not args.cluster:
         out.append(f"--gpu {cluster.gpu}")
+    out += applied
     if not args.seq:
         out.append(f"--seq {seq} (the model's, at most 8192)")
     if not args.global_batch:

@@ -6,6 +6,13 @@ Training state per parameter (Rajbhandari et al. 2020, ZeRO, sec. 3.1, for Adam)
 - ``bf16-mixed-megatron`` (Megatron-LM's mixed precision, ZeRO's 2 + 2 + 12 accounting with fp32
   gradient accumulation): bf16 weights (2), fp32 main gradients (4), fp32 master weights and
   moments (12): 18 B.
+- ``bf16-grads-megatron``: Megatron's with its gradient buffer in bf16 (2 + 2 + 12 = 16 B):
+  Megatron-Core's ``DistributedDataParallelConfig(grad_reduce_in_fp32=False)``, its default, keeps
+  the main-gradient buffer in the parameters' dtype (NeMo's performance recipes set
+  ``grad_reduce_in_fp32 = False``, e.g. nemo/collections/llm/recipes/gpt3_175b.py
+  ``pretrain_recipe_performance``); apex's ``DistributedFusedAdam`` allocates its contiguous
+  gradient buffer in ``grad_sync_dtype`` (apex/contrib/optimizers/distributed_fused_adam.py), bf16
+  in MLPerf's NeMo GPT-3 (conf/optim/distributed_fused_adam.yaml ``grad_sync_dtype: bf16``).
 - ``bf16``: everything in bf16: 2 + 2 + 4 = 8 B.
 - ``bf16-deepspeed`` (DeepSpeed's BF16_Optimizer, Megatron-DeepSpeed's bf16 with ZeRO stage 0, as
   BLOOM trained): bf16 weights (2), their bf16 ``.grad`` and a whole fp32 gradient buffer
@@ -50,10 +57,12 @@ from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.model import ModelConfig
 
 RECOMPUTE = ("none", "selective", "full")
+ACT_BYTES = 2  # 16-bit activations
 # bytes per parameter: (weights, gradients, optimizer state), see the module docstring
 PRECISION_BYTES: dict[str, tuple[float, float, float]] = {
     "bf16-mixed": (4, 4, 8),
     "bf16-mixed-megatron": (2, 4, 12),
+    "bf16-grads-megatron": (2, 2, 12),
     "bf16": (2, 2, 4),
     "bf16-deepspeed": (2, 6, 12),
     "bf16-deepspeed-2022": (6, 6, 8),
@@ -156,6 +165,25 @@ def _mlp_saved_elems(cfg: ModelConfig, layer: int, *, eager: bool = False) -> fl
     routed = cfg.top_k * (per_width * cfg.d_ff_expert + cfg.d_model)
     shared = per_width * cfg.d_ff_expert * cfg.n_shared_experts
     return routed + shared + cfg.n_experts  # router probabilities
+
+
+def fp8_cached_input_saving(cfg: ModelConfig, layer: int = 0) -> tuple[float, float]:
+    """(outside, inside the TP region) bytes per token one block keeps less when its GEMMs run
+    in fp8 under Transformer Engine, which caches each Linear's fp8-cast input for the weight
+    gradient instead of the 16-bit one: ``_Linear.forward`` saves ``inputmat``, the quantized
+    input, its row-wise data discarded as "not needed in backward pass"
+    (transformer_engine/pytorch/module/linear.py; LayerNormLinear alike). 1 byte instead of 2
+    for the inputs only a GEMM keeps: the two norm outputs (q/k/v and MLP inputs) and the down
+    projection's input; the output projection's input, which the attention kernel keeps as its
+    output anyway, is cached as a 1-byte copy beside it (counted here as its contiguous copy's
+    2 bytes falling to 1)."""
+    e, e8 = ACT_BYTES, 1
+    out = cfg.n_heads * cfg.v_dim_per_head
+    if cfg.is_moe_layer(layer):
+        down = cfg.top_k * cfg.d_ff_expert + cfg.n_shared_experts * cfg.d_ff_expert
+    else:
+        down = cfg.d_ff
+    return float(2 * cfg.d_model * (e - e8)), float((out + down) * (e - e8))
 
 
 def korthikanti_activation_bytes(

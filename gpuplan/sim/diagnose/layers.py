@@ -149,6 +149,7 @@ def layout_edits(st) -> dict:
     edits = {"--tp": str(st.tp), "--pp": str(st.pp), "--dp": str(st.dp), "--cp": str(st.cp),
              "--ep": str(st.ep), "--zero": str(st.zero), "--micro-batch": str(st.micro_batch),
              "--global-batch": str(st.global_batch), "--sp": True if st.sp else None,
+             "--no-sp": True if st.tp > 1 and not st.sp else None,  # the stack's default off
              "--pp-layers": ",".join(map(str, st.pp_layers)) if st.pp_layers else None,
              "--pp-first-last": None}  # fmt: skip
     return edits

@@ -39,12 +39,8 @@ from gpuplan.sim.parallel.step_time import BF16_OPTIMIZER
 from gpuplan.sim.parallel.strategy import Strategy, stage_layer_counts, validate
 from gpuplan.sim.parallel.topology import Cluster
 from gpuplan.sim.stacks import get_stack, stack_efficiency
-from gpuplan.sim.stacks.training import (
-    check_layout,
-    pipeline_unsharded,
-    runtime_of,
-    strategy_defaults,
-)
+from gpuplan.sim.stacks.training import check_layout, pipeline_unsharded, runtime_of
+from gpuplan.sim.stacks.training_defaults import FIELDS, fill_defaults
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.operators import training_flops
 
@@ -274,10 +270,16 @@ def training_efficiency(stack, eff, acc):
     return stack_efficiency(stack, queued(eff), acc, phase="train")
 
 
+STACK_OWN = ("state_precision", "overlap_dp", "overlap_tp", "overlap_pp")
+
+
 def stack_strategy(strategy: Strategy, stack) -> Strategy:
-    """``strategy`` with the stack's own defaults, its state's precision and the overlaps it
-    performs (``sim.stacks.training.strategy_defaults``)."""
-    return replace(strategy, **strategy_defaults(get_stack(stack)))
+    """``strategy`` with the stack's own state precision and the overlaps it performs on this
+    layout, whatever ``strategy`` says of them (``sim.stacks.training_defaults.fill_defaults``)."""
+    given = {f: getattr(strategy, f) for f in FIELDS} | dict.fromkeys(STACK_OWN)
+    filled = fill_defaults(get_stack(stack), given, tp=strategy.tp, pp=strategy.pp,
+                           virtual_stages=strategy.chunks)  # fmt: skip
+    return replace(strategy, **filled.fields)
 
 
 def _hardware_flops(cfg, mbc: MicroBatchCosts, st: Strategy, seq: int,

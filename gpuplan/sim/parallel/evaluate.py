@@ -219,6 +219,7 @@ def memory_of(facts, s: dict, *, kinds: StageKinds, seq: int, state_precision: s
         selective=_selective(runtime),
         grad_bucket_copy=_bucket_copy(runtime, s["dp"] * cp, zero),
         root_unsharded=runtime is not None and runtime.fsdp2_root_unsharded,
+        fp8_saved_inputs=runtime is not None and runtime.fp8_saved_inputs,
     )
 
 

@@ -13,7 +13,10 @@ the logits, a middle stage of an uneven split may hold more blocks; the peak is 
   splits the tensor-parallel part, sequence parallelism also the rest); the unfused attention of
   2021-2022 Megatron also keeps 5 a s bytes of scores per token (softmax output, dropout mask and
   output; their eq. 1) unless selective recomputation drops them; full recomputation keeps each
-  block's input plus one block's full activations while it is recomputed. Under 1F1B stage i
+  block's input plus one block's full activations while it is recomputed. fp8 GEMMs under
+  Transformer Engine cache their inputs in fp8 (``fp8_saved_inputs``: the norm outputs and the
+  down projection's input at 1 byte, ``workloads.memory.fp8_cached_input_saving``). Under 1F1B
+  stage i
   holds min(p - i, m) micro-batches of its blocks (the first p, the last one); GPipe all m; the
   interleaved schedule's stage i holds 2 (p - i - 1) + (v - 1) p + 1 chunks of 1/v of its
   blocks, at most m v (Megatron-LM's warm-up count, schedules.py), which for the first stage is
@@ -28,6 +31,9 @@ the logits, a middle stage of an uneven split may hold more blocks; the peak is 
 - fragmentation: 5% of the allocated bytes, a named floor (GMLake, Guo et al. ASPLOS 2024, measure
   far more on some large-model runs); cuda_context: 0.5 GB outside PyTorch's allocator (context,
   cuBLAS and NCCL workspaces; an order of magnitude, not a measurement).
+
+docs/memory.md has the terms with their sources and the truth set of production layouts that
+checks them (``validate/published/memory_truth``).
 """
 
 from __future__ import annotations
@@ -63,11 +69,14 @@ def stage_params(f: ModelFacts, k: StageKinds, tp, ep):
 
 
 def layer_act_per_token(f: ModelFacts, tp, sp, rc, seq, attention: str, kind: int,
-                        selective: str = "attention-core"):  # fmt: skip
+                        selective: str = "attention-core", fp8_inputs=False):  # fmt: skip
     """Activation bytes one block keeps per token (kind 0 dense, 1 MoE); ``selective``: what
-    recompute=selective drops (the attention core, or all but op-level SAC's saved ops)."""
+    recompute=selective drops (the attention core, or all but op-level SAC's saved ops);
+    ``fp8_inputs``: the GEMM inputs are cached in fp8 (``ModelFacts.fp8_rep_saving``)."""
     rep_div = np.where(sp, tp, 1)
     keep = f.act_rep[kind] / rep_div + f.act_split[kind] / tp
+    keep = keep - np.where(fp8_inputs, f.fp8_rep_saving[kind] / rep_div
+                           + f.fp8_split_saving[kind] / tp, 0.0)  # fmt: skip
     if selective == "op-sac":
         sac = f.sac_rep[kind] / rep_div + f.sac_split[kind] / tp
         keep_sel = np.where(rc == 1, sac, keep)
@@ -89,11 +98,11 @@ def in_flight(k: StageKinds, *, pp, m, v, sched):
 
 
 def activation_bytes(f: ModelFacts, k: StageKinds, *, tp, pp, cp, sp, mb, m, v, sched, rc, seq,
-                     attention, selective: str = "attention-core"):  # fmt: skip
+                     attention, selective: str = "attention-core", fp8_inputs=False):  # fmt: skip
     """(activations each kind of stage keeps, one block's full activations), (K, ...)."""
     tokens = mb * seq / cp
-    kept_d, full_d = layer_act_per_token(f, tp, sp, rc, seq, attention, 0, selective)
-    kept_m, full_m = layer_act_per_token(f, tp, sp, rc, seq, attention, 1, selective)
+    kept_d, full_d = layer_act_per_token(f, tp, sp, rc, seq, attention, 0, selective, fp8_inputs)
+    kept_m, full_m = layer_act_per_token(f, tp, sp, rc, seq, attention, 1, selective, fp8_inputs)
     stage = tokens * ((k.layers - k.moe) * kept_d + k.moe * kept_m)
     held = stage * in_flight(k, pp=pp, m=m, v=v, sched=sched)
     working = np.where(
@@ -128,7 +137,7 @@ def memory_terms(f: ModelFacts, k: StageKinds, *, tp, pp, dp, cp, ep, sp, zero, 
                  rc, seq, precision_fp8, state_precision: str, attention: str, load,
                  optimizer: str = "fused", grads_persist: bool = True,
                  selective: str = "attention-core", pp_unsharded=False, grad_bucket_copy=False,
-                 root_unsharded: bool = False) -> dict:  # fmt: skip
+                 root_unsharded: bool = False, fp8_saved_inputs: bool = False) -> dict:  # fmt: skip
     """Named memory terms (bytes) of the GPU that needs the most; arrays broadcast together.
 
     With ``grads_persist`` (a gradient buffer kept between steps, as Megatron and DDP keep it)
@@ -142,12 +151,13 @@ def memory_terms(f: ModelFacts, k: StageKinds, *, tp, pp, dp, cp, ep, sp, zero, 
     (``evaluate._bucket_copy``: replicated ones, ZeRO below 2;
     ``stacks.training.TrainingRuntime.ddp_bucket_copy``), allocated at both moments.
     ``root_unsharded``: FSDP2's 16-bit weights at the forward's end under ZeRO-3 are its root
-    module's only (``TrainingRuntime.fsdp2_root_unsharded``; the blocks' are comm_buffers)."""
+    module's only (``TrainingRuntime.fsdp2_root_unsharded``; the blocks' are comm_buffers).
+    ``fp8_saved_inputs``: fp8 GEMMs cache their inputs in fp8 (``TrainingRuntime``)."""
     stage_p, blocks_p, expert_p = stage_params(f, k, tp, ep)
     held, working = activation_bytes(
         f, k, tp=tp, pp=pp, cp=cp, sp=sp, mb=mb, m=m, v=v, sched=sched, rc=rc, seq=seq,
         attention=attention, selective=selective,
-    )  # fmt: skip
+        fp8_inputs=np.asarray(precision_fp8) & fp8_saved_inputs)  # fmt: skip
     tokens = mb * seq / cp
     # an fp32 stream's tensors (``autocast_stream_facts``): bf16 compute only (an fp8 recipe
     # keeps its stream in bf16: ``shape.residual_dtype_of``), nothing recomputed
@@ -221,7 +231,7 @@ def _at_peak(terms: dict, k: StageKinds) -> dict:
 # torch.optim.AdamW(foreach=True) allocates one moment-sized tensor per parameter at its step
 # (``torch._foreach_sqrt(exp_avg_sqs)``, torch/optim/adamw.py): bytes of one moment element.
 FOREACH_TEMP_BYTES = {"bf16-mixed": 4, "bf16-mixed-megatron": 4, "bf16": 2, "bf16-deepspeed": 4,
-                      "bf16-deepspeed-2022": 4}
+                      "bf16-deepspeed-2022": 4, "bf16-grads-megatron": 4}
 _STEP_TERMS = ("weights", "gradients", "optimizer", "optimizer_temp", "comm_buffers",
                "grad_buckets")  # fmt: skip
 _FORWARD_TERMS = ("weights", "optimizer", "activations", "logits", "comm_buffers",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 
-from gpuplan.workloads.memory import layer_activation_bytes
+from gpuplan.workloads.memory import fp8_cached_input_saving, layer_activation_bytes
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.params import (
     embedding_params,
@@ -50,6 +50,10 @@ class ModelFacts:
     # stream under autocast (``autocast_stream_facts``): (dense, moe) block, and the head's
     stream_rep: tuple[float, float] = (0.0, 0.0)
     stream_head: float = 0.0
+    # per token, what fp8 GEMMs under Transformer Engine keep less (``fp8_cached_input_saving``):
+    # outside the TP region, inside it; each (dense, moe)
+    fp8_rep_saving: tuple[float, float] = (0.0, 0.0)
+    fp8_split_saving: tuple[float, float] = (0.0, 0.0)
 
 
 def _first_blocks(cfg: ModelConfig) -> tuple[int, int | None]:
@@ -89,6 +93,9 @@ def model_facts(cfg: ModelConfig) -> ModelFacts:
         moe_flags=tuple(cfg.is_moe_layer(i) for i in range(cfg.n_layers)),
         sac_rep=tuple(sac_saved_bytes(cfg, i)[0] for i in (dense_layer, moe_or_dense)),
         sac_split=tuple(sac_saved_bytes(cfg, i)[1] for i in (dense_layer, moe_or_dense)),
+        fp8_rep_saving=tuple(fp8_cached_input_saving(cfg, i)[0] for i in (dense_layer, moe_or_dense)),
+        fp8_split_saving=tuple(fp8_cached_input_saving(cfg, i)[1]
+                               for i in (dense_layer, moe_or_dense)),  # fmt: skip
     )
 
 

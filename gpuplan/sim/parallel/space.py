@@ -10,7 +10,8 @@ interleaving with every virtual-stage count that split allows.
 
 Pruning rules, named: context parallelism only in powers of two with chunks of at least 256
 tokens (and only with the flash kernel); expert parallelism only inside the data-parallel group;
-sequence parallelism only with tp > 1; GPipe, 1F1B and interleaved are distinct only when pp > 1;
+sequence parallelism only with tp > 1 (and as the space's ``sp`` rule says: searched, on
+exactly where tp > 1 as the stack's framework runs it, or off); GPipe, 1F1B and interleaved are distinct only when pp > 1;
 selective recomputation is left out with a flash kernel, where it keeps and recomputes exactly
 what no recomputation does. Overlap options, the attention kernel and the state precision are
 assumptions the caller fixes, not searched.
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuplan.errors import GpuplanError
+from gpuplan.errors import GpuplanError, check_choice
 from gpuplan.sim.parallel.degrees import divisors, valid_tp, valid_virtual_stages
 from gpuplan.sim.parallel.memory import RECOMPUTE_CODES, SCHEDULE_CODES
 from gpuplan.sim.parallel.model_facts import model_facts
@@ -33,6 +34,7 @@ from gpuplan.sim.parallel.strategy import Strategy, auto_pp_layers
 SCHEDULE_NAMES = {v: k for k, v in SCHEDULE_CODES.items()}
 RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE_CODES.items()}
 MIN_CP_TOKENS = 256
+SP_RULES = ("any", "with-tp", "off")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,9 +51,14 @@ class SearchSpace:
     overlap_dp: bool = True
     overlap_tp: bool = False
     overlap_pp: bool = False
+    overlap_pp_interleaved: bool = False  # pipeline sends overlapped under interleaving only
     overlap_ep: bool = False
+    sp: str = "any"  # sequence parallelism: "any" (searched), "with-tp" (on wherever tp > 1), "off"
     load: float = 1.0
     stack: str = "megatron-te"  # the software stack every layout runs on (sim.stacks)
+
+    def __post_init__(self) -> None:
+        check_choice("sp", self.sp, SP_RULES)
 
 
 def _degree_rows(cfg, n: int, gb: int, seq: int, space: SearchSpace) -> list[tuple]:
@@ -157,7 +164,7 @@ def enumerate_space(cfg, n: int, gb: int, seq: int, acc, space: SearchSpace) -> 
     )
     rows = np.repeat(base, len(cats), axis=0)
     cat = np.tile(cats, (len(base), 1))
-    keep = (cat[:, 2] == 0) | (rows[:, 0] > 1)  # sequence parallelism only with tp > 1
+    keep = _sp_kept(cat[:, 2], rows[:, 0], space.sp)
     rows, cat = rows[keep], cat[keep]
     names = ("tp", "cp", "pp", "dp", "ep", "mb", "m", "sched", "chunks")
     s = {k: rows[:, i] for i, k in enumerate(names)}
@@ -171,12 +178,26 @@ def enumerate_space(cfg, n: int, gb: int, seq: int, acc, space: SearchSpace) -> 
     s |= {
         "overlap_dp": ones & space.overlap_dp,
         "overlap_tp": ones & space.overlap_tp,
-        "overlap_pp": ones & space.overlap_pp,
+        "overlap_pp": ones & overlap_pp_of(space, s["sched"]),
         "overlap_ep": ones & space.overlap_ep,
         "fused_accum": ones,
         "load": np.full(len(rows), space.load),
     }
     return s
+
+
+def _sp_kept(sp, tp, rule: str):
+    """Which rows the SP rule keeps: SP only with tp > 1; "with-tp" exactly there; "off" never."""
+    if rule == "with-tp":
+        return (sp == 1) == (tp > 1)
+    return (sp == 0) | ((tp > 1) & (rule == "any"))
+
+
+def overlap_pp_of(space: SearchSpace, sched):
+    """Whether pipeline sends overlap compute on rows of schedule code ``sched``: always with
+    ``overlap_pp``, under the interleaved schedule with ``overlap_pp_interleaved``."""
+    interleaved = np.asarray(sched) == SCHEDULE_CODES["interleaved"]
+    return np.asarray(space.overlap_pp) | (space.overlap_pp_interleaved & interleaved)
 
 
 def row_strategy(row, *, global_batch: int, space: SearchSpace) -> Strategy:
@@ -200,7 +221,7 @@ def row_strategy(row, *, global_batch: int, space: SearchSpace) -> Strategy:
         attention=space.attention,
         overlap_dp=space.overlap_dp,
         overlap_tp=space.overlap_tp,
-        overlap_pp=space.overlap_pp,
+        overlap_pp=bool(overlap_pp_of(space, SCHEDULE_CODES[sched])),
         overlap_ep=space.overlap_ep,
         expert_imbalance=space.load,
         pp_layers=tuple(int(n) for n in str(row["pp_layers"]).split(",")) if row.get(

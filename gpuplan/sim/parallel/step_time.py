@@ -59,19 +59,19 @@ PARAM_BYTES = 2  # parameters gathered in 16 bits (ZeRO-1/2 after the step, ZeRO
 # fused AdamW per parameter: read gradient, master weight and both moments, write master weight
 # and moments, and the 16-bit copy (Megatron mixed precision: 4 + 4 + 4 + 4 + 12 + 2)
 OPTIMIZER_BYTES = {"bf16-mixed-megatron": 30, "bf16-mixed": 28, "bf16": 14, "bf16-deepspeed": 30,
-                   "bf16-deepspeed-2022": 30}
+                   "bf16-deepspeed-2022": 30, "bf16-grads-megatron": 28}  # bf16 grads: read 2
 # torch.optim.AdamW(foreach=True), ``_multi_tensor_adamw`` in torch/optim/adamw.py: eight passes
 # over fp32 parameter-sized lists instead of one fused kernel: param *= 1 - lr wd (r/w p: 8),
 # m.lerp_(g) (r m, r g, w m: 12), v *= b2 (8), v.addcmul_(g, g) (r v, r g, w v: 12),
 # denom = v.sqrt() (r v, w tmp: 8, a new tensor), denom /= c2 (8), denom += eps (8),
 # p.addcdiv_(m, denom) (r p, r m, r tmp, w p: 16) = 80 bytes per fp32 parameter (half for bf16
 # state), plus the 16-bit copy where there is one.
-FOREACH_OPTIMIZER_BYTES = {"bf16-mixed-megatron": 82, "bf16-mixed": 80, "bf16": 40,
-                           "bf16-deepspeed": 82, "bf16-deepspeed-2022": 82}
+FOREACH_OPTIMIZER_BYTES = {"bf16-mixed-megatron": 82, "bf16-mixed": 80, "bf16": 40, "bf16-deepspeed": 82,
+                           "bf16-deepspeed-2022": 82, "bf16-grads-megatron": 82}  # fmt: skip
 # autocast over fp32 weights: each forward (and each full recompute) casts every weight to bf16
 # (read 4, write 2 bytes), and each weight gradient is cast back to fp32 (read 2, write 4)
 CAST_BYTES = 6
-ACCUMULATE_BYTES = {"bf16-mixed-megatron": 10, "bf16-mixed": 10, "bf16": 6}  # dW + r/w main grad
+ACCUMULATE_BYTES = {"bf16-mixed-megatron": 10, "bf16-mixed": 10, "bf16": 6, "bf16-grads-megatron": 6}  # dW, main grad r/w
 # DeepSpeed's BF16_Optimizer (``bf16-deepspeed``, deepspeed/runtime/bf16_optimizer.py) adds each
 # micro-batch's bf16 gradient into its fp32 buffer after every backward (``update_hp_grads``:
 # ``hp_grad.add_(lp.grad.to(float32))``): the cast reads 2 and writes 4 bytes, the add reads 4 + 4

@@ -1,8 +1,10 @@
 """Presets of the stacks that train across many GPUs, and the runtime each framework brings.
 
 A training stack is a ``Stack`` (kernels, host, optimizer, mixed precision, overlaps) with a
-``TrainingRuntime``: the layouts the framework can run, how it buckets and types the gradient
-reduction, how finely ZeRO-3 gathers parameters, and what its selective recomputation re-runs.
+``TrainingRuntime``: the layouts the framework can run, what it does with a layout left unset
+(``layout``: ZeRO stage, SP with TP, recomputation; ``training_defaults``), how it buckets and
+types the gradient reduction, how finely ZeRO-3 gathers parameters, and what its selective
+recomputation re-runs.
 Every choice below is the framework's default or the setting its published runs state.
 
 ``megatron-te`` - Megatron-LM / NeMo with Transformer Engine: hand-fused elementwise kernels
@@ -12,7 +14,8 @@ Blackwell), bf16 weights with fp32 main gradients and master weights in the dist
 optimizer (``bf16-mixed-megatron``: 2 + 4 + 12 bytes per parameter), a persistent contiguous
 gradient buffer, fused Adam. Overlaps as Megatron-LM's arguments default them: gradient reduction
 overlapped (``--overlap-grad-reduce``, on in NeMo recipes), TP communication overlap off
-(``--tp-comm-overlap`` is opt-in: TE userbuffers), pipeline sends not overlapped. With bf16
+(``--tp-comm-overlap`` is opt-in: TE userbuffers), pipeline sends overlapped under the
+interleaved schedule only (``training_defaults``). With bf16
 the gradients are accumulated and all-reduced in fp32 (``megatron/training/arguments.py``: "bfloat16
 requires gradient accumulation and all-reduce to be performed in fp32"), in buckets of
 ``max(40,000,000, 1,000,000 x dp)`` parameters (``megatron/core/distributed/
@@ -67,10 +70,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
+import gpuplan.sim.stacks.training_defaults as framework
 from gpuplan.errors import GpuplanError, check_choice
 from gpuplan.sim.stacks.kernels import SDPA_DEFAULT, TE_DEFAULT
 from gpuplan.sim.stacks.stack import AttentionChoice, HostModel, Stack
@@ -84,6 +87,7 @@ class TrainingRuntime:
     """What a training framework does with a layout beyond its kernels (module docstring)."""
 
     framework: str  # as an error message names it
+    layout: framework.LayoutDefaults = framework.PYTORCH_LAYOUT  # what it does with one left unset
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     max_tp: int | None = None  # None: any tensor-parallel degree; 1: none
     pipeline: bool = True  # runs pp > 1
@@ -149,6 +153,10 @@ class TrainingRuntime:
     # its parameters would typically be immediately all-gathered for backward" (fully_shard
     # docstring, torch/distributed/fsdp/_fully_shard/_fully_shard.py)
     fsdp2_root_unsharded: bool = False
+    # fp8 GEMMs cache their fp8-cast inputs (1 B) for the weight gradient in place of the 16-bit
+    # ones: Transformer Engine's Linear/LayerNormLinear save the quantized ``inputmat``
+    # (transformer_engine/pytorch/module/linear.py); torchao's Float8Linear saves the bf16 input
+    fp8_saved_inputs: bool = False
 
     def __post_init__(self) -> None:
         check_choice("selective", self.selective, SELECTIVE)
@@ -176,13 +184,16 @@ PYTORCH_RUNTIME = TrainingRuntime(
 
 MEGATRON_RUNTIME = TrainingRuntime(
     framework="Megatron-LM",
+    layout=framework.MEGATRON_LAYOUT,  # stacks.training_defaults
     grad_reduce_bytes=4,  # bf16: accumulate and all-reduce in fp32 (arguments.py)
     bucket_bytes=40_000_000 * 4,  # max(40M, 1M x dp) parameters of fp32 gradients
     bucket_bytes_per_dp=1_000_000 * 4,
+    fp8_saved_inputs=True,  # Transformer Engine
 )
 
 FSDP2_RUNTIME = TrainingRuntime(
     framework="FSDP2 (torchtitan)",
+    layout=framework.FSDP2_LAYOUT,  # stacks.training_defaults
     zero_stages=(0, 2, 3),  # DDP (dp_replicate), fully_shard without / with reshard after forward
     grad_reduce_bytes=4,  # MixedPrecisionPolicy(reduce_dtype=torch.float32)
     bucket_bytes=25 * MiB,  # DDP's bucket where it replicates; FSDP reduces block by block
@@ -195,6 +206,7 @@ FSDP2_RUNTIME = TrainingRuntime(
 
 COMPOSER_RUNTIME = TrainingRuntime(
     framework="Composer FSDP (llm-foundry)",
+    layout=framework.COMPOSER_LAYOUT,  # stacks.training_defaults
     zero_stages=(2, 3),  # SHARD_GRAD_OP, FULL_SHARD
     max_tp=1,
     pipeline=False,
@@ -204,6 +216,7 @@ COMPOSER_RUNTIME = TrainingRuntime(
 
 DEEPSPEED_RUNTIME = TrainingRuntime(
     framework="DeepSpeed",
+    layout=framework.DEEPSPEED_LAYOUT,  # stacks.training_defaults
     max_zero_with_pp=1,
     grad_reduce_bytes=2,  # the bf16 model dtype (communication_data_type unset)
     bucket_bytes=500_000_000 * 2,  # reduce_bucket_size 5e8 elements
@@ -217,15 +230,6 @@ def runtime_of(stack) -> TrainingRuntime:
     """The stack's training runtime (``PYTORCH_RUNTIME`` where it names none)."""
     runtime = getattr(stack, "training", None)
     return runtime if isinstance(runtime, TrainingRuntime) else PYTORCH_RUNTIME
-
-
-def strategy_defaults(stack: Stack) -> dict[str, Any]:
-    """The strategy fields the stack sets where a layout leaves them unset: the state's precision
-    of its mixed precision (autocast over fp32 weights is ``bf16-mixed``; 16-bit weights with fp32
-    master copies ``bf16-mixed-megatron``) and the overlaps it performs."""
-    state = "bf16-mixed" if stack.mixed_precision == "autocast" else "bf16-mixed-megatron"
-    return {"state_precision": state, "overlap_dp": stack.overlap_dp,
-            "overlap_tp": stack.overlap_tp, "overlap_pp": stack.overlap_pp}  # fmt: skip
 
 
 def with_elementwise(stack: Stack, impl: str | None) -> Stack:

@@ -39,12 +39,13 @@ from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.efficiency import efficiency_for
 from gpuplan.hwmodels.power import power_capped
 from gpuplan.sim.parallel.compute import CostCache
-from gpuplan.sim.parallel.estimate import estimate_training, stack_strategy, training_efficiency
+from gpuplan.sim.parallel.estimate import estimate_training, training_efficiency
 from gpuplan.sim.parallel.strategy import Strategy, auto_pp_layers
 from gpuplan.sim.parallel.topology import cluster_for, get_cluster
 from gpuplan.sim.stacks import get_stack
 from gpuplan.sim.stacks.registry import with_overrides
 from gpuplan.sim.stacks.training import with_elementwise, with_launch_blocking
+from gpuplan.sim.stacks.training_defaults import FIELDS, fill_defaults
 from gpuplan.units import TFLOPS, GiB
 from gpuplan.validate.published.megatron import paper_flops
 from gpuplan.workloads.model import ModelConfig
@@ -77,8 +78,8 @@ def training_rows() -> tuple[dict, ...]:
 
 def _typed(raw: dict) -> dict:
     row = dict(raw)
-    for col in INT_COLUMNS:
-        row[col] = int(row[col])
+    for col in INT_COLUMNS:  # an empty zero: the run does not state it (the stack's default)
+        row[col] = None if col == "zero" and row[col] == "" else int(row[col])
     row["published"] = float(row["published"])
     mem = row["memory_per_gpu_bytes"]
     row["memory_per_gpu_bytes"] = float(mem) if mem else None
@@ -121,9 +122,11 @@ def row_model(row: dict) -> ModelConfig:
 
 
 def row_strategy(row: dict, cfg: ModelConfig, stack=None) -> Strategy:
-    """The layout the row states (its ``options`` override Strategy's defaults, or those of
-    ``stack``: its state precision and overlaps, ``stack_strategy``); ``pp_layers=auto`` is
-    Llama 3's rule (``auto_pp_layers``)."""
+    """The layout the row states (its ``options`` override the columns); what it leaves unset
+    (an empty ``zero``, no ``sp`` option, no state precision or overlap) is Strategy's
+    default, or, with ``stack``, the stack's framework's, filled by the same function as
+    ``gpuplan train``'s (``sim.stacks.training_defaults.fill_defaults``); ``pp_layers=auto``
+    is Llama 3's rule (``auto_pp_layers``)."""
     fields = {k: row[k] for k in ("tp", "pp", "dp", "cp", "ep", "zero", "micro_batch",
                                   "global_batch", "schedule", "virtual_stages", "recompute",
                                   "precision")}  # fmt: skip
@@ -134,9 +137,13 @@ def row_strategy(row: dict, cfg: ModelConfig, stack=None) -> Strategy:
     options.pop("impl", None)  # the stack's elementwise kernels (``row_stack``)
     if options.get("pp_layers") == "auto":
         options["pp_layers"] = auto_pp_layers(cfg.n_layers, row["pp"])
+    stated = {k: v for k, v in (fields | options).items() if v is not None}
     if stack is None:
-        return Strategy(**fields | options)
-    return dataclasses.replace(stack_strategy(Strategy(**fields), stack), **options)
+        return Strategy(**stated)
+    given = {f: stated.pop(f, None) for f in FIELDS}
+    filled = fill_defaults(stack, given, tp=row["tp"], pp=row["pp"],
+                           virtual_stages=row["virtual_stages"], ranks=row["dp"] * row["cp"])  # fmt: skip
+    return Strategy(**stated | filled.fields)
 
 
 def row_cluster(row: dict):
