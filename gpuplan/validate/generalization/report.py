@@ -62,7 +62,7 @@ def section(data_dir: Path, render_table) -> str:
         "of a device no fit has read are priced as a user gets them (the H200's fits moved by "
         "datasheet scaling). `python3 benchmarks/generalization.py --refit` also prints the "
         "calibration fitted on one device and scored on the other, and leave one model family "
-        "out of the stack fit.",
+        "out of the stack fit (`docs/generalization.md` holds its last run's tables).",
         "",
         "### Published training runs, per source family (absolute % error)",
         "", "```", render_table(published.summary(training, "family"), formats=fmt), "```", "",
