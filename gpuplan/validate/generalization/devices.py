@@ -125,3 +125,30 @@ def refit_on(data_dir, fit_device: str, score_device: str, *, seed: int = 0) -> 
     reference = calibrated_efficiency(score_device) or eff
     _, _, held = split_as_calibrated(reference, data_dir, score_device)
     return _as_frame(score(held, eff).rows)
+
+
+def at_measured_host(folder, device: str) -> pd.DataFrame:
+    """The whole-model records of ``folder`` that carry their host's module probe (the stack
+    campaign's ``hostpair`` part), priced at that host's speed: what a user gets who measures
+    the host with ``python3 -m gpuplan.validate.harness.host_probe --kind module`` and passes
+    ``--host-speed`` (eager Hugging Face steps are CPU-bound, and the lent machines' CPUs
+    differ)."""
+    from dataclasses import replace
+
+    from gpuplan.validate.fit_stacks import cases
+    from gpuplan.validate.record_prediction import predict_breakdown, record_stack
+
+    out = []
+    for r in cases.load(folder, device):
+        if id(r) not in cases.MODULE_PROBE_S:
+            continue
+        stack = record_stack(r.params)
+        stack = replace(stack, host=replace(stack.host, speed_factor=cases.host_speed(r)))
+        predicted = predict_breakdown(r.kind, r.device, r.params, stack=stack).total_s
+        out.append({"kind": r.kind, **_label(r), "device": r.device,
+                    "measured": r.measured["time_s"], "predicted": predicted, "error": ""})  # fmt: skip
+    frame = pd.DataFrame(out)
+    if len(frame):
+        frame["error_pct"] = 100 * (frame["predicted"] - frame["measured"]) / frame["measured"]
+        frame["abs_error_pct"] = frame["error_pct"].abs()
+    return frame

@@ -21,6 +21,7 @@ UNSEEN = (
     ("Vidur H100 profiles", "vidur_h100", "h100-sxm"),
     ("Vidur A100 profiles", "vidur_a100", "a100-sxm-80gb"),
 )
+PAIRED = ("h100_stacks",)  # stack campaigns with host-probed (hostpair) records
 HARNESS_RUNS = ("h100",)  # runs data/runs.json lists: priced with their timing conventions
 PCT_COLUMNS = ("left_out_median_pct", "left_out_p90_pct", "in_sample_median_pct",
                "median_abs_pct_error", "p90_abs_pct_error", "median_pct_error")  # fmt: skip
@@ -43,6 +44,10 @@ def unseen_tables(data_dir: Path) -> list[tuple[str, pd.DataFrame]]:
             frame = devices.installed(records) if records else None
         if frame is not None and len(frame):
             out.append((f"{label} (`data/{folder}`, {device})", devices.by_kind(frame)))
+        paired = devices.at_measured_host(data_dir / folder, device) if folder in PAIRED else None
+        if paired is not None and len(paired):
+            out.append((f"{label}, the records paired with a host probe, priced at that "
+                        f"host's speed (--host-speed)", devices.by_kind(paired)))
     return out
 
 
