@@ -50,7 +50,7 @@ def serving() -> dict[str, pd.DataFrame]:
 def unseen_devices() -> dict[str, pd.DataFrame]:
     from gpuplan.validate.generalization.report import unseen_tables
 
-    return {f"leave one device out: {title}, priced as installed": frame
+    return {f"leave one device out: {title}": frame
             for title, frame in unseen_tables(DATA)}
 
 

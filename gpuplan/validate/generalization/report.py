@@ -43,11 +43,12 @@ def unseen_tables(data_dir: Path) -> list[tuple[str, pd.DataFrame]]:
             records = devices.records_of([data_dir / folder], device)
             frame = devices.installed(records) if records else None
         if frame is not None and len(frame):
-            out.append((f"{label} (`data/{folder}`, {device})", devices.by_kind(frame)))
+            out.append((f"{label} (`data/{folder}`, {device}), priced as installed",
+                        devices.by_kind(frame)))
         paired = devices.at_measured_host(data_dir / folder, device) if folder in PAIRED else None
         if paired is not None and len(paired):
             out.append((f"{label}, the records paired with a host probe, priced at that "
-                        f"host's speed (--host-speed)", devices.by_kind(paired)))
+                        "host's measured speed (--host-speed)", devices.by_kind(paired)))
     return out
 
 
