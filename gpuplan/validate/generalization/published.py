@@ -32,9 +32,10 @@ class NotLeftOut(RuntimeError):
     """A committed training fit adopts a value fitted on published rows."""
 
 
-def adopted_training_values(path: Path = TRAINING_FIT) -> dict[str, float]:
+def adopted_training_values(path: Path | None = None) -> dict[str, float]:
     """The stacks whose ``comm_interference`` fitted on published rows is in force ({} when
     none is, or when the fit file is not in this checkout: an installed package reads none)."""
+    path = TRAINING_FIT if path is None else path
     if not path.is_file():
         return {}
     stacks = json.loads(path.read_text())["stacks"]
