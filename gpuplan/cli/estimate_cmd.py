@@ -118,9 +118,10 @@ def register(subparsers) -> None:
     p.add_argument("--freeze-vision", dest="freeze_vision", default=None,
                    action=argparse.BooleanOptionalAction,
                    help="train-step with images: the encoder and projector frozen (forward only)")
+    helps = STR_HELP | {"dtype": _dtype_help()}
     for name, choices in _str_choices().items():
         p.add_argument("--" + name.replace("_", "-"), dest=name, type=word, choices=choices,
-                       help=STR_HELP.get(name))  # fmt: skip
+                       help=helps.get(name))  # fmt: skip
     for name in BOOL_FLAGS:
         p.add_argument(
             "--" + name.replace("_", "-"),
@@ -145,6 +146,18 @@ def _str_choices() -> dict[str, tuple[str, ...] | None]:
     return {name: out[name] for name in STR_FLAGS}
 
 
+def _dtype_help() -> str:
+    """``--dtype``'s help: the formats each kind takes (the choices are their union, so a kind
+    refuses some listed formats: ``gemm`` has no int4, only ``collective`` moves it)."""
+    from gpuplan.validate.records import PARAM_RULES
+
+    kinds: dict[tuple[str, ...], list[str]] = {}
+    for kind, rules in PARAM_RULES.items():
+        if isinstance(rules.get("dtype"), tuple) and kind.replace("_", "-") in KIND_NAMES:
+            kinds.setdefault(rules["dtype"], []).append(kind.replace("_", "-"))
+    return "; ".join(f"{', '.join(k)}: {', '.join(d)}" for d, k in kinds.items())
+
+
 STR_HELP = {
     "precision": "train-step: bf16 GEMMs under mixed precision, fp32 master weights and Adam "
     "state (bf16-mixed, the record contract's word, is the same; as in `gpuplan train "
@@ -161,6 +174,9 @@ def _check_contract(kind: str, device: str, params: dict[str, Any]) -> None:
         parse_record(record)
     except GpuplanError as err:
         text = str(err).replace("params.", "--").replace("_", "-")
+        if kind == "gemm" and params.get("dtype") == "int4":  # listed for collectives only
+            text += (" (int4 is a weight-only format: `gpuplan serve --weight-dtype int4` "
+                     "prices its W4A16 GEMMs)")
         raise GpuplanError(f"estimate {kind.replace('_', '-')}: {text}") from None
 
 

@@ -6,8 +6,10 @@ specifications" for gfx942): H100/H200 sm_90, A100 sm_80, L40S/L4 sm_89, Jetson 
 B200/GB200 sm_100; MI300X/MI325X gfx942. Kernel support:
 
 - ``flash2``: FlashAttention-2 needs Ampere, Ada or Hopper (Dao-AILab/flash-attention README,
-  "Installation and features"), and has a ROCm build for MI200/MI300 (the same README, "AMD ROCm
-  Support"); PyTorch's SDPA FLASH_ATTENTION backend is that kernel.
+  "Installation and features"; no Blackwell, sm_100, in its releases), and has a ROCm build for
+  MI200/MI300 (the same README, "AMD ROCm Support"); PyTorch's SDPA FLASH_ATTENTION backend is
+  that kernel. A stack that names it takes its framework's own kernel on sm_100
+  (``Stack.on_arch``, ``stack_attention``).
 - ``flash3``: FlashAttention-3 is for Hopper (README of its ``hopper/`` folder: "H100 / H800").
 - ``cudnn``: cuDNN's fused flash attention (cuDNN frontend docs, "Scaled Dot Product
   Attention": compute capability 8.0 and newer); NVIDIA only.
@@ -57,16 +59,52 @@ def kernel_devices(kernel: str) -> list[str]:
 
 
 def check_kernel(kernel: str, acc, *, field: str = "attention_kernel") -> None:
-    """A GpuplanError unless ``acc`` can run ``kernel``, listing what it can run."""
+    """A GpuplanError unless ``acc`` can run ``kernel``: one line naming the architecture the
+    kernel lacks and the kernels that run there (what ``--attention-kernel`` may force)."""
     archs = KERNEL_ARCHS[kernel]
     arch = ARCH.get(acc.key)
     if archs is None or arch in archs:
         return
     runs = [k for k, a in KERNEL_ARCHS.items() if a is None or arch in a]
     raise GpuplanError(
-        f"{field}={kernel!r} cannot run on {acc.key} ({arch or 'no CUDA/ROCm architecture'}); "
-        f"it runs: {', '.join(runs)}"
+        f"{field}={kernel!r} cannot run on {acc.key} ({arch or 'no CUDA/ROCm architecture'}): "
+        f"{kernel} has no build for it; it runs: {', '.join(runs)} (--attention-kernel forces one)"
     )
+
+
+# The GPUs a stack's framework builds for (``Stack.platform``): what it needs, as a test on the
+# device's architecture, and how a refusal says it. CUDA graphs and the engines' flash-attention
+# builds need CUDA or HIP (vLLM and SGLang have ROCm builds: vLLM docs, "Installation: AMD ROCm";
+# SGLang ``server_args.py``, ``aiter`` on HIP); TensorRT-LLM compiles CUDA kernels only
+# (TensorRT-LLM docs, "Supported Hardware": NVIDIA GPUs).
+PLATFORMS = {
+    "any": (lambda arch: True, ""),
+    "cuda-rocm": (lambda arch: arch is not None, "a CUDA or ROCm GPU (CUDA graphs, flash kernels)"),
+    "cuda": (lambda arch: arch is not None and arch.startswith("sm_"),
+             "an NVIDIA GPU (CUDA kernels only)"),
+}
+
+
+def check_platform(stack, acc) -> None:
+    """A one-line GpuplanError unless ``stack``'s framework builds for ``acc`` (``PLATFORMS``),
+    naming what it needs and a stack that runs there."""
+    arch = ARCH.get(acc.key)
+    runs, needs = PLATFORMS[stack.platform]
+    if runs(arch):
+        return
+    other = "--stack vllm or --stack sglang" if arch else "--stack pytorch (its math attention)"
+    raise GpuplanError(
+        f"stack {stack.name} cannot run on {acc.key} ({arch or 'no CUDA/ROCm architecture'}): "
+        f"it needs {needs}; {other} runs there"
+    )
+
+
+def stack_attention(stack, acc):
+    """The stack's attention choice on ``acc``'s architecture: its ``on_arch`` entry there (the
+    kernels its framework takes where its usual ones do not run), else ``attention``; the
+    framework's platform checked first (``check_platform``)."""
+    check_platform(stack, acc)
+    return dict(stack.on_arch).get(ARCH.get(acc.key), stack.attention)
 
 
 def sdpa_default(acc, phase: str) -> str:
@@ -90,8 +128,14 @@ def fa_default(acc) -> str:
     """The attention a serving engine's bundled FlashAttention runs: FlashAttention-3 on Hopper,
     FlashAttention-2 elsewhere (vLLM ``vllm/attention/utils/fa_utils.py``,
     ``get_flash_attn_version``: "if hopper default to FA3, otherwise stick to FA2"); where
-    neither runs (Blackwell), the engines' own Blackwell kernels (FlashInfer's, TensorRT-LLM's)
-    are priced as cuDNN's fused attention, the one kernel with fitted rates there."""
+    neither runs (Blackwell, sm_100) the engines take their own Blackwell kernels: vLLM
+    FlashInfer (``vllm/platforms/cuda.py``, ``get_attn_backend_cls``: "Prefer FlashInfer for
+    Blackwell GPUs", ``is_device_capability(100)``; later ``_get_backend_priorities``, FLASHINFER
+    first for ``device_capability.major == 10``), whose sm_100 kernels are TensorRT-LLM's
+    (``trtllm_batch_decode_with_kv_cache``, ``trtllm_batch_context_with_kv_cache``, imported by
+    ``vllm/v1/attention/backends/flashinfer.py``), and TensorRT-LLM its own FMHA. None has a rate
+    of its own here: they are priced as cuDNN's fused attention, the one Blackwell kernel with
+    fitted rates (``attn_kernel_rate`` ``cudnn_fwd``/``cudnn_bwd``, the cuDNN decode fraction)."""
     arch = ARCH.get(acc.key)
     if arch in KERNEL_ARCHS["flash3"]:
         return "flash3"
@@ -101,8 +145,9 @@ def fa_default(acc) -> str:
 
 
 def resolved_attention(stack, acc):
-    """The stack's attention choice with ``sdpa-default`` resolved on ``acc``, each checked."""
-    choice = stack.attention
+    """The stack's attention choice on ``acc`` (``stack_attention``) with ``sdpa-default``,
+    ``te-default`` and ``fa-default`` resolved there, each kernel checked."""
+    choice = stack_attention(stack, acc)
     out = {}
     for phase in ("prefill", "train", "decode"):
         kernel = getattr(choice, phase)

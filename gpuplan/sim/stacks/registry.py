@@ -54,6 +54,12 @@ def with_overrides(stack: Stack, *, attention_kernel: str | None = None,
         changes["attention"] = AttentionChoice(
             prefill=attention_kernel, train=attention_kernel, decode=decode
         )
+        # a forced kernel holds on every architecture, where the device runs it; a training-only
+        # one keeps the stack's decode kernel, which is the architecture's own where it has one
+        changes["on_arch"] = tuple(
+            (arch, AttentionChoice(prefill=attention_kernel, train=attention_kernel,
+                                   decode=c.decode))
+            for arch, c in stack.on_arch) if attention_kernel in TRAIN_ONLY_KERNELS else ()
     if kv_cache is not None:
         check_choice("kv_cache", kv_cache, KV_CACHES)
         changes["kv_cache"] = kv_cache

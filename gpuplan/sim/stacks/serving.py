@@ -8,7 +8,8 @@ Where each choice comes from:
 ``vllm`` (V1 engine, 0.8 and later):
 - attention: its bundled FlashAttention, FA3 on Hopper and FA2 elsewhere
   (``vllm/attention/utils/fa_utils.py``, ``get_flash_attn_version``; ``fa-default``), paged; on
-  Blackwell (FlashInfer there) priced as cuDNN's fused attention (``kernels.fa_default``);
+  Blackwell FlashInfer (``vllm/platforms/cuda.py``, "Prefer FlashInfer for Blackwell GPUs"),
+  priced as cuDNN's fused attention (``kernels.fa_default``); a CUDA or ROCm GPU needed;
 - elementwise: the model is compiled by torch.compile (Inductor) by default
   (vLLM docs, "torch.compile integration"), so elementwise ops are fused Triton kernels;
 - CUDA graphs: piecewise graphs captured for the batch sizes ``[1, 2, 4]`` + multiples of 8 below
@@ -25,8 +26,16 @@ Where each choice comes from:
   prior (0.5 ms; only 3 published vLLM rows exist here, too few to fit it).
 
 ``sglang`` (0.4):
-- attention: FlashInfer's paged kernels, its default backend (SGLang docs, "Attention Backend");
-  its prefill kernel is priced as FlashAttention-2's (the tiling it follows: Ye et al., MLSys 2025);
+- attention: FlashInfer's paged kernels, its default backend (SGLang docs, "Attention Backend":
+  "FlashInfer (Default for Non-Hopper Machines)"); its prefill kernel is priced as
+  FlashAttention-2's (the tiling it follows: Ye et al., MLSys 2025). Where those do not run
+  (``on_arch``): on Blackwell (sm_100) SGLang takes ``trtllm_mha``, TensorRT-LLM's FMHA through
+  FlashInfer (``python/sglang/srt/server_args.py``: ``is_sm100_supported()`` ->
+  ``attention_backend = "trtllm_mha"``), priced as cuDNN's fused attention like vLLM's and
+  TensorRT-LLM's Blackwell kernels (``kernels.fa_default``); on ROCm (gfx942) ``aiter``
+  (the same file: ``is_hip()`` -> ``"aiter"``), AITER's Composable Kernel flash attention,
+  priced as FlashAttention-2's ROCm build, itself Composable Kernel's (flash-attention README,
+  "AMD ROCm Support"); a CUDA or ROCm GPU needed;
 - elementwise: sgl-kernel's fused norm and activation kernels (``fused``);
 - CUDA graphs: batch sizes ``[1, 2, 4, 8]`` + multiples of 8 from 16 to ``cuda_graph_max_bs``
   160 (``cuda_graph_runner.get_batch_sizes_to_capture``; docs "CUDA Graph Capture");
@@ -38,7 +47,9 @@ Where each choice comes from:
 ``trt-llm`` (TensorRT-LLM):
 - attention: its context FMHA kernels for prefill and XQA/masked MHA for generation
   (TensorRT-LLM docs, "Multi-Head, Multi-Query, and Group-Query Attention"); not priced on
-  their own: priced as the FlashAttention build of the device (``fa-default``), noted;
+  their own: priced as the FlashAttention build of the device (``fa-default``; cuDNN's fused
+  attention on Blackwell), noted; NVIDIA GPUs only (it compiles CUDA kernels): refused on ROCm
+  and on devices with neither;
 - elementwise: fused into the TensorRT engine (or its PyTorch backend's custom ops);
 - host: kernels issued from C++ (the TensorRT engine's enqueue, or the PyTorch backend's CUDA
   graphs), far cheaper per call than eager PyTorch: ``call_factor`` fitted;
@@ -68,7 +79,12 @@ has two AMD EPYC 7742, Zen 2, the DGX H100 two Xeon Platinum 8480C, Sapphire Rap
 user guides, "Hardware Overview"): the profiles' llama2-70b decode at TP 8, host-bound on both,
 is 45 ms a step on the A100s against 30 ms on the H100s.
 
-``gpuplan-server``: what ``gpuplan serve`` priced before stacks, its default: FlashAttention-2,
+``eager-2023`` is an engine of 2023 on A100 and H100: on Blackwell, where FlashAttention-2 has
+no build, it is refused (``--attention-kernel cudnn`` prices it there all the same).
+
+``gpuplan-server``: what ``gpuplan serve`` priced before stacks, its default: FlashAttention-2
+(on Blackwell, where it has no build, cuDNN's fused attention, the kernel PyTorch's SDPA takes
+there: ``kernels.sdpa_default``; a CUDA or ROCm GPU needed for its CUDA-graph decode),
 fused elementwise kernels, decode-only iterations replayed from CUDA graphs without padding, no
 CPU time per iteration, vLLM's scheduler defaults of ``SchedulerConfig``.
 
@@ -179,6 +195,13 @@ def _fit_pairs(stack: str, name: str) -> tuple[tuple[str, float], ...]:
 
 _FA = AttentionChoice(prefill=FA_DEFAULT, train=FA_DEFAULT, decode=FA_DEFAULT)
 
+
+def _all(kernel: str) -> AttentionChoice:
+    return AttentionChoice(prefill=kernel, train=kernel, decode=kernel)
+
+
+_CUDNN_ON_BLACKWELL = (("sm_100", _all("cudnn")),)  # the engines' sm_100 kernels, priced as cuDNN
+
 VLLM = Stack(
     name="vllm",
     title="vLLM V1: FlashAttention (FA3 on Hopper), torch.compile, CUDA-graph buckets, chunked",
@@ -188,9 +211,11 @@ VLLM = Stack(
     kv_cache="paged",
     logits="last",
     cuda_graph_decode=True,
+    platform="cuda-rocm",
     serving=ServingRuntime(cuda_graph=True, decode_buckets=vllm_buckets(256), policy="chunked",
                            max_seqs=256, max_batched_tokens=8192, iteration_overhead_s=5e-4),
     sources=("vllm/attention/utils/fa_utils.py get_flash_attn_version",
+             "vllm/platforms/cuda.py get_attn_backend_cls (FlashInfer on Blackwell)",
              "vllm docs/design/cuda_graphs.md; vllm/config set_cudagraph_sizes",
              "vllm EngineArgs default_max_num_batched_tokens, max_num_seqs, block_size"),
     notes=("iteration_overhead_s=0.5 ms is an unmeasured prior",),
@@ -200,6 +225,8 @@ SGLANG = Stack(
     name="sglang",
     title="SGLang: FlashInfer attention, fused kernels, CUDA-graph buckets to 160, overlap scheduler",
     attention=AttentionChoice(prefill="flash2", train="flash2", decode="flashinfer"),
+    on_arch=(*_CUDNN_ON_BLACKWELL, ("gfx942", _all("flash2"))),
+    platform="cuda-rocm",
     elementwise="fused",
     host=HostModel(mode="cuda_graph"),
     kv_cache="paged",
@@ -210,9 +237,12 @@ SGLANG = Stack(
                            memory_fraction=0.88, iteration_overhead_s=0.0),
     sources=("SGLang docs, 'Attention Backend' and 'CUDA Graph Capture'",
              "sglang/srt/server_args.py (chunked_prefill_size, mem_fraction_static)",
+             "sglang/srt/server_args.py attention_backend: trtllm_mha on sm100, aiter on HIP",
              "SGLang v0.4 release blog (zero-overhead batch scheduler)"),
     notes=("FlashInfer's prefill kernel priced as FlashAttention-2, the design it follows "
-           "(Ye et al., FlashInfer, MLSys 2025)",),
+           "(Ye et al., FlashInfer, MLSys 2025)",
+           "Blackwell: trtllm_mha priced as cuDNN's fused attention; ROCm: aiter priced as "
+           "FlashAttention-2's ROCm build"),
 )
 
 TRT_LLM = Stack(
@@ -221,6 +251,7 @@ TRT_LLM = Stack(
     attention=_FA,
     elementwise="fused",
     host=HostModel(mode="eager", call_factor=_fit("trt-llm", "call_factor", 0.2)),
+    platform="cuda",
     kv_cache="paged",
     logits="last",
     serving=ServingRuntime(cuda_graph=False, policy="continuous", max_seqs=2048,
@@ -240,6 +271,7 @@ EAGER_2023 = Stack(
     attention=AttentionChoice(prefill="flash2", train="flash2", decode="flash2"),
     elementwise="fused",
     host=HostModel(mode="eager", call_factor=_fit("eager-2023", "call_factor", 1.0)),
+    platform="cuda-rocm",
     kv_cache="paged",
     logits="last",
     serving=ServingRuntime(cuda_graph=False, policy="continuous", max_seqs=256,
@@ -258,6 +290,8 @@ GPUPLAN_SERVER = Stack(
     name="gpuplan-server",
     title="the simulator's generic server: FlashAttention-2, fused kernels, CUDA-graph decode",
     attention=AttentionChoice(prefill="flash2", train="flash2", decode="flash2"),
+    on_arch=_CUDNN_ON_BLACKWELL,
+    platform="cuda-rocm",
     elementwise="fused",
     host=HostModel(mode="eager"),
     kv_cache="paged",

@@ -10,7 +10,13 @@ from dataclasses import dataclass
 
 from gpuplan.errors import GpuplanError, check_choice
 from gpuplan.hwmodels.attention import ATTENTION_KERNELS  # the kernels priced
-from gpuplan.sim.stacks.kernels import FA_DEFAULT, SDPA_DEFAULT, TE_DEFAULT, resolved_attention
+from gpuplan.sim.stacks.kernels import (
+    FA_DEFAULT,
+    PLATFORMS,
+    SDPA_DEFAULT,
+    TE_DEFAULT,
+    resolved_attention,
+)
 
 # Training-only kernels (no decode): llm-foundry's Triton flash attention (``attn_impl: triton``)
 TRAIN_ONLY_KERNELS = ("triton",)
@@ -147,10 +153,18 @@ class Stack:
     # ZeRO-3 gather granularity, selective recomputation (``stacks.training.TrainingRuntime``);
     # None: PyTorch's own DDP/FSDP wrappers (``stacks.training.PYTORCH_RUNTIME``)
     training: object | None = None
+    # the attention the framework takes on an architecture where ``attention`` does not run
+    # (the kernel that exists there): (architecture, AttentionChoice) pairs, sourced in the
+    # preset's docstring (``sim.stacks.kernels.stack_attention``)
+    on_arch: tuple[tuple[str, AttentionChoice], ...] = ()
+    # the GPUs the framework builds for (``kernels.PLATFORMS``): ``any`` (PyTorch: its math
+    # attention runs anywhere), ``cuda-rocm`` (CUDA or HIP kernels and graphs), ``cuda``
+    platform: str = "any"
     sources: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        check_choice("platform", self.platform, tuple(PLATFORMS))
         check_choice("elementwise", self.elementwise, ELEMENTWISE_IMPLS)
         check_choice("moe", self.moe, MOE_IMPLS)
         check_choice("moe_glue", self.moe_glue, MOE_GLUES)
