@@ -48,6 +48,15 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(f"{message} (see '{self.prog} --help')")
 
+    def parse_known_args(self, args=None, namespace=None):
+        """argparse's, then the device of ``--gpu``/``--override`` registered (``device_args``):
+        every command, and every command re-parsing another's flags, sees its key."""
+        from gpuplan.cli.device_args import resolve_device
+
+        ns, rest = super().parse_known_args(args, namespace)
+        resolve_device(ns)
+        return ns, rest
+
 
 def add_common_options(parser: argparse.ArgumentParser) -> None:
     """``--json`` and ``--debug`` on a command; left as they are where the command has them.
@@ -117,7 +126,9 @@ def _run(argv: Sequence[str] | None, state: dict[str, bool]) -> int:
         return done.code if isinstance(done.code, int) else EXIT_OK
     state["debug"] = bool(getattr(args, "debug", False))
     args.command_argv = list(argv or ())  # diagnose and report re-read a command's own flags
-    code = args.func(args)
+    from gpuplan.cli.device_args import run_noted
+
+    code = run_noted(args)  # args.func(args), with the device line of a device of one's own
     return EXIT_OK if code is None else int(code)
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from gpuplan.cli import add_common_options
 from gpuplan.cli.argtypes import word
+from gpuplan.cli.device_args import add_gpu_argument
 from gpuplan.errors import GpuplanError
 from gpuplan.tables import dump_json, format_value, render_table
 
@@ -213,7 +214,7 @@ def register(subparsers: Any) -> None:
         "PyTorch's own dispatch on the device), elementwise kernels, host, KV cache, optimizer "
         "and timing convention of each preset, with where each choice comes from.",
     )
-    p.add_argument("--gpu", default=None, help="resolve each stack's kernels on this accelerator")
+    add_gpu_argument(p, "resolve each stack's kernels on this accelerator", default=None)
     add_common_options(p)
     p.set_defaults(func=stacks)
 

@@ -20,6 +20,7 @@ from gpuplan.cli.argtypes import (
     word,
 )
 from gpuplan.cli.calibration import add_calibration_option, efficiency_from_args
+from gpuplan.cli.device_args import add_gpu_argument
 from gpuplan.cli.estimate_render import render_case
 from gpuplan.cli.stack_flags import add_stack_options, stack_doc, stack_from_args, stack_line
 from gpuplan.errors import GpuplanError
@@ -90,7 +91,7 @@ def register(subparsers) -> None:
         help="what to predict; omit it for the default scenario "
         "(Llama-3-8B training and decode steps on one H200)",
     )
-    p.add_argument("--gpu", type=word, help="accelerator key (default h200; see `gpuplan gpus`)")
+    add_gpu_argument(p, "accelerator key (default h200; see `gpuplan gpus`)")
     p.add_argument("--model", type=word, help="model preset or config.json: fills the shape parameters")
     p.add_argument(
         "--impl",

@@ -18,6 +18,7 @@ from gpuplan.cli.argtypes import (
 )
 from gpuplan.cli.calibration import add_calibration_option
 from gpuplan.cli.dask_workers import add_timing_option
+from gpuplan.cli.device_args import add_gpu_argument
 from gpuplan.cli.train_args import first_last_arg, pp_layers_arg
 from gpuplan.limits import MAX_CV
 
@@ -64,7 +65,7 @@ def add_traffic_options(p, *, rate_required: bool) -> None:
     --calibration: the flags serve and serve plan share."""
     # the parent ``serve`` parser cannot require them: ``serve plan`` passes them to its own
     p.add_argument("--model", type=word, required=rate_required, help="model preset or config.json")
-    p.add_argument("--gpu", type=word, required=rate_required, help="accelerator key (see `gpuplan gpus`)")
+    add_gpu_argument(p, "accelerator key (see `gpuplan gpus`)", required=rate_required)
     p.add_argument("--rate", type=rate_arg, required=rate_required, help="requests per second, or inf")
     p.add_argument("--prompt-tokens", type=tokens_arg, default=None, help="prompt length spec")
     p.add_argument("--output-tokens", type=tokens_arg, default=None, help="output length spec")

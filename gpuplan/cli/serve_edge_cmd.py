@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from gpuplan.cli.argtypes import positive, word
 from gpuplan.cli.calibration import add_calibration_option, efficiency_line
+from gpuplan.cli.device_args import add_gpu_argument
 from gpuplan.cli.serve_args import DEFAULT_STACK, KV_DTYPES, WEIGHT_DTYPES, int_values
 from gpuplan.cli.serve_inputs import efficiency_fit
 from gpuplan.cli.stack_flags import add_stack_options, stack_doc, stack_from_args, stack_line
@@ -16,7 +17,7 @@ def register_edge(sub) -> None:
     """``serve edge`` under ``serve``'s subcommands."""
     p = sub.add_parser("edge", help="tokens/s and memory of quantized models on one device")
     p.add_argument("--model", type=word, required=True)
-    p.add_argument("--gpu", type=word, required=True, help="e.g. jetson-agx-orin-64gb, m2-ultra")
+    add_gpu_argument(p, "e.g. jetson-agx-orin-64gb, m2-ultra", required=True)
     p.add_argument("--weight-dtype", choices=(*WEIGHT_DTYPES, "all"), default="all")
     p.add_argument("--kv-dtype", choices=KV_DTYPES, default="bf16")
     p.add_argument("--batch", type=int_values, default=(1, 2, 4, 8), help="e.g. 1,2,4,8")

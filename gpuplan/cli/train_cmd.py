@@ -20,6 +20,7 @@ import argparse
 from gpuplan.cli.argtypes import gpu_count, positive_float, word
 from gpuplan.cli.calibration import add_calibration_option, efficiency_from_args
 from gpuplan.cli.dask_workers import add_timing_option, with_timing
+from gpuplan.cli.device_args import add_gpu_argument
 from gpuplan.cli.stack_flags import add_stack_options, stack_doc, stack_from_args
 from gpuplan.cli.train_args import add_strategy_options, add_timeline_options, resolve_pp_layers
 from gpuplan.cli.train_render import render_estimate
@@ -33,7 +34,7 @@ from gpuplan.validate.bands import documents as bands
 
 def add_cluster_options(p) -> None:
     """--gpu, --gpus, --cluster, --placement, shared with ``gpuplan search train``."""
-    p.add_argument("--gpu", type=word, help="accelerator key (default: the cluster's, else h200)")
+    add_gpu_argument(p, "accelerator key (default: the cluster's, else h200)")
     p.add_argument("--gpus", type=gpu_count, help="number of GPUs (the world size)")
     p.add_argument(
         "--cluster", type=word,

@@ -28,6 +28,7 @@ from typing import Any
 
 from gpuplan.cli import add_common_options, require_subcommand
 from gpuplan.cli.argtypes import non_negative, open_fraction, random_seed, word
+from gpuplan.cli.device_args import add_gpu_argument
 from gpuplan.errors import GpuplanError
 from gpuplan.tables import dump_json, format_value, render_table
 
@@ -304,7 +305,7 @@ def _register_trace(sub: Any) -> None:
     p.add_argument(
         "--params", metavar="JSON", help="with --kind: the case's params, inline JSON or a file"
     )
-    p.add_argument("--gpu", default="h200", type=word, help="with --kind/--params: the device (h200)")
+    add_gpu_argument(p, "with --kind/--params: the device (h200)", default="h200")
     p.add_argument(
         "--iterations",
         type=non_negative(int),

@@ -151,9 +151,32 @@ def get_accelerator(key: str) -> Accelerator:
     wanted = key.strip().lower()
     wanted = DEVICE_NAME_ALIASES.get(wanted, _names().get(wanted, wanted))
     try:
-        return catalogue[wanted]
+        return catalogue[wanted] if wanted in catalogue else _REGISTERED[wanted]
     except KeyError:
-        raise unknown_key("accelerator", key, catalogue) from None
+        raise unknown_key("accelerator", key, [*catalogue, *_REGISTERED]) from None
+
+
+# Devices described by the user (``hwmodels.own_device``: a ``--gpu FILE`` or an ``--override``),
+# added for this process beside the catalogue; never measured, never a catalogue key.
+_REGISTERED: dict[str, Accelerator] = {}
+
+
+def register_accelerator(acc: Accelerator) -> Accelerator:
+    """Make ``acc`` reachable by ``get_accelerator(acc.key)`` in this process (a device of one's
+    own). A catalogue key or marketing name is refused: a user's device never stands in for a
+    measured one; registering the same key again replaces the earlier device."""
+    taken = acc.key in _catalogue() or acc.key in _names() or acc.key in DEVICE_NAME_ALIASES
+    if taken:
+        raise GpuplanError(f"key={acc.key!r} is invalid for a device of one's own: it names a "
+                           "catalogue accelerator; choose another key (the base device goes "
+                           "in 'base')")  # fmt: skip
+    _REGISTERED[acc.key] = acc
+    return acc
+
+
+def is_catalogued(key: str) -> bool:
+    """Whether ``key`` is a catalogue key (not a device registered by the user)."""
+    return key in _catalogue()
 
 
 def list_accelerators() -> list[Accelerator]:
