@@ -27,6 +27,7 @@ from gpuplan.cli.dask_workers import (
     timed,
     with_timing,
 )
+from gpuplan.cli.device_args import add_gpu_argument
 from gpuplan.errors import GpuplanError
 from gpuplan.outputs import check_output, figure_suffixes, write_csv
 from gpuplan.tables import dump_json, render_table
@@ -82,6 +83,8 @@ def register(subparsers) -> None:
     add_sweep_options(p)
     add_timing_option(p)
     add_calibration_option(p)
+    add_gpu_argument(p, "build the scenario's nodes of this accelerator instead of its preset's "
+                     "(the preset's node size and domains, the accelerator's links)")  # fmt: skip
     p.set_defaults(func=run)
 
 
@@ -102,7 +105,7 @@ def run(args) -> int:
         # one piece per seed, merged in seed order; a bar only when the runs are here
         here = not (args.workers or args.scheduler)
         run_seed = partial(_run_seed, path=path.resolve(), progress=progress and here,
-                           calibration=_calibration(args))  # fmt: skip
+                           calibration=_calibration(args), gpu=args.gpu)  # fmt: skip
         batches = pool.map(run_seed, [seed + k for k in range(args.repeat)])
     results = batches[0]
     _write_tables(args, batches, seed)
@@ -160,11 +163,12 @@ def _calibration(args) -> str | None:
     return None if path is None else str(Path(path).resolve())
 
 
-def _run_seed(seed: int, *, path, progress: bool, calibration: str | None = None):
+def _run_seed(seed: int, *, path, progress: bool, calibration: str | None = None,
+              gpu: str | None = None):  # fmt: skip
     """Every run of the scenario at one seed: one piece of ``--repeat``."""
     from gpuplan.sim.runtime.cluster.scenario import run_scenario
 
-    return run_scenario(path, seed=seed, progress=progress, calibration=calibration)
+    return run_scenario(path, seed=seed, progress=progress, calibration=calibration, gpu=gpu)
 
 
 def _untimed(summary: dict) -> dict:

@@ -19,6 +19,7 @@ import json
 import shlex
 
 from gpuplan.cli.argtypes import positive_float
+from gpuplan.cli.device_args import with_device_keys
 from gpuplan.cli.diagnose_cmd import (
     declare,
     diagnose_setup,
@@ -64,7 +65,8 @@ def _document(args) -> dict:
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         a.command_func(a)
-    return json.loads(buf.getvalue())
+    origin = getattr(args, "device_origin", None)  # a device of one's own: its keys added
+    return json.loads(with_device_keys(buf.getvalue(), origin) if origin else buf.getvalue())
 
 
 def run(args) -> int:

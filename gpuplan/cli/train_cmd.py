@@ -156,11 +156,19 @@ def register(subparsers) -> None:
 def resolve_cluster(args):
     """The cluster of --cluster/--gpu/--placement."""
     from gpuplan.hwmodels.accelerators import get_accelerator
-    from gpuplan.sim.parallel.topology import cluster_for, get_cluster, with_placement
+    from gpuplan.sim.parallel.topology import (
+        built_of,
+        cluster_for,
+        get_cluster,
+        with_placement,
+    )
 
     if args.cluster:
         cluster = get_cluster(args.cluster)
-        if args.gpu and get_accelerator(args.gpu).key != cluster.gpu:
+        origin = getattr(args, "device_origin", None)  # a device of one's own (device_args)
+        if origin is not None and origin.base == cluster.gpu:
+            cluster = built_of(cluster, args.gpu)  # the preset's nodes, of the changed device
+        elif args.gpu and get_accelerator(args.gpu).key != cluster.gpu:
             raise GpuplanError(
                 f"--gpu {args.gpu} does not match --cluster {args.cluster}, which is built of "
                 f"{cluster.gpu}; drop one of them"

@@ -116,7 +116,7 @@ def train_report(doc: dict, diag: dict | None, *, command: str,
         ("kernel efficiencies", doc["efficiency_source"]),
         ("defaults in force", ", ".join(doc.get("defaults") or []) or "none"),
         *_money_inputs(b, electricity_usd_per_kwh),
-    ])  # fmt: skip
+    ], doc)  # fmt: skip
     sections = [inputs,
                 Section(title="Breakdown by layer and operator class",
                         figures=_breakdown_figures(doc)),
@@ -132,8 +132,10 @@ def train_report(doc: dict, diag: dict | None, *, command: str,
                   sections=tuple(sections), headline=tuple(head))  # fmt: skip
 
 
-def _inputs(command: str, rows) -> Section:
-    return Section(title="Inputs and assumptions", paragraphs=(f"command: {command}",),
+def _inputs(command: str, rows, doc: dict) -> Section:
+    # a device of one's own (cli.device_args) was never measured: its line says so
+    device = (doc["device_note"],) if doc.get("device_note") else ()
+    return Section(title="Inputs and assumptions", paragraphs=(f"command: {command}", *device),
                    tables=(Table(columns=("input", "value (source)"), rows=tuple(rows)),))
 
 
@@ -222,7 +224,7 @@ def serve_report(doc: dict, diag: dict | None, *, command: str, usd_per_gpu_hour
         ("kernel efficiencies", c["efficiency_source"]), ("GPU-hour price", price_source),
         ("energy", ENERGY_SOURCE),
         *_money_inputs(None, electricity_usd_per_kwh),
-    ])  # fmt: skip
+    ], doc)  # fmt: skip
     sections = [inputs,
                 Section(title="Capacity and latency", paragraphs=(
                     "the serving simulation keeps no per-operator breakdown; `gpuplan estimate` "
@@ -271,7 +273,7 @@ def cluster_report(doc: dict, *, command: str, electricity_usd_per_kwh: float | 
             [r["name"] for r in doc["runs"]], [r["summary"]["utilization"] for r in doc["runs"]],
             xlabel="utilization", title="utilization per run")))  # fmt: skip
     sections = [_inputs(command, [("runs", str(len(doc["runs"]))),
-                                  *_money_inputs(None, electricity_usd_per_kwh)]),
+                                  *_money_inputs(None, electricity_usd_per_kwh)], doc),
                 Section(title="Capacity per run", tables=(Table(columns=("run", *keys),
                                                                 rows=tuple(rows)),),
                         figures=tuple(figs)),

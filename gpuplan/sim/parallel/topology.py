@@ -169,6 +169,22 @@ def cluster_for(gpu: str) -> Cluster:
     )
 
 
+def built_of(cluster: Cluster, gpu: str) -> Cluster:
+    """``cluster``'s nodes (their size, scale-up domain, leaves and placement) built of
+    accelerator ``gpu`` instead, with its links where the catalogue or its file gives them (a
+    what-if of a preset: ``--cluster dgx-h200 --gpu h200 --override ...``)."""
+    acc = get_accelerator(gpu)
+    return replace(
+        cluster,
+        key=f"{cluster.key}-of-{acc.key}",
+        name=f"{cluster.name}, built of {acc.key}",
+        gpu=acc.key,
+        scaleup_bytes_per_s=acc.scaleup_bytes_per_s or cluster.scaleup_bytes_per_s,
+        scaleout_bytes_per_s=acc.scaleout_bytes_per_s or cluster.scaleout_bytes_per_s,
+        source=f"{cluster.source}; accelerator {acc.key}: {acc.source}",
+    )
+
+
 def with_placement(cluster: Cluster, order: str) -> Cluster:
     """``cluster`` with a placement given as text, innermost first: 'tp,cp,dp,pp'."""
     dims = tuple(d.strip() for d in order.replace("-", ",").split(",") if d.strip())

@@ -37,7 +37,7 @@ from importlib import resources
 from pathlib import Path
 
 from gpuplan.errors import GpuplanError, unknown_key
-from gpuplan.sim.parallel.topology import get_cluster
+from gpuplan.sim.parallel.topology import built_of, get_cluster
 from gpuplan.sim.runtime.cluster.checkpoint import CheckpointConfig
 from gpuplan.sim.runtime.cluster.config import ClusterConfig
 from gpuplan.sim.runtime.cluster.failures import load_causes
@@ -281,9 +281,11 @@ def runs(doc: dict) -> list[tuple[str, dict]]:
 
 
 def run_scenario(name_or_path, *, seed: int | None = None, progress: bool = False,
-                 calibration: str | None = None):  # fmt: skip
+                 calibration: str | None = None, gpu: str | None = None):  # fmt: skip
     """Run a scenario's base and variants; a list of ``ClusterResult``. ``calibration``: a fit
-    file of the cluster's GPU (``efficiency_from_file``) to price the steps with."""
+    file of the cluster's GPU (``efficiency_from_file``) to price the steps with; ``gpu``: an
+    accelerator key the clusters' nodes are built of instead of their preset's
+    (``topology.built_of``)."""
     from gpuplan.hwmodels.efficiency import efficiency_from_file
     from gpuplan.sim.runtime.cluster.run import simulate_cluster
 
@@ -300,6 +302,8 @@ def run_scenario(name_or_path, *, seed: int | None = None, progress: bool = Fals
     results = []
     for name, run_doc in runs(doc):
         cfg, jobs = build(run_doc, path.parent, where=f"{path}: run {name!r}")
+        if gpu is not None:
+            cfg = replace(cfg, cluster=built_of(cfg.cluster, gpu))
         fit = efficiency_from_file(calibration, cfg.cluster.gpu) if calibration else None
         results.append(simulate_cluster(cfg, jobs, seed=seed, progress=progress, name=name,
                                         fit=fit))  # fmt: skip
