@@ -165,6 +165,14 @@ def test_an_unmeasured_device_gets_an_unmeasured_band(capsys):
     assert "UNMEASURED" in mine["error_band_label"] and "h200-what-if" in mine["error_band_label"]
 
 
+def test_an_override_of_an_unmeasured_catalogue_device_is_not_called_measured(capsys):
+    doc = run_json(capsys, "estimate", "gemm", "--m", "64", "--n", "64", "--k", "64", "--gpu", "b200",
+                   "--override", "tdp_w=1200")
+    assert doc["device"] == "b200-what-if" and doc["device_measured"] is False
+    assert "what-if of the catalogue b200" in doc["device_note"]
+    assert "measured b200" not in doc["device_note"]
+
+
 def test_a_catalogue_key_alone_registers_nothing_and_adds_no_key(capsys):
     doc = run_json(capsys, "estimate", "gemm", "--m", "64", "--n", "64", "--k", "64")
     assert "device_measured" not in doc and not accelerators._REGISTERED

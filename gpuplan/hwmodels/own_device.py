@@ -67,7 +67,10 @@ class DeviceOrigin:
         if self.file:
             what = f"from {Path(self.file).name}" + (f", base {self.base}" if self.base else "")
         else:
-            what = f"what-if of the measured {self.base}"
+            from gpuplan.hwmodels.efficiency import calibrated_efficiency
+
+            measured = calibrated_efficiency(self.base) is not None
+            what = f"what-if of the {'measured' if measured else 'catalogue'} {self.base}"
         if self.overrides:
             what += f", {', '.join(self.overrides)}"
         return f"device: {self.key} ({what}; not measured: {fit_phrase(self.key)})"
