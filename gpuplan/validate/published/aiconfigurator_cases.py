@@ -96,14 +96,20 @@ def _attention(row, *, generation: bool) -> dict[str, Any]:
     hq, hkv = int(row["num_heads"]), int(row["num_key_value_heads"])
     if hq % hkv:
         raise NoAnswer(f"num_heads={hq} is not a multiple of num_key_value_heads={hkv}")
-    if int(row.get("beam_width", 1)) != 1:
+    if _int(row, "beam_width", 1) != 1:
         raise NoAnswer(f"beam_width={row['beam_width']}: beam search is not priced")
     isl = int(row["isl"])
     seq_kv = isl + int(row["step"]) if generation else isl
     return {"batch": int(row["batch_size"]), "heads_q": hq, "heads_kv": hkv,
             "seq_q": 1 if generation else isl, "seq_kv": seq_kv, "head_dim": int(row["head_dim"]),
             "causal": True, "pass": "fwd", "dtype": dtype,
-            "window": max(0, int(row.get("window_size", 0)))}
+            "window": max(0, _int(row, "window_size", 0))}
+
+
+def _int(row, col: str, default: int) -> int:
+    """An optional column (absent from some tables: NaN once tables are joined)."""
+    value = row.get(col)
+    return default if value is None or value == "" or pd.isna(value) else int(value)
 
 
 def _collective(row) -> dict[str, Any]:
