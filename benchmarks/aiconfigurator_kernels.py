@@ -91,6 +91,24 @@ def render(out: dict) -> str:
     return "\n".join(lines)
 
 
+def write_sample(args) -> int:
+    """``--sample`` rows of each table (seeded), with their own columns, as CSV under the
+    table's own relative path (``<system>/<family>/<framework>/<version>/<table>.csv``)."""
+    from pathlib import Path
+
+    data = aic.find_data(args.data)
+    rows = aic.read_tables(data, kinds=args.kinds, systems=args.systems, sample=args.sample,
+                           seed=args.seed)
+    extra = ["system", "device", "kind", "fw", "fw_version", "path"]
+    for path, table in rows.groupby("path", sort=True):
+        out = Path(args.write_sample) / Path(path).with_suffix(".csv")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        own = table.drop(columns=extra).dropna(axis=1, how="all").convert_dtypes()
+        own.rename(columns={"device_name": "device"}).to_csv(out, index=False)
+        print(f"{out}: {len(table)} rows")
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", help="aiconfigurator's systems/data folder (or one above it)")
@@ -101,12 +119,17 @@ def main(argv=None) -> int:
                    help=f"comma-separated, of {', '.join(aic.SYSTEMS)} (default: all known)")
     p.add_argument("--kinds", type=lambda s: s.split(","), default=aic.KINDS)
     p.add_argument("--by", choices=("kernel_source", "version"), help="one more grouping")
+    p.add_argument("--write-sample", metavar="DIR",
+                   help="write --sample rows of each table read as CSV under DIR (the committed "
+                   "data/aiconfigurator_sample) and stop")
     p.add_argument("--json", metavar="F")
     p.add_argument("--markdown", metavar="F")
     args = p.parse_args(argv)
     if args.sample < 0:
         p.error(f"--sample={args.sample} is invalid: use 0 (every row) or more")
     try:
+        if args.write_sample:
+            return write_sample(args)
         out = run(args)
     except GpuplanError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -175,7 +175,7 @@ def read_tables(data: Path, *, kinds=KINDS, systems=None, sample: int = 0,
                 seed: int = 0) -> pd.DataFrame:
     """Every row of the chosen tables, one frame, with ``system``, ``device`` (gpuplan's key),
     ``kind``, ``fw`` (the folder's framework), ``fw_version`` and ``path`` beside the table's own
-    columns. ``sample`` > 0 keeps that many rows of each table, drawn with ``seed``."""
+    columns (its own ``device`` renamed ``device_name``). ``sample`` > 0 keeps that many rows of each table, drawn with ``seed``."""
     devices = known_devices()
     unknown = sorted(set(systems or ()) - set(SYSTEMS))
     if unknown:
@@ -189,7 +189,8 @@ def read_tables(data: Path, *, kinds=KINDS, systems=None, sample: int = 0,
             continue
         for table in (t for t in TABLES if t.kind in kinds):
             for fw, version, path in table_files(data, system, table):
-                df = read_file(path)
+                # the table's own ``device`` (e.g. "NVIDIA B200") kept as ``device_name``
+                df = read_file(path).rename(columns={"device": "device_name"})
                 if sample and len(df) > sample:
                     df = df.sample(n=sample, random_state=seed).sort_index()
                 frames.append(df.assign(system=system, device=devices[system], kind=table.kind,
