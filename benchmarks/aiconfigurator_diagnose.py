@@ -7,6 +7,7 @@ cut by the quantity each mechanism names (nothing here is fitted or tuned on the
    microseconds, by m; 2. large GEMMs (m, n, k >= 4096): achieved TFLOP/s measured and predicted;
 3. tiny GEMMs (n k < 1e6): measured and predicted microseconds (the per-kernel fixed cost);
 4. context attention without a window, isl >= 4096: achieved TFLOP/s by kernel and head size;
+4b. attention by sliding window;
 5. NCCL: signed error by message size; 6. custom all-reduce under 64 KB: microseconds.
 """
 
@@ -78,6 +79,13 @@ def context_attention(f: pd.DataFrame) -> pd.DataFrame:
         signed_pct=("signed_pct", "median"))
 
 
+def windows(f: pd.DataFrame) -> pd.DataFrame:
+    a = f[f["kind"].isin(["context_attention", "generation_attention"]) & (f["reason"] == "")]
+    a = a.assign(window=a["window_size"].fillna(0).astype(int))
+    return a.pivot_table(index=["device", "kind", "window"], columns="fw", values="signed_pct",
+                         aggfunc="median")
+
+
 def by_size(f: pd.DataFrame, kind: str, index: list[str]) -> pd.DataFrame:
     c = f[(f["kind"] == kind) & (f["reason"] == "")]
     dtype_col = "nccl_dtype" if kind == "nccl" else "allreduce_dtype"
@@ -112,6 +120,7 @@ def main(argv=None) -> int:
                 ("2. large GEMMs: achieved TFLOP/s", large_gemms(f)),
                 ("3. tiny GEMMs (n k < 1e6): microseconds", tiny_gemms(f)),
                 ("4. context attention, isl >= 4096, no window: TFLOP/s", context_attention(f)),
+                ("4b. attention by sliding window (0: none): signed median %", windows(f)),
                 ("5. NCCL (half): signed median % by message bytes",
                  by_size(f, "nccl", ["device", "op_name", "num_gpus"])),
                 ("5b. custom all-reduce: signed median % by message bytes",
