@@ -93,6 +93,7 @@ def _attention(acc, eff, p):
         causal=p["causal"],
         pass_=p["pass"],
         dtype=p["dtype"],
+        window=p.get("window", 0),  # not a contract param: aiconfigurator's tables carry it
     )
 
 

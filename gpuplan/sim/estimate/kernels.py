@@ -52,7 +52,9 @@ def attention_breakdown(
     causal: bool,
     pass_: str,
     dtype: str,
+    window: int = 0,
 ) -> Breakdown:
+    """One attention call; ``window`` > 0: a sliding window of that many keys per query."""
     op = Attention(
         name="attention",
         batch=batch,
@@ -65,6 +67,7 @@ def attention_breakdown(
         causal=causal,
         pass_="fwd",
         dtype=dtype,
+        window=window,
     )
     ops = [op] + (backward_ops([op]) if pass_ == "fwd_bwd" else [])
     return Breakdown(items=(*_items_by_pass(ops, acc, eff), latency_item(eff)))
