@@ -50,7 +50,7 @@ def test_fsdp2_has_no_bucket_copy(layout):
     assert _memory(_line(layout, 1))["grad_buckets"] == 0
 
 
-@pytest.mark.parametrize("layout", list({r["layout"] for r in LINES}))
+@pytest.mark.parametrize("layout", sorted({r["layout"] for r in LINES}))
 def test_gradients_of_the_first_micro_batch_stay_through_the_later_forwards(layout):
     """Accumulation 4 peaks exactly one set of gradients above accumulation 1 (measured
     4.0 B/param in every layout); accumulation 1 frees them (zero_grad(set_to_none=True))."""
