@@ -92,7 +92,9 @@ class Deployment:
             raise GpuplanError(
                 f"tp={self.tp} does not divide {self.model.name}'s n_heads={self.model.n_heads}"
             )
-        check_formats(self.weight_dtype, self.kv_dtype, self.acc)
+        check_formats(self.weight_dtype, self.kv_dtype, self.acc, stack=self.stack)
+        if self.model.expert_weight_dtype:
+            check_formats(self.model.expert_weight_dtype, self.kv_dtype, self.acc, stack=self.stack)
         check_choice("impl", self.impl, IMPLS)
         check_positive("iteration_overhead_s", self.iteration_overhead_s, allow_zero=True)
         check_positive("host_extra_s", self.host_extra_s, allow_zero=True)
