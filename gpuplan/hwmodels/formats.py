@@ -85,16 +85,17 @@ def device_formats(acc) -> list[str]:
     return [name for name in BLOCK_FORMATS if has_format(acc, name)]
 
 
-def check_format(acc, name: str, *, field: str = "dtype", others: tuple[str, ...] = ()) -> None:
+def check_format(acc, name: str, *, field: str = "dtype", others: tuple[str, ...] = (),
+                 listed: tuple[str, ...] | None = None) -> None:
     """A one-line GpuplanError unless ``acc`` computes in ``name``: it names the device, its
     architecture, what the format needs, and the formats the device does have (``others``, the
-    caller's plain formats it runs, first)."""
+    caller's plain formats it runs, then its block formats; or exactly ``listed``)."""
     if has_format(acc, name):
         return
     fmt = block_format(name)
     arch = ARCH.get(acc.key) or "no CUDA/ROCm architecture"
     needs = ("Blackwell's NVFP4 tensor cores (16-value blocks, E4M3 scales)" if fmt is NVFP4
              else "block-scaled (MX) tensor cores: Blackwell or CDNA4")  # fmt: skip
-    has = [*others, *device_formats(acc)]
+    has = list(listed) if listed is not None else [*others, *device_formats(acc)]
     raise GpuplanError(f"{field}={name!r} cannot run on {acc.key} ({arch}): {fmt.name} needs "
                        f"{needs}; {acc.key} computes in {', '.join(has) or 'none of them'}")  # fmt: skip

@@ -172,16 +172,7 @@ def quantized_gemm_time(acc, op: Gemm, eff, *, weight_dtype: str = "bf16") -> Ke
 
 
 def block_gemm_time(acc, op: Gemm, eff, fmt_name: str) -> KernelTime:
-    """Both operands in a block-scaled format (W4A4 NVFP4 or MXFP4, or MXFP8): the fp8 GEMM
-    model's compute at the device's rate for the format (catalogue ``fp4`` or ``fp8`` peak over
-    its ``fp8`` one); the bytes of A and B in the format, their block scales included, and a
-    16-bit output. The caller checks the device has the format (``formats.check_format``)."""
-    fmt = block_format(fmt_name)
-    rate_over_fp8 = acc.peak(fmt.rate_dtype) / acc.peak("fp8")
-    compute_s = gemm_time(acc, op.m, op.n, op.k, "fp8", eff).compute_s / rate_over_fp8
-    moved = (fmt.tensor_bytes(op.m * op.k) + fmt.tensor_bytes(op.k * op.n)
-             + op.m * op.n * dtype_bytes(op.dtype))  # fmt: skip
-    memory_s = gemm_memory_s(acc, op.m, op.n, op.k, "bf16", eff) * (
-        moved / gemm_bytes(op.m, op.n, op.k, "bf16")
-    )
-    return KernelTime(compute_s, memory_s, eff.kernel_overhead_s).scaled(op.count)
+    """Both operands in a block-scaled format (W4A4 NVFP4 or MXFP4, or MXFP8): the GEMM model's
+    own price of it (``hwmodels.gemm.block_scaled_gemm_time``: the device's rate for the format,
+    its bytes with the block scales). The caller checks the device has the format."""
+    return gemm_time(acc, op.m, op.n, op.k, block_format(fmt_name).name, eff).scaled(op.count)
