@@ -252,5 +252,5 @@ def test_gpt_oss_expert_gemms_are_priced_in_mxfp4():
 
     mx, bf = (StepModel(stack_deployment(_gpt_oss_20b(e), "h200", "vllm")) for e in ("mxfp4", ""))
     assert mx.decode_s(8, 8 * 1000) < bf.decode_s(8, 8 * 1000)  # experts stream a quarter
-    with pytest.raises(GpuplanError, match="expert|weight_dtype"):
+    with pytest.raises(GpuplanError, match="gpt-oss-20b: expert_weight_dtype=.nope. is invalid"):
         stack_deployment(_gpt_oss_20b("nope"), "h200", "vllm")
