@@ -213,6 +213,19 @@ def test_nvfp4_and_mxfp8_training_on_blackwell():
     assert fp8 < mxfp8 < bf16  # the same FP8 rate, more quantize traffic than delayed scaling
 
 
+def test_block_recipes_keep_both_orientations_of_their_weights():
+    import json
+
+    weights = {}
+    for p in ("bf16", "fp8", "mxfp8", "nvfp4"):
+        rc, out, err = _run([*TRAIN, "--gpu", "b200", "--precision", p])
+        assert rc == 0, err
+        weights[p] = json.loads(out)["memory_bytes"]["weights"]
+    n = (weights["fp8"] - weights["bf16"]) / 1.0  # parameters per GPU: fp8 adds one byte each
+    assert weights["mxfp8"] - weights["bf16"] == pytest.approx(n * 2 * (1 + 1 / 32))
+    assert weights["nvfp4"] - weights["bf16"] == pytest.approx(n * 2 * (0.5 + 1 / 16))
+
+
 @pytest.mark.parametrize(("gpu", "precision"), [("h200", "mxfp8"), ("h100-sxm", "nvfp4"),
                                                 ("mi355x", "nvfp4"), ("a100-sxm-80gb", "fp8")])
 def test_train_refuses_a_recipe_the_device_lacks_in_one_line(gpu, precision):

@@ -35,6 +35,11 @@ from gpuplan.workloads.ops import Gemm, Memory
 # The GEMM precisions of training, as the search encodes them (index = code); bf16 first.
 PRECISION_CODES = ("bf16", "fp8", "mxfp8", "nvfp4")
 BLOCK_RECIPES = ("mxfp8", "nvfp4")  # Transformer Engine's block-scaled recipes (Blackwell)
+# The low-precision weight copies a recipe keeps through the step, bytes per parameter, by code:
+# fp8 one (TE's fp8 weight; its transpose is not counted, as before); mxfp8 and nvfp4 both
+# orientations with their scales (a block-scaled tensor's transpose needs its own layout; NVFP4's
+# 2D weight scales make its values the same, but Blackwell's FP4 MMA reads K-major operands).
+WEIGHT_COPY_BYTES = (0.0, 1.0, 2 * (1 + 1 / 32), 2 * (0.5 + 1 / 16))
 # the catalogue peak each precision's GEMMs run at (MFU is taken against it)
 RATE_DTYPE = {"bf16": "bf16", "fp8": "fp8", "mxfp8": "fp8", "nvfp4": "fp4"}
 
