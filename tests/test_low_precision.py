@@ -267,3 +267,14 @@ def test_gpt_oss_expert_gemms_are_priced_in_mxfp4():
     assert mx.decode_s(8, 8 * 1000) < bf.decode_s(8, 8 * 1000)  # experts stream a quarter
     with pytest.raises(GpuplanError, match="gpt-oss-20b: expert_weight_dtype=.nope. is invalid"):
         stack_deployment(_gpt_oss_20b("nope"), "h200", "vllm")
+
+
+def test_diagnose_offers_nvfp4_on_blackwell_and_bounds_by_the_fastest_training_rate():
+    rc, out, err = _run(["diagnose", "train", "--model", "llama3-8b", "--gpu", "b200", "--gpus",
+                         "8", "--no-timing"])  # fmt: skip
+    assert rc == 0, err
+    assert "NVFP4 GEMMs" in out and "fp4 dense peak" in out
+    rc, out, err = _run(["diagnose", "train", "--model", "llama3-8b", "--gpu", "h200", "--gpus",
+                         "8", "--no-timing"])  # fmt: skip
+    assert rc == 0, err
+    assert "NVFP4" not in out and "fp8 dense peak" in out
