@@ -384,6 +384,7 @@ def test_gpus_json_has_raw_si_numbers(capsys, catalogue):
         "name": "Test h200",
         "bf16_flops_per_s": 9.894e14,
         "fp8_flops_per_s": 1.9789e15,
+        "fp4_flops_per_s": None,
         "hbm_bytes": 141e9,
         "hbm_bytes_per_s": 4.8e12,
         "l2_bytes": 50e6,

@@ -58,7 +58,7 @@ def _kernels(stack: str, gpu: str):
     return k.prefill, k.train, k.decode
 
 
-@pytest.mark.parametrize("gpu", ["b200", "gb200"])
+@pytest.mark.parametrize("gpu", ["b200", "gb200", "b300", "gb300"])
 def test_blackwell_takes_the_engines_own_kernels_priced_as_cudnn(gpu):
     for stack in ("vllm", "sglang", "trt-llm", "gpuplan-server"):
         assert _kernels(stack, gpu) == ("cudnn", "cudnn", "cudnn"), stack
@@ -71,6 +71,7 @@ def test_kernels_unchanged_where_they_already_ran():
     assert _kernels("gpuplan-server", "h200") == ("flash2", "flash2", "flash2")
     assert _kernels("vllm", "h200") == ("flash3", "flash3", "flash3")
     assert _kernels("sglang", "mi300x") == ("flash2", "flash2", "flash2")  # aiter, as FA2's
+    assert _kernels("sglang", "mi355x") == ("flash2", "flash2", "flash2")  # gfx950: the same
 
 
 def test_stacks_refuse_where_their_framework_does_not_build():
@@ -109,16 +110,22 @@ CASES = {
 def test_every_dtype_the_help_lists_for_a_kind_is_accepted(kind):
     dtypes = _dtypes_by_kind()[kind]
     assert dtypes
-    for dtype in dtypes:
-        rc, err = _run([*CASES[kind].split(), "--gpu", "h200", "--dtype", dtype])
+    for dtype in dtypes:  # b200 has every GEMM format listed, the block-scaled ones included
+        rc, err = _run([*CASES[kind].split(), "--gpu", "b200", "--dtype", dtype])
         assert rc == 0, (dtype, err)
 
 
-def test_gemm_int4_refusal_points_to_the_weight_only_pricing():
-    assert "int4" not in _dtypes_by_kind()["gemm"]
-    rc, err = _run([*CASES["gemm"].split(), "--dtype", "int4"])
-    assert rc == 2 and len(err.strip().splitlines()) == 1
-    assert "--weight-dtype int4" in err
+def test_gemm_lists_the_low_precision_formats_and_int4_runs_as_w4a16_everywhere():
+    gemm = _dtypes_by_kind()["gemm"]
+    assert {"fp4", "nvfp4", "mxfp4", "mxfp8", "int4"} <= set(gemm)
+    rc, err = _run([*CASES["gemm"].split(), "--gpu", "h200", "--dtype", "int4"])
+    assert rc == 0, err
+
+
+@pytest.mark.parametrize("gpu", ["b300", "gb300", "mi355x", "tpu-v6e", "tpu-v7"])
+def test_the_new_gpus_have_their_architecture_and_tpus_none(gpu):
+    expected = {"b300": "sm_103", "gb300": "sm_103", "mi355x": "gfx950"}.get(gpu)
+    assert ARCH.get(gpu) == expected
 
 
 @pytest.mark.parametrize("gpu", ["h200", "b200", "jetson-agx-orin-64gb"])

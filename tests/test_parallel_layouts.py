@@ -214,7 +214,7 @@ def test_search_fp8_on_a_gpu_without_it_is_an_error(capsys):
     code, _out, err = run(capsys, "search", "train", "--model", "llama3-8b", "--gpu",
                           "a100-sxm-80gb", "--gpus", "8", "--global-batch", "8", "--precision",
                           "fp8")  # fmt: skip
-    assert code == 2 and "precision=fp8 is not supported by a100-sxm-80gb" in err
+    assert code == 2 and "precision='fp8' is not supported by a100-sxm-80gb" in err
 
 
 def test_search_json_has_the_overlaps_distinct_layouts_and_interruptions(capsys):

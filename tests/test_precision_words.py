@@ -29,7 +29,7 @@ def test_train_takes_the_mixed_words_as_their_gemm_precision(capsys, word, same)
 def test_an_unknown_precision_is_one_line_naming_the_words(capsys):
     assert main(["train", "--model", "llama3-8b", "--precision", "int4"]) == 2
     err = capsys.readouterr().err.strip()
-    assert "\n" not in err and "bf16 or fp8" in err and "bf16-mixed" in err
+    assert "\n" not in err and "bf16, fp8, mxfp8 or nvfp4" in err and "bf16-mixed" in err
 
 
 @pytest.mark.parametrize("command", [["estimate"], ["train"], ["search", "train"]])

@@ -43,6 +43,7 @@ GPU_COLUMNS = (
     "name",
     "bf16_flops_per_s",
     "fp8_flops_per_s",
+    "fp4_flops_per_s",
     "hbm_bytes",
     "hbm_bytes_per_s",
     "l2_bytes",
@@ -52,6 +53,7 @@ GPU_COLUMNS = (
 GPU_HEADERS = {
     "bf16_flops_per_s": "bf16 dense",
     "fp8_flops_per_s": "fp8 dense",
+    "fp4_flops_per_s": "fp4 dense",
     "hbm_bytes": "HBM",
     "hbm_bytes_per_s": "HBM bandwidth",
     "l2_bytes": "L2",
@@ -164,6 +166,7 @@ def gpu_row(acc: Any) -> dict[str, Any]:
         "name": acc.name,
         "bf16_flops_per_s": acc.peak_flops_per_s.get("bf16"),
         "fp8_flops_per_s": acc.peak_flops_per_s.get("fp8"),
+        "fp4_flops_per_s": acc.peak_flops_per_s.get("fp4"),
         "hbm_bytes": acc.hbm_bytes,
         "hbm_bytes_per_s": acc.hbm_bytes_per_s,
         "l2_bytes": acc.l2_bytes,

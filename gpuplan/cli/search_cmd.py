@@ -43,7 +43,8 @@ COLUMNS = [
 ]  # fmt: skip
 
 
-PRECISION_CHOICES = {"bf16": ("bf16",), "fp8": ("fp8",), "any": ("bf16", "fp8")}
+PRECISION_CHOICES = {"bf16": ("bf16",), "fp8": ("fp8",), "mxfp8": ("mxfp8",), "nvfp4": ("nvfp4",),
+                     "any": ("bf16", "fp8")}
 
 
 def register(subparsers) -> None:

@@ -23,7 +23,10 @@ from gpuplan.cli.train_args import first_last_arg, pp_layers_arg
 from gpuplan.limits import MAX_CV
 
 POLICIES = ("static", "dynamic", "continuous", "chunked")
-WEIGHT_DTYPES = ("bf16", "fp8", "int8", "int4")
+EDGE_ALL = ("bf16", "fp8", "int8", "int4")  # serve edge --weight-dtype all
+# the block-scaled 4-bit formats beside them (sim.runtime.serving.quantization: NVFP4 W4A4 where
+# the device has FP4 tensor cores, weight-only elsewhere; MXFP4 weight-only, as vLLM runs it)
+WEIGHT_DTYPES = (*EDGE_ALL, "nvfp4", "mxfp4")
 KV_DTYPES = ("bf16", "fp8")
 ROUTERS = ("round_robin", "least_outstanding", "shortest_queue_tokens")
 DEFAULT_STACK = "gpuplan-server"  # what serve priced before stacks (sim.stacks.serving)

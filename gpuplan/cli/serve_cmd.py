@@ -173,6 +173,8 @@ def _check_serve_outputs(args) -> None:
 
 
 def _serve_doc(args, dep, sched, workload, result, replicas: int, stack=None) -> dict:
+    from gpuplan.sim.runtime.serving.quantization import weight_path
+
     cap = result.capacity
     config = {
         "stack": None if stack is None else {**stack_doc(stack, dep.acc),
@@ -196,6 +198,8 @@ def _serve_doc(args, dep, sched, workload, result, replicas: int, stack=None) ->
         "seed": args.seed,
         "efficiency_source": dep.eff.source,
     }
+    if path := weight_path(dep.acc, dep.weight_dtype):  # a block format: how it runs there
+        config["weight_path"] = path
     return {
         **result.summary,
         "config": config,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from gpuplan.cli.argtypes import positive, word
 from gpuplan.cli.calibration import add_calibration_option, efficiency_line
 from gpuplan.cli.device_args import add_gpu_argument
-from gpuplan.cli.serve_args import DEFAULT_STACK, KV_DTYPES, WEIGHT_DTYPES, int_values
+from gpuplan.cli.serve_args import DEFAULT_STACK, EDGE_ALL, KV_DTYPES, WEIGHT_DTYPES, int_values
 from gpuplan.cli.serve_inputs import efficiency_fit
 from gpuplan.cli.stack_flags import add_stack_options, stack_doc, stack_from_args, stack_line
 from gpuplan.errors import GpuplanError
@@ -43,7 +43,7 @@ def run_edge(args) -> int:
     spec = None if args.speculative is None else parse_speculation(args.speculative)
     if args.draft_model and (spec is None or spec.method != "draft"):
         raise GpuplanError("--draft-model is used by --speculative draft:K:ACCEPTANCE only")
-    dtypes = WEIGHT_DTYPES if args.weight_dtype == "all" else (args.weight_dtype,)
+    dtypes = EDGE_ALL if args.weight_dtype == "all" else (args.weight_dtype,)
     frame = edge_estimates(
         args.model,
         args.gpu,
@@ -72,6 +72,11 @@ def run_edge(args) -> int:
         f"{args.prompt_tokens}-token prompt\n"
     )
     print(render_table(frame, cols))
+    from gpuplan.sim.runtime.serving.quantization import weight_path
+
+    for w in dtypes:
+        if line := weight_path(acc, w):
+            print(line)
     print(stack_line(stack, acc) if stack else f"stack {DEFAULT_STACK}: its kernels priced as "
           f"FlashAttention-2's on {acc.key}, which has no CUDA/ROCm architecture")
     print(efficiency_line(source))

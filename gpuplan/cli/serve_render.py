@@ -36,6 +36,7 @@ def _setup_lines(doc: dict) -> list[str]:
         + f"{c['weight_dtype']} weights, {c['kv_dtype']} KV cache, {c['policy']} batching "
         f"(max {c['max_seqs']} sequences)",
         defaults_line(c.get("defaults", [])),
+        *([c["weight_path"]] if c.get("weight_path") else []),
         f"KV cache per replica: {kv['blocks']:,} blocks of {kv['block_tokens']} tokens "
         f"({kv['tokens']:,} tokens, {format_value('bytes', kv['kv_bytes_per_gpu'])} per GPU); "
         f"weights {format_value('bytes', kv['weights_bytes_per_gpu'])} per GPU",

@@ -29,15 +29,18 @@ def zero_stage(text: str) -> int:
     return int(text)
 
 
-PRECISION_WORDS = {"bf16": "bf16", "fp8": "fp8", "bf16-mixed": "bf16", "fp8-mixed": "fp8"}
+PRECISION_WORDS = {"bf16": "bf16", "fp8": "fp8", "bf16-mixed": "bf16", "fp8-mixed": "fp8",
+                   "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
 
 
 def training_precision(text: str) -> str:
-    """--precision of train and search: bf16 or fp8 GEMMs (``-mixed`` accepted, the same)."""
+    """--precision of train and search: bf16, fp8, or on Blackwell the block-scaled mxfp8 and
+    nvfp4 recipes (``sim.parallel.fp8``) (``-mixed`` accepted, the same)."""
     word = text.strip().lower()
     if word not in PRECISION_WORDS:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a precision: bf16 or fp8 (bf16-mixed, fp8-mixed are the same)"
+            f"{text!r} is not a precision: bf16, fp8, mxfp8 or nvfp4 (bf16-mixed, fp8-mixed are "
+            "the same as bf16, fp8)"
         )
     return PRECISION_WORDS[word]
 
@@ -89,7 +92,8 @@ def add_strategy_options(p) -> None:
                    help="activation recomputation (default: the stack's: none; fsdp2 selective; "
                    "composer-fsdp full)")  # fmt: skip
     p.add_argument("--precision", type=training_precision, default=None,
-                   help="GEMM precision of mixed-precision training: bf16 (default) or fp8; "
+                   help="GEMM precision of mixed-precision training: bf16 (default), fp8, or "
+                   "Transformer Engine's block-scaled mxfp8 and nvfp4 recipes (Blackwell); "
                    "weights, gradients and Adam state per --state-precision. bf16-mixed and "
                    "fp8-mixed are the same words (estimate train-step's bf16-mixed is bf16)")  # fmt: skip
     p.add_argument(

@@ -38,7 +38,7 @@ def add_cluster_options(p) -> None:
     p.add_argument("--gpus", type=gpu_count, help="number of GPUs (the world size)")
     p.add_argument(
         "--cluster", type=word,
-        help="cluster preset: dgx-a100, dgx-h100, dgx-h200, gb200-nvl72 "
+        help="cluster preset: dgx-a100, dgx-h100, dgx-h200, gb200-nvl72, gb300-nvl72 "
         "(default: the preset of --gpu, else 8-GPU nodes of it)",
     )
     p.add_argument(

@@ -10,7 +10,10 @@ and what is uncertain about it):
 - SI units: FLOP/s, bytes, bytes/s, Hz, W. A blank cell is unknown (``None`` here), never 0.
 - Peak rates are dense (no 2:4 sparsity). NVIDIA and AMD headline tensor figures are sparse; the
   catalogue holds half of them. ``int8`` is in operations/s. A dtype the chip has no path for is
-  absent from ``peak_flops_per_s`` (the A100 has no fp8).
+  absent from ``peak_flops_per_s`` (the A100 has no fp8; only Blackwell and CDNA4 have fp6 and
+  fp4, the ``fp6_flops_per_s`` and ``fp4_flops_per_s`` columns): a blank cell, as for any
+  unknown figure, because 0 would be a rate. Where a vendor lists FP6 with FP8 ("FP8/FP6",
+  NVIDIA) the fp6 rate is the fp8 one; where with FP4 (AMD CDNA4) the fp4 one.
 - Link bandwidths are per device and one direction: NVLink 4 is 900 GB/s "bidirectional", so
   450e9 here; a 400 Gb/s NDR NIC is 50e9; PCIe Gen5 x16 is 64e9.
 - Capacities are the vendor's printed figure read as decimal (H200: 141e9). What the runtime sees
@@ -36,7 +39,9 @@ from gpuplan.errors import GpuplanError, check_choice, check_key, check_positive
 if TYPE_CHECKING:
     import pandas
 
-DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
+# fp6 and fp4: the tensor-core rate of 6- and 4-bit floating-point inputs (FP6 E2M3/E3M2, FP4
+# E2M1) with their block scales, NVFP4 and the OCP MX formats alike (``hwmodels.formats``).
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp6", "fp4", "int8")
 FORMS = ("datacenter", "edge")
 
 # The roofline ridge uses the first of these a device supports: bf16 is what LLMs run in.
@@ -63,11 +68,15 @@ DEVICE_NAME_ALIASES = {
     "nvidia a100-sxm4-40gb": "a100-sxm-40gb",
     "nvidia b200": "b200",
     "nvidia gb200": "gb200",
+    "nvidia b300 sxm6 ac": "b300",
+    "nvidia b300": "b300",
+    "nvidia gb300": "gb300",
     "nvidia l40s": "l40s",
     "nvidia l4": "l4",
     "amd instinct mi300x": "mi300x",
     "amd instinct mi300x vf": "mi300x",
     "amd instinct mi325x": "mi325x",
+    "amd instinct mi355x": "mi355x",
     "apple m2 ultra": "m2-ultra",
 }
 

@@ -1,9 +1,10 @@
 """The GPU architecture of each catalogue device, as the kernels that run on it see it.
 
 NVIDIA's "CUDA GPUs - Compute Capability" table: H100 and H200 (GH100) are sm_90, A100 (GA100)
-sm_80, L40S and L4 (AD10x) sm_89, Jetson AGX Orin sm_87, B200 and GB200 sm_100; AMD's ROCm "GPU
-hardware specifications": MI300X and MI325X are gfx942. A device not listed runs neither CUDA
-nor ROCm kernels (Gaudi, TPU, Apple). Which attention kernels run where (``sim.stacks.kernels``)
+sm_80, L40S and L4 (AD10x) sm_89, Jetson AGX Orin sm_87, B200 and GB200 sm_100, B300 and GB300
+(Blackwell Ultra) sm_103 (CUTLASS Blackwell documentation: "B300 Tensor Core GPU 10.3 (SM103)");
+AMD's ROCm "GPU hardware specifications": MI300X and MI325X are gfx942, MI355X (CDNA4) gfx950
+(the same table: "MI355X CDNA4 gfx950"). A device not listed runs neither CUDA nor ROCm kernels (Gaudi, TPU, Apple). Which attention kernels run where (``sim.stacks.kernels``)
 and which published kernel shares of peak transfer between devices (``efficiency``) read this
 one table.
 """
@@ -20,9 +21,15 @@ ARCH = {
     "a100-pcie-80gb": "sm_80",
     "b200": "sm_100",
     "gb200": "sm_100",
+    "b300": "sm_103",
+    "gb300": "sm_103",
     "l40s": "sm_89",
     "l4": "sm_89",
     "jetson-agx-orin-64gb": "sm_87",
     "mi300x": "gfx942",
     "mi325x": "gfx942",
+    "mi355x": "gfx950",
 }
+# The datacenter Blackwell architectures: what runs on sm_100 runs on sm_103 (CUTLASS builds
+# both from its sm100a kernels; vLLM and FlashInfer test ``device_capability.major == 10``).
+BLACKWELL = ("sm_100", "sm_103")

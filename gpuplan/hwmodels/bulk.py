@@ -36,6 +36,7 @@ from gpuplan.hwmodels.attention import (
 )
 from gpuplan.hwmodels.collectives import ALGORITHMS, link_override_or_default, tree_terms
 from gpuplan.hwmodels.elementwise import ROW_REDUCTIONS, kernel_family
+from gpuplan.hwmodels.formats import BLOCK_FORMATS
 from gpuplan.hwmodels.gemm import (
     ALIGN_BYTES,
     MIN_K_SLICE,
@@ -319,6 +320,8 @@ def price_ops(ops: Sequence, acc, eff) -> KernelTimes:
     for i, op in enumerate(ops):
         if isinstance(op, Gemm) and is_grouped(op):
             key = "scalar"  # a grouped GEMM: a few per step, priced by the scalar model
+        elif isinstance(op, Gemm) and op.dtype in BLOCK_FORMATS:
+            key = "scalar"  # block-scaled: the scalar model's fp8 tiles at the format's rate
         elif isinstance(op, Gemm):
             key = ("gemm", op.dtype)
         elif isinstance(op, Attention):

@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 
 from gpuplan.hwmodels.efficiency import Efficiency
+from gpuplan.hwmodels.formats import BLOCK_FORMATS, block_format
 from gpuplan.hwmodels.kernel_time import KernelTime
 from gpuplan.hwmodels.power import SIMT_DTYPES, throttled
 from gpuplan.workloads.dtypes import dtype_bytes
@@ -78,6 +79,8 @@ def is_aligned(n: int, k: int, dtype: str) -> bool:
 
 def gemm_time(acc, m: int, n: int, k: int, dtype: str, eff: Efficiency) -> KernelTime:
     """Time of C[m, n] = A[m, k] @ B[k, n] in ``dtype`` on accelerator ``acc``."""
+    if dtype in BLOCK_FORMATS:
+        return block_scaled_gemm_time(acc, m, n, k, dtype, eff)
     aligned = is_aligned(n, k, dtype)
     if dtype in SIMT_DTYPES and m <= SIMT_GEMV_MAX_ROWS:
         return _simt_gemv_time(acc, m, n, k, dtype, eff)
@@ -86,6 +89,19 @@ def gemm_time(acc, m: int, n: int, k: int, dtype: str, eff: Efficiency) -> Kerne
     compute_s = throttled(compute_s, eff, dtype)  # the clock the power limit allows
     memory_s = gemm_memory_s(acc, m, n, k, dtype, eff, aligned=aligned)
     return KernelTime(compute_s, memory_s, eff.gemm_overhead_s)
+
+
+def block_scaled_gemm_time(acc, m, n, k, dtype: str, eff: Efficiency) -> KernelTime:
+    """Both operands in a block-scaled format (``hwmodels.formats``): the fp8 model's tiles at the
+    device's rate for the format (its catalogue peak over the fp8 one: Blackwell's FP4 2x or
+    2.9x, MXFP8 1x), its memory term scaled to the format's bytes (scales included) and a bf16
+    output. No fitted rate of its own: the fp8 GEMM's share of peak stands for it."""
+    fmt = block_format(dtype)
+    base = gemm_time(acc, m, n, k, "fp8", eff)
+    moved = fmt.tensor_bytes(m * k) + fmt.tensor_bytes(k * n) + m * n * dtype_bytes("bf16")
+    fp8_moved = (m * k + k * n) * dtype_bytes("fp8") + m * n * dtype_bytes("bf16")
+    return KernelTime(base.compute_s * acc.peak("fp8") / acc.peak(fmt.rate_dtype),
+                      base.memory_s * moved / fp8_moved, base.launch_s)  # fmt: skip
 
 
 def _simt_gemv_time(acc, m, n, k, dtype, eff: Efficiency) -> KernelTime:

@@ -1,7 +1,8 @@
 """The contract's table of measurement-record kinds (ARCHITECTURE.md, "Measurement records"):
 each kind's params with the rule their values follow, its optional params, its measured metrics.
 
-- The contract fixes the dtype list of ``gemm`` only. Kernels of the other compute kinds run in
+- The contract fixes the dtype list of ``gemm`` only (``GEMM_DTYPES``: its six and the low-precision
+  formats beside them). Kernels of the other compute kinds run in
   a floating format (``FLOAT_DTYPES``); a collective moves any format of ``DTYPE_BYTES``.
 - Shape rules that make a record meaningless otherwise are part of the table: ``heads_q`` a
   multiple of ``heads_kv`` (GQA), ``hidden`` a multiple of ``heads_q`` (head_dim = hidden /
@@ -24,7 +25,11 @@ POSITIVE_INT = "positive integer"
 MAX_INT = 2**53  # the largest integer a float holds exactly (IEEE 754 binary64)
 BOOLEAN = "boolean"
 PASSES = ("fwd", "fwd_bwd")
-GEMM_DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8", "int8")
+# the contract's six, then (an extension beside them, as ``tp_layer`` is) the block-scaled formats
+# of ``hwmodels.formats`` (fp4 is NVFP4) and int4, the weight-only W4A16 GEMM (16-bit
+# activations, int4 weights with one fp16 scale per 128, dequantized to bf16 math: Marlin)
+GEMM_DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8", "int8", "fp4", "nvfp4", "mxfp4", "mxfp8",
+               "int4")
 FLOAT_DTYPES = ("bf16", "fp16", "fp32", "fp8")
 ELEMENTWISE_OPS = ("layernorm", "rmsnorm", "gelu", "silu_mul", "softmax", "add", "dropout_add")
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")

@@ -87,6 +87,7 @@ class ModelConfig:
     # vision-language model: this config is its language model; the tower adds the images
     vision_tower: VisionTower | None = None
     source: str = ""  # where the numbers come from
+    expert_weight_dtype: str = ""  # structure read from config.json (hf reader)
 
     def __post_init__(self) -> None:
         self._check_sizes()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from gpuplan.sim.diagnose.walk import Candidate, LayerOffer, Limit, Priced, Settings
 from gpuplan.sim.parallel.cost import usd_per_million_tokens
+from gpuplan.sim.parallel.fp8 import RATE_DTYPE, supports_precision
 
 TILE = 128  # tensor-core tile edge of Hopper's WGMMA kernels (CUTLASS 3 tile shapes)
 # gpuplan has no prefill or training fit of FlashInfer (pricing it fails): left out
@@ -58,7 +59,10 @@ def training_offers(cfg, cluster, *, search_layout, default_stack: str):
         if layer == 4:
             return _training_compilation(stack_of(s, default_stack), s, st)
         c = []
-        if acc.supports("fp8") and st.precision != "fp8":
+        if supports_precision(acc, "nvfp4") and st.precision != "nvfp4":  # Blackwell's recipe
+            c.append(Candidate(change="NVFP4 GEMMs (docs/precision.md)",
+                               edits={"--precision": "nvfp4", "--impl": None}))  # fmt: skip
+        if acc.supports("fp8") and st.precision == "bf16":
             c.append(Candidate(change="FP8 GEMMs", edits={"--precision": "fp8"}))
             own = stack_of(s, default_stack).elementwise
             if s.get("--impl", own) != own:  # the fp8 casts follow the elementwise kernels
@@ -161,11 +165,12 @@ def _layout(edits) -> str:
 
 
 def training_limit(now: Priced, acc) -> Limit:
-    """Model FLOPs of the step over every GPU's fastest dense tensor rate (FP8 where the device
-    has it, else BF16; accelerators.csv, datasheets): a compute roofline that no communication,
-    bubble, memory traffic or host time is allowed to lengthen."""
+    """Model FLOPs of the step over every GPU's fastest dense tensor rate a training recipe runs
+    at (FP4 where the device trains in NVFP4, else FP8 where it has it, else BF16;
+    accelerators.csv, datasheets): a compute roofline that no communication, bubble, memory
+    traffic or host time is allowed to lengthen."""
     est = now.detail
-    precision = "fp8" if acc.supports("fp8") else "bf16"
+    precision = next(RATE_DTYPE[p] for p in ("nvfp4", "fp8", "bf16") if supports_precision(acc, p))
     bound_s = est.model_flops_per_step / (est.gpus * acc.peak(precision))
     return Limit(metric=bound_s, figures={"step_time_s": bound_s, "mfu": 1.0},
                  basis=f"model FLOPs / ({est.gpus} GPUs x {precision} dense peak)")

@@ -11,20 +11,50 @@ from gpuplan.workloads.ops import Attention, Elementwise, Gemm
 
 
 def gemm_breakdown(acc, eff, *, m: int, n: int, k: int, dtype: str) -> Breakdown:
-    kt = gemm_time(acc, m, n, k, dtype, eff)
-    op = Gemm(name="gemm", m=m, n=n, k=k, dtype=dtype)
+    if dtype in LOW_PRECISION_GEMM:
+        kt, moved = low_precision_gemm(acc, eff, m=m, n=n, k=k, dtype=dtype)
+    else:
+        kt = gemm_time(acc, m, n, k, dtype, eff)
+        moved = Gemm(name="gemm", m=m, n=n, k=k, dtype=dtype).bytes
     item = Item(
         layer="model",
         category="gemm",
         op=f"gemm {m}x{n}x{k} {dtype}",
         phase="fwd",
         time_s=kt.total_s,
-        flops=op.flops,
-        bytes=op.bytes,
+        flops=2.0 * m * n * k,
+        bytes=moved,
         kernels=1,
         bound=kt.bound,
     )
     return Breakdown(items=(item, latency_item(eff)))
+
+
+LOW_PRECISION_GEMM = ("fp4", "nvfp4", "mxfp4", "mxfp8", "int4")
+_PLAIN = ("bf16", "fp16", "fp32", "tf32", "fp8", "int8")
+
+
+def low_precision_gemm(acc, eff, *, m: int, n: int, k: int, dtype: str):
+    """(time, bytes moved) of a GEMM in a block-scaled format (both operands in it, at the
+    device's rate for it: ``quantization.block_gemm_time``, the cost ``serve`` puts on NVFP4
+    weights) or, for int4, the weight-only W4A16 GEMM ``serve --weight-dtype int4`` prices. A
+    device without the format's tensor cores is a one-line error naming what it computes in."""
+    from gpuplan.hwmodels.formats import block_format, check_format
+    from gpuplan.sim.runtime.serving.quantization import (
+        block_gemm_time,
+        quantized_gemm_time,
+        weight_bytes_per_param,
+    )
+
+    op = Gemm(name="gemm", m=m, n=n, k=k, dtype="bf16")
+    if dtype == "int4":
+        moved = (m * k + m * n) * 2 + k * n * weight_bytes_per_param("int4")
+        return quantized_gemm_time(acc, op, eff, weight_dtype="int4"), moved
+    plain = [d for d in _PLAIN if acc.supports(d)]
+    check_format(acc, dtype, field="estimate gemm: --dtype", others=(*plain, "int4 (W4A16)"))
+    fmt = block_format(dtype)
+    moved = fmt.tensor_bytes(m * k) + fmt.tensor_bytes(k * n) + m * n * 2
+    return block_gemm_time(acc, op, eff, fmt.name), moved
 
 
 def grouped_gemm_breakdown(acc, eff, *, groups: int, m: int, n: int, k: int,

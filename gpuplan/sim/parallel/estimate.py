@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.efficiency import efficiency_for, queued
 from gpuplan.sim.estimate.breakdown import Breakdown
 from gpuplan.sim.parallel.compute import CostCache
 from gpuplan.sim.parallel.evaluate import evaluate
+from gpuplan.sim.parallel.fp8 import PRECISION_CODES, RATE_DTYPE, check_precision
 from gpuplan.sim.parallel.kernel_costs import MicroBatchCosts
 from gpuplan.sim.parallel.kernel_lists import CORE
 from gpuplan.sim.parallel.memory import RECOMPUTE_CODES, SCHEDULE_CODES
@@ -136,7 +136,7 @@ def strategy_arrays(st: Strategy, cfg: ModelConfig) -> dict[str, np.ndarray]:
         "chunks": st.chunks,
         "sched": SCHEDULE_CODES[st.schedule],
         "rc": RECOMPUTE_CODES[st.recompute],
-        "fp8": st.precision == "fp8",
+        "fp8": PRECISION_CODES.index(st.precision),  # the recipe's code (sim.parallel.fp8)
         "overlap_dp": st.overlap_dp,
         "overlap_tp": st.overlap_tp,
         "overlap_pp": st.overlap_pp,
@@ -213,7 +213,7 @@ def estimate_training(
         breakdown=bd,
         model_flops_per_step=model_flops,
         hardware_flops_per_step=_hardware_flops(cfg, mbc, strategy, seq, runtime.selective),
-        peak_flops_per_s=acc.peak(strategy.precision),
+        peak_flops_per_s=acc.peak(RATE_DTYPE[strategy.precision]),
         device_memory_bytes=acc.hbm_bytes,
         efficiency_source=eff.source,
         notes=bd.notes,
@@ -223,11 +223,7 @@ def estimate_training(
 
 def _check_precision(strategy: Strategy, acc) -> None:
     """Raise a GpuplanError where ``acc`` has no tensor-core rate in the GEMM precision."""
-    if not acc.supports(strategy.precision):
-        raise GpuplanError(
-            f"precision={strategy.precision!r} is not supported by {acc.key}: it has no "
-            f"{strategy.precision} tensor-core rate; use bf16"
-        )
+    check_precision(acc, strategy.precision)
 
 
 def _breakdown(cfg: ModelConfig, strategy: Strategy, mbc: MicroBatchCosts, *, cluster: Cluster,

@@ -210,7 +210,7 @@ def memory_of(facts, s: dict, *, kinds: StageKinds, seq: int, state_precision: s
         sched=s["sched"],
         rc=s["rc"],
         seq=seq,
-        precision_fp8=s["fp8"],
+        precision_fp8=s["fp8"],  # the GEMM recipe's code (sim.parallel.fp8)
         state_precision=state_precision,
         attention=attention,
         load=s["load"],

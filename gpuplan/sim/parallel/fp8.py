@@ -1,4 +1,6 @@
-"""The casts an fp8 training recipe adds around every fp8 GEMM: scaling factors and fp8 copies.
+"""The casts a low-precision training recipe adds around every GEMM it runs in its format:
+scaling factors and low-precision copies. Recipes (``PRECISION_CODES``): ``fp8`` (per-tensor
+scales), and on Blackwell (``hwmodels.formats``) ``mxfp8`` and ``nvfp4`` (below the fp8 ones).
 
 An fp8 GEMM needs its operands in fp8 with a scale per tensor (or per row). A training step casts,
 for each linear layer: its input X (m x k) and weight W (k x n) in the forward; the output
@@ -26,7 +28,20 @@ How much HBM traffic that is depends on who casts (bytes per element of the bf16
 
 from __future__ import annotations
 
+from gpuplan.errors import GpuplanError
+from gpuplan.hwmodels.formats import check_format, has_format
 from gpuplan.workloads.ops import Gemm, Memory
+
+# The GEMM precisions of training, as the search encodes them (index = code); bf16 first.
+PRECISION_CODES = ("bf16", "fp8", "mxfp8", "nvfp4")
+BLOCK_RECIPES = ("mxfp8", "nvfp4")  # Transformer Engine's block-scaled recipes (Blackwell)
+# The low-precision weight copies a recipe keeps through the step, bytes per parameter, by code:
+# fp8 one (TE's fp8 weight; its transpose is not counted, as before); mxfp8 and nvfp4 both
+# orientations with their scales (a block-scaled tensor's transpose needs its own layout; NVFP4's
+# 2D weight scales make its values the same, but Blackwell's FP4 MMA reads K-major operands).
+WEIGHT_COPY_BYTES = (0.0, 1.0, 2 * (1 + 1 / 32), 2 * (0.5 + 1 / 16))
+# the catalogue peak each precision's GEMMs run at (MFU is taken against it)
+RATE_DTYPE = {"bf16": "bf16", "fp8": "fp8", "mxfp8": "fp8", "nvfp4": "fp4"}
 
 # bytes per element of each bf16 operand (X, W, dY): cast + transposed copy, by who casts
 CAST_BYTES = {
@@ -36,15 +51,57 @@ CAST_BYTES = {
 }
 CAST_CLASS = "copy"  # priced as a bandwidth-bound copy (hwmodels efficiency class)
 
+# Block-scaled recipes, Transformer Engine's own quantize kernels whatever the elementwise
+# implementation (bytes per element of the bf16 operand; a block format's bytes include its
+# scales: MXFP8 1 + 1/32, NVFP4 0.5 + 1/16):
+# - ``mxfp8`` (TE ``MXFP8BlockScaling``: E4M3 values, one E8M0 scale per 32 values, Blackwell
+#   only; OCP MX v1.0): the scale of a block is its own amax, so no amax pass over the tensor;
+#   a block runs along one dimension, so the transposed copy the backward reads needs its own
+#   scales: one quantize kernel reads the bf16 tensor (2) and writes both orientations
+#   (2 x 1.03125), for X and dY; weights are quantized once per step (as under fp8).
+# - ``nvfp4`` (TE ``NVFP4BlockScaling``; NVIDIA, "Pretraining Large Language Models with NVFP4",
+#   arXiv:2509.25149, sec. 4): E2M1 values with an E4M3 scale per 16 and an FP32 scale per tensor,
+#   so a per-tensor amax pass first (read 2); the weight gradient's inputs (X^T and dY^T) go
+#   through a 16 x 16 random Hadamard transform before they are quantized, with an amax of the
+#   transformed tensor of their own (read 2 more); gradients are rounded stochastically inside
+#   the quantize kernel (no extra pass); then one kernel reads the tensor (2) and writes the
+#   row-wise and the transformed column-wise copies (2 x 0.5625). X and dY: 2 + 2 + 2 + 1.125.
+#   Weights take 2D 16 x 16 block scales so the transpose reuses them (the paper, sec. 4.3),
+#   quantized once per step. The paper keeps a few last layers in BF16; every GEMM runs in
+#   NVFP4 here.
+BLOCK_CAST_BYTES = {
+    "mxfp8": {"x": 2 + 2 * (1 + 1 / 32), "w": 0, "dy": 2 + 2 * (1 + 1 / 32)},
+    "nvfp4": {"x": 2 + 2 + 2 + 2 * (0.5 + 1 / 16), "w": 0, "dy": 2 + 2 + 2 + 2 * (0.5 + 1 / 16)},
+}
+
+
+def supports_precision(acc, precision: str) -> bool:
+    """Whether ``acc`` trains with GEMMs in ``precision``: a catalogue rate for bf16 and fp8, the
+    block-scaled tensor cores (``hwmodels.formats``) for mxfp8 and nvfp4."""
+    if precision in BLOCK_RECIPES:
+        return has_format(acc, precision)
+    return acc.supports(precision)
+
+
+def check_precision(acc, precision: str) -> None:
+    """A one-line GpuplanError unless ``acc`` trains in ``precision``, naming what it lacks."""
+    if precision in BLOCK_RECIPES:
+        runs = [p for p in PRECISION_CODES if supports_precision(acc, p)]
+        check_format(acc, precision, field="precision", listed=tuple(runs))
+    elif not acc.supports(precision):
+        raise GpuplanError(f"precision={precision!r} is not supported by {acc.key}: it has no "
+                           f"{precision} tensor-core rate; use bf16")  # fmt: skip
+
 
 def fp8_cast_ops(ops, impl: str) -> tuple[list[Memory], list[Memory]]:
-    """(forward, backward) cast kernels of the fp8 GEMMs among ``ops`` (a forward list)."""
-    table = CAST_BYTES[impl]
+    """(forward, backward) cast kernels of the low-precision GEMMs among ``ops`` (a forward
+    list): fp8 by who casts (``CAST_BYTES``), mxfp8 and nvfp4 by their recipe."""
     fwd: list[Memory] = []
     bwd: list[Memory] = []
     for op in ops:
-        if not isinstance(op, Gemm) or op.dtype != "fp8":
+        if not isinstance(op, Gemm) or op.dtype not in ("fp8", *BLOCK_RECIPES):
             continue
+        table = BLOCK_CAST_BYTES.get(op.dtype) or CAST_BYTES[impl]
         x, w, dy = op.m * op.k, op.k * op.n, op.m * op.n
         nbytes_fwd = x * table["x"] + w * table["w"]
         if nbytes_fwd:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpuplan.sim.parallel.fp8 import WEIGHT_COPY_BYTES
 from gpuplan.sim.parallel.model_facts import ACT_BYTES, ModelFacts
 from gpuplan.sim.parallel.stage import StageKinds
 from gpuplan.units import GB
@@ -115,12 +116,14 @@ def activation_bytes(f: ModelFacts, k: StageKinds, *, tp, pp, cp, sp, mb, m, v, 
 
 def state_bytes(f: ModelFacts, params, expert, *, zero, dp, cp, ep, state_precision, fp8,
                 pp_unsharded=False):  # fmt: skip
-    """(weights, gradients, optimizer) bytes of ``params`` per GPU, ``expert`` of them experts.
+    """(weights, gradients, optimizer) bytes of ``params`` per GPU, ``expert`` of them experts;
+    ``fp8``: the GEMM recipe's code (``fp8.PRECISION_CODES``; a flag: fp8 or bf16), whose weight
+    copies add ``fp8.WEIGHT_COPY_BYTES`` a parameter.
     ``pp_unsharded``: FSDP blocks kept whole through a pipelined step
     (``stacks.training.pipeline_unsharded``): the sharded weights and gradients plus the whole
     16-bit weights and the whole gradients accumulated in fp32 (4 B)."""
     w, g, o = PRECISION_BYTES[state_precision]
-    w = w + np.where(fp8, 1.0, 0.0)
+    w = w + np.asarray(WEIGHT_COPY_BYTES)[np.asarray(fp8, dtype=np.int64)]
     group = dp * cp  # expert parameters are replicated over group / ep GPUs only
     dense = params - expert
 
@@ -157,12 +160,12 @@ def memory_terms(f: ModelFacts, k: StageKinds, *, tp, pp, dp, cp, ep, sp, zero, 
     held, working = activation_bytes(
         f, k, tp=tp, pp=pp, cp=cp, sp=sp, mb=mb, m=m, v=v, sched=sched, rc=rc, seq=seq,
         attention=attention, selective=selective,
-        fp8_inputs=np.asarray(precision_fp8) & fp8_saved_inputs)  # fmt: skip
+        fp8_inputs=(np.asarray(precision_fp8) != 0) & fp8_saved_inputs)  # fmt: skip
     tokens = mb * seq / cp
-    # an fp32 stream's tensors (``autocast_stream_facts``): bf16 compute only (an fp8 recipe
-    # keeps its stream in bf16: ``shape.residual_dtype_of``), nothing recomputed
+    # an fp32 stream's tensors (``autocast_stream_facts``): bf16 compute only (an fp8 recipe keeps
+    # its stream in bf16: ``shape.residual_dtype_of``), nothing recomputed
     stream = _stream_bytes(f, k, tokens=tokens, tp=tp, sp=sp, pp=pp, m=m, v=v, sched=sched)
-    held = held + np.where(np.asarray(precision_fp8) | (np.asarray(rc) != 0), 0.0, stream)
+    held = held + np.where((np.asarray(precision_fp8) != 0) | (np.asarray(rc) != 0), 0.0, stream)
     kw = dict(zero=zero, dp=dp, cp=cp, ep=ep, state_precision=state_precision, fp8=precision_fp8)
     weights, grads, optim = state_bytes(f, stage_p, expert_p, pp_unsharded=pp_unsharded, **kw)
     terms = {

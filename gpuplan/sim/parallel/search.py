@@ -42,6 +42,7 @@ from gpuplan.sim.parallel.estimate import (
     training_efficiency,
 )
 from gpuplan.sim.parallel.evaluate import memory_of, time_terms
+from gpuplan.sim.parallel.fp8 import PRECISION_CODES, RATE_DTYPE
 from gpuplan.sim.parallel.interruptions import Interruptions, expected_interruptions
 from gpuplan.sim.parallel.model_facts import autocast_stream_facts, model_facts
 from gpuplan.sim.parallel.shape_pricing import price_shapes
@@ -184,7 +185,8 @@ def _evaluate_all(cfg, s, index, table, *, cluster, acc, eff, seq, space, gpus, 
     import pandas as pd  # here: a serve plan pricing GPUs by cost.price_for never loads it
     facts = autocast_stream_facts(model_facts(cfg), cfg, get_stack(space.stack))
     flops = flops_per_sequence(cfg, seq, False)
-    peaks = {False: acc.peak("bf16"), True: acc.peak("fp8") if acc.supports("fp8") else np.nan}
+    # each recipe's peak, by its code (sim.parallel.fp8); nan where the device has none
+    peaks = np.array([acc.peak_flops_per_s.get(RATE_DTYPE[p], np.nan) for p in PRECISION_CODES])
     pieces = [({k: v[sl] for k, v in s.items()}, index[sl]) for sl in chunks(len(index), CHUNK)]
     layouts = search_layouts(cfg, np.unique(s["pp"]))
     piece = partial(_evaluate_piece, facts, table=table, cluster=cluster, acc=acc, eff=eff,
@@ -230,7 +232,7 @@ def _evaluate_piece(facts, arrays, *, table, cluster, acc, eff, seq, space, gpus
                            eff=eff, seq=seq, **opts)  # fmt: skip
     step = step_total(terms)
     gb = sc["mb"] * sc["m"] * sc["dp"]
-    peak_flops = np.where(sc["fp8"], peaks[True], peaks[False])
+    peak_flops = peaks[np.asarray(sc["fp8"], dtype=np.int64)]
     frame = pd.DataFrame(
         {
             "tp": sc["tp"],
@@ -245,7 +247,7 @@ def _evaluate_piece(facts, arrays, *, table, cluster, acc, eff, seq, space, gpus
             "schedule": sc["sched"],
             "virtual_stages": sc["chunks"],
             "recompute": sc["rc"],
-            "precision": np.where(sc["fp8"], "fp8", "bf16"),
+            "precision": np.array(PRECISION_CODES)[np.asarray(sc["fp8"], dtype=np.int64)],
             "step_time_s": step,
             "bubble_s": terms["bubble"],
             "tokens_per_s": gb * seq / step,

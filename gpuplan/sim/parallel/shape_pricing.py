@@ -10,6 +10,7 @@ from functools import partial
 
 import numpy as np
 
+from gpuplan.sim.parallel.fp8 import PRECISION_CODES
 from gpuplan.sim.parallel.op_memo import KernelTable, ShapeKernels, shape_time_table
 from gpuplan.sim.parallel.shape import Shape, stack_shape_fields
 from gpuplan.sim.parallel.space import SearchSpace
@@ -58,7 +59,7 @@ def _price_piece(kernels: ShapeKernels, seq: int, space: SearchSpace, shapes: np
     stack = get_stack(space.stack)
     parts = []
     for mb, tp, cp, sp, ep, fp8 in shapes.tolist():
-        precision = "fp8" if fp8 else "bf16"
+        precision = PRECISION_CODES[int(fp8)]  # the recipe's code (sim.parallel.fp8)
         shape = Shape(
             micro_batch=int(mb),
             seq=seq,

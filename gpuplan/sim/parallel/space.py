@@ -26,6 +26,7 @@ import numpy as np
 
 from gpuplan.errors import GpuplanError, check_choice
 from gpuplan.sim.parallel.degrees import divisors, valid_tp, valid_virtual_stages
+from gpuplan.sim.parallel.fp8 import PRECISION_CODES, check_precision, supports_precision
 from gpuplan.sim.parallel.memory import RECOMPUTE_CODES, SCHEDULE_CODES
 from gpuplan.sim.parallel.model_facts import model_facts
 from gpuplan.sim.parallel.stage import StageKinds, stack_kinds, stage_kinds
@@ -145,19 +146,16 @@ def enumerate_space(cfg, n: int, gb: int, seq: int, acc, space: SearchSpace) -> 
     recompute = [
         r for r in space.recompute if not (r == "selective" and space.attention == "flash")
     ]
-    precisions = [p for p in space.precision if acc.supports(p)]
+    precisions = [p for p in space.precision if supports_precision(acc, p)]
     if not precisions:
-        raise GpuplanError(
-            f"precision={','.join(space.precision)} is not supported by {acc.key}: it has no "
-            "such tensor-core rate; search bf16"
-        )
+        check_precision(acc, space.precision[0])  # one line naming what the device lacks
     cats = np.array(
         list(
             itertools.product(
                 [RECOMPUTE_CODES[r] for r in recompute or ["none"]],
                 space.zero,
                 (0, 1),
-                [int(p == "fp8") for p in precisions],
+                [PRECISION_CODES.index(p) for p in precisions],
             )
         ),
         dtype=np.int64,
@@ -172,7 +170,7 @@ def enumerate_space(cfg, n: int, gb: int, seq: int, acc, space: SearchSpace) -> 
         "rc": cat[:, 0],
         "zero": cat[:, 1],
         "sp": cat[:, 2].astype(bool),
-        "fp8": cat[:, 3].astype(bool),
+        "fp8": cat[:, 3].astype(np.int64),  # the GEMM recipe's code (sim.parallel.fp8)
     }
     ones = np.ones(len(rows), dtype=bool)
     s |= {

@@ -49,11 +49,12 @@ from gpuplan.errors import GpuplanError, check_choice, check_number, check_posit
 from gpuplan.limits import MAX_DIM
 from gpuplan.sim.estimate.inputs import check_gpus, check_seq
 from gpuplan.sim.parallel.degrees import divisors, nearest, valid_pp, valid_tp, valid_virtual_stages
+from gpuplan.sim.parallel.fp8 import PRECISION_CODES
 from gpuplan.workloads.memory import PRECISION_BYTES, RECOMPUTE
 from gpuplan.workloads.model import ModelConfig
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
-PRECISIONS = ("bf16", "fp8")  # the dtype the GEMMs run in
+PRECISIONS = PRECISION_CODES  # the dtype the GEMMs run in (sim.parallel.fp8: the recipes)
 ATTENTION_IMPLS = (
     "flash",
     "unfused",

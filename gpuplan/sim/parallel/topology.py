@@ -18,7 +18,9 @@ at 600 GB/s bidirectional per GPU through six NVSwitches, eight 200 Gb/s HDR Inf
 compute; Selene, the cluster of Narayanan et al. 2021 sec. 5, is built of them); NVIDIA DGX H100
 and DGX H200 datasheets (NVLink 4 at 900 GB/s bidirectional, eight ConnectX-7 400 Gb/s NDR); NVIDIA
 GB200 NVL72 datasheet (72 Blackwell GPUs in one NVLink 5 domain at 1.8 TB/s bidirectional per GPU,
-4 GPUs per compute tray, ConnectX-7 400 Gb/s per GPU for scale-out).
+4 GPUs per compute tray, ConnectX-7 400 Gb/s per GPU for scale-out); NVIDIA GB300 NVL72 page (72
+Blackwell Ultra GPUs and 36 Grace CPUs in one NVLink 5 domain, 130 TB/s = 72 x 1.8 TB/s, 18
+compute trays of 4 GPUs, a ConnectX-8 800 Gb/s SuperNIC per GPU).
 """
 
 from __future__ import annotations
@@ -134,12 +136,22 @@ PRESETS: dict[str, Cluster] = {
             nodes_per_leaf=8,
             source="NVIDIA GB200 NVL72 datasheet",
         ),
+        _nodes(
+            "gb300-nvl72",
+            "GB300 NVL72 racks, 72 Blackwell Ultra GPUs per NVLink 5 domain, 800 Gb/s per GPU",
+            "gb300",
+            gpus_per_node=4,
+            scaleup_size=72,
+            nodes_per_leaf=8,
+            source="NVIDIA GB300 NVL72 page (72 GPUs in one NVLink domain, 130 TB/s; ConnectX-8 "
+            "800 Gb/s per GPU)",
+        ),
     )
 }
 
 
 def get_cluster(key: str) -> Cluster:
-    """A preset cluster by key (dgx-a100, dgx-h100, dgx-h200, gb200-nvl72)."""
+    """A preset cluster by key (dgx-a100, dgx-h100, dgx-h200, gb200-nvl72, gb300-nvl72)."""
     check_key("cluster", key)
     try:
         return PRESETS[key.strip().lower()]

@@ -2,19 +2,22 @@
 the efficiency a stack's kernels are priced with.
 
 Architectures (NVIDIA "CUDA GPUs - Compute Capability" table; AMD ROCm "GPU hardware
-specifications" for gfx942): H100/H200 sm_90, A100 sm_80, L40S/L4 sm_89, Jetson AGX Orin sm_87,
-B200/GB200 sm_100; MI300X/MI325X gfx942. Kernel support:
+specifications" for gfx942 and gfx950): H100/H200 sm_90, A100 sm_80, L40S/L4 sm_89, Jetson AGX
+Orin sm_87, B200/GB200 sm_100, B300/GB300 sm_103; MI300X/MI325X gfx942, MI355X gfx950. Blackwell
+Ultra (sm_103) runs what sm_100 runs (``architecture.BLACKWELL``). Kernel support:
 
 - ``flash2``: FlashAttention-2 needs Ampere, Ada or Hopper (Dao-AILab/flash-attention README,
   "Installation and features"; no Blackwell, sm_100, in its releases), and has a ROCm build for
-  MI200/MI300 (the same README, "AMD ROCm Support"); PyTorch's SDPA FLASH_ATTENTION backend is
+  MI200/MI300 and MI355X (the same README, "AMD ROCm Support": the Composable Kernel backend for
+  MI200x, MI250x, MI300x and MI355x); PyTorch's SDPA FLASH_ATTENTION backend is
   that kernel. A stack that names it takes its framework's own kernel on sm_100
   (``Stack.on_arch``, ``stack_attention``).
 - ``flash3``: FlashAttention-3 is for Hopper (README of its ``hopper/`` folder: "H100 / H800").
 - ``cudnn``: cuDNN's fused flash attention (cuDNN frontend docs, "Scaled Dot Product
   Attention": compute capability 8.0 and newer); NVIDIA only.
 - ``efficient``: the memory-efficient (xformers/cutlass) kernel runs on any CUDA GPU from sm_50
-  (PyTorch ``sdp_utils.cpp``, ``check_mem_efficient_hardware_support``) and on ROCm (AOTriton).
+  (PyTorch ``sdp_utils.cpp``, ``check_mem_efficient_hardware_support``) and on ROCm (AOTriton,
+  whose 0.10 release added gfx950).
 - ``math``: plain ATen ops, anywhere PyTorch runs.
 - ``flashinfer``: FlashInfer's paged kernels need sm_75 or newer (FlashInfer docs, installation).
 - ``triton``: llm-foundry's Triton flash attention (``attn_impl: triton``, ``flash_attn_triton``
@@ -33,19 +36,20 @@ from __future__ import annotations
 import dataclasses
 
 from gpuplan.errors import GpuplanError
-from gpuplan.hwmodels.architecture import ARCH
+from gpuplan.hwmodels.architecture import ARCH, BLACKWELL
 from gpuplan.hwmodels.gemm import GROUPED_CUTLASS_DTYPES
 
 SDPA_DEFAULT = "sdpa-default"  # PyTorch's own dispatch: resolved per device (``sdpa_default``)
 TE_DEFAULT = "te-default"  # Transformer Engine's backend choice (``te_default``)
 FA_DEFAULT = "fa-default"  # a serving engine's FlashAttention build: FA3 on Hopper (``fa_default``)
 
-_NVIDIA_SM80_UP = {"sm_80", "sm_87", "sm_89", "sm_90", "sm_100"}
+_NVIDIA_SM80_UP = {"sm_80", "sm_87", "sm_89", "sm_90", *BLACKWELL}
+_ROCM = {"gfx942", "gfx950"}
 KERNEL_ARCHS = {
-    "flash2": {"sm_80", "sm_87", "sm_89", "sm_90", "gfx942"},
+    "flash2": {"sm_80", "sm_87", "sm_89", "sm_90", *_ROCM},
     "flash3": {"sm_90"},
     "cudnn": _NVIDIA_SM80_UP,
-    "efficient": _NVIDIA_SM80_UP | {"gfx942"},
+    "efficient": _NVIDIA_SM80_UP | _ROCM,
     "flashinfer": _NVIDIA_SM80_UP,
     "triton": {"sm_80", "sm_90"},  # llm-foundry's triton-pre-mlir: A100 and (sm_90 branch) H100
     "math": None,  # anywhere
@@ -110,9 +114,9 @@ def stack_attention(stack, acc):
 def sdpa_default(acc, phase: str) -> str:
     """The kernel PyTorch's SDPA dispatch picks on ``acc`` for a bf16 ``phase`` (docstring)."""
     arch = ARCH.get(acc.key)
-    if arch in ("sm_90", "sm_100"):
+    if arch in ("sm_90", *BLACKWELL):
         return "cudnn"
-    if arch in ("sm_80", "sm_87", "sm_89", "gfx942"):
+    if arch in ("sm_80", "sm_87", "sm_89", *_ROCM):
         return "flash2"
     return "math"
 

@@ -32,7 +32,7 @@ Where each choice comes from:
   (``on_arch``): on Blackwell (sm_100) SGLang takes ``trtllm_mha``, TensorRT-LLM's FMHA through
   FlashInfer (``python/sglang/srt/server_args.py``: ``is_sm100_supported()`` ->
   ``attention_backend = "trtllm_mha"``), priced as cuDNN's fused attention like vLLM's and
-  TensorRT-LLM's Blackwell kernels (``kernels.fa_default``); on ROCm (gfx942) ``aiter``
+  TensorRT-LLM's Blackwell kernels (``kernels.fa_default``); on ROCm (gfx942, gfx950) ``aiter``
   (the same file: ``is_hip()`` -> ``"aiter"``), AITER's Composable Kernel flash attention,
   priced as FlashAttention-2's ROCm build, itself Composable Kernel's (flash-attention README,
   "AMD ROCm Support"); a CUDA or ROCm GPU needed;
@@ -200,7 +200,8 @@ def _all(kernel: str) -> AttentionChoice:
     return AttentionChoice(prefill=kernel, train=kernel, decode=kernel)
 
 
-_CUDNN_ON_BLACKWELL = (("sm_100", _all("cudnn")),)  # the engines' sm_100 kernels, priced as cuDNN
+# the engines' Blackwell kernels (sm_100, and sm_103 which runs them), priced as cuDNN
+_CUDNN_ON_BLACKWELL = (("sm_100", _all("cudnn")), ("sm_103", _all("cudnn")))
 
 VLLM = Stack(
     name="vllm",
@@ -225,7 +226,7 @@ SGLANG = Stack(
     name="sglang",
     title="SGLang: FlashInfer attention, fused kernels, CUDA-graph buckets to 160, overlap scheduler",
     attention=AttentionChoice(prefill="flash2", train="flash2", decode="flashinfer"),
-    on_arch=(*_CUDNN_ON_BLACKWELL, ("gfx942", _all("flash2"))),
+    on_arch=(*_CUDNN_ON_BLACKWELL, ("gfx942", _all("flash2")), ("gfx950", _all("flash2"))),
     platform="cuda-rocm",
     elementwise="fused",
     host=HostModel(mode="cuda_graph"),

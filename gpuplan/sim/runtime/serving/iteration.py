@@ -52,7 +52,11 @@ from gpuplan.sim.runtime.serving.pipeline import (
     p2p_s,
     stage_groups,
 )
-from gpuplan.sim.runtime.serving.quantization import compute_dtype, quantized_gemm_time
+from gpuplan.sim.runtime.serving.quantization import (
+    compute_dtype,
+    op_weight_dtype,
+    quantized_gemm_time,
+)
 from gpuplan.workloads.attention_block import kv_cache_append
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.memory import kv_cache_bytes_per_token_layer
@@ -241,7 +245,8 @@ def price_op(op: Op, dep) -> KernelTime:
     """``hwmodels.price``, with quantized weights for GEMMs and a math-dtype fallback for
     devices that publish no 16-bit rate (``quantization``)."""
     if isinstance(op, Gemm):
-        return quantized_gemm_time(dep.acc, op, dep.eff, weight_dtype=dep.weight_dtype)
+        weight_dtype = op_weight_dtype(dep.model, op.name, dep.weight_dtype)
+        return quantized_gemm_time(dep.acc, op, dep.eff, weight_dtype=weight_dtype)
     if isinstance(op, Attention) and op.seq_q > 1 and not dep.acc.supports(op.dtype):
         op = replace(op, dtype=compute_dtype(dep.acc, op.dtype))
     return price(op, dep.acc, dep.eff)

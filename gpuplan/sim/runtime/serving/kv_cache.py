@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from gpuplan.errors import GpuplanError
 from gpuplan.sim.runtime.serving.blocks import BlockRule
 from gpuplan.sim.runtime.serving.pipeline import binding_stage, fitting_pp
-from gpuplan.sim.runtime.serving.quantization import weight_bytes_per_param
+from gpuplan.sim.runtime.serving.quantization import block_weights_bytes
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.memory import kv_cache_bytes_per_token_layer
 from gpuplan.workloads.model import ModelConfig
@@ -56,7 +56,7 @@ def weights_bytes_per_gpu(cfg: ModelConfig, *, tp: int, weight_dtype: str) -> fl
 @functools.lru_cache(maxsize=1024)  # a pure function of frozen inputs, asked at every replica
 def _weights_bytes_per_gpu(cfg: ModelConfig, tp: int, weight_dtype: str) -> float:
     pc = count_params(cfg)
-    blocks = sum(pc.per_layer) * weight_bytes_per_param(weight_dtype) / tp
+    blocks = block_weights_bytes(cfg, sum(pc.per_layer), weight_dtype) / tp
     vocab = (pc.embedding + pc.lm_head) * dtype_bytes("bf16") / tp
     vision = pc.vision * dtype_bytes("bf16") / tp  # a VLM's tower: 16-bit, split like the blocks
     return blocks + vocab + vision + pc.final_norms * dtype_bytes("bf16")

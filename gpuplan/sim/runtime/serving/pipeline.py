@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 
 from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.collectives import collective_time
-from gpuplan.sim.runtime.serving.quantization import weight_bytes_per_param
+from gpuplan.sim.runtime.serving.quantization import block_weights_bytes
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.ops import Collective, Gemm, Op
@@ -237,7 +237,7 @@ def stage_weights_bytes(dep, stage: Stage, *, tp: int, pc=None) -> float:
     ``kv_cache.weights_bytes_per_gpu`` counts a whole replica)."""
     pc = pc or count_params(dep.model)
     blocks, vocab, norms = stage_param_counts(pc, stage, dep.pp)
-    return (blocks * weight_bytes_per_param(dep.weight_dtype) / tp
+    return (block_weights_bytes(dep.model, blocks, dep.weight_dtype) / tp
             + (vocab / tp + norms) * dtype_bytes("bf16"))  # fmt: skip
 
 

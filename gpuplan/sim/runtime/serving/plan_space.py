@@ -7,12 +7,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from gpuplan.errors import GpuplanError, check_positive
+from gpuplan.hwmodels.formats import has_format
 from gpuplan.sim.runtime.serving.deployment import MAX_TP, Deployment, SchedulerConfig
 from gpuplan.sim.runtime.serving.kv_cache import kv_capacity
 from gpuplan.sim.runtime.serving.on_stack import deployment_fields
 from gpuplan.workloads.presets import get_model
 
 FORMATS = (("bf16", "bf16"), ("fp8", "fp8"), ("int8", "bf16"), ("int4", "bf16"))
+# where the device has NVFP4 tensor cores (hwmodels.formats) the plan also tries W4A4 weights
+BLOCK_FORMATS = (("nvfp4", "fp8"),)
 RATIOS = ((1, 1), (1, 2), (1, 3))
 
 
@@ -73,6 +76,8 @@ def candidates(cfg, acc, eff, space: SearchSpace) -> list[tuple[Candidate, Deplo
     """Every candidate of the space whose model fits (with its deployment)."""
     tps = space.tps or tuple(t for t in range(1, MAX_TP + 1) if cfg.n_heads % t == 0)
     out = []
+    if space.formats == FORMATS and has_format(acc, "nvfp4"):
+        space = replace(space, formats=FORMATS + BLOCK_FORMATS)
     for tp in tps:
         for weight, kv in space.formats:
             dep = _deployment(cfg, acc, eff, space, tp=tp, weight_dtype=weight, kv_dtype=kv)

@@ -109,8 +109,9 @@ def simulate_step(
             f"jitter={jitter!r} is invalid: it is a coefficient of variation from 0 to {MAX_CV:g}"
         )
     acc = cluster.accelerator
-    if not acc.supports(strategy.precision):
-        raise GpuplanError(f"precision={strategy.precision!r} is not supported by {acc.key}")
+    from gpuplan.sim.parallel.fp8 import check_precision
+
+    check_precision(acc, strategy.precision)
     eff = eff or efficiency_for(acc.key)
     if impl == "fused":  # the estimate's kernels: megatron-te's, in a busy stream
         from gpuplan.sim.parallel.estimate import training_efficiency
