@@ -205,8 +205,46 @@ def layer_activation_bytes(
         return LayerActivations(tokens * h * e / rep_div, 0.0)
     replicated = 4 * h * e + 8 + (2 * h if cfg.bias and not cfg.is_vision else 0)
     mlp = _mlp_saved_elems(cfg, layer, eager=impl == "eager")
+    if cfg.layer_types or cfg.ffn_types:  # explicit kinds: each half as its kind keeps it
+        return _kinded_activations(cfg, layer, tokens=tokens, e=e, mlp=mlp, tp=tp,
+                                   rep_div=rep_div)
     split = _attention_saved_elems(cfg) * e + 4 * cfg.n_heads + mlp * e
     return LayerActivations(tokens * replicated / rep_div, tokens * split / tp)
+
+
+def _kinded_activations(cfg: ModelConfig, layer: int, *, tokens: int, e: float, mlp: float,
+                        tp: int, rep_div: int) -> LayerActivations:
+    """A block's saved tensors by its kinds: a half that is absent ("none") keeps neither its
+    two inputs (2 h) nor its norm's statistic; a fixed-state mixer keeps its projections' and
+    convolution's outputs and its scan's output and norm (``_state_saved_elems``); a sparse-
+    attention block also the indexer's query and key; attention its log-sum-exp per head."""
+    h, kind, ffn = cfg.d_model, cfg.layer_kind(layer), cfg.ffn_kind(layer)
+    halves = (kind != "none") + (ffn != "none")
+    replicated = halves * (2 * h * e + 4) + (2 * h if cfg.bias and not cfg.is_vision else 0)
+    if kind in ("linear", "mamba2"):
+        mixer = _state_saved_elems(cfg, kind) * e
+    elif kind == "none":
+        mixer = 0.0
+    else:
+        mixer = _attention_saved_elems(cfg) * e + 4 * cfg.n_heads
+        if kind == "dsa":
+            ix = cfg.sparse_indexer
+            mixer += (ix.n_heads + 1) * ix.head_dim * e
+    split = mixer + (mlp * e if ffn != "none" else 0.0)
+    return LayerActivations(tokens * replicated / rep_div, tokens * split / tp)
+
+
+def _state_saved_elems(cfg: ModelConfig, kind: str) -> int:
+    """Per token, what a gated DeltaNet or Mamba-2 mixer keeps for its backward: the input
+    projections' outputs, the convolution's output, the scan's output and the gated norm's
+    output (its chunk states are recomputed in the backward, as FLA and mamba_ssm do)."""
+    if kind == "linear":
+        la = cfg.linear_attention
+        return 2 * la.key_dim + 2 * la.value_dim + 2 * la.n_value_heads + la.conv_channels + (
+            2 * la.value_dim)
+    ssm = cfg.ssm
+    in_proj = 2 * ssm.d_inner + 2 * ssm.n_groups * ssm.state_size + ssm.n_heads
+    return in_proj + ssm.conv_channels + 2 * ssm.d_inner
 
 
 def _attention_saved_elems(cfg: ModelConfig) -> int:
