@@ -199,7 +199,10 @@ class Speculator:
 
     def kv_bytes_per_token(self, tp: int) -> float:
         """Drafter KV-cache bytes a cached token adds on each GPU."""
-        from gpuplan.sim.runtime.serving.kv_cache import kv_bytes_per_token, kv_bytes_per_token_layer
+        from gpuplan.sim.runtime.serving.kv_cache import (
+            kv_bytes_per_token,
+            kv_bytes_per_token_layer,
+        )
 
         if self.draft_dep is not None:
             d = self.draft_dep
