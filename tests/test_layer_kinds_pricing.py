@@ -225,3 +225,22 @@ def test_state_bytes_do_not_depend_on_tokens(tokens, heads, dim):
                               n_layers=48)
     assert kv_cache_bytes_per_sequence(cfg, tokens) == state_bytes_per_sequence(cfg) == \
         kv_cache_bytes_per_sequence(cfg, 1)
+
+
+def test_models_shows_the_layer_pattern_and_its_sizes(tmp_path, capsys):
+    from gpuplan.cli import main
+    from gpuplan.cli.catalog_cmd import layer_layout
+
+    assert layer_layout(get_model("llama3-8b")) == {}  # every preset as before
+    assert layer_layout(GPT_OSS)["layer_pattern"] == "sliding×1/full×1 ×12, window 128"
+    qn = layer_layout(QWEN3_NEXT)
+    assert qn["layer_pattern"] == "linear×3/full×1 ×12"
+    assert qn["state_bytes_per_sequence"] == state_bytes_per_sequence(QWEN3_NEXT)
+    assert layer_layout(NEMOTRON_H)["ffn_pattern"] == "none×1/dense×1 ×4"
+    config = tmp_path / "config.json"  # Gemma-2-9B's config.json, the fields the reader needs
+    config.write_text('{"model_type": "gemma2", "hidden_size": 3584, "num_hidden_layers": 42, '
+                      '"num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256, '
+                      '"intermediate_size": 14336, "vocab_size": 256000, '
+                      '"max_position_embeddings": 8192, "sliding_window": 4096}')
+    assert main(["models", "--hf-config", str(config)]) == 0
+    assert "sliding×1/full×1 ×21, window 4096" in capsys.readouterr().out
