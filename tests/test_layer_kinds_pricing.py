@@ -244,3 +244,13 @@ def test_models_shows_the_layer_pattern_and_its_sizes(tmp_path, capsys):
                       '"max_position_embeddings": 8192, "sliding_window": 4096}')
     assert main(["models", "--hf-config", str(config)]) == 0
     assert "sliding×1/full×1 ×21, window 4096" in capsys.readouterr().out
+
+
+def test_serve_edge_holds_the_same_cache_as_estimate():
+    from gpuplan.sim.runtime.serving.edge import edge_row
+
+    row = edge_row(MISTRAL, "h200", weight_dtype="bf16", kv_dtype="bf16", batch=8,
+                   context=16000, prompt_tokens=512)
+    # 8 sequences x 32 layers x 4096 window tokens x K and V of 8 heads of 128 in bf16
+    assert row["kv_bytes"] == 8 * 32 * 4096 * (2 * 8 * 128 * 2)
+    assert row["kv_bytes"] / GB == pytest.approx(4.3, rel=0.02)
