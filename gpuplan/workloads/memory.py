@@ -152,8 +152,11 @@ def kv_cache_bytes_per_sequence(cfg: ModelConfig, tokens: float, dtype: str = "b
     kinds = cfg.layer_kinds
     indexer = kinds.count("dsa") * tokens * indexer_bytes_per_token(cfg)
     state = state_bytes_per_sequence(cfg, dtype)
-    return per * kv_layer_tokens_all(cfg, tokens) + indexer + state if indexer or state else (
-        per * kv_layer_tokens_all(cfg, tokens))
+    total = per * kv_layer_tokens_all(cfg, tokens)
+    for extra in (indexer, state):  # added only when present: whole numbers stay whole
+        if extra:
+            total += extra
+    return total
 
 
 @dataclass(frozen=True, slots=True)

@@ -97,8 +97,8 @@ def kv_bytes_per_sequence(cfg: ModelConfig, tokens: float, *, tp: int, kv_dtype:
     (``memory.kv_cache_bytes_per_sequence``: windows, chunks, fixed states)."""
     per = kv_bytes_per_token_layer(cfg, tp=tp, kv_dtype=kv_dtype)
     state = state_bytes_per_gpu(cfg, tp=tp, kv_dtype=kv_dtype)
-    return kv_layer_tokens_all(cfg, tokens) * per + state if state else (
-        kv_layer_tokens_all(cfg, tokens) * per)
+    tokens_bytes = kv_layer_tokens_all(cfg, tokens) * per
+    return tokens_bytes + state if state else tokens_bytes
 
 
 def _token_layers(cfg: ModelConfig) -> int:
