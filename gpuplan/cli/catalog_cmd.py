@@ -37,6 +37,7 @@ MODEL_HEADERS = {
     "total_params": "total params",
     "active_params": "active params",
     "kv_cache_bytes_per_token": "KV/token (bf16)",
+    "layer_pattern": "layers by kind",
 }
 GPU_COLUMNS = (
     "key",
@@ -83,7 +84,33 @@ def model_row(cfg: Any) -> dict[str, Any]:
         "kv_cache_bytes_per_token": (
             None if cfg.is_vision else kv_cache_bytes_per_token(cfg, dtype="bf16")
         ),
+        **layer_layout(cfg),
     }
+
+
+def layer_layout(cfg: Any) -> dict[str, Any]:
+    """A model's per-layer kinds, compactly ("sliding×1/full×1 ×21, window 4096"), with its
+    window, chunk, sparse top-k and fixed state per sequence; nothing when every block is a
+    full-attention block with a feed-forward (``workloads.layer_kinds``)."""
+    from gpuplan.workloads.layer_kinds import STATE_KINDS, pattern
+    from gpuplan.workloads.memory import state_bytes_per_sequence
+
+    kinds = cfg.layer_kinds
+    ffn = tuple(cfg.ffn_kind(i) for i in range(cfg.n_layers))
+    if set(kinds) == {"full"} and "none" not in ffn:
+        return {}
+    sizes = {"sliding_window": cfg.sliding_window if "sliding" in kinds else 0,
+             "attention_chunk_size": cfg.attention_chunk_size if "chunked" in kinds else 0,
+             "sparse_top_k": cfg.sparse_indexer.top_k if "dsa" in kinds else 0}
+    words = {"sliding_window": "window", "attention_chunk_size": "chunk",
+             "sparse_top_k": "top-k"}
+    text = ", ".join([pattern(kinds)] + [f"{words[k]} {v}" for k, v in sizes.items() if v])
+    out = {"layer_pattern": text, **{k: v for k, v in sizes.items() if v}}
+    if "none" in ffn:
+        out["ffn_pattern"] = pattern(ffn)
+    if any(k in STATE_KINDS for k in kinds):
+        out["state_bytes_per_sequence"] = state_bytes_per_sequence(cfg, "bf16")
+    return out
 
 
 def model_details(cfg: Any) -> dict[str, Any]:
@@ -153,9 +180,10 @@ def models(args: argparse.Namespace) -> int:
     if args.key is not None:
         return _show_model(presets.get_model(args.key), args.json)
     rows = [model_row(cfg) for cfg in presets.list_models()]
-    print(
-        dump_json(rows) if args.json else render_table(rows, MODEL_COLUMNS, headers=MODEL_HEADERS)
-    )
+    # the layer pattern as a column once some preset has other than full-attention blocks
+    columns = MODEL_COLUMNS + (("layer_pattern",) if any("layer_pattern" in r for r in rows)
+                               else ())
+    print(dump_json(rows) if args.json else render_table(rows, columns, headers=MODEL_HEADERS))
     return 0
 
 

@@ -8,7 +8,7 @@ from gpuplan.hwmodels.efficiency import Efficiency
 from gpuplan.hwmodels.elementwise import elementwise_time
 from gpuplan.hwmodels.gemm import gemm_time, grouped_gemm_time, is_grouped
 from gpuplan.hwmodels.kernel_time import KernelTime
-from gpuplan.workloads.ops import Attention, Collective, Elementwise, Gemm, Memory, Op
+from gpuplan.workloads.ops import Attention, Collective, Elementwise, Gemm, Memory, Op, Scan
 
 
 def price(op: Op, acc, eff: Efficiency) -> KernelTime:
@@ -23,6 +23,8 @@ def price(op: Op, acc, eff: Efficiency) -> KernelTime:
         return elementwise_time(acc, op, eff)
     if isinstance(op, Collective):
         return collective_time(acc, op.op, op.world, op.bytes_per_rank, eff).scaled(op.count)
+    if isinstance(op, Scan):
+        return scan_time(acc, op, eff)
     raise TypeError(f"no price for {type(op).__name__}")
 
 
@@ -38,3 +40,16 @@ def kernel_count(op: Op) -> int:
 def host_calls(op: Op) -> int:
     """Torch calls the CPU dispatches to run ``op`` (its kernels, plus views where known)."""
     return getattr(op, "host_calls", kernel_count(op))
+
+
+def scan_time(acc, op: Scan, eff: Efficiency) -> KernelTime:
+    """A chunked linear-recurrence kernel (``workloads.ops.Scan``) on the roofline: its chunk
+    products are tensor-core tiles like flash attention's, so its FLOPs run at the fitted share
+    of the 16-bit peak that attention reaches (``attn_fwd_fraction``, ``attn_bwd_fraction``),
+    its bytes at the attention kernels' share of HBM bandwidth (``hbm_fraction``); no constant
+    of its own is fitted (none measured yet)."""
+    dtype = op.dtype if acc.supports(op.dtype) else "bf16"
+    fraction = eff.attn_bwd_fraction if op.pass_ == "bwd" else eff.attn_fwd_fraction
+    compute_s = op.flops / (acc.peak(dtype) * fraction)
+    memory_s = op.bytes / (acc.hbm_bytes_per_s * eff.hbm_fraction)
+    return KernelTime(compute_s, memory_s, eff.kernel_overhead_s * op.count)

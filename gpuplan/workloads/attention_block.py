@@ -5,7 +5,7 @@ output projection; and the append of a decode step's new keys and values to the 
 
 from __future__ import annotations
 
-from gpuplan.workloads.memory import kv_cache_bytes_per_token_layer
+from gpuplan.workloads.memory import indexer_bytes_per_token, kv_cache_bytes_per_token_layer
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.ops import QKV_VIEW_CALLS, Attention, Elementwise, Gemm, Memory, Op
 from gpuplan.workloads.tensor_parallel import per_rank
@@ -21,9 +21,12 @@ def attention_block(
     tp: int = 1,
     causal: bool | None = None,
     window: int = 0,
+    chunk: int = 0,
+    rope: bool = True,
 ) -> list[Op]:
-    """Projections, RoPE, fused attention (through a sliding ``window`` of keys when > 0) and
-    output projection of one block (forward)."""
+    """Projections, RoPE (unless ``rope`` is off: a NoPE layer), fused attention (through a
+    sliding ``window`` of keys, or within chunks of ``chunk`` keys, when > 0) and output
+    projection of one block (forward)."""
     t, h = batch * seq_q, cfg.d_model
     hq, hkv = per_rank(cfg.n_heads, tp, "n_heads"), max(1, cfg.n_kv_heads // tp)
     dqk, dv = cfg.qk_head_dim, cfg.v_dim_per_head
@@ -31,7 +34,7 @@ def attention_block(
         ops = _mla_projections(cfg, tokens=t, heads_q=hq, dtype=dtype)
     else:
         ops = _qkv_projection(cfg, tokens=t, heads_q=hq, heads_kv=hkv, dtype=dtype)
-    if cfg.position == "rope":
+    if cfg.position == "rope" and rope:
         ops += _rope(cfg, tokens=t, heads_q=hq, heads_kv=hkv, dtype=dtype)
     ops += [
         Attention(
@@ -47,6 +50,7 @@ def attention_block(
             pass_="fwd",
             dtype=dtype,
             window=window,
+            chunk=chunk,
         ),
         Elementwise(
             name="attn_out_layout", op="copy", tokens=t, hidden=hq * dv, pass_="fwd", dtype=dtype
@@ -107,7 +111,11 @@ def _rope(cfg: ModelConfig, *, tokens: int, heads_q: int, heads_kv: int, dtype: 
     ]
 
 
-def kv_cache_append(cfg: ModelConfig, *, tokens: int, dtype: str, tp: int = 1) -> Memory:
-    """Writing the new tokens' keys and values into the cache (read once, written once)."""
+def kv_cache_append(cfg: ModelConfig, *, tokens: int, dtype: str, tp: int = 1,
+                    indexer: bool = False) -> Memory:
+    """Writing the new tokens' keys and values into the cache (read once, written once); with
+    ``indexer``, a DeepSeek sparse-attention block's indexer keys too."""
     per_token = kv_cache_bytes_per_token_layer(cfg, dtype) / tp
+    if indexer:
+        per_token += indexer_bytes_per_token(cfg)
     return Memory(name="kv_cache_append", op="copy", bytes_moved=2 * tokens * per_token, calls=6)

@@ -54,6 +54,7 @@ from dataclasses import dataclass
 
 from gpuplan.errors import check_choice
 from gpuplan.workloads.dtypes import dtype_bytes
+from gpuplan.workloads.layer_kinds import TOKEN_CACHE_KINDS
 from gpuplan.workloads.model import ModelConfig
 
 RECOMPUTE = ("none", "selective", "full")
@@ -78,19 +79,84 @@ def kv_cache_bytes_per_token_layer(cfg: ModelConfig, dtype: str = "bf16") -> flo
 
 
 def kv_cache_bytes_per_token(cfg: ModelConfig, dtype: str = "bf16") -> float:
-    """KV-cache bytes one token adds across all blocks (every block keeping it: the bound of a
-    sequence no longer than the window; ``kv_cache_bytes_per_sequence`` for longer ones)."""
-    return cfg.n_layers * kv_cache_bytes_per_token_layer(cfg, dtype)
+    """KV-cache bytes one token adds across all blocks that cache tokens (every such block
+    keeping it: the bound of a sequence no longer than any window; ``kv_cache_bytes_per_sequence``
+    for longer ones, and for the fixed state of linear-attention and Mamba-2 layers)."""
+    return kv_layer_tokens_all(cfg, 1) * kv_cache_bytes_per_token_layer(cfg, dtype) + (
+        cfg.layer_kinds.count("dsa") * indexer_bytes_per_token(cfg))
 
 
-def kv_cache_bytes_per_sequence(cfg: ModelConfig, tokens: int, dtype: str = "bf16") -> float:
-    """KV-cache bytes of one sequence of ``tokens`` tokens: a windowed block keeps only its
-    ``sliding_window`` most recent tokens (Mistral 7B's rolling buffer cache, Jiang et al.
-    2023 sec. 2), a full-attention block all of them."""
-    windowed = cfg.n_windowed_layers
-    kept = min(tokens, cfg.sliding_window) if windowed else tokens
-    per = kv_cache_bytes_per_token_layer(cfg, dtype)
-    return per * (windowed * kept + (cfg.n_layers - windowed) * tokens)
+# DeepSeek-V3.2's indexer caches one key of ``index_head_dim`` elements a token in fp8 with one
+# fp32 scale per 128 elements (``index_quant_block_size``): 128 + 4 = 132 bytes for the model's
+# 128 (vLLM ``DeepseekV32IndexerCache``: ``head_dim + head_dim // quant_block_size * 4`` uint8;
+# LightLLM ``Deepseek3_2MemoryManager``: fp8 keys, fp32 scales).
+INDEXER_QUANT_BLOCK = 128
+
+
+def indexer_bytes_per_token(cfg: ModelConfig) -> float:
+    """Indexer-cache bytes one token adds in one ``dsa`` block (0 without an indexer)."""
+    if cfg.sparse_indexer is None:
+        return 0
+    d = cfg.sparse_indexer.head_dim
+    return d * 1 + -(-d // INDEXER_QUANT_BLOCK) * 4
+
+
+def kv_layer_tokens(cfg: ModelConfig, layer: int, tokens: float) -> float:
+    """Tokens block ``layer`` keeps in its cache for a sequence of ``tokens``: all (full, NoPE,
+    DeepSeek sparse attention, whose indexer must score every earlier key), the window (sliding:
+    Mistral's rolling buffer, Jiang et al. 2023 sec. 2), the current chunk at most (chunked:
+    Llama 4's local layers attend within their chunk, so vLLM keeps at most one chunk), and none
+    for a layer with a fixed-size state (linear attention, Mamba-2) or no mixer."""
+    return _kept(cfg, cfg.layer_kind(layer), tokens)
+
+
+def _kept(cfg: ModelConfig, kind: str, tokens: float) -> float:
+    if kind == "sliding":
+        return min(tokens, cfg.sliding_window)
+    if kind == "chunked":
+        return min(tokens, cfg.attention_chunk_size)
+    return tokens if kind in TOKEN_CACHE_KINDS else 0
+
+
+def kv_layer_tokens_all(cfg: ModelConfig, tokens: float) -> float:
+    """``kv_layer_tokens`` summed over the blocks: token-layers of cache one sequence holds."""
+    kinds = cfg.layer_kinds
+    return sum(kinds.count(k) * _kept(cfg, k, tokens) for k in set(kinds))
+
+
+def state_bytes_per_sequence(cfg: ModelConfig, dtype: str = "bf16") -> float:
+    """Fixed-size recurrent state of one sequence over all blocks, whatever its length: gated
+    DeltaNet's dk x dv matrix per value head plus its causal convolution's last ``conv_kernel -
+    1`` inputs (Qwen3-Next, ``Qwen3NextGatedDeltaNet``), Mamba-2's ``n_heads x head_dim x
+    state_size`` SSM state plus ``conv_kernel - 1`` inputs of its x/B/C convolution (Dao & Gu
+    2024; HF ``Mamba2Mixer``). In ``dtype``: vLLM keeps both in the model's dtype unless told
+    otherwise (``CacheConfig.mamba_cache_dtype = "auto"``, ``mamba_ssm_cache_dtype = "auto"``
+    following it)."""
+    kinds = cfg.layer_kinds
+    elems = 0
+    if cfg.linear_attention is not None:
+        la = cfg.linear_attention
+        elems += kinds.count("linear") * (la.state_elements + la.conv_state_elements)
+    if cfg.ssm is not None:
+        elems += kinds.count("mamba2") * (cfg.ssm.state_elements + cfg.ssm.conv_state_elements)
+    return elems * dtype_bytes(dtype)
+
+
+def kv_cache_bytes_per_sequence(cfg: ModelConfig, tokens: float, dtype: str = "bf16", *,
+                                per_token_layer: float | None = None) -> float:
+    """Cache bytes of one sequence of ``tokens`` tokens, layer kind by layer kind: each block's
+    kept tokens (``kv_layer_tokens``) at ``per_token_layer`` bytes (the model's own layout by
+    default: ``kv_cache_bytes_per_token_layer``), DeepSeek sparse attention's indexer keys, and
+    the fixed state of linear-attention and Mamba-2 blocks (``state_bytes_per_sequence``)."""
+    per = kv_cache_bytes_per_token_layer(cfg, dtype) if per_token_layer is None else per_token_layer
+    kinds = cfg.layer_kinds
+    indexer = kinds.count("dsa") * tokens * indexer_bytes_per_token(cfg)
+    state = state_bytes_per_sequence(cfg, dtype)
+    total = per * kv_layer_tokens_all(cfg, tokens)
+    for extra in (indexer, state):  # added only when present: whole numbers stay whole
+        if extra:
+            total += extra
+    return total
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,8 +208,46 @@ def layer_activation_bytes(
         return LayerActivations(tokens * h * e / rep_div, 0.0)
     replicated = 4 * h * e + 8 + (2 * h if cfg.bias and not cfg.is_vision else 0)
     mlp = _mlp_saved_elems(cfg, layer, eager=impl == "eager")
+    if cfg.layer_types or cfg.ffn_types:  # explicit kinds: each half as its kind keeps it
+        return _kinded_activations(cfg, layer, tokens=tokens, e=e, mlp=mlp, tp=tp,
+                                   rep_div=rep_div)
     split = _attention_saved_elems(cfg) * e + 4 * cfg.n_heads + mlp * e
     return LayerActivations(tokens * replicated / rep_div, tokens * split / tp)
+
+
+def _kinded_activations(cfg: ModelConfig, layer: int, *, tokens: int, e: float, mlp: float,
+                        tp: int, rep_div: int) -> LayerActivations:
+    """A block's saved tensors by its kinds: a half that is absent ("none") keeps neither its
+    two inputs (2 h) nor its norm's statistic; a fixed-state mixer keeps its projections' and
+    convolution's outputs and its scan's output and norm (``_state_saved_elems``); a sparse-
+    attention block also the indexer's query and key; attention its log-sum-exp per head."""
+    h, kind, ffn = cfg.d_model, cfg.layer_kind(layer), cfg.ffn_kind(layer)
+    halves = (kind != "none") + (ffn != "none")
+    replicated = halves * (2 * h * e + 4) + (2 * h if cfg.bias and not cfg.is_vision else 0)
+    if kind in ("linear", "mamba2"):
+        mixer = _state_saved_elems(cfg, kind) * e
+    elif kind == "none":
+        mixer = 0.0
+    else:
+        mixer = _attention_saved_elems(cfg) * e + 4 * cfg.n_heads
+        if kind == "dsa":
+            ix = cfg.sparse_indexer
+            mixer += (ix.n_heads + 1) * ix.head_dim * e
+    split = mixer + (mlp * e if ffn != "none" else 0.0)
+    return LayerActivations(tokens * replicated / rep_div, tokens * split / tp)
+
+
+def _state_saved_elems(cfg: ModelConfig, kind: str) -> int:
+    """Per token, what a gated DeltaNet or Mamba-2 mixer keeps for its backward: the input
+    projections' outputs, the convolution's output, the scan's output and the gated norm's
+    output (its chunk states are recomputed in the backward, as FLA and mamba_ssm do)."""
+    if kind == "linear":
+        la = cfg.linear_attention
+        return 2 * la.key_dim + 2 * la.value_dim + 2 * la.n_value_heads + la.conv_channels + (
+            2 * la.value_dim)
+    ssm = cfg.ssm
+    in_proj = 2 * ssm.d_inner + 2 * ssm.n_groups * ssm.state_size + ssm.n_heads
+    return in_proj + ssm.conv_channels + 2 * ssm.d_inner
 
 
 def _attention_saved_elems(cfg: ModelConfig) -> int:

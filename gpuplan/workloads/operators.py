@@ -4,7 +4,8 @@
 in the order eager PyTorch runs them (Hugging Face's Llama, GPT-2, Mixtral and DeepSeek
 modules): a norm, the attention half (``workloads.attention_block``), a residual add, a norm, the
 feed-forward half (``workloads.feed_forward``: a dense MLP or a mixture of experts) and a
-residual add. ``backward_of`` turns a forward list into its backward: each GEMM ``Y = X W`` into
+residual add; a block's mixer follows its kind (``workloads.mixers``; a "none" mixer or FFN kind
+drops that half with its norm and add). ``backward_of`` turns a forward list into its backward: each GEMM ``Y = X W`` into
 a data-gradient GEMM (dX = dY W^T: m, k swapped with n) and a weight-gradient GEMM (dW = X^T dY:
 m=k_in, n=n_out, k=tokens); each elementwise op into its ``bwd`` variant; attention into the
 flash backward. ``model_forward`` (and the ``embedding_*`` and ``head_*`` functions) add the
@@ -22,11 +23,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpuplan.workloads.attention_block import attention_block, kv_cache_append
+from gpuplan.workloads.attention_block import kv_cache_append
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.feed_forward import mlp_block, moe_block
+from gpuplan.workloads.layer_kinds import TOKEN_CACHE_KINDS
+from gpuplan.workloads.mixers import mixer_forward
 from gpuplan.workloads.model import ModelConfig
-from gpuplan.workloads.ops import Attention, Elementwise, Gemm, Memory, Op
+from gpuplan.workloads.ops import Attention, Elementwise, Gemm, Memory, Op, Scan
 
 
 def layer_forward(
@@ -48,19 +51,22 @@ def layer_forward(
     t, h = batch * seq, cfg.d_model
     norm = cfg.norm
     add = "dropout_add" if cfg.bias and not cfg.is_vision else "add"  # GPT keeps dropout
-    ops: list[Op] = [
-        Elementwise(name="attn_norm", op=norm, tokens=t, hidden=h, pass_="fwd", dtype=dtype)
-    ]
-    window = cfg.sliding_window if cfg.is_windowed_layer(layer) else 0
-    ops += attention_block(cfg, batch=batch, seq_q=seq, seq_kv=context + seq, dtype=dtype, tp=tp,
-                           window=window)  # fmt: skip
-    if context:
-        ops.append(kv_cache_append(cfg, tokens=t, dtype=dtype, tp=tp))
-    ops += [
-        Elementwise(name="attn_residual", op=add, tokens=t, hidden=h, pass_="fwd", dtype=dtype),
-        Elementwise(name="mlp_norm", op=norm, tokens=t, hidden=h, pass_="fwd", dtype=dtype),
-    ]
-    if cfg.is_moe_layer(layer):
+    kind = cfg.layer_kind(layer)
+    ops: list[Op] = []
+    if kind != "none":  # the mixer half (``workloads.mixers``: attention, a scan, ...)
+        ops.append(Elementwise(name="attn_norm", op=norm, tokens=t, hidden=h, pass_="fwd",
+                               dtype=dtype))
+        ops += mixer_forward(cfg, layer, batch=batch, seq_q=seq, seq_kv=context + seq,
+                             dtype=dtype, tp=tp)
+        if context and kind in TOKEN_CACHE_KINDS:
+            ops.append(kv_cache_append(cfg, tokens=t, dtype=dtype, tp=tp, indexer=kind == "dsa"))
+        ops.append(Elementwise(name="attn_residual", op=add, tokens=t, hidden=h, pass_="fwd",
+                               dtype=dtype))
+    ffn = cfg.ffn_kind(layer)
+    if ffn == "none":
+        return ops
+    ops.append(Elementwise(name="mlp_norm", op=norm, tokens=t, hidden=h, pass_="fwd", dtype=dtype))
+    if ffn == "moe":
         ops += moe_block(cfg, tokens=t, dtype=dtype, tp=tp, grouped=grouped_experts,
                          glue=moe_glue)
     else:
@@ -88,7 +94,7 @@ def backward_of(ops: list[Op]) -> list[Op]:
                     launches=op.launches,
                 ),
             ]
-        elif isinstance(op, Attention | Elementwise):
+        elif isinstance(op, Attention | Elementwise | Scan):
             out.append(_replace_pass(op, "bwd"))
     return out
 

@@ -124,11 +124,14 @@ class Attention:
     dtype: str
     count: int = 1
     window: int = 0  # sliding window: each query sees at most this many keys (0: all)
+    chunk: int = 0  # chunked local attention: a query sees only its own chunk's keys (0: all)
 
     @property
     def mean_keys_per_query(self) -> float:
         """Keys each query attends to, on average (bottom-right aligned causal mask), at most
-        ``window`` each under a sliding window."""
+        ``window`` each under a sliding window, its chunk's earlier keys under chunking."""
+        if self.chunk:
+            return _chunked_keys(self)
         w = self.window
         if not self.causal:
             return float(min(self.seq_kv, w) if w else self.seq_kv)
@@ -145,7 +148,8 @@ class Attention:
     @property
     def kv_read(self) -> int:
         """Cached positions the kernel reads: all, or the window and the new queries' span."""
-        return min(self.seq_kv, self.window + self.seq_q - 1) if self.window else self.seq_kv
+        cap = self.window or self.chunk  # a chunk: at most one chunk and the new span
+        return min(self.seq_kv, cap + self.seq_q - 1) if cap else self.seq_kv
 
     @property
     def fwd_flops(self) -> float:
@@ -173,6 +177,86 @@ class Attention:
         if self.pass_ == "bwd":  # read q, k, v, o, do, lse; write dq, dk, dv
             return (2 * q + 2 * kv + 2 * o + lse) * self.count
         return (q + kv + o + lse) * self.count
+
+
+def _chunked_keys(op: Attention) -> float:
+    """Mean keys per query of causal chunked attention: the query at 1-based position p sees
+    ``(p - 1) mod chunk + 1`` keys (Llama 4's chunked mask, ``modeling_llama4.py``), summed in
+    closed form over the new positions ``past + 1 .. seq_kv`` (non-causal: one whole chunk)."""
+    c = op.chunk
+    if not op.causal:
+        return float(min(op.seq_kv, c))
+
+    def upto(n: int) -> float:  # sum over p = 1 .. n
+        whole, rest = divmod(n, c)
+        return whole * c * (c + 1) / 2.0 + rest * (rest + 1) / 2.0
+
+    past = max(op.seq_kv - op.seq_q, 0)
+    n = min(op.seq_q, op.seq_kv)
+    return (upto(past + n) - upto(past)) / n if n else 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scan:
+    """A chunked linear-recurrence mixer kernel: Qwen3-Next's gated DeltaNet (``kind="linear"``,
+    FLA's ``chunk_gated_delta_rule``) or Mamba-2's SSD scan (``kind="mamba2"``,
+    ``mamba_chunk_scan_combined``), for ``batch`` sequences of ``seq_q`` new tokens each; one
+    token (``seq_q=1``) is the recurrent step of a decode (``fused_recurrent_gated_delta_rule``,
+    ``selective_state_update``). Per token and head, with d_k the key (state) width, d_v the value
+    (head) width and C = min(chunk, seq_q):
+
+    - linear (Yang et al. 2024, "Gated Delta Networks", arXiv:2412.06464, sec. 3.3, the
+      chunkwise WY form): intra-chunk QK^T, KK^T and their products with V and K, 4 C (d_k +
+      d_v); the state's use and update (q S, w S, K^T U), 6 d_k d_v;
+    - mamba2 (Dao & Gu 2024, arXiv:2405.21060, sec. 6, the SSD algorithm's four steps): the
+      diagonal blocks, 2 C (N G / H + P) (C B^T per group, its product with X per head); the
+      chunk states and the states' outputs, 4 N P (d_k = N, d_v = P).
+
+    Bytes: ``io_per_token`` elements a token reads and writes, plus each sequence's state
+    (``state_elems``, recurrent and convolution) read and written once."""
+
+    name: str
+    kind: str  # "linear" | "mamba2"
+    batch: int
+    seq_q: int
+    heads: int
+    key_dim: int  # d_k (linear) or the state size N (mamba2)
+    value_dim: int  # d_v (linear) or the head dim P (mamba2)
+    groups: int  # key heads (linear) or B/C groups (mamba2)
+    chunk: int
+    io_per_token: int  # elements read and written per token
+    state_elems: int  # per sequence (this rank's heads)
+    pass_: str
+    dtype: str
+    state_dtype: str = "bf16"
+    count: int = 1
+
+    @property
+    def flops_per_token(self) -> float:
+        c, dk, dv, h = min(self.chunk, self.seq_q), self.key_dim, self.value_dim, self.heads
+        if self.kind == "linear":
+            return h * (4.0 * c * (dk + dv) + 6.0 * dk * dv)
+        return 2.0 * c * (self.groups * dk + h * dv) + 4.0 * h * dk * dv
+
+    @property
+    def fwd_flops(self) -> float:
+        return self.flops_per_token * self.batch * self.seq_q * self.count
+
+    @property
+    def flops(self) -> float:
+        """A backward recomputes the forward's chunk terms and runs its products twice
+        (FLA's chunk backward): 2x the forward, as for a GEMM (Narayanan et al. 2021)."""
+        return self.fwd_flops * (2.0 if self.pass_ == "bwd" else 1.0)
+
+    @property
+    def model_flops(self) -> float:
+        return self.flops
+
+    @property
+    def bytes(self) -> float:
+        io = self.batch * self.seq_q * self.io_per_token * dtype_bytes(self.dtype)
+        state = 2 * self.batch * self.state_elems * dtype_bytes(self.state_dtype)
+        return (io + state) * (2 if self.pass_ == "bwd" else 1) * self.count
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -258,15 +342,15 @@ class Collective:
         return self.bytes_per_rank * self.count
 
 
-Op = Gemm | Attention | Elementwise | Memory | Collective
+Op = Gemm | Attention | Elementwise | Memory | Collective | Scan
 
 
 def op_class(op: Op) -> str:
     """The kernel class a breakdown groups by."""
     if isinstance(op, Gemm):
         return "gemm"
-    if isinstance(op, Attention):
-        return "attention"
+    if isinstance(op, Attention | Scan):
+        return "attention"  # the token mixer
     if isinstance(op, Collective):
         return "communication"
     if isinstance(op, Memory):

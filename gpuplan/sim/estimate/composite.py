@@ -166,7 +166,15 @@ def _all_reduce_items(comm, tp: int, phase: str) -> list[Item]:
 
 def layer_groups(cfg: ModelConfig) -> list[tuple[int, int]]:
     """(a representative block index, how many blocks share its shape): dense, then MoE; under
-    a sliding window, windowed and full-attention blocks apart (the first of each kind)."""
+    a sliding window, windowed and full-attention blocks apart (the first of each kind); with
+    explicit layer kinds (``layer_types``, ``ffn_types``), every (FFN, mixer) kind apart."""
+    if cfg.layer_types or cfg.ffn_types:
+        mixers = cfg.layer_kinds
+        groups: dict[tuple[str, str], tuple[int, int]] = {}
+        for i in range(cfg.n_layers):
+            first, n = groups.get((cfg.ffn_kind(i), mixers[i]), (i, 0))
+            groups[(cfg.ffn_kind(i), mixers[i])] = (first, n + 1)
+        return sorted(groups.values())
     if cfg.sliding_window:
         kinds: dict[tuple[bool, bool], tuple[int, int]] = {}
         for i in range(cfg.n_layers):

@@ -40,6 +40,7 @@ from gpuplan.sim.stacks import KV_CACHES, Stack
 from gpuplan.sim.stacks.kernels import resolved_attention
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.eager_rmsnorm import rmsnorm_pieces, with_eager_rmsnorm
+from gpuplan.workloads.memory import kv_cache_bytes_per_sequence
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.operators import embedding_forward, head_forward, layer_forward
 from gpuplan.workloads.ops import ATTN_MASK, Attention, Memory
@@ -159,15 +160,17 @@ def decode_breakdown(
 
 def decode_memory(cfg, stack, *, batch, context, kv_cache, max_cache_len, dtype, tp=1) -> dict:
     """Peak bytes of a decode step by term (module docstring)."""
-    per_token = kv_bytes_per_token_layer(cfg, stack, dtype) * cfg.n_layers / tp
+    per_layer = kv_bytes_per_token_layer(cfg, stack, dtype)
     held = (max_cache_len or context + 1) if kv_cache == "static" else context + 1
+    # each block keeps what its kind keeps (a window, a chunk, a fixed state: ``layer_kinds``)
+    per_seq = kv_cache_bytes_per_sequence(cfg, held, dtype, per_token_layer=per_layer)
     terms = {
         "weights": weight_bytes(cfg, dtype) / tp,
-        "kv_cache": batch * held * per_token,
+        "kv_cache": batch * per_seq / tp,
         "logits": batch * cfg.vocab_size * (dtype_bytes(dtype) + 4),  # and their fp32 upcast
     }
     if kv_cache == "dynamic":  # one block's old and new tensors during its torch.cat
-        terms["kv_cache_cat"] = batch * (context + 1) * per_token / cfg.n_layers
+        terms["kv_cache_cat"] = batch * (context + 1) * per_layer / tp
     return terms
 
 
@@ -303,7 +306,8 @@ def prefill_memory(cfg, stack, *, batch, seq, dtype, tp=1) -> dict:
     logit_tokens = t if stack.logits == "all" else batch
     return {
         "weights": weight_bytes(cfg, dtype) / tp,
-        "kv_cache": t * kv_bytes_per_token_layer(cfg, stack, dtype) * cfg.n_layers / tp,
+        "kv_cache": batch * kv_cache_bytes_per_sequence(
+            cfg, seq, dtype, per_token_layer=kv_bytes_per_token_layer(cfg, stack, dtype)) / tp,
         "activations": t * (2 * cfg.d_model + 3 * width / tp) * e,
         "logits": logit_tokens * cfg.vocab_size * (e + 4),
     }

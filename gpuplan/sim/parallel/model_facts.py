@@ -8,7 +8,11 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 
-from gpuplan.workloads.memory import fp8_cached_input_saving, layer_activation_bytes
+from gpuplan.workloads.memory import (
+    LayerActivations,
+    fp8_cached_input_saving,
+    layer_activation_bytes,
+)
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.params import (
     embedding_params,
@@ -64,6 +68,18 @@ def _first_blocks(cfg: ModelConfig) -> tuple[int, int | None]:
     return dense_layer, moe_layer
 
 
+def _mean_activations(cfg: ModelConfig, moe: bool) -> LayerActivations | None:
+    """The mean saved bytes per token of the blocks with (``moe``) or without an MoE FFN, so
+    that count x mean is their sum whatever their mixer kinds (None: no such block)."""
+    acts = [layer_activation_bytes(cfg, tokens=1, layer=i) for i in range(cfg.n_layers)
+            if cfg.is_moe_layer(i) == moe]
+    if not acts:
+        return None
+    n = len(acts)
+    return LayerActivations(sum(a.replicated_bytes for a in acts) / n,
+                            sum(a.split_bytes for a in acts) / n)
+
+
 @functools.cache
 def model_facts(cfg: ModelConfig) -> ModelFacts:
     dense_layer, moe_layer = _first_blocks(cfg)
@@ -71,6 +87,8 @@ def model_facts(cfg: ModelConfig) -> ModelFacts:
     moe_total = layer_params(cfg, moe_layer) if moe_layer is not None else 0
     moe_or_dense = moe_layer if moe_layer is not None else dense_layer  # block 0 may be MoE
     acts = [layer_activation_bytes(cfg, tokens=1, layer=layer) for layer in (dense_layer, moe_or_dense)]
+    if cfg.layer_types or cfg.ffn_types:  # blocks of several kinds: each FFN kind's mean block
+        acts = [_mean_activations(cfg, moe) or a for moe, a in zip((False, True), acts, strict=True)]
     head = lm_head_params(cfg) or cfg.vocab_size * cfg.d_model
     return ModelFacts(
         n_layers=cfg.n_layers,

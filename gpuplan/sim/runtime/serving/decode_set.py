@@ -39,7 +39,7 @@ class DecodeSet:
         self._offsets_array: np.ndarray | None = None
         # no window: members counted by (offset + block - 1) mod block, for the closed form of
         # ``blocks_after`` (sum of ceil(c / b) = (sum c + m (b - 1) - sum (c + b - 1) mod b) / b)
-        plain = count_blocks and not self.rule.windowed_layers
+        plain = count_blocks and not (self.rule.windowed_layers or self.rule.chunked_layers)
         self._residues: list[int] | None = [0] * block_tokens if plain else None
         self._residue_sum = 0  # sum of the members' residues
 

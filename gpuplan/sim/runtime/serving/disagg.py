@@ -30,7 +30,7 @@ from gpuplan.sim.runtime.serving.engine import (
     make_replica,
     watch_replicas,
 )
-from gpuplan.sim.runtime.serving.kv_cache import kv_bytes_per_token, kv_capacity
+from gpuplan.sim.runtime.serving.kv_cache import kv_bytes_per_sequence, kv_capacity
 from gpuplan.sim.runtime.serving.metrics import Timeline, conservation, request_columns, summarize
 from gpuplan.sim.runtime.serving.progress import Progress, arrival_watched, watched_progress
 from gpuplan.sim.runtime.serving.request_table import RequestTable
@@ -73,7 +73,7 @@ def link_bytes_per_s(dep, link: str) -> float:
 def kv_transfer_s(dep, prompt_tokens: int, link: str) -> float:
     """Time to move one request's KV cache of ``prompt_tokens`` tokens between the pools (each
     GPU sends its own share at once; under pipeline parallelism, of its stage's blocks)."""
-    per_gpu = prompt_tokens * kv_bytes_per_token(dep.model, tp=dep.tp, kv_dtype=dep.kv_dtype)
+    per_gpu = kv_bytes_per_sequence(dep.model, prompt_tokens, tp=dep.tp, kv_dtype=dep.kv_dtype)
     if dep.pp > 1:
         per_gpu *= max(st.n_layers for st in dep.stages) / dep.model.n_layers
     eff = dep.eff

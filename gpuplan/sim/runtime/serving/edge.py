@@ -22,7 +22,7 @@ from gpuplan.hwmodels.architecture import ARCH
 from gpuplan.sim.estimate.inputs import check_params
 from gpuplan.sim.runtime.serving.deployment import deployment
 from gpuplan.sim.runtime.serving.kv_cache import (
-    kv_bytes_per_token,
+    kv_bytes_per_sequence,
     weights_bytes_per_gpu,
     workspace_bytes,
 )
@@ -67,7 +67,7 @@ def edge_row(model, gpu: str, *, weight_dtype: str, kv_dtype: str, batch: int, c
     step_s = step.iteration_s(decode)
     cfg = dep.model
     weights = weights_bytes_per_gpu(cfg, tp=1, weight_dtype=weight_dtype)
-    kv = batch * context * kv_bytes_per_token(cfg, tp=1, kv_dtype=kv_dtype)
+    kv = batch * kv_bytes_per_sequence(cfg, context, tp=1, kv_dtype=kv_dtype)
     work = workspace_bytes(cfg, tp=1, tokens=max(batch, prompt_tokens), seqs=batch)
     total = weights + kv + work
     spec = {}

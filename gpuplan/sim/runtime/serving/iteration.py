@@ -59,6 +59,7 @@ from gpuplan.sim.runtime.serving.quantization import (
 )
 from gpuplan.workloads.attention_block import kv_cache_append
 from gpuplan.workloads.dtypes import dtype_bytes
+from gpuplan.workloads.layer_kinds import TOKEN_CACHE_KINDS
 from gpuplan.workloads.memory import kv_cache_bytes_per_token_layer
 from gpuplan.workloads.operators import embedding_forward, layer_forward
 from gpuplan.workloads.ops import (
@@ -69,6 +70,7 @@ from gpuplan.workloads.ops import (
     Gemm,
     Memory,
     Op,
+    Scan,
 )
 
 
@@ -109,11 +111,14 @@ def token_ops(dep, *, tokens: int, layer: int = 0) -> list[Op]:
     cfg = dep.model
     ops = layer_forward(cfg, batch=1, seq=tokens, dtype=dep.act_dtype, layer=layer, tp=dep.tp,
                         grouped_experts=dep.grouped_experts, moe_glue=dep.moe_glue)
-    ops = [op for op in ops if not isinstance(op, Attention)]
+    ops = [op for op in ops if not isinstance(op, Attention | Scan)]  # ``mixer_templates``
     if dep.ep > 1 and cfg.is_moe_layer(layer):
         ops = expert_parallel_ops(ops, cfg, tokens=tokens, tp=dep.tp, ep=dep.ep,
                                   act_dtype=dep.act_dtype)  # fmt: skip
-    ops.append(kv_cache_append(cfg, tokens=tokens, dtype=dep.kv_dtype, tp=dep.tp))
+    kind = cfg.layer_kind(layer)
+    if kind in TOKEN_CACHE_KINDS:  # a fixed-state layer writes its state in its scan
+        ops.append(kv_cache_append(cfg, tokens=tokens, dtype=dep.kv_dtype, tp=dep.tp,
+                                   indexer=kind == "dsa"))
     if dep.tp > 1:
         reduce_bytes = tokens * cfg.d_model * dtype_bytes(dep.act_dtype)
         ops.append(_collective("tp all_reduce", "all_reduce", dep.tp, reduce_bytes, count=2))
@@ -171,15 +176,29 @@ def _collective(name: str, op: str, world: int, nbytes: float, count: int = 1) -
     return Collective(name=name, op=op, world=world, bytes_per_rank=nbytes, count=count)
 
 
+def mixer_templates(dep, *, layer: int = 0) -> list[Attention | Scan]:
+    """Block ``layer``'s context-dependent mixer kernels for one sequence (heads per rank, dims
+    and dtype): its attention (a sparse-attention block: the indexer's scoring, then the
+    attention), or its state scan (linear attention, Mamba-2), or none (a mixer-less block)."""
+    ops = layer_forward(dep.model, batch=1, seq=1, dtype=dep.act_dtype, layer=layer, tp=dep.tp)
+    return [op for op in ops if isinstance(op, Attention | Scan)]
+
+
 def attention_template(dep, *, layer: int = 0) -> Attention:
     """Block ``layer``'s attention for one sequence (its heads per rank, dims and dtype)."""
-    ops = layer_forward(dep.model, batch=1, seq=1, dtype=dep.act_dtype, layer=layer, tp=dep.tp)
-    return next(op for op in ops if isinstance(op, Attention))
+    return next(op for op in mixer_templates(dep, layer=layer) if isinstance(op, Attention)
+                and op.name == "attention")
 
 
-def decode_attention(dep, att: Attention, *, seqs: int, kv_tokens: float) -> Attention:
+def decode_attention(dep, att: Attention | Scan, *, seqs: int,
+                     kv_tokens: float) -> Attention | Scan:
     """One flash-decoding kernel for ``seqs`` sequences reading ``kv_tokens`` cached tokens in
-    all (as ``seqs`` sequences of the mean length: the bytes are the same), in the cache's dtype."""
+    all (as ``seqs`` sequences of the mean length: the bytes are the same), in the cache's dtype
+    (a sparse-attention indexer: in its own fp8); a state scan's recurrent step of ``seqs``
+    sequences, each reading and writing its state in the cache's dtype."""
+    if isinstance(att, Scan):
+        return replace(att, name=f"decode_{att.name}", batch=seqs, seq_q=1,
+                       state_dtype=dep.kv_dtype)
     return replace(
         att,
         name="decode_attention",
@@ -187,7 +206,7 @@ def decode_attention(dep, att: Attention, *, seqs: int, kv_tokens: float) -> Att
         seq_q=1,
         seq_kv=kv_tokens / seqs,
         causal=False,
-        dtype=dep.kv_dtype,
+        dtype=att.dtype if att.name == "indexer" else dep.kv_dtype,
     )
 
 
@@ -200,7 +219,9 @@ def masked_decode_attention(dep, dec: Attention) -> list[Op]:
     A sliding-window block's static cache holds at most its window a sequence (transformers
     ``cache_utils``: a sliding layer's cache is ``min(sliding_window, max_cache_len)`` long), so
     its copies stop growing at the window, as its attention's reads do (``Attention.kv_read``)."""
-    if not dep.repeat_kv_masked or dep.decode_context_tokens is None or dec.heads_kv >= dec.heads_q:
+    if (not isinstance(dec, Attention) or dec.name != "decode_attention"
+            or not dep.repeat_kv_masked or dep.decode_context_tokens is None
+            or dec.heads_kv >= dec.heads_q):
         return [dec]
     held = min(dec.seq_kv, dec.window) if dec.window else dec.seq_kv
     kv_tokens = dec.batch * held
@@ -236,9 +257,14 @@ def iteration_launch(dep, n_kernels: int, kernels_s: float, host_calls: int, *, 
                        overlap=dep.host_overlap if overlap is None else overlap)  # fmt: skip
 
 
-def prefill_attention(att: Attention, *, tokens: int, cached: int, seqs: int) -> Attention:
-    """Causal attention of ``tokens`` new tokens after ``cached`` ones, for ``seqs`` sequences."""
-    return replace(att, name="prefill_attention", batch=seqs, seq_q=tokens, seq_kv=cached + tokens)
+def prefill_attention(att: Attention | Scan, *, tokens: int, cached: int,
+                      seqs: int) -> Attention | Scan:
+    """Causal attention of ``tokens`` new tokens after ``cached`` ones, for ``seqs`` sequences
+    (a state scan: its chunked scan over the new tokens, from each sequence's state)."""
+    if isinstance(att, Scan):
+        return replace(att, name=f"prefill_{att.name}", batch=seqs, seq_q=tokens)
+    name = "prefill_indexer" if att.name == "indexer" else "prefill_attention"
+    return replace(att, name=name, batch=seqs, seq_q=tokens, seq_kv=cached + tokens)
 
 
 def price_op(op: Op, dep) -> KernelTime:
@@ -289,15 +315,16 @@ def stage_breakdown(dep, batch: Batch, stage, *, overhead: bool) -> Breakdown:
     if tokens:
         items += _items(outer_ops(dep, tokens=tokens, first=first, last=last), dep)
     for layer, count in groups:
-        att = attention_template(dep, layer=layer)
         if tokens:
             items += _items(token_ops(dep, tokens=tokens, layer=layer), dep, repeat=count)
-        if batch.decode_seqs:
-            dec = decode_ops(dep, att, seqs=batch.decode_seqs, kv_tokens=batch.decode_kv_tokens)
-            items += _items(dec, dep, repeat=count)
-        for c, cached, seqs in batch.prefill:
-            pre = prefill_attention(att, tokens=c, cached=cached, seqs=seqs)
-            items += _items([pre], dep, repeat=count)
+        for att in mixer_templates(dep, layer=layer):
+            if batch.decode_seqs:
+                dec = decode_ops(dep, att, seqs=batch.decode_seqs,
+                                 kv_tokens=batch.decode_kv_tokens)
+                items += _items(dec, dep, repeat=count)
+            for c, cached, seqs in batch.prefill:
+                pre = prefill_attention(att, tokens=c, cached=cached, seqs=seqs)
+                items += _items([pre], dep, repeat=count)
     if batch.decode_seqs:
         items += _items(cache_ops(dep, batch.decode_kv_tokens), dep, repeat=n_layers)
     if batch.samples and last:

@@ -16,9 +16,11 @@ blocks. The blocks fill what is left of each GPU after, in this order (assumptio
 
 Per token and GPU the cache holds K and V of the GPU's KV heads (``max(1, n_kv_heads / tp)``:
 heads are replicated when tp exceeds them) in every layer, or MLA's compressed latent plus its
-RoPE key, replicated on every rank (DeepSeek-V2 sec. 2.1.3). A model with sliding-window layers
-pages its cache per layer (``blocks.BlockRule``): a block is then one layer's ``block_tokens``
-tokens, and a windowed layer holds only the blocks its window still reaches.
+RoPE key, replicated on every rank (DeepSeek-V2 sec. 2.1.3). A model with sliding-window, chunked or
+fixed-state layers pages its cache per layer (``blocks.BlockRule``), as vLLM's hybrid KV cache
+manager does: a block is then one layer's ``block_tokens`` tokens, a windowed layer holds only
+the blocks its window still reaches, a chunked layer those of its current chunk, and a
+linear-attention or Mamba-2 layer one fixed state a request.
 """
 
 from __future__ import annotations
@@ -32,7 +34,13 @@ from gpuplan.sim.runtime.serving.blocks import BlockRule
 from gpuplan.sim.runtime.serving.pipeline import binding_stage, fitting_pp
 from gpuplan.sim.runtime.serving.quantization import block_weights_bytes
 from gpuplan.workloads.dtypes import dtype_bytes
-from gpuplan.workloads.memory import kv_cache_bytes_per_token_layer
+from gpuplan.workloads.layer_kinds import STATE_KINDS, TOKEN_CACHE_KINDS
+from gpuplan.workloads.memory import (
+    indexer_bytes_per_token,
+    kv_cache_bytes_per_token_layer,
+    kv_layer_tokens_all,
+    state_bytes_per_sequence,
+)
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.params import count_params
 
@@ -62,26 +70,71 @@ def _weights_bytes_per_gpu(cfg: ModelConfig, tp: int, weight_dtype: str) -> floa
     return blocks + vocab + vision + pc.final_norms * dtype_bytes("bf16")
 
 
-def kv_bytes_per_token(cfg: ModelConfig, *, tp: int, kv_dtype: str) -> float:
-    """KV-cache bytes one token occupies on each GPU of the replica, all layers."""
+def kv_bytes_per_token_layer(cfg: ModelConfig, *, tp: int, kv_dtype: str) -> float:
+    """KV-cache bytes one token occupies in one token-caching block on each GPU of the replica
+    (a DeepSeek sparse-attention block's indexer key included: ``memory.indexer_bytes_per_token``)."""
     if cfg.is_mla:
-        return cfg.n_layers * kv_cache_bytes_per_token_layer(cfg, kv_dtype)
-    heads = max(1, cfg.n_kv_heads // tp)
-    per_layer = heads * (cfg.qk_head_dim + cfg.v_dim_per_head) * dtype_bytes(kv_dtype)
-    return cfg.n_layers * per_layer
+        per = kv_cache_bytes_per_token_layer(cfg, kv_dtype)
+    else:
+        heads = max(1, cfg.n_kv_heads // tp)
+        per = heads * (cfg.qk_head_dim + cfg.v_dim_per_head) * dtype_bytes(kv_dtype)
+    return per + indexer_bytes_per_token(cfg) if "dsa" in cfg.layer_kinds else per
 
 
-def block_rule(cfg: ModelConfig, block_tokens: int, cross_tokens: int = 0) -> BlockRule:
-    """The blocks a sequence of the model holds: per layer when some layers are windowed, or
-    when a cross-attention VLM's sequences each cache ``cross_tokens`` image tokens in its
+def kv_bytes_per_token(cfg: ModelConfig, *, tp: int, kv_dtype: str) -> float:
+    """KV-cache bytes one token occupies on each GPU of the replica, in every block that caches
+    tokens (before any window or chunk has cut it; fixed states apart: ``state_bytes_per_gpu``)."""
+    return _token_layers(cfg) * kv_bytes_per_token_layer(cfg, tp=tp, kv_dtype=kv_dtype)
+
+
+def state_bytes_per_gpu(cfg: ModelConfig, *, tp: int, kv_dtype: str) -> float:
+    """One sequence's fixed linear-attention and Mamba-2 state on each GPU (heads split by tp)."""
+    return state_bytes_per_sequence(cfg, kv_dtype) / tp
+
+
+def kv_bytes_per_sequence(cfg: ModelConfig, tokens: float, *, tp: int, kv_dtype: str) -> float:
+    """Cache bytes of one sequence of ``tokens`` tokens on each GPU, block kind by block kind
+    (``memory.kv_cache_bytes_per_sequence``: windows, chunks, fixed states)."""
+    per = kv_bytes_per_token_layer(cfg, tp=tp, kv_dtype=kv_dtype)
+    state = state_bytes_per_gpu(cfg, tp=tp, kv_dtype=kv_dtype)
+    tokens_bytes = kv_layer_tokens_all(cfg, tokens) * per
+    return tokens_bytes + state if state else tokens_bytes
+
+
+def _token_layers(cfg: ModelConfig) -> int:
+    return sum(k in TOKEN_CACHE_KINDS for k in cfg.layer_kinds)
+
+
+def block_rule(cfg: ModelConfig, block_tokens: int, cross_tokens: int = 0,
+               state_units: int = 0) -> BlockRule:
+    """The blocks a sequence of the model holds: per layer when some layers are windowed or
+    chunked, hold a fixed state (``state_units`` page units each, ``_state_units``), or when a
+    cross-attention VLM's sequences each cache ``cross_tokens`` image tokens in its
     cross-attention layers (their keys and values take a layer's bytes per token each)."""
-    windowed = cfg.n_windowed_layers if cfg.sliding_window else 0
-    if not windowed and not cross_tokens:
+    kinds = cfg.layer_kinds
+    windowed, chunked = kinds.count("sliding"), kinds.count("chunked")
+    states = sum(k in STATE_KINDS for k in kinds)
+    full = _token_layers(cfg) - windowed - chunked
+    if not windowed and not chunked and not states and not cross_tokens and full == cfg.n_layers:
         return BlockRule(block_tokens)
     cross = {} if not cross_tokens else {
         "cross_layers": len(cfg.vision_tower.cross_attention_layers), "cross_tokens": cross_tokens}
-    return BlockRule(block_tokens, full_layers=cfg.n_layers - windowed, windowed_layers=windowed,
-                     window=cfg.sliding_window if windowed else 0, **cross)  # fmt: skip
+    return BlockRule(block_tokens, full_layers=full, windowed_layers=windowed,
+                     window=cfg.sliding_window if windowed else 0, chunked_layers=chunked,
+                     chunk=cfg.attention_chunk_size if chunked else 0, state_layers=states,
+                     state_units=state_units, **cross)  # fmt: skip
+
+
+def _state_units(cfg: ModelConfig, unit_bytes: float, *, tp: int, kv_dtype: str) -> int:
+    """Page units of one block's fixed state: vLLM's hybrid manager gives each Mamba or linear-
+    attention layer one page per request (``MambaManager``), its page padded to the attention
+    pages' size or the attention block size raised to match it (``unify_kv_cache_spec_page_size``
+    / ``HybridAttentionMambaModelConfig``): here, the units of ``unit_bytes`` its state fills."""
+    states = sum(k in STATE_KINDS for k in cfg.layer_kinds)
+    if not states:
+        return 0
+    per_layer = state_bytes_per_gpu(cfg, tp=tp, kv_dtype=kv_dtype) / states
+    return max(1, math.ceil(per_layer / unit_bytes)) if unit_bytes else 1
 
 
 def _ffn_width(cfg: ModelConfig) -> int:
@@ -149,12 +202,15 @@ def kv_capacity(dep, sched, speculator=None) -> KvCapacity:
 def _capacity(dep, sched, tp: int, speculator=None) -> KvCapacity:
     cfg = dep.model
     tokens = sched.batched_tokens(cfg) or sched.model_len(cfg)
-    rule = block_rule(cfg, sched.block_tokens, dep.cross_kv_tokens)
     per_token = kv_bytes_per_token(cfg, tp=tp, kv_dtype=dep.kv_dtype)
     weights = weights_bytes_per_gpu(cfg, tp=tp, weight_dtype=dep.weight_dtype)
     if speculator is not None:
         per_token += speculator.kv_bytes_per_token(tp)
         weights += speculator.extra_weights_bytes(tp)
+    rule = _rule(dep, sched, tp, per_token)
+    if not per_token:  # fixed states only (a Mamba-2 model): a page unit is one layer's state
+        per_token = state_bytes_per_gpu(cfg, tp=tp, kv_dtype=dep.kv_dtype) / max(
+            1, rule.state_layers) / sched.block_tokens
     per_token /= rule.units
     block_bytes = sched.block_tokens * per_token
     usable = dep.acc.hbm_bytes * sched.memory_utilization
@@ -171,16 +227,27 @@ def _capacity(dep, sched, tp: int, speculator=None) -> KvCapacity:
         usable_bytes=usable,
         weights_bytes=weights,
         workspace_bytes=work,
-        rule=rule if rule.windowed_layers or rule.cross_layers else None,
+        rule=rule if rule.paged_per_layer else None,
     )
+
+
+def _rule(dep, sched, tp: int, per_token: float) -> BlockRule:
+    """The block rule of the replica at ``tp``: a state layer's units sized against one page
+    unit (one token-caching block's ``block_tokens`` tokens, or the state itself without any)."""
+    cfg = dep.model
+    token_layers = _token_layers(cfg)
+    unit_bytes = sched.block_tokens * per_token / token_layers if token_layers else 0.0
+    units = _state_units(cfg, unit_bytes, tp=tp, kv_dtype=dep.kv_dtype)
+    return block_rule(cfg, sched.block_tokens, dep.cross_kv_tokens, units)
 
 
 def fitting_tp(dep, sched, *, max_tp: int = 8) -> int | None:
     """The smallest tensor-parallel degree at which one max-length request fits, or None."""
-    needed = block_rule(dep.model, sched.block_tokens, dep.cross_kv_tokens).blocks(
-        sched.model_len(dep.model))
     for tp in range(1, max_tp + 1):
-        if dep.model.n_heads % tp == 0 and _capacity(dep, sched, tp).blocks >= needed:
+        if dep.model.n_heads % tp:
+            continue
+        cap = _capacity(dep, sched, tp)
+        if cap.blocks >= cap.blocks_of(sched.model_len(dep.model)):
             return tp
     return None
 

@@ -104,9 +104,11 @@ def stages(cfg: ModelConfig, counts: tuple[int, ...]) -> tuple[Stage, ...]:
 def stage_groups(cfg: ModelConfig, stage: Stage) -> list[tuple[int, int]]:
     """(a representative block, how many blocks of its shape) on ``stage``: dense and MoE, and
     windowed and full-attention blocks apart, as ``sim.estimate.composite.layer_groups`` groups a model."""
-    kinds: dict[tuple[bool, bool], tuple[int, int]] = {}
+    mixers = cfg.layer_kinds
+    kinds: dict[tuple, tuple[int, int]] = {}
     for i in range(stage.start, stage.stop):
-        key = (cfg.is_moe_layer(i), bool(cfg.sliding_window) and not cfg.is_windowed_layer(i))
+        key = (cfg.is_moe_layer(i), bool(cfg.sliding_window) and not cfg.is_windowed_layer(i),
+               cfg.ffn_kind(i), mixers[i])  # every layer kind apart (``layer_kinds``)
         first, n = kinds.get(key, (i, 0))
         kinds[key] = (first, n + 1)
     return [kinds[k] for k in sorted(kinds)]

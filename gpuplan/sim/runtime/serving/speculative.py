@@ -199,14 +199,17 @@ class Speculator:
 
     def kv_bytes_per_token(self, tp: int) -> float:
         """Drafter KV-cache bytes a cached token adds on each GPU."""
-        from gpuplan.sim.runtime.serving.kv_cache import kv_bytes_per_token
+        from gpuplan.sim.runtime.serving.kv_cache import (
+            kv_bytes_per_token,
+            kv_bytes_per_token_layer,
+        )
 
         if self.draft_dep is not None:
             d = self.draft_dep
             return kv_bytes_per_token(d.model, tp=tp, kv_dtype=d.kv_dtype)
-        if self.spec.method == "eagle":  # one layer of the target's shape
+        if self.spec.method == "eagle":  # one attention layer of the target's shape
             dep = self.dep
-            return kv_bytes_per_token(dep.model, tp=tp, kv_dtype=dep.kv_dtype) / dep.model.n_layers
+            return kv_bytes_per_token_layer(dep.model, tp=tp, kv_dtype=dep.kv_dtype)
         return 0.0
 
     def summary(self) -> dict:

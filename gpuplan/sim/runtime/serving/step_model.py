@@ -22,11 +22,11 @@ from gpuplan.sim.estimate.composite import layer_groups
 from gpuplan.sim.runtime.serving.decode_runs import DecodeRuns, run_costs
 from gpuplan.sim.runtime.serving.iteration import (
     Batch,
-    attention_template,
     cache_ops,
     decode_ops,
     iteration_breakdown,
     iteration_launch,
+    mixer_templates,
     outer_ops,
     prefill_attention,
     price_op,
@@ -60,6 +60,11 @@ def _total_s(ops: list[Op], dep) -> float:
     return sum(price_op(op, dep).total_s for op in ops)
 
 
+def _cap(att) -> int:
+    """The keys a sequence's decode reads at most: a window or a chunk (0: all; a scan: none)."""
+    return getattr(att, "window", 0) or getattr(att, "chunk", 0)
+
+
 def _kernels(ops: list[Op]) -> int:
     return sum(kernel_count(op) for op in ops)
 
@@ -90,9 +95,13 @@ class StepModel(DecodeRuns):
         self._overhead_s = dep.iteration_overhead_s if stage is None else 0.0
         self._seq_s = dep.seq_overhead_s if stage is None else 0.0  # per sequence
         self._n_layers = sum(count for _, count in self._groups)
-        self._templates = [attention_template(dep, layer=layer) for layer, _ in self._groups]
-        # sliding-window groups read at most their window a sequence: priced apart (``_windowed``)
-        self.windowed = any(att.window for att in self._templates)
+        # (blocks, template) of every context-dependent mixer kernel: a block's attention, a
+        # sparse-attention block's indexer too, a fixed-state block's scan (``mixer_templates``)
+        self._pairs = [(count, att) for layer, count in self._groups
+                       for att in mixer_templates(dep, layer=layer)]  # fmt: skip
+        # sliding-window (and chunked) groups read at most their window (chunk) a sequence:
+        # priced apart (``_windowed``)
+        self.windowed = any(_cap(att) for _, att in self._pairs)
         self._window_memo: dict[int, list[tuple[float, float, int]]] = {}
         self._token_memo: dict[int, float] = {}
         self._sample_memo: dict[int, float] = {}
@@ -130,8 +139,7 @@ class StepModel(DecodeRuns):
         without a sliding window; the latter with the cache's upkeep (``iteration.cache_ops``)."""
         dep = self.dep
         total = sum(count * _total_s(decode_ops(dep, att, seqs=seqs, kv_tokens=kv_tokens), dep)
-                    for (_, count), att in zip(self._groups, self._templates, strict=True)
-                    if bool(att.window) == windowed)  # fmt: skip
+                    for count, att in self._pairs if bool(_cap(att)) == windowed)  # fmt: skip
         if not windowed:
             total += self._n_layers * _total_s(cache_ops(dep, kv_tokens), dep)
         return total
@@ -156,15 +164,16 @@ class StepModel(DecodeRuns):
         hit = self._window_memo.get(seqs)
         if hit is None:
             hit = []
-            for (_, count), att in zip(self._groups, self._templates, strict=True):
-                if not att.window:
+            for count, att in self._pairs:
+                cap = _cap(att)
+                if not cap:
                     continue
-                top = min(1001, att.window)
+                top = min(1001, cap)
                 lo, hi = (count * _total_s(decode_ops(self.dep, att, seqs=seqs,
                                                       kv_tokens=kv * seqs), self.dep)
                           for kv in (1, top))  # fmt: skip
                 slope = (hi - lo) / ((top - 1) * seqs) if top > 1 else 0.0
-                hit.append((lo - slope * seqs, slope, att.window))
+                hit.append((lo - slope * seqs, slope, cap))
             self._window_memo[seqs] = hit
         return hit
 
@@ -188,7 +197,7 @@ class StepModel(DecodeRuns):
                 * price_op(
                     prefill_attention(att, tokens=tokens, cached=cached, seqs=seqs), self.dep
                 ).total_s
-                for (_, count), att in zip(self._groups, self._templates, strict=True)
+                for count, att in self._pairs
             )
             self._prefill_memo[key] = hit
         return hit
@@ -206,7 +215,7 @@ class StepModel(DecodeRuns):
         self._sample_calls = _calls(sampling)
         # the decode attention of every block (with its K/V repeat and cache upkeep), and one
         # prefill piece's attention: kernels and torch calls
-        groups = list(zip((c for _, c in self._groups), self._templates, strict=True))
+        groups = self._pairs
         dec = [(c, decode_ops(dep, att, seqs=1, kv_tokens=1)) for c, att in groups]
         dec.append((self._n_layers, cache_ops(dep, 1)))
         self._dec_kernels = sum(c * _kernels(ops) for c, ops in dec)
