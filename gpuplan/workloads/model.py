@@ -19,6 +19,10 @@ It covers the architectures of the catalogue (``presets.py``) and of the Hugging
   2023, sec. 2); hybrid models interleave ``local_per_global`` windowed blocks with one
   full-attention block (Gemma 2: 1, every other block, Gemma Team 2024 sec. 2; Gemma 3: 5,
   Gemma Team 2025 sec. 2.1); 0 windows every block (Mistral);
+- per-layer kinds: ``layer_types`` names each block's mixer (full, sliding, chunked, NoPE,
+  gated-DeltaNet linear attention, Mamba-2, DeepSeek sparse attention, none) and ``ffn_types``
+  its feed-forward; ``layer_kinds.py`` defines them and validates every field of this class
+  that concerns the layout (MoE, MLA, windows, kinds);
 - vision: a CLIP-style ViT encoder (Radford et al. 2021; Dosovitskiy et al. 2021) cutting an
   ``image_size`` square into ``patch_size`` patches plus one class token;
 - vision-language: a language model carrying a ``VisionTower``: a ViT, a projector, and image
@@ -36,6 +40,17 @@ from dataclasses import dataclass
 
 from gpuplan.errors import GpuplanError, check_choice, check_positive
 from gpuplan.workloads.images import Images
+from gpuplan.workloads.layer_kinds import (
+    LinearAttention,
+    Mamba2,
+    SparseIndexer,
+    check_layer_kinds,
+    check_mla,
+    check_moe,
+    derived_ffn_kind,
+    derived_layer_kinds,
+    require_unset,
+)
 
 NORMS = ("rmsnorm", "layernorm")
 ACTIVATIONS = ("swiglu", "gelu")
@@ -79,6 +94,13 @@ class ModelConfig:
     # sliding-window attention (0 -> full attention in every block)
     sliding_window: int = 0
     local_per_global: int = 0  # windowed blocks before each full one; 0: every block windowed
+    # per-layer kinds (workloads/layer_kinds.py)
+    layer_types: tuple[str, ...] = ()  # mixer kind per layer; () -> derived from the window
+    ffn_types: tuple[str, ...] = ()  # "dense" | "moe" | "none" per layer; () -> MoE layout
+    attention_chunk_size: int = 0  # Llama 4's chunked local attention ("chunked" layers)
+    linear_attention: LinearAttention | None = None  # gated DeltaNet ("linear" layers)
+    ssm: Mamba2 | None = None  # Mamba-2 SSD mixer ("mamba2" layers)
+    sparse_indexer: SparseIndexer | None = None  # DeepSeek-V3.2 indexer ("dsa" layers)
     # vision encoder (patch_size == 0 -> text decoder)
     causal: bool = True
     patch_size: int = 0
@@ -92,10 +114,10 @@ class ModelConfig:
         self._check_sizes()
         self._check_choices()
         self._check_heads()
-        self._check_moe()
-        self._check_mla()
+        check_layer_kinds(self)
+        check_moe(self)
+        check_mla(self)
         self._check_vision()
-        self._check_window()
 
     # --- validation -------------------------------------------------------------------------
 
@@ -126,52 +148,11 @@ class ModelConfig:
                 f"n_heads={self.n_heads}; give d_head explicitly"
             )
 
-    def _check_moe(self) -> None:
-        moe_fields = ("top_k", "n_shared_experts", "d_ff_expert", "n_dense_layers")
-        for field in (*moe_fields, "n_experts"):
-            check_positive(self._field(field), getattr(self, field), allow_zero=True)
-        check_positive(self._field("moe_layer_freq"), self.moe_layer_freq)
-        if not self.is_moe:
-            _require_unset(self, "n_experts=0 (dense)", (*moe_fields, "router_score_bias"))
-            return
-        check_positive(self._field("top_k"), self.top_k)
-        check_positive(self._field("d_ff_expert"), self.d_ff_expert)
-        if self.top_k > self.n_experts:
-            raise GpuplanError(
-                f"{self.name}: top_k={self.top_k} is larger than n_experts={self.n_experts}"
-            )
-        if self.n_dense_layers >= self.n_layers:
-            raise GpuplanError(
-                f"{self.name}: n_dense_layers={self.n_dense_layers} leaves no MoE layer among "
-                f"n_layers={self.n_layers}; it must be smaller"
-            )
-        if self.n_moe_layers == 0:
-            raise GpuplanError(
-                f"{self.name}: moe_layer_freq={self.moe_layer_freq} with "
-                f"n_dense_layers={self.n_dense_layers} leaves no MoE layer among "
-                f"n_layers={self.n_layers}"
-            )
-
-    def _check_mla(self) -> None:
-        mla_fields = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-        for field in (*mla_fields, "kv_lora_rank"):
-            check_positive(self._field(field), getattr(self, field), allow_zero=True)
-        if not self.is_mla:
-            _require_unset(self, "kv_lora_rank=0 (not MLA)", mla_fields)
-            return
-        check_positive(self._field("qk_rope_head_dim"), self.qk_rope_head_dim)
-        check_positive(self._field("v_head_dim"), self.v_head_dim)
-        if self.n_kv_heads != self.n_heads:
-            raise GpuplanError(
-                f"{self.name}: MLA expands its latent into one key and value per query head, "
-                f"so n_kv_heads={self.n_kv_heads} must equal n_heads={self.n_heads}"
-            )
-
     def _check_vision(self) -> None:
         for field in ("patch_size", "image_size"):
             check_positive(self._field(field), getattr(self, field), allow_zero=True)
         if not self.is_vision:
-            _require_unset(self, "patch_size=0 (text decoder)", ("image_size",))
+            require_unset(self, "patch_size=0 (text decoder)", ("image_size",))
             check_positive(self._field("vocab_size"), self.vocab_size)
             return
         check_positive(self._field("image_size"), self.image_size)
@@ -187,24 +168,22 @@ class ModelConfig:
                 f"(patch_size={self.patch_size}): it must be 0"
             )
 
-    def _check_window(self) -> None:
-        check_positive(self._field("sliding_window"), self.sliding_window, allow_zero=True)
-        check_positive(self._field("local_per_global"), self.local_per_global, allow_zero=True)
-        if self.sliding_window > self.max_seq_len:
-            raise GpuplanError(
-                f"{self.name}: sliding_window={self.sliding_window} is larger than the context "
-                f"max_seq_len={self.max_seq_len}: give a window of at most the context (or 0)"
-            )
-        if self.local_per_global and not self.sliding_window:
-            raise GpuplanError(f"{self.name}: local_per_global={self.local_per_global} needs a "
-                               "sliding_window > 0")
+    def layer_kind(self, layer: int) -> str:
+        """The mixer kind of block ``layer`` (0-based): ``layer_kinds.MIXER_KINDS``."""
+        return self.layer_kinds[self._layer(layer)]
+
+    @property
+    def layer_kinds(self) -> tuple[str, ...]:
+        """Every block's mixer kind; derived from the window fields when layer_types is empty."""
+        return derived_layer_kinds(self)
+
+    def ffn_kind(self, layer: int) -> str:
+        """The feed-forward kind of block ``layer``: "dense", "moe" or "none"."""
+        return derived_ffn_kind(self, self._layer(layer))
 
     def is_windowed_layer(self, layer: int) -> bool:
-        """Whether block ``layer`` (0-based) attends through the sliding window (Gemma's rule:
-        block ``i`` is full-attention when ``(i + 1) % (local_per_global + 1) == 0``)."""
-        if not self.sliding_window:
-            return False
-        return not self.local_per_global or (layer + 1) % (self.local_per_global + 1) != 0
+        """Whether block ``layer`` (0-based) attends through the sliding window."""
+        return self.layer_kind(layer) == "sliding"
 
     @property
     def n_windowed_layers(self) -> int:
@@ -262,12 +241,16 @@ class ModelConfig:
         return "gqa"
 
     def is_moe_layer(self, layer: int) -> bool:
-        """Whether block ``layer`` (0-based) has an MoE feed-forward (DeepSeek's rule)."""
+        """Whether block ``layer`` (0-based) has an MoE feed-forward (DeepSeek's rule, or
+        ffn_types when given)."""
+        return self.ffn_kind(layer) == "moe"
+
+    def _layer(self, layer: int) -> int:
         if not 0 <= layer < self.n_layers:
             raise GpuplanError(
                 f"{self.name}: layer={layer} is invalid: choose 0 to {self.n_layers - 1}"
             )
-        return self.is_moe and layer >= self.n_dense_layers and layer % self.moe_layer_freq == 0
+        return layer
 
     @property
     def n_moe_layers(self) -> int:
@@ -282,16 +265,6 @@ class ModelConfig:
     def seq_len_default(self) -> int:
         """Tokens of one sequence: vision, the patches plus one class token; text, max_seq_len."""
         return self.n_patches + 1 if self.is_vision else self.max_seq_len
-
-
-def _require_unset(cfg: ModelConfig, because: str, fields: tuple[str, ...]) -> None:
-    """Raise when a field of a feature that is off has been set (e.g. top_k on a dense model)."""
-    for field in fields:
-        value = getattr(cfg, field)
-        if value:
-            raise GpuplanError(
-                f"{cfg.name}: {field}={value!r} is set but {because}; set both or neither"
-            )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
