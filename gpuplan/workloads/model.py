@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 from gpuplan.errors import GpuplanError, check_choice, check_positive
 from gpuplan.workloads.images import Images
+from gpuplan.workloads.structure import check_structure
 from gpuplan.workloads.layer_kinds import (
     LinearAttention,
     Mamba2,
@@ -53,7 +54,7 @@ from gpuplan.workloads.layer_kinds import (
 )
 
 NORMS = ("rmsnorm", "layernorm")
-ACTIVATIONS = ("swiglu", "gelu")
+ACTIVATIONS = ("swiglu", "gelu", "relu2")  # relu2: squared ReLU, two matrices (Nemotron-H)
 POSITIONS = ("rope", "learned", "none")
 STYLES = ("inline", "cross-attention")  # how a vision tower's image tokens reach the LM
 
@@ -71,7 +72,7 @@ class ModelConfig:
     vocab_size: int  # 0 for a vision encoder
     d_head: int | None = None  # None -> d_model // n_heads (see head_dim)
     norm: str = "rmsnorm"  # "rmsnorm" | "layernorm"
-    activation: str = "swiglu"  # "swiglu" (3 matrices) | "gelu" (2 matrices)
+    activation: str = "swiglu"  # "swiglu" (3 matrices) | "gelu", "relu2" (2 matrices)
     bias: bool = False  # biases on every linear layer (GPT-2/3, ViT)
     qkv_bias: bool = False  # biases on the q, k, v projections only (Qwen2)
     tied_embeddings: bool = False
@@ -109,6 +110,23 @@ class ModelConfig:
     # vision-language model: this config is its language model; the tower adds the images
     vision_tower: VisionTower | None = None
     source: str = ""  # where the numbers come from
+    # structure read from config.json (hf reader; checked in workloads/structure.py)
+    attention_bias: bool = False  # biases on q, k, v and o (gpt-oss; Llama's attention_bias)
+    mlp_bias: bool = False  # biases on the dense MLPs' projections (Llama's mlp_bias)
+    qk_norm: str = ""  # "" | "head": RMSNorm over each head (Qwen3) | "all": over all (OLMo 2)
+    norms_per_block: int = 2  # 4: Gemma 2/3 sandwich norms; 1: one norm a layer (Mamba-2)
+    attention_sinks: bool = False  # one learned sink logit per head (gpt-oss)
+    attn_output_gate: bool = False  # q_proj also gives a sigmoid gate on the output (Qwen3-Next)
+    attn_logit_softcap: float = 0.0  # tanh soft-capping of attention logits; 0: none (Gemma 2)
+    final_logit_softcap: float = 0.0  # the same on the LM head's logits
+    embedding_scale: float = 1.0  # token embeddings are multiplied by this (Gemma: sqrt(d))
+    router_bias: bool = False  # the router's linear has a bias (gpt-oss)
+    expert_bias: bool = False  # every routed expert's projections have biases (gpt-oss)
+    shared_expert_gate: bool = False  # a sigmoid gate on the shared expert (Qwen2-MoE)
+    ssm_conv_bias: bool = False  # the Mamba-2 convolution's bias (use_conv_bias)
+    ssm_proj_bias: bool = False  # biases on the Mamba-2 in_proj and out_proj (use_bias)
+    mtp_layers: int = 0  # multi-token-prediction modules beside the model (DeepSeek-V3)
+    expert_weight_dtype: str = ""  # "": as the other weights; "mxfp4" (gpt-oss's experts)
 
     def __post_init__(self) -> None:
         self._check_sizes()
@@ -118,6 +136,7 @@ class ModelConfig:
         check_moe(self)
         check_mla(self)
         self._check_vision()
+        check_structure(self)
 
     # --- validation -------------------------------------------------------------------------
 
