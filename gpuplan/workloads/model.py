@@ -40,7 +40,6 @@ from dataclasses import dataclass
 
 from gpuplan.errors import GpuplanError, check_choice, check_positive
 from gpuplan.workloads.images import Images
-from gpuplan.workloads.structure import check_structure
 from gpuplan.workloads.layer_kinds import (
     LinearAttention,
     Mamba2,
@@ -52,6 +51,7 @@ from gpuplan.workloads.layer_kinds import (
     derived_layer_kinds,
     require_unset,
 )
+from gpuplan.workloads.structure import check_structure
 
 NORMS = ("rmsnorm", "layernorm")
 ACTIVATIONS = ("swiglu", "gelu", "relu2")  # relu2: squared ReLU, two matrices (Nemotron-H)
