@@ -6,8 +6,18 @@ The count follows the modules of Hugging Face ``transformers`` (``LlamaForCausal
 
 - norms: RMSNorm stores a weight, LayerNorm a weight and a bias (two per block, one final;
   a CLIP vision tower has a ``pre_layrnorm`` and a ``post_layernorm`` instead);
-- biases where the configuration has them: every linear layer (``bias``), or q, k and v only
-  (``qkv_bias``, Qwen2); LM heads never have one;
+- norms per block: two (pre-norms, or OLMo 2's post-norms), four (Gemma 2/3's sandwich norms),
+  one (Mamba-2 and Nemotron-H: one norm before each layer's single mixer or MLP);
+- biases where the configuration has them: every linear layer (``bias``), q, k and v only
+  (``qkv_bias``, Qwen2, GLM-4.5), q, k, v and o (``attention_bias``, gpt-oss), the MLPs
+  (``mlp_bias``), the router and experts (gpt-oss); LM heads never have one;
+- q/k norms: one RMSNorm over a head for q and one for k (Qwen3, Gemma 3, GLM-4.5), or over all
+  heads (OLMo 2); gpt-oss's attention sinks (one per head); Qwen3-Next's gated query (q_proj
+  twice as wide);
+- the other mixers: gated DeltaNet (Qwen3-Next: in_proj_qkvz, in_proj_ba, conv1d, dt_bias,
+  A_log, norm, out_proj), Mamba-2 (in_proj, conv1d, dt_bias, A_log, D, norm, out_proj), and
+  DeepSeek-V3.2's indexer beside MLA (wq_b, wk, k_norm, weights_proj); a layer without mixer
+  (Nemotron-H's MLP layers) or without feed-forward (its Mamba-2 and attention layers);
 - attention: q, k, v and o projections; MLA (DeepSeek-V2 report, arXiv:2405.04434, eq. 9-19)
   stores ``q_a_proj``, ``q_a_layernorm``, ``q_b_proj`` (or ``q_proj`` without query
   compression), ``kv_a_proj_with_mqa``, ``kv_a_layernorm``, ``kv_b_proj`` and ``o_proj``;
@@ -21,14 +31,17 @@ The count follows the modules of Hugging Face ``transformers`` (``LlamaForCausal
 - a VLM's vision side (``tower_params``): its encoder, its projector and, for cross-attention,
   the cross-attention blocks and the extra token-table rows (``workloads.vision``'s styles).
 
-Not counted: DeepSeek-V3's multi-token-prediction module (``num_nextn_predict_layers``, an extra
-block shipped in the checkpoint but not part of the main model; DeepSeek-V3 report, section 2.2),
-and buffers that are not parameters (rotary tables, position ids).
+Counted apart (``ParamCount.mtp``, not in ``total``): DeepSeek-V3-style multi-token-prediction
+modules (``num_nextn_predict_layers``; DeepSeek-V3 report, section 2.2), as the checkpoint
+stores them (``mtp_params``). Not counted: buffers that are not parameters (rotary tables,
+position ids), FP8 block scales of quantized checkpoints, vision towers the reader does not
+read (Gemma 3's SigLIP, Llama 4's encoder).
 
 ``active`` is what one token uses: everything except the routed experts it is not sent to, i.e.
 each MoE layer keeps its router, its ``top_k`` routed and its shared experts. Embedding and head
 count as active, the convention of Mixtral's "12.9B active" (Jiang et al. 2024); DeepSeek's own
-"37B activated" leaves out the input embedding.
+"37B activated", OpenAI's gpt-oss "3.61B active" and Zhipu's GLM-4.5 "32B active" leave out the
+input embedding (``active - embedding``).
 """
 
 from __future__ import annotations
