@@ -97,8 +97,11 @@ TRAITS: dict[str, dict[str, Any]] = {
     # NemotronHMLP: up, relu2, down
     "nemotron_h": {"max_positions": 4096, "tied": False,
                    "fields": {"norms_per_block": 1, "activation": "relu2", "position": "none"}},
-    # Mamba2Block: one norm and a mixer; no positions (the context priced by default: 4096)
-    "mamba2": {"max_positions": 4096, "tied": True,
+    # Mamba2Block: one norm and a mixer; no positions, so no position limit: the context is
+    # bounded at 262,144 tokens, the length Mistral tested Mamba-Codestral to in context
+    # (https://mistral.ai/news/codestral-mamba: "tested on in-context retrieval capabilities up
+    # to 256k tokens")
+    "mamba2": {"max_positions": 262_144, "tied": True,
                "fields": {"norms_per_block": 1, "position": "none"}},
 }
 TRAITS["gemma3"] = TRAITS["gemma3_text"]  # a text_config of a multimodal wrapper
