@@ -23,7 +23,10 @@ from pathlib import Path
 
 import hf_tensor_shapes
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from gpuplan.errors import GpuplanError
 from gpuplan.workloads.hf_config import read_hf_config
 from gpuplan.workloads.params import count_params
 
@@ -229,3 +232,31 @@ def test_an_unknown_family_reads_with_its_note_on_the_command_line(tmp_path, cap
     file.write_text(json.dumps(raw))
     assert main(["models", "--hf-config", str(file)]) == 2
     assert "required field 'intermediate_size' is missing" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: r.name)
+def test_a_missing_hidden_size_is_one_line_naming_it(row):
+    raw = json.loads((CONFIGS / f"{row.name}.json").read_text())
+    (raw.get("text_config") or raw).pop("hidden_size")
+    with pytest.raises(GpuplanError, match="required field 'hidden_size' is missing") as err:
+        read_hf_config(raw)
+    assert "\n" not in str(err.value)
+
+
+JSON_VALUES = st.none() | st.booleans() | st.integers(-3, 2**40) | st.floats() | st.text(
+    max_size=6) | st.lists(st.integers(-1, 3), max_size=4)
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None)
+@given(row=st.sampled_from(ROWS), data=st.data())
+def test_any_field_of_any_family_gives_a_model_or_a_one_line_error(row, data):
+    raw = json.loads((CONFIGS / f"{row.name}.json").read_text())
+    part = raw.get("text_config") or raw
+    keys = data.draw(st.lists(st.sampled_from(sorted(part)), min_size=1, max_size=3))
+    for key in keys:
+        part[key] = data.draw(JSON_VALUES)
+    try:
+        count_params(read_hf_config(raw)[0])
+    except GpuplanError as err:
+        assert "\n" not in str(err)

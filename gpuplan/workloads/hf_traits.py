@@ -33,9 +33,10 @@ from typing import Any
 GENERIC: dict[str, Any] = {"max_positions": None, "tied": False, "fields": {}}
 
 _QK_HEAD = {"qk_norm": "head"}  # q_norm, k_norm: RMSNorm(head_dim)
-# Gemma3TextConfig's defaults: the text_config of every Gemma 3 checkpoint leaves out these
-_GEMMA3_TEXT_DEFAULTS = {"vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216,
-                         "num_hidden_layers": 26, "num_attention_heads": 8,
+# Gemma3TextConfig's defaults of the fields that the text_config of Gemma 3 checkpoints leaves
+# out (the sizes every one states, hidden_size, intermediate_size, num_hidden_layers, stay
+# required)
+_GEMMA3_TEXT_DEFAULTS = {"vocab_size": 262_208, "num_attention_heads": 8,
                          "num_key_value_heads": 4, "head_dim": 256, "sliding_window": 4096}
 
 TRAITS: dict[str, dict[str, Any]] = {
