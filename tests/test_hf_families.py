@@ -169,6 +169,12 @@ def test_window_patterns_gemma2_gpt_oss_and_gemma3():
     gemma3 = _read("gemma-3-27b")[0]
     assert gemma3.layer_kinds[:6] == ("sliding",) * 5 + ("full",) and gemma3.qk_norm == "head"
     assert (gemma3.vocab_size, gemma3.sliding_window) == (262_208, 1024)  # class defaults
+    # Qwen2's rule (configuration_qwen2.py): with use_sliding_window, layers from
+    # max_window_layers on are windowed; without it (every Qwen release), none is
+    raw = json.loads((CONFIGS / "qwen1.5-moe-a2.7b.json").read_text())
+    windowed = read_hf_config(raw | {"use_sliding_window": True, "sliding_window": 4096})[0]
+    assert windowed.layer_kinds == ("full",) * 21 + ("sliding",) * 3
+    assert _read("qwen1.5-moe-a2.7b")[0].sliding_window == 0
 
 
 def test_linear_state_space_and_sparse_mixers():

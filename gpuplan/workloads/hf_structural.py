@@ -260,7 +260,8 @@ def _mixers(f: Fields, entry: dict[str, Any], out: dict[str, Any],
         kinds = ["full" if (i + 1) % period == 0 else "sliding" for i in range(n)]
     elif window and entry.get("window_every_layer", True) and f.get(
             "use_sliding_window", True, "bool"):  # fmt: skip
-        kinds = ["sliding"] * n
+        first = f.get("max_window_layers", 0, "size")  # Qwen2: layers from it on are windowed
+        kinds = ["sliding" if i >= first else "full" for i in range(n)]
     else:
         kinds = ["full"] * n
     if "sliding" in kinds and window >= out["max_seq_len"]:
