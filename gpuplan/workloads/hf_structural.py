@@ -11,7 +11,7 @@ them into per-layer structure (``ModelConfig`` with ``layer_types`` and ``ffn_ty
   final_logit_softcapping; embedding_multiplier; position_embedding_type "nope";
 - mixer per layer: layer_types (full_attention, sliding_attention, chunked_attention,
   linear_attention, attention, mamba), sliding_window with sliding_window_pattern or
-  use_sliding_window, full_attention_interval (Qwen3-Next), no_rope_layers with
+  use_sliding_window and max_window_layers (Qwen2), full_attention_interval (Qwen3-Next), no_rope_layers with
   attention_chunk_size (Llama 4), hybrid_override_pattern (Nemotron-H: M Mamba-2, * attention,
   - MLP, E MoE), index_n_heads / index_head_dim / index_topk (DeepSeek-V3.2 sparse attention);
 - the state-space and linear-attention shapes: mamba_num_heads | mamba_n_heads | num_heads,
