@@ -6,7 +6,8 @@ and their shapes multiplied out and summed.
 It shares no code with gpuplan's reader or ``workloads/params.py``: it walks the module tree
 (``model.layers.{i}.self_attn.q_proj.weight`` ...) rather than summing formulas, and reads the
 config's fields itself, so a wrong field, a missed tensor or a wrong layer rule shows up as a
-difference. MTP modules are left out (gpuplan counts them apart), as are vision towers.
+difference. MTP modules are left out (gpuplan counts them apart), as are the vision towers
+gpuplan does not read (Llama 4's); Gemma 3's SigLIP tower and projector are in.
 """
 
 from __future__ import annotations
@@ -123,7 +124,30 @@ def tensors(raw: dict) -> dict[str, tuple[int, ...]]:
         t["lm_head.weight"] = (v, d)
     for i in range(n):
         _layer(t, f"model.layers.{i}", c, mt, i)
+    if raw["model_type"] == "gemma3":
+        _siglip(t, raw.get("vision_config", {}), d)
     return t
+
+
+def _siglip(t, v, d_text):
+    """Gemma 3's SigLIP tower (modeling_siglip.py) and Gemma3MultiModalProjector."""
+    d, p, size = v.get("hidden_size", 1152), v.get("patch_size", 14), v.get("image_size", 896)
+    f, n = v.get("intermediate_size", 4304), v.get("num_hidden_layers", 27)
+    e = "vision_tower.vision_model.embeddings"
+    t[f"{e}.patch_embedding.weight"], t[f"{e}.patch_embedding.bias"] = (d, 3, p, p), (d,)
+    t[f"{e}.position_embedding.weight"] = ((size // p) ** 2, d)
+    for i in range(n):
+        q = f"vision_tower.vision_model.encoder.layers.{i}"
+        for norm in ("layer_norm1", "layer_norm2"):
+            t[f"{q}.{norm}.weight"], t[f"{q}.{norm}.bias"] = (d,), (d,)
+        for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            _linear(t, f"{q}.self_attn.{proj}", d, d, True)
+        _linear(t, f"{q}.mlp.fc1", d, f, True)
+        _linear(t, f"{q}.mlp.fc2", f, d, True)
+    post = "vision_tower.vision_model.post_layernorm"
+    t[f"{post}.weight"], t[f"{post}.bias"] = (d,), (d,)
+    t["multi_modal_projector.mm_input_projection_weight"] = (d, d_text)
+    t["multi_modal_projector.mm_soft_emb_norm.weight"] = (d,)
 
 
 def _layer(t, p, c, mt, i):  # noqa: C901 - one branch per family, as the modeling files are

@@ -3,7 +3,7 @@ parameter count against the model card and an independent count.
 
 Convention of gpuplan's counts (``workloads/params.py``): every parameter the Hugging Face model
 stores, embeddings and an untied LM head included, the vision tower of a multimodal wrapper
-left out (it is not read), MTP modules left out of ``total`` and counted apart (``mtp``);
+left out where it is not read (Llama 4's; Gemma 3's is read and counted), MTP modules left out of ``total`` and counted apart (``mtp``);
 ``active`` keeps, in each MoE layer, the router, ``top_k`` routed experts and the shared ones,
 and counts the embedding. Cards that leave out the input embedding from "active" (OpenAI,
 DeepSeek, Zhipu) are compared with ``active - embedding``.
@@ -67,10 +67,10 @@ ROWS = [
         card=HUB + "google/gemma-2-9b (Hub safetensors: 9.24B params)"),
     Row("gemma-3-1b", 999_885_952, 999_885_952, 1.0 * B, card_step=0.1 * B,
         card=HUB + "google/gemma-3-1b-pt (1B; text only, no vision tower)"),
-    Row("gemma-3-4b", 3_880_263_168, 3_880_263_168, None,
-        card="google/gemma-3-4b-pt's 4.3B counts the SigLIP tower, which is not read"),
-    Row("gemma-3-27b", 27_009_346_304, 27_009_346_304, None,
-        card="google/gemma-3-27b-pt's 27.4B counts the SigLIP tower, which is not read"),
+    Row("gemma-3-4b", 4_300_079_472, 4_300_079_472, 4.3 * B, card_step=0.1 * B,
+        card=HUB + "google/gemma-3-4b-pt (Hub safetensors: 4.3B params, SigLIP tower in)"),
+    Row("gemma-3-27b", 27_432_406_640, 27_432_406_640, 27.4 * B, card_step=0.1 * B,
+        card=HUB + "google/gemma-3-27b-pt (Hub safetensors: 27.4B params, SigLIP tower in)"),
     Row("phi-3-mini-4k", 3_821_079_552, 3_821_079_552, 3.8 * B, card_step=0.1 * B,
         card=HUB + "microsoft/Phi-3-mini-4k-instruct (3.8B parameters)"),
     Row("phi-3.5-mini", 3_821_079_552, 3_821_079_552, 3.8 * B, card_step=0.1 * B,
@@ -168,6 +168,14 @@ def test_window_patterns_gemma2_gpt_oss_and_gemma3():
     assert oss.attention_sinks and oss.attention_bias and oss.expert_weight_dtype == "mxfp4"
     gemma3 = _read("gemma-3-27b")[0]
     assert gemma3.layer_kinds[:6] == ("sliding",) * 5 + ("full",) and gemma3.qk_norm == "head"
+    assert count_params(gemma3).total - count_params(gemma3).vision == 27_009_346_304  # text
+    tower = gemma3.vision_tower
+    assert (tower.merge, tower.encoder.n_patches, tower.pool) == (4, 4096, True)
+    from gpuplan.workloads.images import Images
+    from gpuplan.workloads.vision import image_tokens
+
+    # mm_tokens_per_image: 256 tokens an image at the processor's 896 x 896
+    assert image_tokens(gemma3, Images(count=2, width=896, height=896)) == 512
     assert (gemma3.vocab_size, gemma3.sliding_window) == (262_208, 1024)  # class defaults
     # Qwen2's rule (configuration_qwen2.py): with use_sliding_window, layers from
     # max_window_layers on are windowed; without it (every Qwen release), none is

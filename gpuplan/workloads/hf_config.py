@@ -11,10 +11,14 @@ fields is read the same way, with a note. Optional fields that are absent take t
 the ``transformers`` configuration class; a required field that is absent is a
 ``GpuplanError`` naming it and the file.
 
-Wrappers: a config with ``text_config`` is read through its text decoder (``gemma3``,
-``llama4``: the vision tower is not read, and a note says so). Two vision-language models are
-read with their towers:
+Wrappers: a config with ``text_config`` is read through its text decoder (``llama4`` and any
+unknown wrapper: the vision tower is not read, and a note says so). Three vision-language models
+are read with their towers:
 
+- ``gemma3`` (Gemma 3, 4B and up): ``text_config`` (gemma3_text) and ``vision_config``'s
+  hidden_size, num_hidden_layers, num_attention_heads, intermediate_size, patch_size,
+  image_size, num_channels (SigLIP; defaults of ``Gemma3Config``), ``mm_tokens_per_image``:
+  image tokens inline, each the average of merge x merge patches;
 - ``qwen2_vl`` (Qwen2-VL): the Qwen2 text fields (top level, or in ``text_config``) and
   ``vision_config``'s depth, embed_dim, mlp_ratio, num_heads, in_chans / in_channels,
   patch_size, spatial_merge_size, temporal_patch_size (defaults of ``Qwen2VLVisionConfig``);
@@ -33,6 +37,7 @@ embeddings).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -116,7 +121,30 @@ def _mllama(f: Fields, notes: list[str]) -> dict[str, Any]:
     return {**fields, "vision_tower": tower}
 
 
+def _gemma3(f: Fields, notes: list[str]) -> dict[str, Any]:
+    """Gemma 3's wrapper: the gemma3_text decoder and its SigLIP tower (``vision_config``,
+    defaults of ``Gemma3Config``'s: SigLIP-so400m at 896 px), whose 4,096 patches are averaged
+    into ``mm_tokens_per_image`` (256) tokens (``Gemma3MultiModalProjector``)."""
+    lm = read_decoder(part(f, "text_config"), "gemma3_text", notes)
+    v = part(f, "vision_config")
+    width, heads = v.get("hidden_size", 1152), v.get("num_attention_heads", 16)
+    patch, size = v.get("patch_size", 14), v.get("image_size", 896)
+    patches = (size // patch) ** 2
+    merge = math.isqrt(patches // f.get("mm_tokens_per_image", 256))
+    if merge**2 * f.get("mm_tokens_per_image", 256) != patches:
+        raise GpuplanError(f"{f.origin}: mm_tokens_per_image={f.raw.get('mm_tokens_per_image')} "
+                           f"does not pool {patches} patches by a square: not supported")
+    encoder = ModelConfig(
+        name="vision", n_layers=v.get("num_hidden_layers", 27, "layers"), d_model=width,
+        n_heads=heads, n_kv_heads=heads, d_ff=v.get("intermediate_size", 4304), vocab_size=0,
+        norm="layernorm", activation="gelu", bias=True, position="learned", max_seq_len=patches,
+        causal=False, patch_size=patch, image_size=size, n_channels=v.get("num_channels", 3))
+    tower = VisionTower(encoder=encoder, style="inline", merge=merge, siglip=True, pool=True)
+    return {**lm, "vision_tower": tower}
+
+
 _READERS: dict[str, Callable[[Fields, list[str]], dict[str, Any]]] = {
+    "gemma3": _gemma3,
     "gpt2": _gpt2,
     "qwen2_vl": _qwen2_vl,
     "mllama": _mllama,

@@ -306,6 +306,8 @@ class VisionTower:
     projector_hidden: int = 0  # 0: one linear to the LM width; else an MLP of this width
     cross_attention_layers: tuple[int, ...] = ()  # positions in the full stack (HF indices)
     extra_embedding_rows: int = 0  # token-table rows beyond vocab_size (Mllama: 8)
+    siglip: bool = False  # SigLIP encoder: patch bias, a position table, a post-norm (Gemma 3)
+    pool: bool = False  # merge^2 patches averaged, RMSNorm, one linear (Gemma 3's projector)
 
     def __post_init__(self) -> None:
         name = self.encoder.name
@@ -332,7 +334,7 @@ class VisionTower:
     def projector_in(self) -> int:
         """Features per token entering the projector."""
         if self.style == "inline":
-            return self.encoder.d_model * self.merge**2
+            return self.encoder.d_model * (1 if self.pool else self.merge**2)
         return self.encoder.d_model * (1 + self.intermediate_layers)
 
     def check(self, images: Images) -> None:

@@ -274,6 +274,8 @@ def encoder_params(tower: VisionTower) -> int:
     d = enc.d_model
     patch = enc.n_channels * tower.temporal_patch * enc.patch_size**2 * d
     blocks = (enc.n_layers + tower.global_layers) * layer_params(enc, 0)
+    if tower.style == "inline" and tower.siglip:  # Gemma 3's SigLIP: patch bias, positions,
+        return patch + d + enc.n_patches * d + blocks + norm_params(enc, d)  # post_layernorm
     if tower.style == "inline":  # Qwen2-VL: 2D RoPE, no position table, no pre/post norm
         return patch + blocks
     # Mllama: class embedding; gated position embedding (table, per-aspect-ratio tile table,
@@ -289,8 +291,11 @@ def encoder_params(tower: VisionTower) -> int:
 
 
 def projector_params(cfg: ModelConfig) -> int:
-    """Qwen2-VL's merger (ln_q and a two-layer MLP, biases) or Mllama's one linear (bias)."""
+    """Qwen2-VL's merger (ln_q and a two-layer MLP, biases), Gemma 3's pooled projection or
+    Mllama's one linear (bias)."""
     tower = cfg.vision_tower
+    if tower.pool:  # Gemma3MultiModalProjector: mm_soft_emb_norm (RMSNorm), the projection
+        return tower.encoder.d_model + tower.projector_in * cfg.d_model
     if tower.projector_hidden:
         return (norm_params(tower.encoder, tower.encoder.d_model)
                 + linear_params(tower.projector_in, tower.projector_hidden, bias=True)
