@@ -180,7 +180,7 @@ def _layer(t, p, c, mt, i):  # noqa: C901 - one branch per family, as the modeli
 def _mixer(t, p, c, mt, i):
     d, a = c["hidden_size"], f"{p}.self_attn"
     bias = c.get("attention_bias", False)
-    if mt in ("deepseek_v3", "deepseek_v32"):
+    if mt in ("deepseek_v3", "deepseek_v32", "kimi_k2"):
         _mla(t, a, c, indexer=mt == "deepseek_v32")
     elif mt == "qwen3_next" and (i + 1) % c["full_attention_interval"]:
         _gated_deltanet(t, f"{p}.linear_attn", c, d)
@@ -201,7 +201,7 @@ def _ffn(t, p, c, mt, i):  # noqa: C901
     d = c["hidden_size"]
     e = c.get("num_local_experts") or c.get("num_experts") or c.get("n_routed_experts") or 0
     f = c.get("moe_intermediate_size") or c.get("intermediate_size")
-    if mt in ("deepseek_v3", "deepseek_v32", "glm4_moe"):
+    if mt in ("deepseek_v3", "deepseek_v32", "kimi_k2", "glm4_moe"):
         moe = i >= c.get("first_k_dense_replace", 0)
     elif mt in ("qwen2_moe", "qwen3_moe", "qwen3_next"):
         moe = i not in c.get("mlp_only_layers", []) and (i + 1) % c.get("decoder_sparse_step", 1) == 0
@@ -224,7 +224,7 @@ def _ffn(t, p, c, mt, i):  # noqa: C901
         _linear(t, p.replace(".mlp", ".shared_mlp.output_linear"), s, d)
         return
     _linear(t, f"{p}.gate", d, e, bias=mt == "gpt_oss")
-    if mt in ("deepseek_v3", "deepseek_v32", "glm4_moe"):
+    if mt in ("deepseek_v3", "deepseek_v32", "kimi_k2", "glm4_moe"):
         t[f"{p}.gate.e_score_correction_bias"] = (e,)
     _experts(t, f"{p}.experts", e, d, f, bias=mt == "gpt_oss")
     shared = c.get("n_shared_experts", 0) * f or c.get("shared_expert_intermediate_size", 0)

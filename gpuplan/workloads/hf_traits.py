@@ -105,6 +105,7 @@ TRAITS: dict[str, dict[str, Any]] = {
     "mamba2": {"max_positions": 262_144, "tied": True,
                "fields": {"norms_per_block": 1, "position": "none"}},
 }
+TRAITS["kimi_k2"] = TRAITS["deepseek_v3"]  # Kimi-K2: DeepSeek-V3's architecture, its own name
 TRAITS["gemma3"] = TRAITS["gemma3_text"]  # a text_config of a multimodal wrapper
 TRAITS["llama4"] = TRAITS["llama4_text"]
 TRAITS["qwen2_vl"] = TRAITS["qwen2"]
