@@ -7,10 +7,9 @@ published parameter counts (tests/test_hf_families.py): ``llama``, ``mistral``, 
 ``gemma3``, ``gemma3_text``, ``phi3`` (Phi-3, 3.5, 4), ``llama4``, ``gpt_oss``,
 ``deepseek_v2``, ``deepseek_v3``, ``kimi_k2`` (Kimi-K2: DeepSeek-V3's architecture),
 ``deepseek_v32``, ``glm4_moe``, ``olmo2``, ``granitemoehybrid``, ``nemotron_h``, ``mamba2``.
-An unknown ``model_type`` with the standard
-fields is read the same way, with a note. Optional fields that are absent take the default of
-the ``transformers`` configuration class; a required field that is absent is a
-``GpuplanError`` naming it and the file.
+An unknown ``model_type`` with the standard fields is read the same way, with a note. Optional
+fields that are absent take the default of the ``transformers`` configuration class; a required
+field that is absent is a ``GpuplanError`` naming it and the file.
 
 Wrappers: a config with ``text_config`` is read through its text decoder (``llama4`` and any
 unknown wrapper: the vision tower is not read, and a note says so). Three vision-language models
