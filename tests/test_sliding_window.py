@@ -95,9 +95,19 @@ def test_the_hf_reader_takes_mistral_gemma2_and_gemma3_windows():
     assert g3b.local_per_global == 5
 
 
+def test_a_window_as_long_as_the_context_reads_as_full_attention_with_a_note():
+    from gpuplan.workloads.hf_config import read_hf_config
+
+    # Phi-3.5-mini's sliding_window 262,144 over its 131,072 positions: transformers runs it as
+    # full attention, and so is it read
+    cfg, notes = read_hf_config({**HF, "model_type": "mistral", "sliding_window": 65536,
+                                 "max_position_embeddings": 32768})
+    assert cfg.sliding_window == 0 and set(cfg.layer_kinds) == {"full"}
+    assert any("spans the whole context" in note for note in notes)
+
+
 @pytest.mark.parametrize(("extra", "words"), [
-    ({"model_type": "mistral", "sliding_window": 65536, "max_position_embeddings": 32768},
-     "larger than the context"),
+    ({"model_type": "mistral", "sliding_window": -1}, "sliding_window"),
     ({"model_type": "gemma2", "sliding_window": "4k"}, "sliding_window"),
     ({"model_type": "gemma3_text", "sliding_window": 512, "layer_types": ["local"]}, "layer_types"),
     ({"model_type": "gemma3_text", "sliding_window": 512,

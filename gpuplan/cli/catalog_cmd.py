@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import sys
 from typing import Any
 
 from gpuplan.cli import add_common_options
@@ -131,6 +132,7 @@ def model_details(cfg: Any) -> dict[str, Any]:
         "embedding_params": params.embedding,
         "lm_head_params": params.lm_head,
         **_vision_details(cfg, params),
+        **_structure_details(cfg, params),
         "source": cfg.source,
     }
 
@@ -156,6 +158,29 @@ def _vision_details(cfg: Any, params: Any) -> dict[str, Any]:
     }
 
 
+def _structure_details(cfg: Any, params: Any) -> dict[str, Any]:
+    """The structure a config.json gave beyond the shape, only where it is not the default."""
+    norms = {"head": "per head", "all": "over all heads"}
+    biases = [name for name, on in (("all linears", cfg.bias), ("q, k, v", cfg.qkv_bias),
+                                    ("q, k, v, o", cfg.attention_bias), ("MLP", cfg.mlp_bias),
+                                    ("router", cfg.router_bias), ("experts", cfg.expert_bias))
+              if on]  # fmt: skip
+    shown = {
+        "biases": ", ".join(biases) or None,
+        "qk_norm": norms.get(cfg.qk_norm),
+        "norms_per_block": cfg.norms_per_block if cfg.norms_per_block != 2 else None,
+        "attention_sinks": True if cfg.attention_sinks else None,
+        "attn_output_gate": True if cfg.attn_output_gate else None,
+        "attn_logit_softcap": cfg.attn_logit_softcap or None,
+        "final_logit_softcap": cfg.final_logit_softcap or None,
+        "shared_expert_gate": True if cfg.shared_expert_gate else None,
+        "expert_weight_dtype": cfg.expert_weight_dtype or None,
+        "mtp_layers": cfg.mtp_layers or None,
+        "mtp_params": params.mtp or None,
+    }
+    return {k: v for k, v in shown.items() if v is not None}
+
+
 def _show_model(cfg: Any, as_json: bool) -> int:
     details = model_details(cfg)
     if as_json:
@@ -174,9 +199,12 @@ def models(args: argparse.Namespace) -> int:
     if args.hf_config is not None and args.key is not None:
         raise GpuplanError(f"give a model KEY ({args.key!r}) or --hf-config, not both")
     if args.hf_config is not None:
-        from gpuplan.workloads.hf_config import from_hf_config
+        from gpuplan.workloads.hf_config import read_hf_config
 
-        return _show_model(from_hf_config(args.hf_config), args.json)
+        cfg, notes = read_hf_config(args.hf_config)
+        for note in notes:  # what the reader assumed or left out, apart from the table
+            print(f"note: {note}", file=sys.stderr)
+        return _show_model(cfg, args.json)
     if args.key is not None:
         return _show_model(presets.get_model(args.key), args.json)
     rows = [model_row(cfg) for cfg in presets.list_models()]

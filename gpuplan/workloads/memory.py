@@ -263,7 +263,7 @@ def _attention_saved_elems(cfg: ModelConfig) -> int:
 def _mlp_saved_elems(cfg: ModelConfig, layer: int, *, eager: bool = False) -> float:
     """FFN tensors per token: SwiGLU 3 f (4 f eager: silu's output too), GELU 2 f; MoE counts
     the routed copies (and each routed token's permuted input)."""
-    per_width = 2 if cfg.activation == "gelu" else 4 if eager else 3
+    per_width = 2 if cfg.activation != "swiglu" else 4 if eager else 3  # relu2 as gelu
     if not cfg.is_moe_layer(layer):
         return per_width * cfg.d_ff
     routed = cfg.top_k * (per_width * cfg.d_ff_expert + cfg.d_model)

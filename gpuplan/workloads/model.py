@@ -29,6 +29,10 @@ It covers the architectures of the catalogue (``presets.py``) and of the Hugging
   tokens inline in the prompt or behind cross-attention layers (``workloads.vision`` describes
   the two styles and lists their operators).
 
+- per-layer structure (``layer_kinds``) and the structure a ``config.json`` states beyond the
+  shape, in the last block of fields (biases, q/k norms, norms per block, sinks, soft-capping,
+  MTP modules, expert weight format; checked in ``structure.py``).
+
 Variants are made with ``dataclasses.replace``; every invalid combination is a ``GpuplanError``
 that prints the numbers.
 """
@@ -51,9 +55,10 @@ from gpuplan.workloads.layer_kinds import (
     derived_layer_kinds,
     require_unset,
 )
+from gpuplan.workloads.structure import check_structure
 
 NORMS = ("rmsnorm", "layernorm")
-ACTIVATIONS = ("swiglu", "gelu")
+ACTIVATIONS = ("swiglu", "gelu", "relu2")  # relu2: squared ReLU, two matrices (Nemotron-H)
 POSITIONS = ("rope", "learned", "none")
 STYLES = ("inline", "cross-attention")  # how a vision tower's image tokens reach the LM
 
@@ -71,7 +76,7 @@ class ModelConfig:
     vocab_size: int  # 0 for a vision encoder
     d_head: int | None = None  # None -> d_model // n_heads (see head_dim)
     norm: str = "rmsnorm"  # "rmsnorm" | "layernorm"
-    activation: str = "swiglu"  # "swiglu" (3 matrices) | "gelu" (2 matrices)
+    activation: str = "swiglu"  # "swiglu" (3 matrices) | "gelu", "relu2" (2 matrices)
     bias: bool = False  # biases on every linear layer (GPT-2/3, ViT)
     qkv_bias: bool = False  # biases on the q, k, v projections only (Qwen2)
     tied_embeddings: bool = False
@@ -109,7 +114,23 @@ class ModelConfig:
     # vision-language model: this config is its language model; the tower adds the images
     vision_tower: VisionTower | None = None
     source: str = ""  # where the numbers come from
-    expert_weight_dtype: str = ""  # structure read from config.json (hf reader)
+    # structure read from config.json (hf reader; checked in workloads/structure.py)
+    attention_bias: bool = False  # biases on q, k, v and o (gpt-oss; Llama's attention_bias)
+    mlp_bias: bool = False  # biases on the dense MLPs' projections (Llama's mlp_bias)
+    qk_norm: str = ""  # "" | "head": RMSNorm over each head (Qwen3) | "all": over all (OLMo 2)
+    norms_per_block: int = 2  # 4: Gemma 2/3 sandwich norms; 1: one norm a layer (Mamba-2)
+    attention_sinks: bool = False  # one learned sink logit per head (gpt-oss)
+    attn_output_gate: bool = False  # q_proj also gives a sigmoid gate on the output (Qwen3-Next)
+    attn_logit_softcap: float = 0.0  # tanh soft-capping of attention logits; 0: none (Gemma 2)
+    final_logit_softcap: float = 0.0  # the same on the LM head's logits
+    embedding_scale: float = 1.0  # token embeddings are multiplied by this (Gemma: sqrt(d))
+    router_bias: bool = False  # the router's linear has a bias (gpt-oss)
+    expert_bias: bool = False  # every routed expert's projections have biases (gpt-oss)
+    shared_expert_gate: bool = False  # a sigmoid gate on the shared expert (Qwen2-MoE)
+    ssm_conv_bias: bool = False  # the Mamba-2 convolution's bias (use_conv_bias)
+    ssm_proj_bias: bool = False  # biases on the Mamba-2 in_proj and out_proj (use_bias)
+    mtp_layers: int = 0  # multi-token-prediction modules beside the model (DeepSeek-V3)
+    expert_weight_dtype: str = ""  # "": as the other weights; "mxfp4" (gpt-oss's experts)
 
     def __post_init__(self) -> None:
         self._check_sizes()
@@ -119,6 +140,7 @@ class ModelConfig:
         check_moe(self)
         check_mla(self)
         self._check_vision()
+        check_structure(self)
 
     # --- validation -------------------------------------------------------------------------
 
@@ -284,6 +306,8 @@ class VisionTower:
     projector_hidden: int = 0  # 0: one linear to the LM width; else an MLP of this width
     cross_attention_layers: tuple[int, ...] = ()  # positions in the full stack (HF indices)
     extra_embedding_rows: int = 0  # token-table rows beyond vocab_size (Mllama: 8)
+    siglip: bool = False  # SigLIP encoder: patch bias, a position table, a post-norm (Gemma 3)
+    pool: bool = False  # merge^2 patches averaged, RMSNorm, one linear (Gemma 3's projector)
 
     def __post_init__(self) -> None:
         name = self.encoder.name
@@ -310,7 +334,7 @@ class VisionTower:
     def projector_in(self) -> int:
         """Features per token entering the projector."""
         if self.style == "inline":
-            return self.encoder.d_model * self.merge**2
+            return self.encoder.d_model * (1 if self.pool else self.merge**2)
         return self.encoder.d_model * (1 + self.intermediate_layers)
 
     def check(self, images: Images) -> None:

@@ -133,6 +133,12 @@ def encoder_forward(cfg: ModelConfig, work: EncoderWork, *, seqs: int = 1,
 def _projector(cfg: ModelConfig, tokens: int, dtype: str) -> list[Op]:
     tower = cfg.vision_tower
     enc, d_in = tower.encoder, tower.projector_in
+    if tower.pool:  # Gemma 3: post-norm, average over merge x merge patches, RMSNorm, linear
+        merged = tokens // tower.merge**2
+        return [_ew("vision.layernorm_post", enc.norm, tokens, enc.d_model, dtype),
+                _ew("vision.avg_pool", "add", tokens, enc.d_model, dtype),
+                _ew("vision.soft_emb_norm", "rmsnorm", merged, d_in, dtype),
+                Gemm(name="vision.projector", m=merged, n=cfg.d_model, k=d_in, dtype=dtype)]
     if tower.style == "inline":  # Qwen2VL PatchMerger: ln_q, then MLP over 2x2 patches
         merged = tokens // tower.merge**2
         return [_ew("vision.merger_norm", enc.norm, tokens, enc.d_model, dtype),

@@ -159,7 +159,7 @@ def _stream_saved(cfg: ModelConfig, stream: str, expert_dtype: str) -> tuple:
     from gpuplan.workloads.operators import layer_forward
 
     es, ex, d = dtype_bytes(stream), dtype_bytes(expert_dtype), cfg.d_model
-    swiglu = cfg.activation != "gelu"
+    swiglu = cfg.activation == "swiglu"  # relu2 (Nemotron-H) has two matrices, as gelu
     out = []
     for layer in _first_blocks(cfg):
         if layer is None:

@@ -1,0 +1,48 @@
+"""Count each fixture's parameters with Hugging Face transformers itself (the independent count
+of tests/test_hf_families.py): the model is built from the config.json on the meta device (no
+weights, no memory) and ``sum(p.numel() for p in model.parameters())`` plus persistent buffers
+that the checkpoints store (DeepSeek-V3's e_score_correction_bias) is printed as JSON.
+
+Run where transformers is installed (the device machine):
+    python3 tests/data/hf_configs/count_with_transformers.py > counts_transformers.json
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+import transformers
+from transformers import AutoConfig, AutoModelForCausalLM
+
+HERE = Path(__file__).parent
+
+
+def count(path: Path) -> dict:
+    raw = json.loads(path.read_text())
+    raw.pop("quantization_config", None)  # build the bf16 model: count elements, not packing
+    cfg = AutoConfig.for_model(**raw)
+    with torch.device("meta"):
+        try:
+            model = AutoModelForCausalLM.from_config(cfg)
+        except ValueError:  # a multimodal wrapper without a causal-LM class: the full model
+            from transformers import AutoModel
+            model = AutoModel.from_config(cfg)
+    params = sum(p.numel() for p in model.parameters())
+    buffers = sum(b.numel() for n, b in model.named_buffers() if "e_score_correction_bias" in n)
+    vision = sum(p.numel() for n, p in model.named_parameters()
+                 if "vision" in n or "multi_modal_projector" in n)
+    return {"params": params, "score_bias_buffers": buffers, "vision_params": vision,
+            "class": type(model).__name__}
+
+
+out = {"transformers": transformers.__version__, "torch": torch.__version__, "models": {}}
+for path in sorted(HERE.glob("*.json")):
+    if path.name.startswith("counts_"):
+        continue
+    try:
+        out["models"][path.stem] = count(path)
+    except Exception as err:  # noqa: BLE001 - record what could not be built
+        out["models"][path.stem] = {"error": f"{type(err).__name__}: {err}"[:300]}
+    print(path.stem, out["models"][path.stem], file=sys.stderr)
+print(json.dumps(out, indent=1))
