@@ -95,9 +95,11 @@ def test_row_case_maps_dtypes_shapes_and_stacks():
 
 def test_unpriceable_rows_say_why():
     row = {"kind": "gemm", "fw": "trtllm", "device": "a100-sxm-80gb", "kernel_source": "x",
-           "gemm_dtype": "int4_wo", "m": 1, "n": 128, "k": 128, "latency": 0.01}
+           "gemm_dtype": "int8_wo", "m": 1, "n": 128, "k": 128, "latency": 0.01}
     predicted, _, reason = cases.price_row(row)
-    assert math.isnan(predicted) and reason.startswith("gemm_dtype=int4_wo")
+    assert math.isnan(predicted) and reason.startswith("gemm_dtype=int8_wo")
+    int4 = cases.price_row(dict(row, gemm_dtype="int4_wo"))  # W4A16: estimate gemm's int4
+    assert int4[0] > 0 and not int4[2]
     bad = dict(row, gemm_dtype="fp8", device="a100-sxm-80gb")  # no FP8 on the A100
     predicted, _, reason = cases.price_row(bad)
     assert math.isnan(predicted) == bool(reason)

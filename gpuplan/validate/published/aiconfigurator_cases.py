@@ -14,7 +14,8 @@ How a row becomes a case (decided from the tables' definitions, before any error
   ``fp8`` (per-tensor scaled) and ``fp8_block`` (1x128 / 128x128 block-scaled, DeepGEMM or
   CUTLASS) -> fp8, gpuplan having one FP8 GEMM; ``sq`` (SmoothQuant W8A8) -> int8; ``nvfp4``
   -> gpuplan's FP4 GEMM format where its GEMM takes one (``fp4_name``), else no answer;
-  weight-only formats (``int8_wo``, ``int4_wo``, ``w4a8``...) are no answer.
+  ``int4_wo`` (weight-only INT4, bf16 activations) -> ``int4``, estimate gemm's W4A16 GEMM, where
+  it takes one; the other weight-only formats (``int8_wo``, ``w4a8``...) are no answer.
 - ``context_attention``: a causal prefill of ``isl`` tokens, ``seq_q = seq_kv = isl``, in
   ``attn_dtype`` (bf16 or FP8 FMHA), with its ``window_size`` as a sliding window.
 - ``generation_attention``: one query per sequence over ``isl + step`` cached tokens (the
@@ -78,6 +79,8 @@ def row_case(row: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 def _gemm(row) -> dict[str, Any]:
     src = row["gemm_dtype"]
     dtype = fp4_name() if src == "nvfp4" else GEMM_NAMES.get(src)
+    if src == "int4_wo" and "int4" in GEMM_DTYPES:
+        dtype = "int4"
     if dtype is None:
         if src in WEIGHT_ONLY:
             raise NoAnswer(f"gemm_dtype={src}: a weight-only GEMM is not a kernel of `estimate "
