@@ -120,10 +120,12 @@ def _phase(part, tf, name: str, phase: str, share: TimeBox) -> None:
         model = build(torch, tf, device, cfg, torch.bfloat16)
         model.eval()
         info = _info(model, tf, name, impl)
-        hf._prefill(part, model, name, layers, "hf-transformers", info, pre, share)
-        if FAMILIES[name].get("decode", True):
-            hf._decode(part, tf, model, name, layers, "hf-transformers", info, dec, share,
-                       ("dynamic", "static"))
+        for shape in pre:
+            _case(part, name, f"prefill {shape}", hf._prefill, part, model, name, layers,
+                  "hf-transformers", info, (shape,), share)
+        for shape in dec if FAMILIES[name].get("decode", True) else ():
+            _case(part, name, f"decode {shape}", hf._decode, part, tf, model, name, layers,
+                  "hf-transformers", info, (shape,), share, ("dynamic", "static"))
         return
     if device == "cuda":
         need = 16 * meta_params(torch, tf, cfg)
@@ -139,6 +141,17 @@ def _phase(part, tf, name: str, phase: str, share: TimeBox) -> None:
               TINY_TRAIN if tiny else TRAIN, share)
 
 
+def _case(part, name: str, what: str, fn, *args) -> None:
+    """One case (a shape, both caches for a decode); a failure (a card too small for it,
+    say) is logged and kept in ``part.failed_cases``, and the model's other cases go on."""
+    try:
+        fn(*args)
+    except Exception as exc:  # noqa: BLE001 - recorded; the next shape may fit
+        part.failed_cases[f"{name}/{what}"] = hf.failure(exc)
+        log(f"  families {name} {what} FAILED {hf.failure(exc)}")
+    hf._free(part.torch, part.device)
+
+
 def run(torch, device, device_key, out_dir, box: TimeBox, tiny: bool,
         models: tuple[str, ...] | None = None) -> dict:
     """Every family in turn (inference, then training where it fits), each its share of the
@@ -148,6 +161,7 @@ def run(torch, device, device_key, out_dir, box: TimeBox, tiny: bool,
         log("  families: transformers is not installed here: part skipped")
         return {"skipped": "transformers is not installed"}
     part = hf._Part(torch, device, device_key, RecordWriter(out_dir, "families"), tiny)
+    part.failed_cases = {}
     names = tuple(m for m in (models or FAMILIES) if m in FAMILIES)
     failed = {}
     for i, name in enumerate(names):
@@ -168,4 +182,4 @@ def run(torch, device, device_key, out_dir, box: TimeBox, tiny: bool,
             part.extra = {}
             hf._free(torch, device)
             log(f"  families {name} {phase}: {time.monotonic() - start:.1f} s")
-    return {"records": part.writer.count, "failed": failed}
+    return {"records": part.writer.count, "failed": failed | part.failed_cases}

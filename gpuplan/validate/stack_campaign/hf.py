@@ -266,7 +266,7 @@ def _decode(part, tf, model, name, layers, stack, info, shapes, box, caches):
             part.emit("model_decode_step", params, stats, peak, before_bytes,
                       f"{name} decode step ({kv} cache, {stack})", info,
                       cache_class=type(cache).__name__, host_probe_s=probe, **kern)
-            cache = fn = None
+            cache = fn = before = None  # ``before`` holds the cache too
             _free(torch, part.device)
 
 
