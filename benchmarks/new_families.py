@@ -16,7 +16,7 @@ Printed per device, family (the config's ``model_type``) and kind (``prefill``,
 printed as ``unread`` with the reader's reason; records marked ``impl: torch-fallback`` (hybrid
 models run through transformers' pure-torch loops, no fla / mamba_ssm kernels) are counted as
 ``fallback`` and not scored. ``--json`` writes
-``{device: {family: {kind: {n, median_pct, p90_pct, signed_median_pct, status}}}}``.
+``{device: {family: {kind: {n, median_pct, p90_pct, signed_median_pct, status, not_priced}}}}``.
 
 Targets (issue 23): prefill and training <= 12%, decode <= 20% median on the H100 and H200.
 """
@@ -89,9 +89,11 @@ def price(record) -> tuple[str, float | None]:
 
 
 def summarise(records) -> dict:
-    """``{device: {family: {kind: {n, median_pct, p90_pct, signed_median_pct, status}}}}``;
-    ``status`` is ``scored``, ``fallback``, ``unread: reason`` or ``error: reason`` (the first
-    record's where a group is not scored)."""
+    """``{device: {family: {kind: {n, median_pct, p90_pct, signed_median_pct, status,
+    not_priced}}}}``; ``status`` is ``scored`` (``scored; k not priced: reason`` where some
+    records of a scored group were refused), ``fallback``, ``unread: reason`` or ``error:
+    reason`` (the first record's where a group is not scored); ``n`` counts the records
+    scored, or all of the group's where none is."""
     groups: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     for r in records:
         groups[r.device][family_of(r)][kind_label(r)].append(price(r))
@@ -100,10 +102,14 @@ def summarise(records) -> dict:
         for family, kinds in sorted(fams.items()):
             for kind, priced in sorted(kinds.items()):
                 errs = [e for status, e in priced if status == "scored"]
+                other = [(s, e) for s, e in priced if s != "scored"]
                 status = "scored" if errs else (
                     priced[0][0] if priced[0][1] is None else f"{priced[0][0]}: {priced[0][1]}")
                 cell = {"n": len(priced), "median_pct": None, "p90_pct": None,
-                        "signed_median_pct": None, "status": status}
+                        "signed_median_pct": None, "status": status,
+                        "not_priced": len(other) if errs else 0}
+                if errs and other:  # e.g. a prompt longer than the model's position table
+                    cell["status"] = f"scored; {len(other)} not priced: {other[0][1]}"
                 if errs:
                     cell |= {"n": len(errs),
                              "median_pct": round(float(np.median(np.abs(errs))), 2),
@@ -124,7 +130,7 @@ def render(summary: dict) -> str:
     for device, fams in summary.items():
         for family, kinds in fams.items():
             for kind, c in kinds.items():
-                status = c["status"] if c["status"] == "scored" else c["status"][:70]
+                status = c["status"][:90]
                 lines.append(f"{device:<10} {family:<14} {kind:<15} {c['n']:>3} "
                              f"{_pct(c['median_pct']):>8} {_pct(c['p90_pct']):>8} "
                              f"{_pct(c['signed_median_pct']):>8}  {status}")
@@ -145,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarise(records_in(folders))
     print(render(summary))
     scored = sorted({f for fams in summary.values() for f, kinds in fams.items()
-                     if any(c["status"] == "scored" for c in kinds.values())})
+                     if any(c["status"].startswith("scored") for c in kinds.values())})
     unread = sorted({f for fams in summary.values() for f, kinds in fams.items()
                      if all(c["status"].startswith("unread") for c in kinds.values())})
     print(f"\nscored: {', '.join(scored) or 'none'}; unread: {', '.join(unread) or 'none'}")

@@ -99,7 +99,8 @@ def test_the_score_is_per_device_family_and_kind_with_unread_and_fallback(tmp_pa
     assert set(got) == {"h200", "h100-sxm"}
     cell = got["h200"]["gemma2"]["prefill"]
     assert cell["status"] == "scored" and cell["n"] == 1 and cell["median_pct"] >= 0
-    assert set(cell) == {"n", "median_pct", "p90_pct", "signed_median_pct", "status"}
+    assert set(cell) == {"n", "median_pct", "p90_pct", "signed_median_pct", "status",
+                         "not_priced"}
     assert got["h200"]["gemma2"]["decode-static"]["status"] == "scored"
     assert got["h100-sxm"]["gemma2"]["prefill"]["status"] == "scored"
     assert got["h200"]["qwen3_next"]["prefill"]["status"] == "fallback"
