@@ -15,7 +15,8 @@ Printed per device, family (the config's ``model_type``) and kind (``prefill``,
 ``time_s`` and the median signed one (+: gpuplan slow). A family the reader cannot read yet is
 printed as ``unread`` with the reader's reason; records marked ``impl: torch-fallback`` (hybrid
 models run through transformers' pure-torch loops, no fla / mamba_ssm kernels) are counted as
-``fallback`` and not scored. ``--json`` writes
+``fallback`` and not scored. Family ``all`` pools every scored record of a device per kind.
+``--json`` writes
 ``{device: {family: {kind: {n, median_pct, p90_pct, signed_median_pct, status, not_priced}}}}``.
 
 Targets (issue 23): prefill and training <= 12%, decode <= 20% median on the H100 and H200.
@@ -34,6 +35,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("families_h100", "families_h200")
 KIND_LABEL = {"prefill_step": "prefill", "model_train_step": "train"}
+ALL = "all"  # the family key of every scored record of a device, pooled
 
 
 def kind_label(record) -> str:
@@ -96,10 +98,13 @@ def summarise(records) -> dict:
     scored, or all of the group's where none is."""
     groups: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     for r in records:
-        groups[r.device][family_of(r)][kind_label(r)].append(price(r))
+        priced = price(r)
+        groups[r.device][family_of(r)][kind_label(r)].append(priced)
+        if priced[0] == "scored":  # every family's scored records together
+            groups[r.device][ALL][kind_label(r)].append(priced)
     out: dict = {}
     for device, fams in sorted(groups.items()):
-        for family, kinds in sorted(fams.items()):
+        for family, kinds in sorted(fams.items(), key=lambda kv: (kv[0] == ALL, kv[0])):
             for kind, priced in sorted(kinds.items()):
                 errs = [e for status, e in priced if status == "scored"]
                 other = [(s, e) for s, e in priced if s != "scored"]
@@ -143,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
                                                "data/families_h200)")
     ap.add_argument("--json", default=None, help="write the summary as JSON to this file")
     args = ap.parse_args(argv)
-    folders = args.folders or [ROOT / "data" / f for f in FOLDERS]
+    folders = args.folders or [ROOT / "data" / f for f in FOLDERS
+                               if (ROOT / "data" / f).is_dir()] or [ROOT / "data" / FOLDERS[0]]
     missing = [str(f) for f in folders if not Path(f).is_dir()]
     if missing:
         print(f"new_families: no record folder {', '.join(missing)}", file=sys.stderr)
@@ -151,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarise(records_in(folders))
     print(render(summary))
     scored = sorted({f for fams in summary.values() for f, kinds in fams.items()
-                     if any(c["status"].startswith("scored") for c in kinds.values())})
+                     if f != ALL and any(c["status"].startswith("scored")
+                                         for c in kinds.values())})
     unread = sorted({f for fams in summary.values() for f, kinds in fams.items()
                      if all(c["status"].startswith("unread") for c in kinds.values())})
     print(f"\nscored: {', '.join(scored) or 'none'}; unread: {', '.join(unread) or 'none'}")

@@ -107,6 +107,8 @@ def test_the_score_is_per_device_family_and_kind_with_unread_and_fallback(tmp_pa
     olmo = got["h200"]["olmo9"]["prefill"]
     assert olmo["status"].startswith("unread") and "olmo9" in olmo["status"]
     assert olmo["median_pct"] is None
+    pooled = got["h200"]["all"]  # the scored records alone
+    assert pooled["prefill"]["n"] == 1 and set(pooled) == {"prefill", "decode-static"}
 
 
 def test_a_missing_folder_is_one_line_and_exit_2(tmp_path, capsys):

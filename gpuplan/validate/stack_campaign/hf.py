@@ -219,10 +219,11 @@ def decode_case(part, tf, model, b: int, ctx: int, kv: str, step_fwd):
 
 def _croppable(cache, ctx: int) -> bool:
     """Whether a dynamic cache can be cropped back to ``ctx`` (a hybrid model's
-    linear-attention layers keep no past: transformers 5 raises)."""
+    linear-attention layers keep no past: transformers 5.17 raises; 5.25 refuses a positive
+    length)."""
     try:
         cache.crop(ctx)
-    except (RuntimeError, AttributeError, NotImplementedError):
+    except (RuntimeError, AttributeError, NotImplementedError, ValueError):
         return False
     return True
 
