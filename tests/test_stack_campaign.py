@@ -170,7 +170,7 @@ def test_fit_stacks_data_errors_are_one_line_naming_the_folder(tmp_path, capsys)
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (["--only", "nope"], "--only 'nope': choose among sdpa, ops, grouped, sgemm, kprofile, hfprofile, cprofile, hostpair, hf, compile"),
+    (["--only", "nope"], "--only 'nope': choose among sdpa, ops, grouped, sgemm, kprofile, hfprofile, cprofile, hostpair, hf, compile, families"),
     (["--models", "gpt-9"], "--models 'gpt-9': choose among"),
     (["--budget-s", "0"], "--budget-s 0.0: must be a positive number of seconds"),
     (["--weights", "sdpa=x"], "--weights 'sdpa=x': write part=share,... with numbers"),

@@ -24,6 +24,7 @@ from gpuplan.workloads.dtypes import DTYPE_BYTES
 POSITIVE_INT = "positive integer"
 MAX_INT = 2**53  # the largest integer a float holds exactly (IEEE 754 binary64)
 BOOLEAN = "boolean"
+OBJECT = "object"  # a JSON object (a whole-model record's hf_config)
 PASSES = ("fwd", "fwd_bwd")
 # the contract's six, then (an extension beside them, as ``tp_layer`` is) the block-scaled formats
 # of ``hwmodels.formats`` (fp4 is NVFP4) and int4, the weight-only W4A16 GEMM (16-bit
@@ -34,7 +35,7 @@ FLOAT_DTYPES = ("bf16", "fp16", "fp32", "fp8")
 ELEMENTWISE_OPS = ("layernorm", "rmsnorm", "gelu", "silu_mul", "softmax", "add", "dropout_add")
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 
-# A rule is POSITIVE_INT, BOOLEAN, or the tuple of allowed strings.
+# A rule is POSITIVE_INT, BOOLEAN, OBJECT, or the tuple of allowed strings.
 Rule = str | tuple[str, ...]
 
 # The contract's table (ARCHITECTURE.md, "Measurement records"), param names in its order.
@@ -128,9 +129,10 @@ PARAM_RULES: dict[str, dict[str, Rule]] = {
 def model_names() -> tuple[str, ...]:
     """Models a whole-model record may name: the presets and the stack campaign's configs."""
     from gpuplan.validate.stack_campaign.configs import MODELS
+    from gpuplan.validate.stack_campaign.family_configs import FAMILIES
     from gpuplan.workloads.presets import PRESETS
 
-    return tuple(sorted(set(PRESETS) | set(MODELS)))
+    return tuple(sorted(set(PRESETS) | set(MODELS) | set(FAMILIES)))
 
 
 # Whole-model kinds (additive; gpuplan.validate.stack_campaign measures them): one forward of the
@@ -159,8 +161,14 @@ PARAM_RULES |= {"grouped_gemm": {"groups": POSITIVE_INT, "m": POSITIVE_INT, "n":
 # its ZeRO stage ``zero_stage`` (absent: 1, 1, 0, the one-GPU step); ``optimizer_impl`` the
 # AdamW implementation it ran (``sim.stacks.OPTIMIZERS``; absent: the stack's own).
 ZERO_STAGE = "ZeRO stage"  # a rule: the JSON integer 0, 1, 2 or 3
+# A whole-model record may carry the Hugging Face config its model was built from
+# (``hf_config``, its layer count the one kept) and ``impl: torch-fallback`` where transformers
+# ran its pure-torch loops for want of a kernel package (stack_campaign/families.py).
+_BUILT_FROM: dict[str, Rule] = {"hf_config": OBJECT, "impl": ("torch-fallback", "kernels")}
 KIND_OPTIONAL: dict[str, dict[str, Rule]] = {
-    "model_decode_step": {"max_cache_len": POSITIVE_INT},
+    "prefill_step": dict(_BUILT_FROM),
+    "model_train_step": dict(_BUILT_FROM),
+    "model_decode_step": {"max_cache_len": POSITIVE_INT, **_BUILT_FROM},
     "train_step": {"dp": POSITIVE_INT, "accumulation": POSITIVE_INT, "zero_stage": ZERO_STAGE,
                    "optimizer_impl": ("foreach", "fused")},
 }

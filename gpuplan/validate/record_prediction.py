@@ -242,12 +242,19 @@ def predict_breakdown(
     return device_time(bd) if timing == "device" else bd
 
 
-def record_model(name: str) -> ModelConfig:
-    """A whole-model record's model: a preset, else the stack campaign's published config."""
+def record_model(name: str, hf_config: Mapping[str, Any] | None = None) -> ModelConfig:
+    """A whole-model record's model: the config it was built from where the record carries
+    one (``params.hf_config``, read by ``workloads.hf_config``), else a preset, else the stack
+    campaign's published config (``configs.MODELS``, ``family_configs.FAMILIES``)."""
     from gpuplan.validate.stack_campaign.configs import MODELS
+    from gpuplan.validate.stack_campaign.family_configs import FAMILIES
     from gpuplan.workloads.hf_config import from_hf_config
     from gpuplan.workloads.presets import PRESETS, get_model
 
+    if hf_config is not None:
+        return from_hf_config(hf_config, name=name)
+    if name in FAMILIES:
+        return from_hf_config(FAMILIES[name]["hf_config"], name=name)
     if name in PRESETS or name not in MODELS:
         return get_model(name)
     return from_hf_config(MODELS[name]["hf_config"], name=name)
@@ -268,13 +275,14 @@ def _whole_model(kind: str, acc, raw: Efficiency, params: Mapping[str, Any], sta
     from gpuplan.sim.estimate.whole_model import model_breakdown
 
     est_params = {k: v for k, v in params.items()
-                  if k not in ("model", "stack", "attention_kernel", "timing")}
+                  if k not in ("model", "stack", "attention_kernel", "timing", "hf_config",
+                               "impl")}
     if kind == "prefill_step":
         # the kind is one forward with ``logits_to_keep=1`` (what ``generate`` asks for;
         # stack_campaign/hf.py): the LM head over each prompt's last position, whatever the
         # stack's default for a plain forward
         stack = replace(stack, logits="last")
-    cfg = record_model(params["model"])
+    cfg = record_model(params["model"], params.get("hf_config"))
     if kind == "model_decode_step" and not kv_length_grows(cfg, params):
         # the campaign crops a dynamic cache back to the context before each call, so its
         # calls repeat one cached length: cuDNN's graph for it is built once, before the timed

@@ -33,6 +33,7 @@ from gpuplan.validate.record_kinds import (
     MEASURED,
     MODEL_NAME,
     MULTIPLES,
+    OBJECT,
     PARAM_RULES,
     POSITIVE_INT,
     ZERO_STAGE,
@@ -90,6 +91,10 @@ def _check_value(field: str, value: Any, rule: Rule) -> str | None:
         else:
             shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
         return f"{field}={shown} is invalid: it must be a positive JSON integer, at most 2**53"
+    if rule == OBJECT:
+        if isinstance(value, dict):
+            return None
+        return f"{field} is {_type_name(value)}: it must be a JSON object (a config.json)"
     if rule == BOOLEAN:
         if isinstance(value, bool):
             return None

@@ -37,7 +37,7 @@ CONTRACT_PARAM_KEYS: dict[str, tuple[str, ...]] = {
     # which tests/test_stack_campaign.py checks this copy against)
     "grouped_gemm": ("groups", "m", "n", "k", "dtype"),
 }
-OPTIONAL_PARAMS = ("stack", "attention_kernel", "timing", "max_cache_len")
+OPTIONAL_PARAMS = ("stack", "attention_kernel", "timing", "max_cache_len", "hf_config", "impl")
 # GPU spin before a device-timed block: 2e7 cycles, about 10 ms at the H200's 1.98 GHz maximum
 # SM clock (nvidia-smi clocks.max.sm, docs/dev/campaign.md): longer than the CPU takes to queue
 # the block's repetitions of any case here (at most ~1 ms each).

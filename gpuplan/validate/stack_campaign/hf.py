@@ -108,9 +108,10 @@ class _Part:
         self.timer = Timer(torch, device, target_s=0.3, max_reps=10)
         self.probe_s = None
         self.extended = False
+        self.extra = {}  # params every record of the model carries (the families part's)
 
     def emit(self, kind, params, stats, peak, before, what, info, **extra):
-        rec = make_record(kind, self.key, params,
+        rec = make_record(kind, self.key, params | self.extra,
                           {"time_s": stats["median_s"], "peak_bytes": int(peak)},
                           lib_source(self.torch, self.device, what, stats), stats=stats,
                           allocated_before_bytes=int(before),
@@ -201,9 +202,10 @@ def decode_case(part, tf, model, b: int, ctx: int, kv: str, step_fwd):
             def before(cache=cache, ctx=ctx):
                 cache.crop(ctx)
 
-            if getattr(model.config, "sliding_window", None):
-                # Sliding-window layers keep no past to crop back to (transformers 5): the
-                # cache grows by one token a repetition (at most 12 here).
+            if getattr(model.config, "sliding_window", None) or not _croppable(cache, ctx):
+                # Sliding-window layers keep no past to crop back to (transformers 5), nor do
+                # linear-attention ones: the cache grows by one token a repetition (at most
+                # 12 here).
                 before = None
     pos = torch.tensor([ctx], device=part.device)
 
@@ -213,6 +215,17 @@ def decode_case(part, tf, model, b: int, ctx: int, kv: str, step_fwd):
                             cache_position=pos, position_ids=pos.expand(tok.shape[0], 1))
 
     return fn, before, max_len, cache
+
+
+def _croppable(cache, ctx: int) -> bool:
+    """Whether a dynamic cache can be cropped back to ``ctx`` (a hybrid model's
+    linear-attention layers keep no past: transformers 5.17 raises; 5.25 refuses a positive
+    length)."""
+    try:
+        cache.crop(ctx)
+    except (RuntimeError, AttributeError, NotImplementedError, ValueError):
+        return False
+    return True
 
 
 def _rewind_static(cache, ctx: int) -> None:
@@ -254,7 +267,7 @@ def _decode(part, tf, model, name, layers, stack, info, shapes, box, caches):
             part.emit("model_decode_step", params, stats, peak, before_bytes,
                       f"{name} decode step ({kv} cache, {stack})", info,
                       cache_class=type(cache).__name__, host_probe_s=probe, **kern)
-            cache = fn = None
+            cache = fn = before = None  # ``before`` holds the cache too
             _free(torch, part.device)
 
 

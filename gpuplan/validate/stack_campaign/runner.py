@@ -16,10 +16,11 @@ from pathlib import Path
 from .common import TimeBox, host_probe_s_per_launch, log
 
 PARTS = ("sdpa", "ops", "grouped", "sgemm", "kprofile", "hfprofile", "cprofile", "hostpair", "hf",
-         "compile")
+         "compile", "families")
 # Share of the budget left when a part starts (relative weights).
 WEIGHTS = {"sdpa": 0.30, "ops": 0.08, "hf": 0.32, "compile": 0.30, "grouped": 0.06,
-           "kprofile": 0.04, "hfprofile": 0.04, "sgemm": 0.06, "cprofile": 0.15, "hostpair": 0.30}
+           "kprofile": 0.04, "hfprofile": 0.04, "sgemm": 0.06, "cprofile": 0.15, "hostpair": 0.30,
+           "families": 0.30}
 
 
 def _environment(torch, device: str) -> dict:
@@ -124,6 +125,10 @@ def _run_part(part, torch, device, key, out_dir, box, tiny, models, grid="base")
             return kprofile.run_hf(torch, device, key, out_dir, box, tiny,
                                    extended=grid != "base")
         return kprofile.run(torch, device, key, out_dir, box, tiny)
+    if part == "families":
+        from . import families
+
+        return families.run(torch, device, key, out_dir, box, tiny, models)
     from . import hf
 
     return hf.run(torch, device, key, out_dir, box, tiny, compiled=part == "compile",
@@ -144,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", choices=("cuda", "cpu"), default=None,
                     help="cuda where available; cpu runs every part at tiny sizes")
     ap.add_argument("--models", default=None,
-                    help="comma-separated models of the hf and compile parts (default: all)")
+                    help="comma-separated models of the hf, compile and families parts "
+                         "(default: all of each part's own)")
     ap.add_argument("--no-ceilings", action="store_true", help="skip the copy/GEMM ceilings")
     ap.add_argument("--grid", choices=("base", "extended", "decode", "compile2"), default="base",
                     help="the hf and compile parts' sizes: base (the first run), extended "
@@ -164,10 +170,12 @@ def main(argv: list[str] | None = None) -> int:
     models = None
     if args.models:
         from .configs import MODELS
+        from .family_configs import FAMILIES
 
+        known = (*MODELS, *FAMILIES)
         models = tuple(m.strip() for m in args.models.split(",") if m.strip())
-        if not models or any(m not in MODELS for m in models):
-            ap.error(f"--models {args.models!r}: choose among {', '.join(MODELS)}")
+        if not models or any(m not in known for m in models):
+            ap.error(f"--models {args.models!r}: choose among {', '.join(known)}")
     weights = None
     if args.weights:
         try:
