@@ -181,9 +181,12 @@ def test_qwen3_8b_prices_more_with_its_qk_norms_on_every_path(kind, stack, param
     qwen3 = dataclasses.replace(from_hf_config(CONFIGS / "qwen3-8b.json"), n_layers=4)
     assert qwen3.qk_norm == "head"
     without = dataclasses.replace(qwen3, qk_norm="")
-    with_s = model_breakdown(kind, H100, EFF, qwen3, params, stack=stack).total_s
-    without_s = model_breakdown(kind, H100, EFF, without, params, stack=stack).total_s
-    assert with_s > without_s
+    bd = model_breakdown(kind, H100, EFF, qwen3, params, stack=stack)
+    ref = model_breakdown(kind, H100, EFF, without, params, stack=stack)
+    # its own kernels, or inside a compiled stack's fused run of elementwise ops
+    norms_s = sum(i.time_s for i in bd.items if "q_norm" in i.op or "k_norm" in i.op)
+    assert norms_s > 0 and bd.total_s > ref.total_s
+    assert not any("q_norm" in i.op or "k_norm" in i.op for i in ref.items)
 
 
 def test_gemma2_prices_its_post_norms_and_soft_cap_in_a_prefill():
