@@ -199,3 +199,17 @@ def test_gemma2_prices_its_post_norms_and_soft_cap_in_a_prefill():
     assert bd.total_s > ref.total_s
     ops = {item.op for item in bd.items}
     assert any("post_norm" in op for op in ops) and any("logit_softcap" in op for op in ops)
+
+
+@pytest.mark.parametrize(("change", "split_elems", "replicated_bytes"), [
+    ({"qk_norm": "head"}, (32 + 8) * 128, 0),  # the normed q and k
+    ({"attn_output_gate": True}, 2 * 32 * 128, 0),  # the gate and the gated output
+    ({"norms_per_block": 4}, 0, 2 * 4096 * E + 8),  # two post-norm inputs, two statistics
+])  # fmt: skip
+def test_the_extras_keep_their_tensors_for_the_backward(change, split_elems, replicated_bytes):
+    from gpuplan.workloads.memory import layer_activation_bytes
+
+    base = layer_activation_bytes(LLAMA, tokens=1)
+    acts = layer_activation_bytes(dataclasses.replace(LLAMA, **change), tokens=1)
+    assert acts.split_bytes - base.split_bytes == split_elems * E
+    assert acts.replicated_bytes - base.replicated_bytes == replicated_bytes
