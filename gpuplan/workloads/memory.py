@@ -42,6 +42,9 @@ q/kv the query/key-value widths (heads x head_dim), tp the tensor-parallel degre
   contiguous copy of the output that feeds the output projection; SwiGLU's fused gate/up output
   (2 f: gate and up are views of it) and the product fed to the down projection (f), plus, in
   eager PyTorch, silu(gate), which the multiply saves (f); GELU's input and output (2 f).
+- the structural extras (docs/hf_families.md): q/k norms keep their outputs, RoPE's inputs
+  (q + kv); Qwen3-Next's output gate its gate and the gated product (q + out); Gemma 2/3's
+  post-norms their inputs and fp32 statistics (outside the TP region: 2 h e + 8 B).
 This mirrors Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
 Models", eq. 1-2: 34 s b h + 5 a s^2 b) with the attention-core terms gone. Full recomputation
 keeps only each block's input (h e per token; Korthikanti sec. 4.1). Selective recomputation
