@@ -1,7 +1,26 @@
 """The attention half of a transformer block, forward, in the order eager PyTorch runs it: the
 query, key and value projections (one fused GEMM, as Megatron-LM and vLLM run MHA, GQA and MQA;
 or MLA's low-rank ones, DeepSeek-V2 sec. 2.1), RoPE, the fused (flash) attention kernel and the
-output projection; and the append of a decode step's new keys and values to the KV cache."""
+output projection; and the append of a decode step's new keys and values to the KV cache.
+
+The structural extras of the Hugging Face families (docs/hf_families.md, "Priced"):
+- ``qk_norm``: an RMSNorm of the queries and one of the keys after the projection, before RoPE,
+  over each head's ``head_dim`` ("head": Qwen3's and Gemma 3's ``q_norm``/``k_norm`` on the
+  ``(..., heads, head_dim)`` view) or over all this rank's heads at once ("all": OLMo 2's, on
+  the projection's output) in transformers' modelling code; its backward by ``backward_of``;
+- ``attn_output_gate`` (Qwen3-Next's ``Qwen3NextAttention``): ``q_proj`` writes the query and a
+  gate of the same width (the fused projection's n grows by ``heads_q * head_dim``), and the
+  attention output, laid out for ``o_proj``, is multiplied by ``sigmoid(gate)``;
+- ``attention_sinks`` (gpt-oss): one learned logit per head joins each row's softmax inside the
+  fused kernel (vLLM's FlashAttention ``s_aux``, FlashInfer's ``sinks``): no kernel of its own;
+- ``attn_logit_softcap`` (Gemma 2): ``c tanh(s / c)`` on the scores inside the fused kernel
+  (FlashAttention-2's ``softcap`` argument, FlashInfer's ``logits_soft_cap``): no kernel. The
+  stacks here never materialize the scores but in SDPA's math backend, and transformers'
+  ``sdpa_attention_forward`` passes no soft-cap to SDPA (it has none): none is priced there
+  either;
+- biases (``attention_bias``, ``qkv_bias``, ``bias``) are added in the GEMM's epilogue
+  (cuBLASLt's ``CUBLASLT_EPILOGUE_BIAS``), as ``operators`` assumes for every bias: no kernel.
+"""
 
 from __future__ import annotations
 
@@ -34,6 +53,7 @@ def attention_block(
         ops = _mla_projections(cfg, tokens=t, heads_q=hq, dtype=dtype)
     else:
         ops = _qkv_projection(cfg, tokens=t, heads_q=hq, heads_kv=hkv, dtype=dtype)
+        ops += _qk_norms(cfg, tokens=t, heads_q=hq, heads_kv=hkv, dtype=dtype)
     if cfg.position == "rope" and rope:
         ops += _rope(cfg, tokens=t, heads_q=hq, heads_kv=hkv, dtype=dtype)
     ops += [
@@ -55,8 +75,11 @@ def attention_block(
         Elementwise(
             name="attn_out_layout", op="copy", tokens=t, hidden=hq * dv, pass_="fwd", dtype=dtype
         ),  # (b, h, s, d) -> (b, s, h*d) made contiguous for o_proj
-        Gemm(name="o_proj", m=t, n=h, k=hq * dv, dtype=dtype),
     ]
+    if cfg.attn_output_gate:  # attn_output * torch.sigmoid(gate)
+        ops.append(Elementwise(name="attn_output_gate", op="sigmoid_mul", tokens=t,
+                               hidden=hq * dv, pass_="fwd", dtype=dtype))
+    ops.append(Gemm(name="o_proj", m=t, n=h, k=hq * dv, dtype=dtype))
     return ops
 
 
@@ -64,11 +87,28 @@ def _qkv_projection(cfg: ModelConfig, *, tokens: int, heads_q: int, heads_kv: in
                     dtype: str) -> list[Op]:
     """One fused q, k, v projection (as Megatron-LM and vLLM run it) and the views that split it."""
     dqk, dv = cfg.qk_head_dim, cfg.v_dim_per_head
-    n = heads_q * dqk + heads_kv * (dqk + dv)
+    gate = heads_q * dqk if cfg.attn_output_gate else 0  # q_proj's second half: the gate
+    n = heads_q * dqk + gate + heads_kv * (dqk + dv)
     return [
         Gemm(name="qkv_proj", m=tokens, n=n, k=cfg.d_model, dtype=dtype),
         # views only: no kernel, but a CPU dispatch each in eager PyTorch
         Memory(name="qkv_views", op="view", bytes_moved=0, calls=QKV_VIEW_CALLS),
+    ]
+
+
+def _qk_norms(cfg: ModelConfig, *, tokens: int, heads_q: int, heads_kv: int,
+              dtype: str) -> list[Op]:
+    """The q and k RMSNorms of ``qk_norm`` (module docstring): a row per head and token over
+    ``head_dim`` ("head"), or a row per token over every head of this rank ("all")."""
+    if not cfg.qk_norm:
+        return []
+    d = cfg.qk_head_dim
+    per_head = cfg.qk_norm == "head"
+    return [
+        Elementwise(name=f"{which}_norm", op="rmsnorm",
+                    tokens=tokens * heads if per_head else tokens,
+                    hidden=d if per_head else heads * d, pass_="fwd", dtype=dtype)
+        for which, heads in (("q", heads_q), ("k", heads_kv))
     ]
 
 

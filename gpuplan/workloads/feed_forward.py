@@ -26,7 +26,7 @@ def mlp_block(
     prefix: str = "",
     count: int = 1,
 ) -> list[Op]:
-    """A dense feed-forward (SwiGLU or GELU) of ``width`` (default d_ff) split over ``tp``."""
+    """A dense feed-forward (SwiGLU, GELU or squared ReLU) of ``width`` (default d_ff) split over ``tp``."""
     f = per_rank(width or cfg.d_ff, tp, "d_ff")
     t, h = tokens, cfg.d_model
     if cfg.activation == "swiglu":  # Shazeer 2020: down(silu(gate x) * up x)
@@ -43,11 +43,14 @@ def mlp_block(
             ),
             Gemm(name=f"{prefix}down_proj", m=t, n=h, k=f, dtype=dtype, count=count),
         ]
+    # GELU, or Nemotron-H's squared ReLU (transformers' ReLUSquaredActivation: relu, then
+    # torch.square): two matrices either way
+    act = "relu2" if cfg.activation == "relu2" else "gelu"
     return [
         Gemm(name=f"{prefix}fc1", m=t, n=f, k=h, dtype=dtype, count=count),
         Elementwise(
-            name=f"{prefix}gelu",
-            op="gelu",
+            name=f"{prefix}{act}",
+            op=act,
             tokens=t,
             hidden=f,
             pass_="fwd",
@@ -99,7 +102,20 @@ def moe_block(cfg: ModelConfig, *, tokens: int, dtype: str, tp: int = 1,
             width=cfg.d_ff_expert * cfg.n_shared_experts,
             prefix="shared_",
         )
+    if cfg.n_shared_experts and cfg.shared_expert_gate:
+        ops += _shared_expert_gate(cfg, tokens=tokens, dtype=dtype)
     return ops
+
+
+def _shared_expert_gate(cfg: ModelConfig, *, tokens: int, dtype: str) -> list[Op]:
+    """Qwen2-MoE's gate on the shared expert (``Qwen2MoeSparseMoeBlock``:
+    ``sigmoid(shared_expert_gate(x)) * shared_expert_output``): a one-column GEMM, and the
+    shared output scaled by one value per token (the sigmoid of a column is negligible)."""
+    return [
+        Gemm(name="shared_expert_gate", m=tokens, n=1, k=cfg.d_model, dtype=dtype),
+        Elementwise(name="shared_expert_gate_mul", op="scale", tokens=tokens, hidden=cfg.d_model,
+                    pass_="fwd", dtype=dtype),
+    ]
 
 
 def _routing(cfg: ModelConfig, *, tokens: int, dtype: str) -> list[Op]:

@@ -42,6 +42,9 @@ q/kv the query/key-value widths (heads x head_dim), tp the tensor-parallel degre
   contiguous copy of the output that feeds the output projection; SwiGLU's fused gate/up output
   (2 f: gate and up are views of it) and the product fed to the down projection (f), plus, in
   eager PyTorch, silu(gate), which the multiply saves (f); GELU's input and output (2 f).
+- the structural extras (docs/hf_families.md): q/k norms keep their outputs, RoPE's inputs
+  (q + kv); Qwen3-Next's output gate its gate and the gated product (q + out); Gemma 2/3's
+  post-norms their inputs and fp32 statistics (outside the TP region: 2 h e + 8 B).
 This mirrors Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
 Models", eq. 1-2: 34 s b h + 5 a s^2 b) with the attention-core terms gone. Full recomputation
 keeps only each block's input (h e per token; Korthikanti sec. 4.1). Selective recomputation
@@ -207,6 +210,8 @@ def layer_activation_bytes(
     if recompute == "full":  # only the block input survives
         return LayerActivations(tokens * h * e / rep_div, 0.0)
     replicated = 4 * h * e + 8 + (2 * h if cfg.bias and not cfg.is_vision else 0)
+    if cfg.norms_per_block == 4:  # the post-norms' inputs and statistics (Gemma 2/3)
+        replicated += 2 * h * e + 8
     mlp = _mlp_saved_elems(cfg, layer, eager=impl == "eager")
     if cfg.layer_types or cfg.ffn_types:  # explicit kinds: each half as its kind keeps it
         return _kinded_activations(cfg, layer, tokens=tokens, e=e, mlp=mlp, tp=tp,
@@ -223,7 +228,9 @@ def _kinded_activations(cfg: ModelConfig, layer: int, *, tokens: int, e: float, 
     attention block also the indexer's query and key; attention its log-sum-exp per head."""
     h, kind, ffn = cfg.d_model, cfg.layer_kind(layer), cfg.ffn_kind(layer)
     halves = (kind != "none") + (ffn != "none")
-    replicated = halves * (2 * h * e + 4) + (2 * h if cfg.bias and not cfg.is_vision else 0)
+    # a sandwich block's post-norms (Gemma 2/3) keep their inputs and statistics as well
+    per_half = (3 * h * e + 8) if cfg.norms_per_block == 4 else (2 * h * e + 4)
+    replicated = halves * per_half + (2 * h if cfg.bias and not cfg.is_vision else 0)
     if kind in ("linear", "mamba2"):
         mixer = _state_saved_elems(cfg, kind) * e
     elif kind == "none":
@@ -251,13 +258,17 @@ def _state_saved_elems(cfg: ModelConfig, kind: str) -> int:
 
 
 def _attention_saved_elems(cfg: ModelConfig) -> int:
-    """Fused q/k/v output, rotated q and k, the output and its contiguous copy, per token."""
+    """Fused q/k/v output, rotated q and k, the output and its contiguous copy, per token; with
+    q/k norms their outputs too (RoPE's inputs), with an output gate (Qwen3-Next) the gate and
+    the gated output (o_proj's input)."""
     q = cfg.n_heads * cfg.qk_head_dim
     k = cfg.n_kv_heads * cfg.qk_head_dim
     v = cfg.n_kv_heads * cfg.v_dim_per_head
     rotated = q + k if cfg.position == "rope" else 0
     out = cfg.n_heads * cfg.v_dim_per_head
-    return q + k + v + rotated + 2 * out
+    normed = q + k if cfg.qk_norm else 0
+    gated = q + out if cfg.attn_output_gate else 0
+    return q + k + v + rotated + 2 * out + normed + gated
 
 
 def _mlp_saved_elems(cfg: ModelConfig, layer: int, *, eager: bool = False) -> float:

@@ -13,6 +13,13 @@ embedding, the final norm, the LM head and the loss. Tensor parallelism (Megatro
 split, Shoeybi et al. 2019) divides heads and FFN widths by ``tp``
 (``workloads.tensor_parallel``); the collectives it needs are added by ``sim``.
 
+Gemma 2/3's sandwich norms (``norms_per_block=4``): a post-norm on each half's output before
+its residual add (``post_attention_layernorm``, ``post_feedforward_layernorm`` in transformers'
+``Gemma2DecoderLayer``). Gemma's embedding scale (``embedding_scale``: ``inputs_embeds *
+normalizer``) is one multiply over the embeddings; a final logit soft-cap (``logit_softcap``:
+``c tanh(logits / c)``, ``Gemma2ForCausalLM``) one over the logits kept. Multi-token-prediction
+modules (``mtp_layers``) do not run in a plain prefill, decode or training step: not listed.
+
 Assumptions, named: bias adds are fused into the GEMM epilogue (cuBLASLt); q, k, v are one fused
 GEMM and so are gate and up (Megatron-LM, vLLM); elementwise ops are ideal single kernels unless
 ``sim.estimate.compilation.eager`` rewrites them as eager PyTorch runs them (transformers' RMSNorm:
@@ -60,6 +67,8 @@ def layer_forward(
                              dtype=dtype, tp=tp)
         if context and kind in TOKEN_CACHE_KINDS:
             ops.append(kv_cache_append(cfg, tokens=t, dtype=dtype, tp=tp, indexer=kind == "dsa"))
+        if cfg.norms_per_block == 4:
+            ops.append(_post_norm(cfg, "attn_post_norm", t, dtype))
         ops.append(Elementwise(name="attn_residual", op=add, tokens=t, hidden=h, pass_="fwd",
                                dtype=dtype))
     ffn = cfg.ffn_kind(layer)
@@ -71,10 +80,18 @@ def layer_forward(
                          glue=moe_glue)
     else:
         ops += mlp_block(cfg, tokens=t, dtype=dtype, tp=tp)
+    if cfg.norms_per_block == 4:
+        ops.append(_post_norm(cfg, "mlp_post_norm", t, dtype))
     ops.append(
         Elementwise(name="mlp_residual", op=add, tokens=t, hidden=h, pass_="fwd", dtype=dtype)
     )
     return ops
+
+
+def _post_norm(cfg: ModelConfig, name: str, tokens: int, dtype: str) -> Elementwise:
+    """A sandwich block's norm of one half's output (Gemma 2/3, module docstring)."""
+    return Elementwise(name=name, op=cfg.norm, tokens=tokens, hidden=cfg.d_model, pass_="fwd",
+                       dtype=dtype)
 
 
 def backward_of(ops: list[Op]) -> list[Op]:
@@ -120,12 +137,27 @@ def embedding_forward(cfg: ModelConfig, *, tokens: int, dtype: str) -> list[Op]:
                 dtype=dtype,
             )
         )
+    if cfg.embedding_scale != 1.0:  # Gemma: inputs_embeds * normalizer (sqrt(d_model))
+        ops.append(Elementwise(name="embedding_scale", op="scale", tokens=tokens,
+                               hidden=cfg.d_model, pass_="fwd", dtype=dtype))
     return ops
 
 
+def logit_softcap(cfg: ModelConfig, *, tokens: int, dtype: str,
+                  vocab: int | None = None) -> list[Op]:
+    """The final logit soft-cap over ``tokens`` rows of ``vocab`` (default the whole vocabulary)
+    logits, if the model has one (module docstring); else nothing."""
+    if not cfg.final_logit_softcap:
+        return []
+    return [Elementwise(name="logit_softcap", op="softcap", tokens=tokens,
+                        hidden=vocab or cfg.vocab_size, pass_="fwd", dtype=dtype)]
+
+
 def head_forward(cfg: ModelConfig, *, tokens: int, dtype: str) -> list[Op]:
-    """Final norm, LM head GEMM and the cross-entropy loss over fp32 logits."""
+    """Final norm, LM head GEMM (its logits soft-capped if the model does) and the
+    cross-entropy loss over fp32 logits."""
     v = cfg.vocab_size
+    softcap = logit_softcap(cfg, tokens=tokens, dtype=dtype)
     return [
         Elementwise(
             name="final_norm",
@@ -136,6 +168,7 @@ def head_forward(cfg: ModelConfig, *, tokens: int, dtype: str) -> list[Op]:
             dtype=dtype,
         ),
         Gemm(name="lm_head", m=tokens, n=v, k=cfg.d_model, dtype=dtype),
+        *softcap,
         # logits read in 16 bits, upcast to fp32, log-softmax written and read for the loss
         Memory(name="cross_entropy", op="cross_entropy", bytes_moved=tokens * v * (2 + 4 + 4)),
     ]
@@ -147,7 +180,7 @@ def head_backward(cfg: ModelConfig, *, tokens: int, dtype: str) -> list[Op]:
     fwd = head_forward(cfg, tokens=tokens, dtype=dtype)
     return [
         Memory(name="cross_entropy.bwd", op="cross_entropy", bytes_moved=tokens * v * (4 + 4 + 2))
-    ] + backward_of(fwd[:2])
+    ] + backward_of(fwd[:-1])
 
 
 def embedding_backward(cfg: ModelConfig, *, tokens: int, dtype: str) -> list[Op]:

@@ -39,6 +39,15 @@ ELEMENTWISE_TENSORS: dict[tuple[str, str], tuple[int, int]] = {
     ("rope", "bwd"): (1, 1),
     ("copy", "fwd"): (1, 1),  # a layout change or a dtype cast
     ("copy", "bwd"): (1, 1),
+    # the structural extras of the Hugging Face families (docs/hf_families.md, "Priced"):
+    ("sigmoid_mul", "fwd"): (2, 1),  # out, gate -> out * sigmoid(gate) (Qwen3-Next)
+    ("sigmoid_mul", "bwd"): (3, 2),  # out, gate, dy -> dout, dgate
+    ("relu2", "fwd"): (1, 1),  # x -> relu(x)^2 (Nemotron-H's squared ReLU)
+    ("relu2", "bwd"): (2, 1),  # x, dy -> dx
+    ("softcap", "fwd"): (1, 1),  # x -> c tanh(x / c) (Gemma 2's logit soft-capping)
+    ("softcap", "bwd"): (2, 1),  # y, dy -> dx (tanh' from the output: 1 - (y/c)^2)
+    ("scale", "fwd"): (1, 1),  # x -> x * s, s a scalar or a per-row value (Gemma's embedding)
+    ("scale", "bwd"): (1, 1),  # dy -> dy * s
 }
 # How eager PyTorch runs the same op: (kernels, tensor passes = reads + writes over all of them).
 # silu_mul is silu(a) then a multiply; dropout_add is dropout then add; RoPE in rotate-half form
@@ -64,6 +73,18 @@ EAGER_KERNELS: dict[tuple[str, str], tuple[int, int]] = {
     ("rope", "bwd"): (4, 9),  # dy*cos, dy*sin, neg of a half, add into dx
     ("copy", "fwd"): (1, 2),
     ("copy", "bwd"): (1, 2),
+    ("sigmoid_mul", "fwd"): (2, 5),  # sigmoid: g -> s; mul: o, s -> y
+    ("sigmoid_mul", "bwd"): (3, 9),  # dy*s; dy*o; sigmoid_backward(ds, s)
+    # relu then torch.square (pow 2): backward is pow_backward's copy (pow 1), scale and
+    # multiply, then threshold_backward (FunctionsManual.cpp)
+    ("relu2", "fwd"): (2, 4),
+    ("relu2", "bwd"): (4, 10),
+    # x / c, tanh, * c (transformers' Gemma2ForCausalLM, vLLM's LogitsProcessor); backward:
+    # the two scalings' grad * (1/c) and tanh_backward(grad, y)
+    ("softcap", "fwd"): (3, 6),
+    ("softcap", "bwd"): (3, 7),
+    ("scale", "fwd"): (1, 2),
+    ("scale", "bwd"): (1, 2),
 }
 # Python-level torch calls of the eager version's forward, counted in the record contract's
 # layer as the harness writes it (gpuplan/validate/harness/model.py), views and no-op casts

@@ -36,6 +36,7 @@ from gpuplan.workloads.operators import (
     embedding_forward,
     head_forward,
     layer_forward,
+    logit_softcap,
 )
 
 
@@ -235,7 +236,8 @@ def decode_step_breakdown(
             replace(reduce, time_s=reduce.time_s * 2 * cfg.n_layers, kernels=2 * cfg.n_layers)
         )
     if with_head:  # final norm and LM head; sampling from the logits is left out
-        head = head_forward(cfg, tokens=batch, dtype=dtype)[:2]
+        head = head_forward(cfg, tokens=batch, dtype=dtype)[:2] + logit_softcap(
+            cfg, tokens=batch, dtype=dtype)
         items += priced_items(_as_run(head, impl), acc, eff, phase="fwd")
     return _with_launch(
         items,

@@ -42,7 +42,12 @@ from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.eager_rmsnorm import rmsnorm_pieces, with_eager_rmsnorm
 from gpuplan.workloads.memory import kv_cache_bytes_per_sequence
 from gpuplan.workloads.model import ModelConfig
-from gpuplan.workloads.operators import embedding_forward, head_forward, layer_forward
+from gpuplan.workloads.operators import (
+    embedding_forward,
+    head_forward,
+    layer_forward,
+    logit_softcap,
+)
 from gpuplan.workloads.ops import ATTN_MASK, Attention, Memory
 from gpuplan.workloads.params import count_params
 
@@ -199,7 +204,8 @@ def prefill_breakdown(
     logit_tokens = t if stack.logits == "all" else batch
     final_norm, lm_head = head_forward(cfg, tokens=logit_tokens, dtype=dtype)[:2]
     # the final norm runs over every position: ``logits_to_keep`` slices after it
-    head = [*transformers_rmsnorm([dataclasses.replace(final_norm, tokens=t)], stack), lm_head]
+    head = [*transformers_rmsnorm([dataclasses.replace(final_norm, tokens=t)], stack), lm_head,
+            *logit_softcap(cfg, tokens=logit_tokens, dtype=dtype)]
     items += priced_items(_as_run(head, stack.elementwise), acc, eff, phase="fwd")
     bd = _with_launch(items, eff, extra_host_s=_host_extra_s(cfg, stack))
     if stack.host.mode == "compiled" and stack.host.compiled_call_s:

@@ -27,11 +27,17 @@ from dataclasses import replace
 from gpuplan.sim.parallel.shape import Shape
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.eager_rmsnorm import with_eager_rmsnorm
-from gpuplan.workloads.operators import backward_of, embedding_forward, layer_forward
+from gpuplan.workloads.operators import (
+    backward_of,
+    embedding_forward,
+    layer_forward,
+    logit_softcap,
+)
 from gpuplan.workloads.ops import Attention, Elementwise, Gemm, Memory, Op
 
 # ops outside the tensor-parallel region (what sequence parallelism splits)
-SP_OPS = ("attn_norm", "attn_residual", "mlp_norm", "mlp_residual", "final_norm", "position_add")
+SP_OPS = ("attn_norm", "attn_residual", "mlp_norm", "mlp_residual", "final_norm", "position_add",
+          "attn_post_norm", "mlp_post_norm")
 CORE = "attn_core"  # prefix of the unfused attention-core kernels (what selective recomputes)
 
 
@@ -229,7 +235,9 @@ def head_ops(cfg, shape: Shape) -> tuple[list[Op], list[Op]]:
     norm_bwd: list[Op] = []
     if shape.transformers_norm:
         head, norm_bwd = with_eager_rmsnorm(head)
-    return head + fwd[2:], bwd + backward_of(head) + norm_bwd + cast_bwd
+    softcap = logit_softcap(cfg, tokens=t, dtype="bf16", vocab=v_local)
+    return (head + softcap + fwd[2:],
+            bwd + backward_of(softcap) + backward_of(head) + norm_bwd + cast_bwd)
 
 
 def embedding_ops(cfg, shape: Shape) -> tuple[list[Op], list[Op]]:
@@ -240,5 +248,6 @@ def embedding_ops(cfg, shape: Shape) -> tuple[list[Op], list[Op]]:
     bwd = [
         Memory(name="embedding.bwd", op="embedding", bytes_moved=table + 2 * t * cfg.d_model * 2)
     ]
-    return fwd, bwd
+    scale = [op for op in fwd if op.name == "embedding_scale"]  # Gemma's normalizer
+    return fwd, backward_of(scale) + bwd
 

@@ -61,7 +61,7 @@ from gpuplan.workloads.attention_block import kv_cache_append
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.layer_kinds import TOKEN_CACHE_KINDS
 from gpuplan.workloads.memory import kv_cache_bytes_per_token_layer
-from gpuplan.workloads.operators import embedding_forward, layer_forward
+from gpuplan.workloads.operators import embedding_forward, layer_forward, logit_softcap
 from gpuplan.workloads.ops import (
     INDUCTOR_COPY,
     Attention,
@@ -148,6 +148,9 @@ def sample_ops(dep, *, seqs: int) -> list[Op]:
     shard = -(-cfg.vocab_size // dep.tp)
     ops: list[Op] = [
         Gemm(name="lm_head", m=seqs, n=shard, k=cfg.d_model, dtype=dep.act_dtype),
+        # a final soft-cap (Gemma 2): vLLM's LogitsProcessor divides, tanh, multiplies (eager)
+        *[replace(op, impl="eager") for op in logit_softcap(cfg, tokens=seqs,
+                                                           dtype=dep.act_dtype, vocab=shard)],
         Memory(name="logits", op="softmax", bytes_moved=seqs * shard * (4 + 4)),
     ]
     if dep.tp > 1:

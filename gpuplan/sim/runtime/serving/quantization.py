@@ -64,7 +64,10 @@ W4A4 = ("fp4", "nvfp4")  # the block formats served with 4-bit activations where
 KV_DTYPES = ("bf16", "fp8")
 GROUP_SIZE = 128  # weights per quantization scale (AWQ, GPTQ default)
 SCALE_BYTES = 2  # one fp16 scale per group
-UNQUANTIZED_GEMMS = ("router", "lm_head")  # GEMM names that keep 16-bit weights
+# GEMM names that keep 16-bit weights: the router, the LM head, and Qwen2-MoE's one-column
+# shared-expert gate (a plain torch.nn.Linear(d, 1) in transformers' Qwen2MoeSparseMoeBlock: one
+# output column is narrower than any packed weight-only kernel's tile, as for the router)
+UNQUANTIZED_GEMMS = ("router", "lm_head", "shared_expert_gate")
 _MATH_FALLBACK = ("bf16", "fp16", "fp32")
 SKINNY_ROWS = 16  # rows up to which weight-only and mat-vec kernels run untiled
 
