@@ -134,12 +134,12 @@ def test_parameter_counts_match_the_card_and_an_independent_count(row):
         assert _as_stated(active, row.card_active, row.active_step or row.card_step), row.card
 
 
-TRANSFORMERS = json.loads((CONFIGS / "counts_transformers.json").read_text())
+TRANSFORMERS = json.loads((CONFIGS / "counts" / "transformers.json").read_text())
 
 
 @pytest.mark.parametrize("name", sorted(TRANSFORMERS["models"]))
 def test_parameter_counts_match_transformers_own_model(name):
-    """A third count, by Hugging Face transformers itself (counts_transformers.json: each fixture
+    """A third count, by Hugging Face transformers itself (counts/transformers.json: each fixture
     built on the meta device by transformers 5.25.0, ``count_with_transformers.py``): its
     parameters plus the stored routing-bias buffers (DeepSeek-V3's e_score_correction_bias,
     which gpuplan counts as parameters) equal gpuplan's total exactly; MTP modules are built

@@ -91,6 +91,7 @@ def test_the_score_is_per_device_family_and_kind_with_unread_and_fallback(tmp_pa
              _record("gemma3-12b-text") | {"params": {"model": "gemma3-12b-text"}}]  # bad line
     unread = _record("olmo2-7b")
     unread["params"]["hf_config"] = dict(unread["params"]["hf_config"], model_type="olmo9")
+    del unread["params"]["hf_config"]["hidden_size"]  # an unknown type reads only whole (a note)
     lines.append(unread)
     (tmp_path / "families.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     out = tmp_path / "s.json"
@@ -105,7 +106,7 @@ def test_the_score_is_per_device_family_and_kind_with_unread_and_fallback(tmp_pa
     assert got["h100-sxm"]["gemma2"]["prefill"]["status"] == "scored"
     assert got["h200"]["qwen3_next"]["prefill"]["status"] == "fallback"
     olmo = got["h200"]["olmo9"]["prefill"]
-    assert olmo["status"].startswith("unread") and "olmo9" in olmo["status"]
+    assert olmo["status"].startswith("unread") and "hidden_size" in olmo["status"]
     assert olmo["median_pct"] is None
     pooled = got["h200"]["all"]  # the scored records alone
     assert pooled["prefill"]["n"] == 1 and set(pooled) == {"prefill", "decode-static"}

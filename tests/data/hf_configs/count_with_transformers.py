@@ -3,9 +3,9 @@ of tests/test_hf_families.py): the model is built from the config.json on the me
 weights, no memory) and ``sum(p.numel() for p in model.parameters())`` plus persistent buffers
 that the checkpoints store (DeepSeek-V3's e_score_correction_bias) is printed as JSON.
 
-Run where transformers is installed (CPU is enough; counts_transformers.json was written by
+Run where transformers is installed (CPU is enough; counts/transformers.json was written by
 transformers 5.25.0 with torch 2.13.0 on the CPU):
-    python3 tests/data/hf_configs/count_with_transformers.py > counts_transformers.json
+    python3 tests/data/hf_configs/count_with_transformers.py > tests/data/hf_configs/counts/transformers.json
 """
 
 import json
