@@ -16,6 +16,7 @@ https://ui.perfetto.dev; symmetric ranks are simulated once unless ``--all-ranks
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from gpuplan.cli.argtypes import gpu_count, positive_float, word
 from gpuplan.cli.calibration import add_calibration_option, efficiency_from_args
@@ -64,6 +65,11 @@ def add_assumption_options(p) -> None:
         help="elementwise kernels: eager ATen ops, hand-fused kernels, or torch.compile's "
         "Inductor fusion of the model (default: the stack's; the rest of the stack, its "
         "optimizer and runtime, stays as it is)",
+    )
+    p.add_argument(
+        "--expert-gemms", dest="expert_gemms", choices=("grouped", "per-expert"), default=None,
+        help="MoE routed experts: one grouped GEMM per projection, or one GEMM per expert "
+        "(default: the stack's framework's; megatron-te and fsdp2 group them)",
     )
     add_calibration_option(p)
     p.add_argument(
@@ -127,7 +133,9 @@ def resolve_stack(args, acc):
     line leaves it unset is ``layout_of``'s)."""
     from gpuplan.sim.stacks.training import with_elementwise
 
-    return with_elementwise(stack_from_args(args, acc), args.impl)  # add_assumption_options
+    stack = with_elementwise(stack_from_args(args, acc), args.impl)  # add_assumption_options
+    gemms = getattr(args, "expert_gemms", None)
+    return stack if gemms is None else dataclasses.replace(stack, expert_gemms=gemms)
 
 
 def register(subparsers) -> None:
@@ -225,12 +233,15 @@ def run(args) -> int:
     from gpuplan.sim.parallel.interruptions import training_budget
     from gpuplan.sim.parallel.strategy import default_seq
     from gpuplan.sim.stacks.training import with_launch_blocking
+    from gpuplan.sim.stacks.training_defaults import experts_default
     from gpuplan.workloads.presets import get_model
 
     cfg = get_model(args.model)
     cluster = resolve_cluster(args)
     stack = with_launch_blocking(resolve_stack(args, cluster.accelerator), args.launch_blocking)
     strategy, applied = layout_of(args, args.gpus, stack, cfg)
+    if cfg.is_moe and stack.expert_gemms is None:
+        applied = (*applied, experts_default(stack))
     seq = args.seq or default_seq(cfg)
     if getattr(args, "timeline", None) and len(set(strategy.pp_layers or ())) > 1:
         raise GpuplanError(
