@@ -193,10 +193,11 @@ LAYOUT_FLAGS = ("zero", "sp", "schedule", "micro_batch", "recompute", "precision
 def layout_of(args, gpus: int | None, stack, cfg=None):
     """(the ``Strategy`` of the layout flags, the defaults it took): the flags left unset filled
     as the stack's framework ships them (``sim.stacks.training_defaults.fill_defaults``), the
-    degrees and the batch as ``sim.parallel.strategy_defaults`` fills them; the stage split of
+    degrees and the batch as ``sim.parallel.strategy_defaults`` fills them (and, for an MoE
+    ``cfg``, how its experts launch: ``experts_default``); the stage split of
     ``cfg`` when it is given."""
     from gpuplan.sim.parallel.strategy_defaults import data_parallel_degree, strategy_of
-    from gpuplan.sim.stacks.training_defaults import fill_defaults
+    from gpuplan.sim.stacks.training_defaults import experts_default, fill_defaults
 
     dp = data_parallel_degree(gpus, tp=args.tp, pp=args.pp, cp=args.cp, dp=args.dp)
     pp_layers = resolve_pp_layers(args, cfg, args.pp or 1) if cfg is not None else None
@@ -210,6 +211,8 @@ def layout_of(args, gpus: int | None, stack, cfg=None):
         capacity_factor=args.capacity_factor, expert_imbalance=args.expert_imbalance,
         pp_layers=pp_layers, **filled.fields,
     )  # fmt: skip
+    if cfg is not None and cfg.is_moe and getattr(stack, "expert_gemms", None) is None:
+        return strategy, (*filled.applied, experts_default(stack))
     return strategy, filled.applied
 
 
@@ -233,15 +236,12 @@ def run(args) -> int:
     from gpuplan.sim.parallel.interruptions import training_budget
     from gpuplan.sim.parallel.strategy import default_seq
     from gpuplan.sim.stacks.training import with_launch_blocking
-    from gpuplan.sim.stacks.training_defaults import experts_default
     from gpuplan.workloads.presets import get_model
 
     cfg = get_model(args.model)
     cluster = resolve_cluster(args)
     stack = with_launch_blocking(resolve_stack(args, cluster.accelerator), args.launch_blocking)
     strategy, applied = layout_of(args, args.gpus, stack, cfg)
-    if cfg.is_moe and stack.expert_gemms is None:
-        applied = (*applied, experts_default(stack))
     seq = args.seq or default_seq(cfg)
     if getattr(args, "timeline", None) and len(set(strategy.pp_layers or ())) > 1:
         raise GpuplanError(
