@@ -90,3 +90,15 @@ def test_a_dense_model_prices_the_same_whatever_the_expert_setting(capsys):
         assert other["step_time_s"] == base["step_time_s"]
         assert other["breakdown"] == base["breakdown"]
     assert not any(d.startswith("--expert-gemms") for d in base["defaults"])
+
+
+def test_search_train_names_the_experts_default_for_an_moe_model(capsys):
+    args = ["search", "train", "--model", QWEN3_MOE, "--gpu", "h200", "--gpus", "8",
+            "--global-batch", "16", "--json"]
+    assert main(args) == 0
+    grouped = json.loads(capsys.readouterr().out)
+    assert any(d.startswith("--expert-gemms grouped (megatron-te:") for d in grouped["defaults"])
+    assert main([*args, "--expert-gemms", "per-expert"]) == 0
+    per_expert = json.loads(capsys.readouterr().out)
+    assert not any(d.startswith("--expert-gemms") for d in per_expert["defaults"])
+    assert per_expert["fastest"]["step_time_s"] > grouped["fastest"]["step_time_s"]
