@@ -15,6 +15,7 @@ from gpuplan.errors import GpuplanError
 from gpuplan.sim.parallel.kernel_lists import layer_ops
 from gpuplan.sim.parallel.shape import Shape, grouped_experts_of, stack_shape_fields
 from gpuplan.sim.stacks import get_stack
+from gpuplan.sim.stacks.training_defaults import experts_default
 from gpuplan.workloads.ops import Gemm
 from gpuplan.workloads.presets import get_model
 
@@ -102,3 +103,10 @@ def test_search_train_names_the_experts_default_for_an_moe_model(capsys):
     per_expert = json.loads(capsys.readouterr().out)
     assert not any(d.startswith("--expert-gemms") for d in per_expert["defaults"])
     assert per_expert["fastest"]["step_time_s"] > grouped["fastest"]["step_time_s"]
+
+
+def test_only_stacks_with_a_training_framework_state_an_experts_default():
+    assert experts_default(get_stack("deepspeed")).startswith("--expert-gemms per-expert (")
+    assert experts_default(get_stack("fsdp2")).startswith("--expert-gemms grouped (fsdp2: ")
+    # hf-transformers' experts follow its own choices (fp32 _grouped_mm under autocast)
+    assert experts_default(get_stack("hf-transformers")) is None

@@ -193,6 +193,7 @@ def _stats(args, cfg, cluster, setup, result, distinct_layouts: int) -> dict:
 
     stack, seq, eff, space = setup
     experts = [experts_default(stack)] * (cfg.is_moe and stack.expert_gemms is None)
+    experts = [line for line in experts if line is not None]
     stats = {
         "model": cfg.name,
         "cluster": cluster.key,

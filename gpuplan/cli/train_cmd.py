@@ -211,8 +211,9 @@ def layout_of(args, gpus: int | None, stack, cfg=None):
         capacity_factor=args.capacity_factor, expert_imbalance=args.expert_imbalance,
         pp_layers=pp_layers, **filled.fields,
     )  # fmt: skip
-    if cfg is not None and cfg.is_moe and getattr(stack, "expert_gemms", None) is None:
-        return strategy, (*filled.applied, experts_default(stack))
+    experts = experts_default(stack) if cfg is not None and cfg.is_moe else None
+    if experts is not None and getattr(stack, "expert_gemms", None) is None:
+        return strategy, (*filled.applied, experts)
     return strategy, filled.applied
 
 

@@ -123,7 +123,7 @@ class Stack:
     # CUTLASS for bf16 only: fp32 runs ``_grouped_mm_fallback`` (ATen native/GroupedMMUtils.h),
     # one fp32 ``mm`` per expert (SIMT SGEMM: ``allow_tf32`` is False by default)
     moe_autocast_dtype: str = "bf16"
-    # training: how the routed experts' GEMMs launch (``training_defaults.EXPERT_GEMMS``);
+    # training: how the routed experts' GEMMs launch (``EXPERT_GEMMS``);
     # None: as the stack's framework ships it (``LayoutDefaults.grouped_experts``)
     expert_gemms: str | None = None
     # training under autocast over fp32 weights that nothing else casts (transformers' eager

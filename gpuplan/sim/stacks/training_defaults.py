@@ -139,6 +139,7 @@ COMPOSER_LAYOUT = LayoutDefaults(
     zero_why="llm-foundry's FULL_SHARD",
     recompute="full",  # yamls/pretrain/mpt-3b..70b.yaml: activation_checkpointing: true
     recompute_why="llm-foundry's activation_checkpointing",
+    experts_why="llm-foundry's MoE (MegaBlocks) not modelled: gpuplan's default",
 )
 
 DEEPSPEED_LAYOUT = LayoutDefaults(
@@ -168,10 +169,14 @@ def layout_defaults_of(stack) -> LayoutDefaults:
     return layout if isinstance(layout, LayoutDefaults) else PYTORCH_LAYOUT
 
 
-def experts_default(stack) -> str:
+def experts_default(stack) -> str | None:
     """The framework's way of launching an MoE step's routed experts as the flag that sets it:
-    ``--expert-gemms grouped (megatron-te: NeMo recipes' moe_grouped_gemm)``."""
+    ``--expert-gemms grouped (megatron-te: NeMo recipes' moe_grouped_gemm)``; None for a stack
+    without a training framework (its experts run as its ``moe`` and ``moe_autocast_dtype``
+    say: ``sim.parallel.shape.grouped_experts_of``)."""
     layout = layout_defaults_of(stack)
+    if layout is PYTORCH_LAYOUT:
+        return None
     choice = "grouped" if layout.grouped_experts else "per-expert"
     return f"--expert-gemms {choice} ({getattr(stack, 'name', stack)}: {layout.experts_why})"
 
