@@ -42,7 +42,8 @@ def test_only_autocast_stacks_that_say_so_run_their_experts_in_fp32():
         assert expert_dtype_of(get_stack(name), "bf16") == "bf16", name
     assert expert_dtype_of(get_stack("hf-transformers"), "fp8") == "bf16"
     assert grouped_experts_of(get_stack("hf-transformers"), "bf16")
-    assert not grouped_experts_of(get_stack("megatron-te"), "bf16")
+    assert grouped_experts_of(get_stack("megatron-te"), "bf16")  # NeMo recipes group them
+    assert not grouped_experts_of(get_stack("deepspeed"), "bf16")  # DeepSpeed-MoE loops
 
 
 def test_fp32_experts_are_grouped_fp32_gemms_launched_once_per_expert():

@@ -189,8 +189,11 @@ def _fastest(args, cfg, cluster, stack, seq, eff, space, result) -> dict:
 def _stats(args, cfg, cluster, setup, result, distinct_layouts: int) -> dict:
     """What was searched and what came of it; ``setup`` is (stack, seq, eff, space)."""
     from gpuplan.sim.parallel.estimate import overlaps_in_force
+    from gpuplan.sim.stacks.training_defaults import experts_default
 
     stack, seq, eff, space = setup
+    experts = [experts_default(stack)] * (cfg.is_moe and stack.expert_gemms is None)
+    experts = [line for line in experts if line is not None]
     stats = {
         "model": cfg.name,
         "cluster": cluster.key,
@@ -203,7 +206,7 @@ def _stats(args, cfg, cluster, setup, result, distinct_layouts: int) -> dict:
         "distinct_layouts": distinct_layouts,
         "precision": list(space.precision),
         "overlaps": overlaps_in_force(space),
-        "defaults": search_defaults(args, stack)[1],
+        "defaults": search_defaults(args, stack)[1] + experts,
         "stack": stack_doc(stack, cluster.accelerator),
         "efficiency_source": eff.source,
     }

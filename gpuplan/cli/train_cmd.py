@@ -16,6 +16,7 @@ https://ui.perfetto.dev; symmetric ranks are simulated once unless ``--all-ranks
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from gpuplan.cli.argtypes import gpu_count, positive_float, word
 from gpuplan.cli.calibration import add_calibration_option, efficiency_from_args
@@ -64,6 +65,11 @@ def add_assumption_options(p) -> None:
         help="elementwise kernels: eager ATen ops, hand-fused kernels, or torch.compile's "
         "Inductor fusion of the model (default: the stack's; the rest of the stack, its "
         "optimizer and runtime, stays as it is)",
+    )
+    p.add_argument(
+        "--expert-gemms", dest="expert_gemms", choices=("grouped", "per-expert"), default=None,
+        help="MoE routed experts: one grouped GEMM per projection, or one GEMM per expert "
+        "(default: the stack's framework's; megatron-te and fsdp2 group them)",
     )
     add_calibration_option(p)
     p.add_argument(
@@ -127,7 +133,9 @@ def resolve_stack(args, acc):
     line leaves it unset is ``layout_of``'s)."""
     from gpuplan.sim.stacks.training import with_elementwise
 
-    return with_elementwise(stack_from_args(args, acc), args.impl)  # add_assumption_options
+    stack = with_elementwise(stack_from_args(args, acc), args.impl)  # add_assumption_options
+    gemms = getattr(args, "expert_gemms", None)
+    return stack if gemms is None else dataclasses.replace(stack, expert_gemms=gemms)
 
 
 def register(subparsers) -> None:
@@ -185,10 +193,11 @@ LAYOUT_FLAGS = ("zero", "sp", "schedule", "micro_batch", "recompute", "precision
 def layout_of(args, gpus: int | None, stack, cfg=None):
     """(the ``Strategy`` of the layout flags, the defaults it took): the flags left unset filled
     as the stack's framework ships them (``sim.stacks.training_defaults.fill_defaults``), the
-    degrees and the batch as ``sim.parallel.strategy_defaults`` fills them; the stage split of
+    degrees and the batch as ``sim.parallel.strategy_defaults`` fills them (and, for an MoE
+    ``cfg``, how its experts launch: ``experts_default``); the stage split of
     ``cfg`` when it is given."""
     from gpuplan.sim.parallel.strategy_defaults import data_parallel_degree, strategy_of
-    from gpuplan.sim.stacks.training_defaults import fill_defaults
+    from gpuplan.sim.stacks.training_defaults import experts_default, fill_defaults
 
     dp = data_parallel_degree(gpus, tp=args.tp, pp=args.pp, cp=args.cp, dp=args.dp)
     pp_layers = resolve_pp_layers(args, cfg, args.pp or 1) if cfg is not None else None
@@ -202,6 +211,9 @@ def layout_of(args, gpus: int | None, stack, cfg=None):
         capacity_factor=args.capacity_factor, expert_imbalance=args.expert_imbalance,
         pp_layers=pp_layers, **filled.fields,
     )  # fmt: skip
+    experts = experts_default(stack) if cfg is not None and cfg.is_moe else None
+    if experts is not None and getattr(stack, "expert_gemms", None) is None:
+        return strategy, (*filled.applied, experts)
     return strategy, filled.applied
 
 

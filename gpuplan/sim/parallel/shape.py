@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpuplan.sim.stacks.training_defaults import layout_defaults_of
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Shape:
@@ -78,12 +80,19 @@ def stack_shape_fields(stack, precision: str, is_moe: bool) -> dict:
 
 def grouped_experts_of(stack, precision: str) -> bool:
     """Whether a training step on ``stack`` at ``precision`` lists its routed experts as
-    grouped GEMMs (``Stack.moe``): where they are ``_grouped_mm`` calls over autocast's fp32
-    inputs (``expert_dtype_of``), as transformers' ``grouped_mm_experts_forward`` runs them
-    eagerly: the experts that receive tokens, one activation over every routed row, and one
-    fp32 ``mm`` per expert (``kernel_lists._expert_dtype``). Other stacks keep one GEMM list per expert in
-    training until their MoE steps are measured (torch-compile's one DSV2-Lite step: -6.6%
-    as listed per expert, -29.6% grouped; the published Megatron runs are unchanged)."""
-    return (stack is not None and stack.moe == "grouped_gemm"
-            and expert_dtype_of(stack, precision) != "bf16")
-
+    grouped GEMMs (``Stack.moe``): as ``Stack.expert_gemms`` says where set
+    (``--expert-gemms``); else where its framework groups them (``LayoutDefaults.
+    grouped_experts``: Megatron-Core's TEGroupedMLP under NeMo's recipes, torchtitan's
+    torch._grouped_mm), one kernel and host call per projection; and
+    where they are ``_grouped_mm`` calls over autocast's fp32 inputs (``expert_dtype_of``), as
+    transformers' ``grouped_mm_experts_forward`` runs them eagerly: the experts that receive
+    tokens, one activation over every routed row, and one fp32 ``mm`` per expert
+    (``kernel_lists._expert_dtype``). Other stacks list one GEMM per expert (DeepSpeed-MoE's
+    loop; torch-compile's one DSV2-Lite step: -6.6% as listed per expert, -29.6% grouped)."""
+    if stack is None or stack.moe != "grouped_gemm":
+        return False
+    own = getattr(stack, "expert_gemms", None)  # ``--expert-gemms`` wins
+    if own is not None:
+        return own == "grouped"
+    return (expert_dtype_of(stack, precision) != "bf16"
+            or layout_defaults_of(stack).grouped_experts)

@@ -25,6 +25,13 @@ HOST_MODES = ("eager", "cuda_graph", "compiled")
 KV_CACHES = ("dynamic", "static", "paged")
 MOE_IMPLS = ("grouped_gemm", "expert_loop")
 MOE_GLUES = ("none", "transformers")
+# How a training step runs an MoE block's routed experts (``--expert-gemms``): ``grouped``,
+# one grouped GEMM per expert projection per layer per pass over the experts that receive
+# tokens, one kernel and one host call each, priced by ``hwmodels.gemm.grouped_gemm_time``
+# (torch._grouped_mm's CUTLASS kernel, measured on the H200; its efficiency for many small
+# groups in a training step is not measured); ``per-expert``, every expert's GEMMs launched
+# apart (a plain loop over nn.Linear experts).
+EXPERT_GEMMS = ("grouped", "per-expert")
 MOE_AUTOCAST_DTYPES = ("bf16", "fp32")  # the dtype MoE experts' GEMMs run in under autocast
 RESIDUAL_DTYPES = ("bf16", "fp32")  # the residual stream's dtype under autocast
 OPTIMIZERS = ("foreach", "fused")
@@ -116,6 +123,9 @@ class Stack:
     # CUTLASS for bf16 only: fp32 runs ``_grouped_mm_fallback`` (ATen native/GroupedMMUtils.h),
     # one fp32 ``mm`` per expert (SIMT SGEMM: ``allow_tf32`` is False by default)
     moe_autocast_dtype: str = "bf16"
+    # training: how the routed experts' GEMMs launch (``EXPERT_GEMMS``);
+    # None: as the stack's framework ships it (``LayoutDefaults.grouped_experts``)
+    expert_gemms: str | None = None
     # training under autocast over fp32 weights that nothing else casts (transformers' eager
     # models under the Trainer's bf16=True): the residual stream is fp32 (the embedding's
     # output), so the norms, the residual adds and RoPE (cos and sin take the hidden states'
@@ -168,6 +178,8 @@ class Stack:
         check_choice("elementwise", self.elementwise, ELEMENTWISE_IMPLS)
         check_choice("moe", self.moe, MOE_IMPLS)
         check_choice("moe_glue", self.moe_glue, MOE_GLUES)
+        if self.expert_gemms is not None:
+            check_choice("expert_gemms", self.expert_gemms, EXPERT_GEMMS)
         check_choice("moe_autocast_dtype", self.moe_autocast_dtype, MOE_AUTOCAST_DTYPES)
         check_choice("residual_dtype", self.residual_dtype, RESIDUAL_DTYPES)
         check_choice("kv_cache", self.kv_cache, KV_CACHES)

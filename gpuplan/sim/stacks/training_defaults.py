@@ -75,6 +75,10 @@ class LayoutDefaults:
     recompute: str = "none"
     recompute_why: str = "nothing recomputed"
     overlap_pp_interleaved: bool = False  # pipeline sends behind compute, interleaved only
+    # an MoE block's routed experts as one grouped GEMM per projection (``--expert-gemms
+    # grouped``), else one GEMM per expert (``per-expert``): ``stack.EXPERT_GEMMS``
+    grouped_experts: bool = False
+    experts_why: str = "one GEMM per expert"
 
     def __post_init__(self) -> None:
         if self.zero not in ZERO_STAGES:
@@ -95,6 +99,19 @@ MEGATRON_LAYOUT = LayoutDefaults(
     sp_with_tp=True,
     sp_why="NeMo recipes' sequence_parallel with TP",
     recompute_why="Megatron-LM's recompute_granularity unset",
+    # NeMo's and Megatron-Bridge's MoE recipes set moe_grouped_gemm=True (NVIDIA-NeMo/Megatron-
+    # Bridge src/megatron/bridge/recipes/qwen/h100/qwen3_moe.py, every Qwen3-MoE config; the
+    # Mixtral, DeepSeek and Qwen3 model providers' ``moe_grouped_gemm: bool = True``) with
+    # moe_token_dispatcher_type="alltoall": Megatron-Core's TEGroupedMLP (megatron/core/
+    # transformer/moe/experts.py), two Transformer Engine GroupedLinear calls per pass (fc1,
+    # fc2). Megatron-LM's own default (moe_grouped_gemm False) is SequentialMLP, a loop over
+    # the local experts. GroupedLinear is one host call; on the device TE runs it as
+    # nvte_multi_tensor_gemm: a CUTLASS grouped GEMM on Hopper under
+    # NVTE_USE_CUTLASS_GROUPED_GEMM=1, else one cuBLAS GEMM per expert issued from C++ over 4
+    # streams (transformer_engine/common/gemm/cublaslt_gemm.cu, multi_stream_cublas_gemm).
+    # Priced as one grouped GEMM (``stack.EXPERT_GEMMS``): the host cost is one call either way
+    grouped_experts=True,
+    experts_why="NeMo recipes' moe_grouped_gemm",
     # Megatron-LM arguments.py: --no-overlap-p2p-communication is the opt-out; read by the
     # interleaved schedule only (core/pipeline_parallel/schedules.py)
     overlap_pp_interleaved=True,
@@ -110,6 +127,10 @@ FSDP2_LAYOUT = LayoutDefaults(
     sp_why="torchtitan's TP plan is sequence-parallel",
     recompute="selective",  # job_config.py: ActivationCheckpoint.mode = "selective"
     recompute_why="torchtitan's activation_checkpoint.mode",
+    # torchtitan/models/moe/moe.py: MoEArgs.use_grouped_mm = True, GroupedExperts runs
+    # torch._grouped_mm over bf16 weights and inputs (``_run_experts_grouped_mm``: w1, w3, w2)
+    grouped_experts=True,
+    experts_why="torchtitan's MoEArgs.use_grouped_mm",
 )
 
 COMPOSER_LAYOUT = LayoutDefaults(
@@ -118,6 +139,7 @@ COMPOSER_LAYOUT = LayoutDefaults(
     zero_why="llm-foundry's FULL_SHARD",
     recompute="full",  # yamls/pretrain/mpt-3b..70b.yaml: activation_checkpointing: true
     recompute_why="llm-foundry's activation_checkpointing",
+    experts_why="llm-foundry's MoE (MegaBlocks) not modelled: gpuplan's default",
 )
 
 DEEPSPEED_LAYOUT = LayoutDefaults(
@@ -125,6 +147,9 @@ DEEPSPEED_LAYOUT = LayoutDefaults(
     zero_why="DeepSpeed's zero_optimization.stage 0",  # runtime/zero/config.py: stage = 0
     sp_why="Megatron-DeepSpeed's --sequence-parallel is opt-in",
     recompute_why="--checkpoint-activations is opt-in",
+    # DeepSpeed-MoE's Experts.forward loops over its local experts, one nn.Module each
+    # (deepspeed/moe/experts.py): one GEMM per expert
+    experts_why="DeepSpeed-MoE's loop over experts",
 )
 
 
@@ -142,6 +167,18 @@ def layout_defaults_of(stack) -> LayoutDefaults:
     training runtime)."""
     layout = getattr(getattr(stack, "training", None), "layout", None)
     return layout if isinstance(layout, LayoutDefaults) else PYTORCH_LAYOUT
+
+
+def experts_default(stack) -> str | None:
+    """The framework's way of launching an MoE step's routed experts as the flag that sets it:
+    ``--expert-gemms grouped (megatron-te: NeMo recipes' moe_grouped_gemm)``; None for a stack
+    without a training framework (its experts run as its ``moe`` and ``moe_autocast_dtype``
+    say: ``sim.parallel.shape.grouped_experts_of``)."""
+    layout = layout_defaults_of(stack)
+    if layout is PYTORCH_LAYOUT:
+        return None
+    choice = "grouped" if layout.grouped_experts else "per-expert"
+    return f"--expert-gemms {choice} ({getattr(stack, 'name', stack)}: {layout.experts_why})"
 
 
 def strategy_defaults(stack) -> dict[str, Any]:
