@@ -115,8 +115,13 @@ HF_TRANSFORMERS = Stack(
     optimizer="foreach",
     logits="all",
     repeat_kv_masked=True,
+    # gpt-oss (attention sinks) runs transformers' eager attention: GptOssPreTrainedModel sets
+    # _supports_sdpa = False (Stack.eager_without_sdpa, hwmodels.attention "eager")
+    eager_without_sdpa=True,
     sources=(
         "observed with transformers 5.17 on an H200 (docs/stacks.md)",
+        "transformers models/gpt_oss/modeling_gpt_oss.py line 378 (_supports_sdpa = False) and "
+        "lines 225-253 (eager_attention_forward with sinks), transformers 5.25",
         "transformers DynamicCache.update: torch.cat of each layer's keys and values",
         "transformers integrations/sdpa_attention.py use_gqa_in_sdpa, repeat_kv",
     ),
