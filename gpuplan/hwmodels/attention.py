@@ -30,6 +30,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from gpuplan.errors import GpuplanError
@@ -48,6 +49,8 @@ def attention_time(acc, op: Attention, eff: Efficiency) -> KernelTime:
     kernel = eff.attention_kernel if decode else eff.prefill_attention_kernel
     if kernel == "math":
         return math_attention_time(acc, op, eff)
+    if kernel == "eager":
+        return eager_attention_time(acc, op, eff)
     memory_s = op.bytes / (acc.hbm_bytes_per_s * eff.hbm_fraction)
     fixed_s = (eff.kernel_overhead_s + eff.attn_fixed_s) * op.count
     if decode:
@@ -200,13 +203,22 @@ def math_attention_time(acc, op: Attention, eff: Efficiency) -> KernelTime:
     upcasts, and TF32 is off by default), the other kernels at their class's share of HBM
     bandwidth, every launch its fixed cost, no causal skipping (the mask is added to every
     score)."""
+    work = "fp32" if dtype_bytes(op.dtype) == 2 and acc.supports("fp32") else _dtype(acc, op)
+    return composite_time(acc, op, eff, work, math_attention_gemms(op),
+                          math_attention_kernels(op))
+
+
+def composite_time(acc, op: Attention, eff: Efficiency, work: str, gemms, kernels) -> KernelTime:
+    """Attention as ATen kernels run one after another (SDPA's math backend, transformers' eager
+    attention): batched ``gemms`` (label, m, n, k per (batch, query head)) in ``work``'s dtype at
+    the GEMM model's rate, the memory-bound ``kernels`` (label, class, bytes, launches) at their
+    class's share of HBM bandwidth (``MATH_HBM_FRACTION``), each launch its fixed cost."""
     from gpuplan.hwmodels.gemm import gemm_bytes, gemm_time
 
-    work = "fp32" if dtype_bytes(op.dtype) == 2 and acc.supports("fp32") else _dtype(acc, op)
     heads = op.batch * op.heads_q
     busy_s = memory_s = 0.0
     launches = 0
-    for label, m, n, k in math_attention_gemms(op):
+    for label, m, n, k in gemms:
         # one batched GEMM over every (batch, head): its tiles fill the GPU together (priced as
         # the heads' rows stacked), each head reading its own operands
         compute_s = gemm_time(acc, m * heads, n, k, work, eff).compute_s
@@ -217,7 +229,7 @@ def math_attention_time(acc, op: Attention, eff: Efficiency) -> KernelTime:
         busy_s += max(compute_s, gemm_memory_s)
         memory_s += gemm_memory_s
         launches += 1
-    for _, klass, nbytes, n in math_attention_kernels(op):
+    for _, klass, nbytes, n in kernels:
         t = nbytes / (acc.hbm_bytes_per_s * MATH_HBM_FRACTION[klass])
         busy_s += t
         memory_s += t
@@ -228,10 +240,94 @@ def math_attention_time(acc, op: Attention, eff: Efficiency) -> KernelTime:
     return KernelTime(busy_s * count, memory_s * count, fixed_s)
 
 
+# --- transformers' eager attention: the ATen kernels it runs ----------------------------------
+#
+# ``eager_attention_forward`` (transformers 5.25, models/llama/modeling_llama.py; the records'
+# 5.17 runs the same code) is what a model built with ``attn_implementation="eager"`` runs, and
+# what transformers picks for a family whose ``PreTrainedModel`` says ``_supports_sdpa = False``
+# (gpt-oss: models/gpt_oss/modeling_gpt_oss.py line 378). Its ops, each its own kernel, in the
+# input's dtype (no upcast, unlike SDPA's math backend): ``repeat_kv`` of K and V to every query
+# head under GQA (an expand and a reshape: one copy each), ``matmul(q, k^T)`` (a batched GEMM;
+# the transpose is a view), ``* scaling``, ``+ attention_mask`` (a [batch, 1, Sq, Skv] mask,
+# always passed to eager attention, broadcast over the heads), then
+# - most families: ``softmax(..., dtype=torch.float32)`` and ``.to(query.dtype)``;
+# - with sinks (gpt-oss, modeling_gpt_oss.py ``eager_attention_forward`` lines 225-253):
+#   ``cat`` of the sink column (a row of Skv + 1), ``max`` over each row, its subtraction and
+#   ``softmax(..., dtype=combined_logits.dtype)`` (16-bit), the sink column dropped by a view;
+# and ``matmul(probs, v)`` (the slice's row stride is Skv + 1: cuBLAS takes it as a leading
+# dimension, no copy). Dropout at p=0 runs no kernel (ATen ``_dropout``). Every score is
+# computed: a causal or sliding-window mask only adds -inf. The backward is autograd's of those
+# ops: the four GEMMs, the softmax's backward, with sinks the slice's (a zero fill and a copy),
+# the max's (a row sum of the subtraction's gradient, a zero fill and a scatter) and the
+# gradients' sum, the scale's multiply and, under GQA, the sums over the repeated heads. Each
+# kernel is priced in the class of the SDPA math profile it matches (``MATH_HBM_FRACTION``;
+# the ``cat`` and the strided copies as ``strided``, the broadcast binaries as
+# ``unvectorized``): no constant of its own.
+
+
+def eager_attention_kernels(op: Attention) -> list[tuple[str, str, float, int]]:
+    """The memory-bound kernels of one ``eager_attention_forward`` call (``op.pass_`` fwd or
+    bwd): (label, class, bytes, launches), in the order they run (section above)."""
+    e = dtype_bytes(op.dtype)
+    rep = op.heads_q / op.heads_kv
+    b, hq, sq, skv = op.batch, op.heads_q, op.seq_q, op.kv_read
+    kv_el = b * op.heads_kv * skv * (op.head_dim + op.v_head_dim)
+    rows = b * hq * sq
+    scores = rows * skv
+    wide = rows * (skv + 1)  # with the sink column
+    out: list[tuple[str, str, float, int]] = []
+    if op.pass_ == "bwd":
+        if op.sinks:
+            out += [("slice backward", "vectorized", wide * e, 1),
+                    ("slice backward copy", "strided", scores * 2 * e, 1),
+                    ("softmax backward", "vectorized", wide * 3 * e, 1),
+                    ("max backward sum", "reduce", wide * e, 1),
+                    ("max backward scatter", "vectorized", wide * e + rows * e, 2),
+                    ("gradient sum", "vectorized", wide * 3 * e, 1),
+                    ("sink gradient", "reduce", rows * e, 1),
+                    ("scale backward", "unvectorized", scores * 2 * e, 1)]
+        else:
+            out += [("cast backward", "vectorized", scores * (e + 4), 1),
+                    ("softmax backward", "vectorized", scores * (8 + e), 1),
+                    ("scale backward", "vectorized", scores * 2 * e, 1)]
+        if rep > 1:
+            out.append(("sum over repeated heads", "reduce", kv_el * (rep + 1) * e, 2))
+        return out
+    if rep > 1:
+        out.append(("repeat k, v", "strided", kv_el * (1 + rep) * e, 2))
+    out += [("scale", "vectorized", scores * 2 * e, 1),
+            ("mask add", "unvectorized", scores * 2 * e + b * sq * skv * e, 1)]
+    if op.sinks:
+        out += [("cat sink column", "strided", (scores + rows + wide) * e, 1),
+                ("row max", "reduce", wide * e, 1),
+                ("subtract max", "unvectorized", wide * 2 * e + rows * e, 1),
+                ("softmax", "vectorized", wide * 2 * e, 1)]
+    else:
+        out += [("softmax", "vectorized", scores * (e + 4), 1),
+                ("cast weights", "vectorized", scores * (4 + e), 1)]
+    return out
+
+
+def eager_attention_gemms(op: Attention) -> list[tuple[str, int, int, int]]:
+    """The GEMMs of one eager call, per (batch, query head): the math backend's, over the keys
+    the call holds (a sliding layer's cache keeps its window: ``Attention.kv_read``)."""
+    return math_attention_gemms(dataclasses.replace(op, seq_kv=op.kv_read))
+
+
+def eager_attention_time(acc, op: Attention, eff: Efficiency) -> KernelTime:
+    """transformers' ``eager_attention_forward`` as its ATen kernels (section above), the GEMMs
+    in the input's 16-bit dtype (autocast and the model's dtype run matmul in bf16)."""
+    return composite_time(acc, op, eff, _dtype(acc, op), eager_attention_gemms(op),
+                          eager_attention_kernels(op))
+
+
 # FlashAttention-2 flash_api.cpp: num_splits_heuristic(blocks, 2 * SMs, ...) returns one split
 # once blocks >= 0.8 x its SM argument. Checked on an H200 (132 SMs) with the kernel names in
 # data/decode_probe_h200/kernels.json: 128 blocks split, 256 do not.
-ATTENTION_KERNELS = ("flash2", "flash3", "cudnn", "efficient", "math", "flashinfer")
+ATTENTION_KERNELS = ("flash2", "flash3", "cudnn", "efficient", "math", "flashinfer", "eager")
+# composites of ATen kernels, priced op by op (no fused kernel): SDPA's math backend and
+# transformers' ``eager_attention_forward`` (``hwmodels.eager_attention``)
+COMPOSITE_KERNELS = ("math", "eager")
 INFERENCE_ONLY = ("flashinfer",)  # kernels with no backward pass
 SPLIT_FILL = 0.8
 BLOCKS_PER_SM = 2

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuplan.hwmodels.attention import (
+    COMPOSITE_KERNELS,
     INFERENCE_ONLY,
     attention_time,
     decode_hbm_fraction,
@@ -157,15 +158,16 @@ def _gemm_memory_s(acc, m, n, k, dtype, eff, aligned, fraction=None) -> np.ndarr
 
 
 def attention_times(acc, ops: Sequence[Attention], eff) -> KernelTimes:
-    """``attention_time(acc, op, eff)`` of each op; the math backend (and a kernel with no
-    backward, which is an error there) go through the scalar model."""
+    """``attention_time(acc, op, eff)`` of each op; the composites of ATen kernels (SDPA's math
+    backend, transformers' eager attention) and a kernel with no backward (an error there) go
+    through the scalar model."""
     if not ops:
         return _empty()
     tile_q = eff.attn_tile_q
     decode = np.array([op.seq_q < tile_q and op.pass_ == "fwd" for op in ops])
     kernel = [eff.attention_kernel if d else eff.prefill_attention_kernel for d in decode]
     scalar = [
-        kn == "math" or (not d and op.pass_ == "bwd" and kn in INFERENCE_ONLY)
+        kn in COMPOSITE_KERNELS or (not d and op.pass_ == "bwd" and kn in INFERENCE_ONLY)
         for op, d, kn in zip(ops, decode, kernel, strict=True)
     ]
     nbytes = _floats([op.bytes for op in ops])

@@ -71,6 +71,7 @@ def attention_block(
             dtype=dtype,
             window=window,
             chunk=chunk,
+            sinks=cfg.attention_sinks,
         ),
         Elementwise(
             name="attn_out_layout", op="copy", tokens=t, hidden=hq * dv, pass_="fwd", dtype=dtype

@@ -146,6 +146,7 @@ class Attention:
     count: int = 1
     window: int = 0  # sliding window: each query sees at most this many keys (0: all)
     chunk: int = 0  # chunked local attention: a query sees only its own chunk's keys (0: all)
+    sinks: bool = False  # a learned sink logit per head joins each row's softmax (gpt-oss)
 
     @property
     def mean_keys_per_query(self) -> float:

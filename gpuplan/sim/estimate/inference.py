@@ -239,8 +239,8 @@ def sliding_window_masked(cfg: ModelConfig, stack: Stack, ops: list) -> list:
     that run transformers' modelling code (``repeat_kv_masked``); elsewhere a window is priced
     as the window it is. A stack that traces the mask (``Stack.traced_causal_mask``: a compiled
     model) takes the same path for every causal prefill attention."""
-    if not stack.repeat_kv_masked:
-        return ops
+    if not stack.repeat_kv_masked or stack.attention.prefill == "eager":
+        return ops  # transformers' eager attention repeats K/V and adds the mask itself
     out = []
     for op in ops:
         if not _mask_materialized(op, stack):

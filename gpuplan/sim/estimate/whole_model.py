@@ -44,7 +44,7 @@ def model_breakdown(
             check_seq(cfg, params[field], field)
     if "layers" in params:
         cfg = replace(cfg, n_layers=params["layers"])
-    stack = get_stack(stack)
+    stack = get_stack(stack).for_model(cfg)  # its attention as it runs this model
     if impl is not None:
         stack = replace(stack, elementwise=impl)
     if kind == "train_step":  # priced with the stack by the multi-GPU estimate itself

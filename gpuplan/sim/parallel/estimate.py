@@ -195,7 +195,7 @@ def estimate_training(
     validate(strategy, cfg, gpus, seq)
     acc = cluster.accelerator
     _check_precision(strategy, acc)
-    stack = get_stack(stack or DEFAULT_TRAINING_STACK)
+    stack = get_stack(stack or DEFAULT_TRAINING_STACK).for_model(cfg)
     check_layout(stack, strategy)
     runtime = runtime_of(stack)
     eff = training_efficiency(stack, eff or efficiency_for(acc.key), acc)

@@ -19,6 +19,7 @@ Ultra (sm_103) runs what sm_100 runs (``architecture.BLACKWELL``). Kernel suppor
   (PyTorch ``sdp_utils.cpp``, ``check_mem_efficient_hardware_support``) and on ROCm (AOTriton,
   whose 0.10 release added gfx950).
 - ``math``: plain ATen ops, anywhere PyTorch runs.
+- ``eager``: transformers' ``eager_attention_forward``, plain ATen ops too (``hwmodels.attention``).
 - ``flashinfer``: FlashInfer's paged kernels need sm_75 or newer (FlashInfer docs, installation).
 - ``triton``: llm-foundry's Triton flash attention (``attn_impl: triton``, ``flash_attn_triton``
   on the ``triton-pre-mlir`` build its setup.py pinned, with an sm_90 branch for H100), a
@@ -53,6 +54,7 @@ KERNEL_ARCHS = {
     "flashinfer": _NVIDIA_SM80_UP,
     "triton": {"sm_80", "sm_90"},  # llm-foundry's triton-pre-mlir: A100 and (sm_90 branch) H100
     "math": None,  # anywhere
+    "eager": None,  # transformers' eager attention: ATen ops, anywhere
 }
 
 

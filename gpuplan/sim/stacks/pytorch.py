@@ -12,7 +12,13 @@ CUDA"; ``fused`` is opt-in), bf16 autocast over fp32 weights, timed in isolation
 around one call after a synchronize; no L2 flush).
 
 ``hf-transformers`` - the library's eager models built with ``AutoModelForCausalLM``:
-``config._attn_implementation == "sdpa"`` (so the same dispatch), MoE experts through
+``config._attn_implementation == "sdpa"`` (so the same dispatch) except for a family whose
+model class sets ``_supports_sdpa = False``, which falls back to ``"eager"``: gpt-oss
+(models/gpt_oss/modeling_gpt_oss.py line 378; its attention appends a learned sink logit per
+head, which SDPA cannot take), known from the model's ``attention_sinks`` and priced as
+``eager_attention_forward``'s ATen kernels (``Stack.eager_without_sdpa``, attention kernel
+``eager``; the H100 family records say ``attn_implementation: eager`` for gpt-oss-20b, ``sdpa``
+for the rest, Gemma 2 included under transformers 5.17), MoE experts through
 ``grouped_mm`` (``experts_implementation``), decode with ``DynamicCache`` unless a cache is given,
 which concatenates each layer's K/V every step, logits over every position unless
 ``logits_to_keep`` is passed (observed with transformers 5.17 on an H200, docs/stacks.md); the
@@ -29,7 +35,12 @@ decode records whose cache grows call after call). MoE experts run as grouped GE
 keys and values are repeated to every head (``repeat_kv_masked``).
 
 ``torch-compile`` - ``torch.compile(model)`` of a transformers model, trained with the eager
-``torch.optim.AdamW`` (foreach) beside it: Inductor fuses elementwise
+``torch.optim.AdamW`` (foreach) beside it. A gpt-oss model compiled is still built with eager
+attention (the choice is the model's, made before compiling), so Dynamo traces
+``eager_attention_forward``: its matmuls stay cuBLAS calls but Inductor fuses the scale, mask,
+sink column and softmax into its own Triton kernels, which no kernel list here describes; the
+stack keeps SDPA's pricing for it (not ``eager_without_sdpa``), a known gap with no records to
+check it (none of gpt-oss compiled). Inductor fuses elementwise
 ops into Triton kernels (``sim.estimate.compilation``), keeps SDPA calls (same dispatch, GQA keys and
 values repeated under a StaticCache's mask as the eager model does), and its generated wrapper
 still launches
@@ -115,8 +126,13 @@ HF_TRANSFORMERS = Stack(
     optimizer="foreach",
     logits="all",
     repeat_kv_masked=True,
+    # gpt-oss (attention sinks) runs transformers' eager attention: GptOssPreTrainedModel sets
+    # _supports_sdpa = False (Stack.eager_without_sdpa, hwmodels.attention "eager")
+    eager_without_sdpa=True,
     sources=(
         "observed with transformers 5.17 on an H200 (docs/stacks.md)",
+        "transformers models/gpt_oss/modeling_gpt_oss.py line 378 (_supports_sdpa = False) and "
+        "lines 225-253 (eager_attention_forward with sinks), transformers 5.25",
         "transformers DynamicCache.update: torch.cat of each layer's keys and values",
         "transformers integrations/sdpa_attention.py use_gqa_in_sdpa, repeat_kv",
     ),

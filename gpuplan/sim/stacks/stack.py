@@ -6,6 +6,7 @@ costs) and the names each choice may take. The presets are in ``pytorch``, ``tra
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from gpuplan.errors import GpuplanError, check_choice
@@ -156,6 +157,12 @@ class Stack:
     # under Dynamo before torch 2.14 it never skips), so a compiled model's SDPA gets an
     # ``attn_mask`` and no ``is_causal`` (``sim.estimate.inference.sliding_window_masked``)
     traced_causal_mask: bool = False
+    # the framework builds transformers' models, which run ``eager_attention_forward`` where the
+    # family does not support SDPA (``PreTrainedModel._supports_sdpa = False``: transformers
+    # falls back to eager, modeling_utils.py ``get_correct_attn_implementation``). Known from a
+    # model's structure: attention sinks (gpt-oss, modeling_gpt_oss.py line 378: SDPA cannot
+    # take the sink column). ``for_model`` applies it to the phases left to SDPA's dispatch
+    eager_without_sdpa: bool = False
     # a serving engine's runtime: CUDA-graph buckets, scheduler defaults, CPU cost per iteration
     # (``stacks.serving.ServingRuntime``); None for the stacks that are not serving engines
     serving: object | None = None
@@ -194,6 +201,19 @@ class Stack:
         harness's records, and the H200 stack campaign's (``data/runs.json``, ``stack_runs``)."""
         return self.name in MEASURED_STACKS
 
+    def for_model(self, cfg) -> Stack:
+        """This stack as it runs ``cfg``: under ``eager_without_sdpa``, a model whose family
+        has no SDPA path (``sdpa_unsupported``) takes transformers' eager attention in every
+        phase left to SDPA's default dispatch (a kernel forced by the user stays)."""
+        if not (self.eager_without_sdpa and sdpa_unsupported(cfg)):
+            return self
+        pick = {p: "eager" for p in ("prefill", "train", "decode")
+                if getattr(self.attention, p) == SDPA_DEFAULT}
+        if not pick:
+            return self
+        return dataclasses.replace(self, attention=dataclasses.replace(self.attention, **pick),
+                                   on_arch=())
+
     def describe(self, acc=None) -> str:
         """One line for a printout: the stack and, on a device, the kernels it resolves to."""
         what = f"stack {self.name}"
@@ -202,6 +222,16 @@ class Stack:
             what += (f" (attention prefill {k.prefill}, train {k.train}, decode {k.decode}; "
                      f"elementwise {self.elementwise}; host {self.host.mode})")
         return what
+
+
+def sdpa_unsupported(cfg) -> bool:
+    """Whether transformers' modelling code of ``cfg``'s family refuses SDPA (``_supports_sdpa
+    = False``), as far as the model's structure tells: attention sinks (gpt-oss,
+    models/gpt_oss/modeling_gpt_oss.py line 378, transformers 5.17 to 5.25; the H100 family
+    records' ``hf.attn_implementation`` is ``eager`` for gpt-oss-20b). Gemma-2's logit
+    softcapping is not here: its records ran ``sdpa`` under transformers 5.17
+    (data/families_h100/families.jsonl), though 5.25 sets ``_supports_sdpa = False`` for it."""
+    return bool(getattr(cfg, "attention_sinks", False))
 
 
 # stacks whose own runs are committed measurements (docs/validation.md, a table per stack)

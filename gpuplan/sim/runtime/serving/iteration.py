@@ -224,8 +224,8 @@ def masked_decode_attention(dep, dec: Attention) -> list[Op]:
     its copies stop growing at the window, as its attention's reads do (``Attention.kv_read``)."""
     if (not isinstance(dec, Attention) or dec.name != "decode_attention"
             or not dep.repeat_kv_masked or dep.decode_context_tokens is None
-            or dec.heads_kv >= dec.heads_q):
-        return [dec]
+            or dec.heads_kv >= dec.heads_q or dep.eff.attention_kernel == "eager"):
+        return [dec]  # (transformers' eager attention prices its own repeat_kv)
     held = min(dec.seq_kv, dec.window) if dec.window else dec.seq_kv
     kv_tokens = dec.batch * held
     per_token = cache_bytes_per_token_layer(dep.model, dep.stack, dep.kv_dtype) / dep.tp
