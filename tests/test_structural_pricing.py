@@ -109,8 +109,13 @@ def test_squared_relu_is_a_two_matrix_mlp_with_its_own_activation():
     {"mlp_bias": True}, {"qkv_bias": True},
 ])  # fmt: skip
 def test_what_runs_inside_a_kernel_adds_no_kernel(change):
+    """The ops are the same kernels; the attention op only carries the sink flag, which a
+    fused kernel takes inside (a stack running transformers' eager attention prices it:
+    tests/test_eager_attention.py)."""
     cfg = dataclasses.replace(LLAMA, **change)
-    assert _layer(cfg) == _layer(LLAMA)
+    plain = [dataclasses.replace(op, sinks=False) if hasattr(op, "sinks") else op
+             for op in _layer(cfg)]
+    assert plain == _layer(LLAMA)
     assert head_forward(cfg, tokens=8, dtype="bf16") == head_forward(LLAMA, tokens=8, dtype="bf16")
 
 
