@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpuplan.errors import GpuplanError
 from gpuplan.sim.runtime.serving.blocks import BlockRule
@@ -269,9 +269,29 @@ def _does_not_fit(dep, sched, cap: KvCapacity, needed: int) -> str:
     pipeline = fitting_pp(dep, sched, lambda d: _capacity(d, sched, d.tp).blocks >= needed)
     if pipeline is not None:
         return f"{head}; {pipeline}"
+    shorter = fitting_model_len(dep, sched)
+    if shorter is not None:  # vLLM refuses the same way until --max-model-len is lowered
+        return f"{head}; give --max-model-len {shorter} or less (the longest that fits at tp={dep.tp})"
     total = weights_bytes_per_gpu(cfg, tp=1, weight_dtype=dep.weight_dtype)
     gpus = math.ceil(total / cap.usable_bytes) + 1
     return (
         f"{head}; even tp=8 is not enough: it needs about {gpus} GPUs of "
         f"{dep.acc.key} for weights and cache; try --weight-dtype int4 or a GPU with more memory"
     )
+
+
+def fitting_model_len(dep, sched) -> int | None:
+    """The longest ``max_model_len`` (a multiple of the block) at which one request of that
+    length fits at the deployment's TP, or None when not even one block's worth does."""
+    def fits(length: int) -> bool:
+        s = replace(sched, max_model_len=length)
+        cap = _capacity(dep, s, dep.tp)
+        return cap.blocks >= cap.blocks_of(length)
+
+    low, high = sched.block_tokens, sched.model_len(dep.model)
+    if high <= low or not fits(low):
+        return None
+    while high - low > sched.block_tokens:  # fits(low) holds, fits(high) does not
+        mid = (low + high) // 2 // sched.block_tokens * sched.block_tokens
+        low, high = (mid, high) if mid > low and fits(mid) else (low, mid if mid > low else low)
+    return low
