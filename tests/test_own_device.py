@@ -240,6 +240,7 @@ BAD_FILES = [
     ("badbase.yaml", "base: h201\n", ["unknown accelerator 'h201'", "h200"]),
     ("taken.yaml", "key: h200\nbase: h200\n", ["taken.yaml", "key='h200'", "catalogue"]),
     ("badkey.yaml", "key: My Chip\nbase: h200\n", ["badkey.yaml", "key='My Chip'", "lower-case"]),
+    ("numkey.yaml", "base: h200\n1: 5\n", ["numkey.yaml", "field 1 is not a name"]),
 ]
 
 
@@ -263,6 +264,14 @@ def test_a_missing_device_file_and_a_folder_are_one_line(capsys, tmp_path):
             path.mkdir()
         code, _, err = run(capsys, "serve", "edge", "--model", "llama3-8b", "--gpu", str(path))
         assert code == 2 and what in err and str(path) in err and len(err.splitlines()) == 1
+
+
+def test_a_device_file_not_in_utf8_is_one_line(capsys, tmp_path):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("base: h200\nname: Gerät\n".encode("latin-1"))
+    code, out, err = run(capsys, "estimate", "gemm", "--gpu", str(path))
+    assert code == 2 and not out and len(err.strip().splitlines()) == 1, err
+    assert "latin1.yaml" in err and "not UTF-8" in err
 
 
 BAD_OVERRIDES = [

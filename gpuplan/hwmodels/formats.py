@@ -27,9 +27,7 @@ import math
 from dataclasses import dataclass
 
 from gpuplan.errors import GpuplanError
-from gpuplan.hwmodels.architecture import ARCH, BLACKWELL
-
-CDNA4 = ("gfx950",)
+from gpuplan.hwmodels.architecture import ARCH, BLACKWELL, CDNA4
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
