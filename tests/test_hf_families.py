@@ -274,6 +274,34 @@ def test_a_missing_hidden_size_is_one_line_naming_it(row):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize(("name", "changes", "message"), [
+    ("nemotron-h-8b-base-8k", {"hybrid_override_pattern": "M-X"},
+     r"hybrid_override_pattern='M-X' is invalid: give 52 characters of M \(Mamba-2\)"),
+    ("llama-4-scout-17b-16e", {"no_rope_layers": [2] * 48},
+     "no_rope_layers=.* is invalid: give 48 values of 0 or 1"),
+    ("qwen3-next-80b-a3b", {"layer_types": ["full_attention", "banana"]},
+     r"layer_types=\['full_attention', 'banana'\] is invalid: give 48 of full_attention"),
+    ("qwen1.5-moe-a2.7b", {"shared_expert_intermediate_size": 5000},
+     "shared expert's width 5000 is not a multiple of moe width 1408"),
+    ("mamba-codestral-7b", {"num_heads": None},
+     r"required field 'mamba_num_heads' \(or mamba_n_heads, num_heads\) is missing"),
+    ("gemma-3-4b", {"mm_tokens_per_image": 200},
+     "mm_tokens_per_image=200 does not pool 4096 patches by a square"),
+])
+def test_a_bad_family_field_is_one_line_naming_it(name, changes, message):
+    raw = json.loads((CONFIGS / f"{name}.json").read_text())
+    part = raw.get("text_config") if "mm_tokens_per_image" not in changes else None
+    part = part or raw
+    for key, value in changes.items():
+        if value is None:
+            part.pop(key)
+        else:
+            part[key] = value
+    with pytest.raises(GpuplanError, match=message) as err:
+        read_hf_config(raw)
+    assert "\n" not in str(err.value)
+
+
 JSON_VALUES = st.none() | st.booleans() | st.integers(-3, 2**40) | st.floats() | st.text(
     max_size=6) | st.lists(st.integers(-1, 3), max_size=4)
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuplan.errors import GpuplanError, check_positive
+from gpuplan.errors import GpuplanError, check_choice, check_positive
 
 MIXER_KINDS = ("full", "sliding", "chunked", "nope", "linear", "mamba2", "dsa", "none")
 FFN_KINDS = ("dense", "moe", "none")
@@ -243,9 +243,7 @@ def check_layer_kinds(cfg) -> None:
             raise GpuplanError(f"{cfg.name}: {field} has {len(kinds)} entries but n_layers="
                                f"{cfg.n_layers}: give one per layer (or none)")
         for i, kind in enumerate(kinds):
-            if kind not in known:
-                raise GpuplanError(f"{cfg.name}: {field}[{i}]={kind!r} is invalid: choose one of "
-                                   f"{', '.join(known)}")
+            check_choice(f"{cfg.name}: {field}[{i}]", kind, known)
     for kind in sorted(set(cfg.layer_types), key=cfg.layer_types.index):
         test, field, want = _NEEDS.get(kind, (lambda c: True, "", ""))
         if not test(cfg):

@@ -8,6 +8,7 @@ The functions take the ``ModelConfig`` as ``cfg`` untyped: ``model.py`` imports 
 from __future__ import annotations
 
 from gpuplan.errors import GpuplanError, check_choice, check_positive
+from gpuplan.workloads.layer_kinds import require_unset
 
 QK_NORMS = ("", "head", "all")  # none; RMSNorm over each head; over all heads at once (OLMo 2)
 EXPERT_WEIGHT_DTYPES = ("", "mxfp4")  # "": the model's weight dtype; OCP MX FP4 (gpt-oss)
@@ -30,16 +31,8 @@ def check_structure(cfg) -> None:
         check_positive(f"{name}: {field}", getattr(cfg, field), allow_zero=True)
     check_positive(f"{name}: embedding_scale", cfg.embedding_scale)
     if not cfg.is_moe:
-        _unset(cfg, _MOE_ONLY, "n_experts=0 (dense)")
+        require_unset(cfg, "n_experts=0 (dense)", _MOE_ONLY)
     if cfg.is_mla:
-        _unset(cfg, (*_ATTENTION_ONLY, "qk_norm"), "MLA attention has its own norms")
+        require_unset(cfg, "MLA attention has its own norms", (*_ATTENTION_ONLY, "qk_norm"))
     if cfg.ssm is None:
-        _unset(cfg, ("ssm_conv_bias", "ssm_proj_bias"), "ssm is None (no Mamba-2 layer)")
-
-
-def _unset(cfg, fields: tuple[str, ...], because: str) -> None:
-    for field in fields:
-        value = getattr(cfg, field)
-        if value:
-            raise GpuplanError(f"{cfg.name}: {field}={value!r} is set but {because}; "
-                               f"set both or neither")
+        require_unset(cfg, "ssm is None (no Mamba-2 layer)", ("ssm_conv_bias", "ssm_proj_bias"))
