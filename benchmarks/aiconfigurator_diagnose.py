@@ -14,10 +14,12 @@ cut by the quantity each mechanism names (nothing here is fitted or tuned on the
 from __future__ import annotations
 
 import argparse
+import sys
 
 import numpy as np
 import pandas as pd
 
+from gpuplan.errors import GpuplanError
 from gpuplan.validate.published import aiconfigurator as aic
 from gpuplan.validate.published import aiconfigurator_cases as cases
 
@@ -110,8 +112,12 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     pd.set_option("display.width", 250)
     pd.set_option("display.max_rows", 1000)
-    gemms = aic.read_tables(aic.find_data(args.data), kinds=["gemm"])  # every row: pairs
-    f = scored_rows(args)
+    try:
+        gemms = aic.read_tables(aic.find_data(args.data), kinds=["gemm"])  # every row: pairs
+        f = scored_rows(args)
+    except GpuplanError as err:  # a bad --data: one line, exit 2, as aiconfigurator_kernels
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     sections = [("1. bf16 time / low-precision time on the same shape (measured; gpuplan's "
                  "ratio at large shapes is the dtype peaks' ratio, 2)",
                  fp8_vs_bf16(gemms, "bf16_over")),

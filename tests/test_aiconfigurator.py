@@ -140,6 +140,17 @@ def test_a_folder_without_tables_or_data_anywhere_is_one_line(tmp_path, monkeypa
         aic.find_data(download=False)
 
 
+def test_the_diagnosis_of_a_bad_data_folder_is_one_line_and_exit_2(tmp_path, capsys):
+    import sys
+
+    sys.path.insert(0, str(SAMPLE.parents[1] / "benchmarks"))
+    import aiconfigurator_diagnose
+
+    assert aiconfigurator_diagnose.main(["--data", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --data=") and err.count("\n") == 1
+
+
 def test_sample_is_deterministic():
     a = aic.read_tables(SAMPLE, kinds=["gemm"], systems=["b200_sxm"], sample=20, seed=1)
     b = aic.read_tables(SAMPLE, kinds=["gemm"], systems=["b200_sxm"], sample=20, seed=1)
