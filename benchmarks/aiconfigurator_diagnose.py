@@ -92,6 +92,7 @@ def by_size(f: pd.DataFrame, kind: str, index: list[str]) -> pd.DataFrame:
     c = f[(f["kind"] == kind) & (f["reason"] == "")]
     dtype_col = "nccl_dtype" if kind == "nccl" else "allreduce_dtype"
     c = c[c[dtype_col].isin(["half", "bfloat16"])]
+    # message_size is an element count (aiconfigurator_cases' docstring); 2 bytes each (half, bf16)
     c = c.assign(size=pd.cut(c["message_size"] * 2, *SIZE_BINS))
     return c.pivot_table(index=index, columns="size", values="signed_pct", aggfunc="median",
                          observed=True)

@@ -178,6 +178,7 @@ def run(torch, device, device_key, out_dir, box: TimeBox, tiny: bool,
         phases = ("infer",) if impl_of(name) == "torch-fallback" else ("infer", "train")
         for phase in phases:
             start = time.monotonic()
+            # inference 60% of the model's share; training whatever of it inference left
             share = TimeBox(0.6 * model_s if phase == "infer" else box.left_s() / (len(names) - i))
             try:
                 _phase(part, tf, name, phase, share)
