@@ -14,10 +14,12 @@ cut by the quantity each mechanism names (nothing here is fitted or tuned on the
 from __future__ import annotations
 
 import argparse
+import sys
 
 import numpy as np
 import pandas as pd
 
+from gpuplan.errors import GpuplanError
 from gpuplan.validate.published import aiconfigurator as aic
 from gpuplan.validate.published import aiconfigurator_cases as cases
 
@@ -90,6 +92,7 @@ def by_size(f: pd.DataFrame, kind: str, index: list[str]) -> pd.DataFrame:
     c = f[(f["kind"] == kind) & (f["reason"] == "")]
     dtype_col = "nccl_dtype" if kind == "nccl" else "allreduce_dtype"
     c = c[c[dtype_col].isin(["half", "bfloat16"])]
+    # message_size is an element count (aiconfigurator_cases' docstring); 2 bytes each (half, bf16)
     c = c.assign(size=pd.cut(c["message_size"] * 2, *SIZE_BINS))
     return c.pivot_table(index=index, columns="size", values="signed_pct", aggfunc="median",
                          observed=True)
@@ -110,8 +113,12 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     pd.set_option("display.width", 250)
     pd.set_option("display.max_rows", 1000)
-    gemms = aic.read_tables(aic.find_data(args.data), kinds=["gemm"])  # every row: pairs
-    f = scored_rows(args)
+    try:
+        gemms = aic.read_tables(aic.find_data(args.data), kinds=["gemm"])  # every row: pairs
+        f = scored_rows(args)
+    except GpuplanError as err:  # a bad --data: one line, exit 2, as aiconfigurator_kernels
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     sections = [("1. bf16 time / low-precision time on the same shape (measured; gpuplan's "
                  "ratio at large shapes is the dtype peaks' ratio, 2)",
                  fp8_vs_bf16(gemms, "bf16_over")),

@@ -130,6 +130,27 @@ def test_bad_data_folder_and_names_are_one_line_errors(tmp_path):
         aic.read_tables(SAMPLE, kinds=["moe"])
 
 
+def test_a_folder_without_tables_or_data_anywhere_is_one_line(tmp_path, monkeypatch):
+    (tmp_path / "h100_sxm").mkdir()  # a system's folder, but no table in it
+    with pytest.raises(GpuplanError, match="no aiconfigurator tables of gemm under"):
+        aic.read_tables(aic.find_data(tmp_path), kinds=["gemm"])
+    monkeypatch.setattr(aic.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(aic, "CACHE_DIR", tmp_path / "no-cache")
+    with pytest.raises(GpuplanError, match=r"none given \(--data DIR\)"):
+        aic.find_data(download=False)
+
+
+def test_the_diagnosis_of_a_bad_data_folder_is_one_line_and_exit_2(tmp_path, capsys):
+    import sys
+
+    sys.path.insert(0, str(SAMPLE.parents[1] / "benchmarks"))
+    import aiconfigurator_diagnose
+
+    assert aiconfigurator_diagnose.main(["--data", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --data=") and err.count("\n") == 1
+
+
 def test_sample_is_deterministic():
     a = aic.read_tables(SAMPLE, kinds=["gemm"], systems=["b200_sxm"], sample=20, seed=1)
     b = aic.read_tables(SAMPLE, kinds=["gemm"], systems=["b200_sxm"], sample=20, seed=1)

@@ -192,8 +192,8 @@ def _stats(args, cfg, cluster, setup, result, distinct_layouts: int) -> dict:
     from gpuplan.sim.stacks.training_defaults import experts_default
 
     stack, seq, eff, space = setup
-    experts = [experts_default(stack)] * (cfg.is_moe and stack.expert_gemms is None)
-    experts = [line for line in experts if line is not None]
+    # how an MoE's experts launch, where no --expert-gemms set it (as train's layout_of says)
+    experts = experts_default(stack) if cfg.is_moe and stack.expert_gemms is None else None
     stats = {
         "model": cfg.name,
         "cluster": cluster.key,
@@ -206,7 +206,7 @@ def _stats(args, cfg, cluster, setup, result, distinct_layouts: int) -> dict:
         "distinct_layouts": distinct_layouts,
         "precision": list(space.precision),
         "overlaps": overlaps_in_force(space),
-        "defaults": search_defaults(args, stack)[1] + experts,
+        "defaults": search_defaults(args, stack)[1] + ([experts] if experts else []),
         "stack": stack_doc(stack, cluster.accelerator),
         "efficiency_source": eff.source,
     }

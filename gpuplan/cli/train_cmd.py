@@ -211,8 +211,9 @@ def layout_of(args, gpus: int | None, stack, cfg=None):
         capacity_factor=args.capacity_factor, expert_imbalance=args.expert_imbalance,
         pp_layers=pp_layers, **filled.fields,
     )  # fmt: skip
-    experts = experts_default(stack) if cfg is not None and cfg.is_moe else None
-    if experts is not None and getattr(stack, "expert_gemms", None) is None:
+    set_by_flag = getattr(stack, "expert_gemms", None) is not None
+    experts = experts_default(stack) if cfg is not None and cfg.is_moe and not set_by_flag else None
+    if experts is not None:
         return strategy, (*filled.applied, experts)
     return strategy, filled.applied
 

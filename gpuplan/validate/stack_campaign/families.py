@@ -8,7 +8,8 @@ loops because a kernel package is missing (``FAMILIES[name]["fallback"]``),
 ``params.impl = "torch-fallback"``: such records are kept but are not the engine's speed.
 A training phase whose fp32 weights, gradients and AdamW moments (16 bytes a parameter, counted
 on the meta device) would take more than ``TRAIN_MEMORY_SHARE`` of the card is skipped with a
-line in the log. Hybrid (``fallback``) models run no training step.
+line in the log. A model on its pure-torch loops (``impl: torch-fallback``) runs no training
+step.
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ DECODE = ((1, 1024), (8, 4096), (32, 2048))  # (batch, context)
 TRAIN = ((1, 1024), (2, 2048))  # (micro_batch, seq)
 FALLBACK_PREFILL, FALLBACK_DECODE = ((1, 512), (1, 2048)), ((1, 1024), (8, 2048))
 TINY_PREFILL, TINY_DECODE, TINY_TRAIN = ((1, 16),), ((2, 16),), ((1, 16),)
+# fp32 weights (4) and gradients (4), AdamW's two fp32 moments (8): torch.optim.AdamW's state
+TRAIN_BYTES_PER_PARAM = 16
+# the share of the card the training state may take, the rest left to activations and the
+# allocator (a safety margin that skips a phase, not a fitted constant)
 TRAIN_MEMORY_SHARE = 0.7
 # tiny (CPU smoke) layer counts that keep each pattern whole
 TINY_LAYERS = {"gemma3_text": 6, "qwen3_next": 4, "glm4_moe": 2}
@@ -128,7 +133,7 @@ def _phase(part, tf, name: str, phase: str, share: TimeBox) -> None:
                   "hf-transformers", info, (shape,), share, ("dynamic", "static"))
         return
     if device == "cuda":
-        need = 16 * meta_params(torch, tf, cfg)
+        need = TRAIN_BYTES_PER_PARAM * meta_params(torch, tf, cfg)
         card = torch.cuda.get_device_properties(0).total_memory
         if need > TRAIN_MEMORY_SHARE * card:
             log(f"  families {name} train skipped: {need / 1e9:.1f} GB of weights and AdamW "
@@ -173,6 +178,7 @@ def run(torch, device, device_key, out_dir, box: TimeBox, tiny: bool,
         phases = ("infer",) if impl_of(name) == "torch-fallback" else ("infer", "train")
         for phase in phases:
             start = time.monotonic()
+            # inference 60% of the model's share; training whatever of it inference left
             share = TimeBox(0.6 * model_s if phase == "infer" else box.left_s() / (len(names) - i))
             try:
                 _phase(part, tf, name, phase, share)
