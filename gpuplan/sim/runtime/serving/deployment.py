@@ -36,7 +36,7 @@ from gpuplan.sim.runtime.serving.pipeline import (
     stage_split,
     stages,
 )
-from gpuplan.sim.runtime.serving.quantization import FORMATS, check_formats
+from gpuplan.sim.runtime.serving.quantization import check_formats
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.presets import get_model
 
@@ -93,9 +93,8 @@ class Deployment:
                 f"tp={self.tp} does not divide {self.model.name}'s n_heads={self.model.n_heads}"
             )
         check_formats(self.weight_dtype, self.kv_dtype, self.acc, stack=self.stack)
-        if self.model.expert_weight_dtype:  # a model's own expert format (gpt-oss: mxfp4)
-            check_choice(f"{self.model.name}: expert_weight_dtype", self.model.expert_weight_dtype,
-                         FORMATS)  # fmt: skip
+        if self.model.expert_weight_dtype:  # a model's own expert format (gpt-oss: mxfp4;
+            # its name is checked with the model: ``workloads.structure.check_structure``)
             check_formats(self.model.expert_weight_dtype, self.kv_dtype, self.acc, stack=self.stack)
         check_choice("impl", self.impl, IMPLS)
         check_positive("iteration_overhead_s", self.iteration_overhead_s, allow_zero=True)

@@ -98,7 +98,7 @@ def kv_bytes_per_sequence(cfg: ModelConfig, tokens: float, *, tp: int, kv_dtype:
     per = kv_bytes_per_token_layer(cfg, tp=tp, kv_dtype=kv_dtype)
     state = state_bytes_per_gpu(cfg, tp=tp, kv_dtype=kv_dtype)
     tokens_bytes = kv_layer_tokens_all(cfg, tokens) * per
-    return tokens_bytes + state if state else tokens_bytes
+    return tokens_bytes + state if state else tokens_bytes  # (no state: the JSON keeps an int)
 
 
 def _token_layers(cfg: ModelConfig) -> int:
@@ -288,10 +288,12 @@ def fitting_model_len(dep, sched) -> int | None:
         cap = _capacity(dep, s, dep.tp)
         return cap.blocks >= cap.blocks_of(length)
 
-    low, high = sched.block_tokens, sched.model_len(dep.model)
-    if high <= low or not fits(low):
+    step = sched.block_tokens
+    # in blocks: one block fits, the refused length (rounded up to whole blocks) does not
+    low, high = 1, -(-sched.model_len(dep.model) // step)
+    if high <= low or not fits(low * step):
         return None
-    while high - low > sched.block_tokens:  # fits(low) holds, fits(high) does not
-        mid = (low + high) // 2 // sched.block_tokens * sched.block_tokens
-        low, high = (mid, high) if mid > low and fits(mid) else (low, mid if mid > low else low)
-    return low
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if fits(mid * step) else (low, mid)
+    return low * step

@@ -56,6 +56,7 @@ from gpuplan.hwmodels.gemm import gemm_bytes, gemm_memory_s, gemm_time
 from gpuplan.hwmodels.kernel_time import KernelTime
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.ops import Gemm
+from gpuplan.workloads.params import count_params, ffn_params
 
 WEIGHT_DTYPES = ("bf16", "fp8", "int8", "int4")  # every device (edge's "all")
 BLOCK_WEIGHTS = ("fp4", "nvfp4", "mxfp4")  # block-scaled weights (hwmodels.formats)
@@ -110,8 +111,6 @@ def block_weights_bytes(cfg, block_params: float, weight_dtype: str) -> float:
     expert = getattr(cfg, "expert_weight_dtype", "")
     if not expert or not cfg.n_experts:
         return block_params * weight_bytes_per_param(weight_dtype)
-    from gpuplan.workloads.params import count_params, ffn_params
-
     experts = cfg.n_moe_layers * cfg.n_experts * ffn_params(cfg, cfg.d_ff_expert)
     share = experts / sum(count_params(cfg).per_layer)
     return block_params * ((1 - share) * weight_bytes_per_param(weight_dtype)

@@ -215,12 +215,12 @@ class StepModel(DecodeRuns):
         self._sample_calls = _calls(sampling)
         # the decode attention of every block (with its K/V repeat and cache upkeep), and one
         # prefill piece's attention: kernels and torch calls
-        groups = self._pairs
-        dec = [(c, decode_ops(dep, att, seqs=1, kv_tokens=1)) for c, att in groups]
+        dec = [(c, decode_ops(dep, att, seqs=1, kv_tokens=1)) for c, att in self._pairs]
         dec.append((self._n_layers, cache_ops(dep, 1)))
         self._dec_kernels = sum(c * _kernels(ops) for c, ops in dec)
         self._dec_calls = sum(c * _calls(ops) for c, ops in dec)
-        pre = [(c, [prefill_attention(att, tokens=1, cached=0, seqs=1)]) for c, att in groups]
+        pre = [(c, [prefill_attention(att, tokens=1, cached=0, seqs=1)])
+               for c, att in self._pairs]  # fmt: skip
         self._pre_kernels = sum(c * _kernels(ops) for c, ops in pre)
         self._pre_calls = sum(c * _calls(ops) for c, ops in pre)
         n_dec = self._token_kernels + self._sample_kernels + self._dec_kernels
