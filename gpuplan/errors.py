@@ -15,6 +15,16 @@ class GpuplanError(ValueError):
     """Bad input: the message says which field, which value and what would be valid."""
 
 
+class Infeasible(GpuplanError):
+    """A plan that cannot run (it does not fit in memory, or a degree the model or machine cannot
+    take): the message says what does not fit and the nearest change that does. The command
+    line prints it in one line and exits 1 (``--allow-infeasible`` prices it as a what-if)."""
+
+    def __init__(self, message: str, *, fix: dict | None = None) -> None:
+        super().__init__(message)
+        self.fix = fix or {}  # the nearest change that fits, as flags: {"--tp": "4", ...}
+
+
 def unknown_key(kind: str, key: str, known: Iterable[str]) -> GpuplanError:
     """An unknown catalogue key, with the nearest known keys (difflib) and then the full list."""
     known = sorted(known)

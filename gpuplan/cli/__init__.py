@@ -6,7 +6,9 @@ built; the heavy parts of gpuplan are imported inside the handlers, so ``gpuplan
 fast. An optional command whose module is absent is left out.
 
 Every command takes ``--json`` (one JSON document on stdout, nothing else there) and ``--debug``.
-Exit codes: 0 ok; 1 the command ran and found a failure it was asked to detect; 2 bad input (a
+Exit codes: 0 ok; 1 the command ran and found a failure it was asked to detect, or the plan
+asked about cannot run (``Infeasible``: one line ``gpuplan: does not fit: ...`` naming the nearest
+change that fits; with ``--json`` also a document ``{"feasible": false, ...}``); 2 bad input (a
 ``GpuplanError``, a bad command line, a file that cannot be read: one line ``gpuplan: error: ...``
 on stderr); 3 an internal error (its traceback only with ``--debug``).
 """
@@ -22,7 +24,7 @@ import traceback
 from collections.abc import Sequence
 
 from gpuplan import __version__
-from gpuplan.errors import GpuplanError
+from gpuplan.errors import GpuplanError, Infeasible
 
 COMMAND_MODULES = ("gpuplan.cli.catalog_cmd", "gpuplan.cli.validate_cmd")
 OPTIONAL_COMMAND_MODULES = (
@@ -138,6 +140,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     state = {"debug": "--debug" in argv}
     try:
         return _run(argv, state)
+    except Infeasible as err:  # the plan cannot run: exit 1, one line (``--json``: a document)
+        if "--json" in argv:
+            import json
+
+            print(json.dumps({"feasible": False, "does_not_fit": str(err), "nearest_fix": err.fix}))
+        print(f"gpuplan: does not fit: {err}", file=sys.stderr)
+        return EXIT_FAILED
     except (UsageError, GpuplanError) as err:
         print(f"gpuplan: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -148,10 +148,13 @@ def render_diagnosis(doc: dict) -> str:
                      "share": f"{100 * r['share']:.0f}%"})  # fmt: skip
     rows.append({"layer": "-", "name": "physical limit", "change": doc["limit"]["basis"],
                  "after": _value(m, doc["limit"]["metric"]), "gain": "", "share": ""})  # fmt: skip
-    lines = [f"diagnosis of a `gpuplan {doc['kind']}` setup; metric {m} (lower is better)", "",
+    first = [n for n in doc["notes"] if n.startswith("as given it does not fit")]
+    rows[0]["name"] = "nearest fit" if first else "as given"
+    lines = [f"diagnosis of a `gpuplan {doc['kind']}` setup; metric {m} (lower is better)",
+             *[f"FIRST: {n}" for n in first], "",
              render_table(rows, ["layer", "name", "change", "after", "gain", "share"],
                           headers={"after": m + " after"}), "", "commands:",
-             f"  as given: {doc['baseline']['command']}"]  # fmt: skip
+             f"  {rows[0]['name']}: {doc['baseline']['command']}"]  # fmt: skip
     lines += [f"  layer {r['layer']}: {r['command']}" for r in doc["layers"]]
-    lines += [f"note: {n}" for n in doc["notes"]]
+    lines += [f"note: {n}" for n in doc["notes"] if n not in first]
     return "\n".join(lines)

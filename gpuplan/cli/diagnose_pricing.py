@@ -4,6 +4,7 @@ printed command gives the row's figures."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from gpuplan.sim.diagnose.walk import Priced, argv_of, walk, with_edits
@@ -59,11 +60,33 @@ def train_walk(settings, parser):
     settings = dict(settings)
     if "--gpus" not in settings:  # the layer-2 layout keeps the world size the setup has
         settings["--gpus"] = str(gpus)
-    return walk(settings, price=train_pricer(parser),
-                offers=training_offers(cfg, cluster, search_layout=search_layout,
-                                       default_stack=DEFAULT_TRAINING_STACK),
-                limit=lambda s, now: training_limit(now, cluster.accelerator),
-                kind="train", metric="step_time_s")  # fmt: skip
+    settings, notes = _start_from_fit(settings, parser, cfg, cluster, stack, strategy, seq, eff)
+    if notes:  # the layers walk the layout that fits, on its GPUs
+        gpus = int(settings["--gpus"])
+    diagnosis = walk(settings, price=train_pricer(parser),
+                     offers=training_offers(cfg, cluster, search_layout=search_layout,
+                                            default_stack=DEFAULT_TRAINING_STACK),
+                     limit=lambda s, now: training_limit(now, cluster.accelerator),
+                     kind="train", metric="step_time_s")  # fmt: skip
+    return dataclasses.replace(diagnosis, notes=(*notes, *diagnosis.notes))
+
+
+def _start_from_fit(settings, parser, cfg, cluster, stack, strategy, seq, eff):
+    """(settings, notes): a setup that does not fit starts the walk from the nearest change that
+    does (``cli.feasibility``), said in a note; one that fits, as given."""
+    from gpuplan.cli.feasibility import training_infeasible
+
+    now = train_pricer(parser)(settings)
+    if now.ok:
+        return settings, ()
+    err = training_infeasible(cfg, cluster, stack.name, gpus=strategy.world,
+                              global_batch=strategy.global_batch, seq=seq, eff=eff,
+                              peak_bytes=now.figures["peak_memory_per_gpu_bytes"],
+                              label=strategy.label)  # fmt: skip
+    if not err.fix:
+        raise err
+    note = f"as given it does not fit: {err}; the layers below start from that change"
+    return with_edits(settings, err.fix), (note,)
 
 
 def _search_edits(cfg, cluster, stack, st, seq, eff, gpus):

@@ -21,7 +21,9 @@ from gpuplan.cli.argtypes import (
 )
 from gpuplan.cli.calibration import add_calibration_option, efficiency_from_args
 from gpuplan.cli.device_args import add_gpu_argument
+from gpuplan.cli.estimate_fit import check_fits, headline
 from gpuplan.cli.estimate_render import render_case
+from gpuplan.cli.feasibility import add_allow_infeasible, label_what_if
 from gpuplan.cli.stack_flags import add_stack_options, stack_doc, stack_from_args, stack_line
 from gpuplan.errors import GpuplanError
 from gpuplan.tables import dump_json
@@ -71,6 +73,9 @@ INT_TYPES = {"layers": layer_count, "world": gpu_count, "tp": gpu_count}
 BOOL_FLAGS = ("causal", "compiled", "cuda_graph")
 STR_FLAGS = ("dtype", "op", "pass", "recompute", "optimizer", "precision", "kv_cache", "timing")
 DEFAULT_GPU = "h200"
+# one GPU's training step and decode step of a model that one GPU holds for training (AdamW in
+# mixed precision keeps 16 bytes a parameter: an 8B model's state alone exceeds a 141 GB H200)
+DEFAULT_MODEL = "llama3.2-3b"
 DEFAULT_SCENARIO = (
     ("train_step", {"micro_batch": 1, "seq": 4096, "recompute": "full"}),
     ("decode_step", {"batch": 32, "context": 4096, "cuda_graph": True}),
@@ -107,6 +112,7 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     add_stack_options(p, default="pytorch")
     add_calibration_option(p)
+    add_allow_infeasible(p)
     for name in INT_FLAGS:
         flag_type = INT_TYPES.get(name, positive_int)
         p.add_argument("--" + name.replace("_", "-"), dest=name, type=flag_type)
@@ -186,13 +192,14 @@ def run(args) -> int:
     args.gpu = args.gpu or DEFAULT_GPU
     if args.kind is None:
         results = [_estimate(kind, args, overrides) for kind, overrides in DEFAULT_SCENARIO]
-        args.model = args.model or "llama3-8b"
+        args.model = args.model or DEFAULT_MODEL
     else:
         results = [_estimate(args.kind.replace("-", "_"), args, {})]
     if args.json:
         print(dump_json(results[0] if len(results) == 1 else {"scenario": results}))
         return 0
-    print("\n\n".join(render_case(r, args.by) for r in results))
+    print("\n\n".join(render_case(r, args.by) if r["feasible"] else
+                      label_what_if(render_case(r, args.by)) for r in results))  # fmt: skip
     return 0
 
 
@@ -224,7 +231,7 @@ def _estimate(kind: str, args, overrides: dict[str, Any]) -> dict[str, Any]:
     from gpuplan.sim.stacks.training_defaults import fill_defaults
     from gpuplan.validate.record_prediction import predict_breakdown
 
-    model = args.model or ("llama3-8b" if args.kind is None else None)
+    model = args.model or (DEFAULT_MODEL if args.kind is None else None)
     with_model = bool(model) and kind in ("layer", "prefill_step", "train_step", "decode_step")
     if args.model and not with_model:
         raise GpuplanError(f"estimate {kind.replace('_', '-')} does not use --model (a whole "
@@ -251,6 +258,10 @@ def _estimate(kind: str, args, overrides: dict[str, Any]) -> dict[str, Any]:
         _check_contract(kind, acc.key, params)
         bd = predict_breakdown(kind, acc.key, params, eff=eff, stack=stack)
     out = _result(kind, acc, eff, model, params, bd, stack)
+    if with_model:
+        check_fits(kind, args, out, lambda a: _estimate(kind, a, overrides))
+        out |= headline(out, kind, acc)
+    out["feasible"] = out["fits"] is not False
     out |= bands.estimate_bands(out, stack=stack.name, device=acc.key)
     given = _given(args)
     out["defaults"] = [*args.defaulted, *([] if args.model else [f"--model {model}"] * bool(model)),

@@ -18,6 +18,7 @@ def render_case(r: dict[str, Any], by: str) -> str:
         "defaults in force (not given): " + (", ".join(r["defaults"]) or "none"),
         f"hardware efficiency: {r['efficiency_source']}",
         r["stack_line"],
+        *_headline(r),
         "",
     ]
     items = r["items"]
@@ -57,6 +58,19 @@ def render_case(r: dict[str, Any], by: str) -> str:
             f"{_fmt('bytes', r['device_memory_bytes'])} ({fits}): {terms}"
         )
     return "\n".join(lines)
+
+
+def _headline(r: dict[str, Any]) -> list[str]:
+    """A whole model's step in one line: time, tokens/s, MFU and peak memory (``estimate_fit``)."""
+    if r.get("tokens_per_s") is None:
+        return []
+    mfu = "-" if r.get("mfu") is None else f"{100 * r['mfu']:.1f}%"
+    fits = "fits" if r["fits"] else "DOES NOT FIT"
+    memory = ("" if r["peak_bytes"] is None else
+              f" | peak memory {_fmt('bytes', r['peak_bytes'])} of "
+              f"{_fmt('bytes', r['device_memory_bytes'])} ({fits})")  # fmt: skip
+    return ["", f"step time {_banded(r, 'time_s')} | {r['tokens_per_s']:,.0f} tokens/s | "
+            f"MFU {mfu}{memory}"]  # fmt: skip
 
 
 def _format_flops(value: float) -> str:

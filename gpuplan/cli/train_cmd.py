@@ -22,6 +22,7 @@ from gpuplan.cli.argtypes import gpu_count, positive_float, word
 from gpuplan.cli.calibration import add_calibration_option, efficiency_from_args
 from gpuplan.cli.dask_workers import add_timing_option, with_timing
 from gpuplan.cli.device_args import add_gpu_argument
+from gpuplan.cli.feasibility import add_allow_infeasible, label_what_if, training_infeasible
 from gpuplan.cli.stack_flags import add_stack_options, stack_doc, stack_from_args
 from gpuplan.cli.train_args import add_strategy_options, add_timeline_options, resolve_pp_layers
 from gpuplan.cli.train_render import render_estimate
@@ -157,6 +158,7 @@ def register(subparsers) -> None:
     )
     add_timeline_options(p)
     add_timing_option(p)
+    add_allow_infeasible(p)
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     p.set_defaults(func=run)
 
@@ -261,7 +263,12 @@ def run(args) -> int:
     else:
         est = estimate_training(cfg, strategy, cluster=cluster, seq=seq, gpus=args.gpus,
                                 stack=stack, eff=eff)  # fmt: skip
+    if not est.fits and not args.allow_infeasible:  # never priced as if it ran
+        raise training_infeasible(cfg, cluster, stack.name, gpus=strategy.world,
+                                  global_batch=strategy.global_batch, seq=seq, eff=eff,
+                                  peak_bytes=est.peak_memory_per_gpu_bytes, label=strategy.label)  # fmt: skip
     doc = est.to_dict()
+    doc["feasible"] = bool(est.fits)
     doc["stack"] = stack_doc(stack, cluster.accelerator)
     doc["defaults"] = train_defaults(args, cluster, strategy, seq, applied)
     timing = {}
@@ -279,7 +286,8 @@ def run(args) -> int:
     if args.json:
         print(dump_json(doc))
         return 0
-    print(render_estimate(doc))
+    text = render_estimate(doc)
+    print(text if est.fits else label_what_if(text))
     return 0
 
 

@@ -109,6 +109,10 @@ _LLAMA = {
         "llama3-8b", 32, 4096, 32, 8, 14336, vocab_size=128256, max_seq_len=8192,
         source=_hf("meta-llama/Meta-Llama-3-8B"),
     ),
+    "llama3.2-3b": _llama(
+        "llama3.2-3b", 28, 3072, 24, 8, 8192, vocab_size=128256, max_seq_len=131072,
+        tied_embeddings=True, source=_hf("meta-llama/Llama-3.2-3B") + " (tied embeddings)",
+    ),
     "llama3-70b": _llama(
         "llama3-70b", 80, 8192, 64, 8, 28672, vocab_size=128256, max_seq_len=8192,
         source=_hf("meta-llama/Meta-Llama-3-70B"),
