@@ -86,3 +86,11 @@ def test_estimate_batch_fix_fits(capsys):
     code, _out, _ = run(capsys, *argv[:-4], "--batch", str(2 * int(fix["--batch"])),
                         "--context", "8192", "--json")  # fmt: skip
     assert code == 1
+
+
+def test_diagnose_train_of_a_setup_that_does_not_fit_starts_from_the_fix(capsys):
+    code, out, _ = run(capsys, "diagnose", "train", "--model", "llama3-70b", "--gpu", "h100-sxm",
+                       "--gpus", "8", "--json")  # fmt: skip
+    doc = json.loads(out)
+    assert code == 0 and doc["notes"][0].startswith("as given it does not fit")
+    assert doc["baseline"]["peak_memory_per_gpu_bytes"] <= 80e9

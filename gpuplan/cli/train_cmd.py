@@ -263,10 +263,7 @@ def run(args) -> int:
     else:
         est = estimate_training(cfg, strategy, cluster=cluster, seq=seq, gpus=args.gpus,
                                 stack=stack, eff=eff)  # fmt: skip
-    if not est.fits and not args.allow_infeasible:  # never priced as if it ran
-        raise training_infeasible(cfg, cluster, stack.name, gpus=strategy.world,
-                                  global_batch=strategy.global_batch, seq=seq, eff=eff,
-                                  peak_bytes=est.peak_memory_per_gpu_bytes, label=strategy.label)  # fmt: skip
+    _check_fits(args, est, cfg, cluster, stack, strategy, seq, eff)
     doc = est.to_dict()
     doc["feasible"] = bool(est.fits)
     doc["stack"] = stack_doc(stack, cluster.accelerator)
@@ -286,9 +283,16 @@ def run(args) -> int:
     if args.json:
         print(dump_json(doc))
         return 0
-    text = render_estimate(doc)
-    print(text if est.fits else label_what_if(text))
+    print(render_estimate(doc) if est.fits else label_what_if(render_estimate(doc)))
     return 0
+
+
+def _check_fits(args, est, cfg, cluster, stack, strategy, seq, eff) -> None:
+    """A plan that does not fit is never priced as if it ran (``cli.feasibility``)."""
+    if not est.fits and not args.allow_infeasible:
+        raise training_infeasible(cfg, cluster, stack.name, gpus=strategy.world,
+                                  global_batch=strategy.global_batch, seq=seq, eff=eff,
+                                  peak_bytes=est.peak_memory_per_gpu_bytes, label=strategy.label)  # fmt: skip
 
 
 def _images(args, cfg):
