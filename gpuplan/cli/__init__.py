@@ -35,6 +35,7 @@ OPTIONAL_COMMAND_MODULES = (
     "gpuplan.cli.cluster_cmd",
     "gpuplan.cli.diagnose_cmd",
     "gpuplan.cli.report_cmd",
+    "gpuplan.cli.watch_cmd",
 )
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
