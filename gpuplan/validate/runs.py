@@ -52,7 +52,9 @@ RUN_KEYS = ("folder", "device", "host", "host_probe_s_per_launch", "timing", "no
 TIMING_KEYS = ("convention", "prespin_s", "prespin_cycles", "attention_kernel", "calls")
 NO_DATA = (
     "no measurement data: this installation of gpuplan holds none (measurements live in the "
-    "data/ folder of a checkout of the repository); give --data DIR, a folder of records"
+    "data/ folder of a checkout of gpuplan's repository): run from the checkout, or give "
+    "--data DIR, a folder of records (the checkout's data/, or your own GPUs' from `python3 -m "
+    "gpuplan.validate.harness`)"
 )
 
 
@@ -82,11 +84,29 @@ class Run:
 
 
 def checkout_data_dir() -> Path | None:
-    """The ``data/`` folder of the repository this package runs from, if it is a checkout."""
-    root = Path(gpuplan.__file__).resolve().parents[1]
-    data = root / "data"
-    is_checkout = (root / "pyproject.toml").is_file() and (data / MANIFEST).is_file()
-    return data if is_checkout else None
+    """The ``data/`` folder of the repository this package runs from, if it is a checkout; else
+    that of the checkout the current directory is in (an installed package run from one)."""
+    for root in (Path(gpuplan.__file__).resolve().parents[1], *_cwd_and_parents()):
+        if _is_checkout(root):
+            return root / "data"
+    return None
+
+
+def _cwd_and_parents() -> list[Path]:
+    try:
+        here = Path.cwd().resolve()
+    except OSError:  # the current directory was removed
+        return []
+    return [here, *here.parents]
+
+
+def _is_checkout(root: Path) -> bool:
+    """A checkout of gpuplan: its pyproject names the project, its data/ has the manifest."""
+    try:
+        project = (root / "pyproject.toml").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    return 'name = "gpuplan"' in project and (root / "data" / MANIFEST).is_file()
 
 
 def resolve_data_dir(given: str | Path | None) -> Path:
