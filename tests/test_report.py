@@ -14,6 +14,7 @@ from tiny_cluster import TINY_SCENARIO
 
 from gpuplan.cli import main
 from gpuplan.report.build import band_section, banded, fmt
+from gpuplan.report.first_page import kwh
 from gpuplan.tables import format_value
 
 TRAIN = ["--model", "llama3-8b", "--gpus", "8", "--tp", "2", "--global-batch", "16", "--seq",
@@ -128,7 +129,7 @@ def test_a_band_is_rendered_where_the_document_has_one():
     assert banded(doc, "step_time_s", 0.577) == "577 ms (540 ms-610 ms)"
     assert banded({}, "step_time_s", 0.577) == "577 ms (no band)"
     assert "no band" in band_section({}).paragraphs[0]
-    assert band_section(doc).tables[0].rows == (("step_time_s", "540 ms", "610 ms"),)
+    assert band_section(doc).tables[0].rows == (("step time", "540 ms to 610 ms"),)
 
 
 @pytest.mark.slow
@@ -144,7 +145,11 @@ def test_cluster_report_shows_each_run_and_its_energy(tmp_path, capsys):
     text = " ".join(page.text)
     for run in doc["runs"]:
         assert run["name"] in text
-    assert f"{doc['runs'][0]['summary']['energy_kwh']:,.0f} kWh" in text
+    assert kwh(doc["runs"][0]["summary"]["energy_kwh"]) in text
+    # the first page: the question, the answer, costs, no band (said), the changes; costs and a
+    # sensitivity table of three priced rows
+    assert "How much of a" in text and "of GPU time allocated" in text and "no band" in text
+    assert "Cost per run" in text and "electricity price $" in text
 
 
 def test_a_document_other_than_one_setup_is_refused(tmp_path, capsys):

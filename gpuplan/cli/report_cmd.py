@@ -70,7 +70,8 @@ def _document(args) -> dict:
 
 
 def run(args) -> int:
-    from gpuplan.report.build import cluster_report, serve_report, train_report
+    from gpuplan.report.build import serve_report, train_report
+    from gpuplan.report.cluster import cluster_report
     from gpuplan.report.render import html_page, markdown
 
     kind = args.report_kind
@@ -84,12 +85,14 @@ def run(args) -> int:
         settings_of(kind, argv, "report")  # what the diagnosis refuses, refused before anything runs
     doc = _document(args)
     if kind == "cluster":
-        report = cluster_report(doc, command=command, electricity_usd_per_kwh=args.electricity_price)
+        report = cluster_report(doc, command=command, electricity_usd_per_kwh=args.electricity_price,
+                                **_cluster_inputs(args, command))  # fmt: skip
     else:
         diag = diagnosis_doc(diagnose_setup(kind, argv))
         if kind == "train":
             report = train_report(doc, diag, command=command,
-                                  electricity_usd_per_kwh=args.electricity_price)  # fmt: skip
+                                  electricity_usd_per_kwh=args.electricity_price,
+                                  **_train_inputs(args))  # fmt: skip
         else:
             report = serve_report(doc, diag, command=command, **_serve_inputs(args))
     text = markdown(report) if out.suffix.lower() == ".md" else html_page(report)
@@ -97,6 +100,36 @@ def run(args) -> int:
     print(json.dumps({"report": str(out), "bytes": len(text.encode("utf-8"))}) if args.json
           else f"report written to {out}")  # fmt: skip
     return 0
+
+
+def _train_inputs(args) -> dict:
+    """The GPU's hourly price and TDP of a training report (its cost without --tokens)."""
+    from gpuplan.cli.train_cmd import resolve_cluster
+    from gpuplan.sim.parallel.cost import usd_per_hour
+
+    acc = resolve_cluster(args).accelerator
+    return {"usd_per_gpu_hour": usd_per_hour(acc.key), "tdp_w": acc.tdp_w or 0.0}
+
+
+def _cluster_inputs(args, command: str) -> dict:
+    """The scenario's GPU, its hourly price and the report's inputs section."""
+    from gpuplan.report import Section, Table
+    from gpuplan.sim.parallel.cost import price_for, usd_per_hour
+    from gpuplan.sim.parallel.topology import get_cluster
+    from gpuplan.sim.runtime.cluster.scenario import load_scenario
+
+    scenario, path = load_scenario(args.scenario)
+    gpu = args.gpu or get_cluster(scenario["cluster"]["preset"]).gpu
+    price = price_for(gpu)
+    source = f"{price.source} ({price.date})" if price else "no price in the file"
+    rows = (("scenario", f"{scenario.get('name')}: {scenario.get('description', '')} ({path.name})"),
+            ("GPU", gpu), ("GPU-hour price", f"${usd_per_hour(gpu):,.2f} ({source})"),
+            ("electricity price", "not given (--electricity-price $/kWh)"
+             if args.electricity_price is None else f"${args.electricity_price:g}/kWh"))  # fmt: skip
+    inputs = Section(title="Inputs and assumptions", paragraphs=(f"command: {command}",),
+                     tables=(Table(columns=("input", "value (source)"), rows=rows),))
+    return {"usd_per_gpu_hour": usd_per_hour(gpu), "gpu": gpu, "price_source": source,
+            "inputs_section": inputs}
 
 
 def _serve_inputs(args) -> dict:

@@ -33,7 +33,20 @@ class Section:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class FirstPage:
+    """The page read first (``report.first_page``): the question, the answer, its costs, its
+    band and the three changes worth most."""
+
+    question: str
+    answer: str
+    figures: tuple[tuple[str, str], ...]  # (label, value with its unit)
+    band: str
+    levers: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Report:
     title: str
     sections: tuple[Section, ...]
     headline: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # (label, value)
+    first_page: FirstPage | None = None

@@ -8,6 +8,11 @@ from typing import Any
 
 from gpuplan.report import FigurePng, Report, Section, Table
 from gpuplan.report.figures import bars
+from gpuplan.report.first_page import (
+    label,
+    serve_first_page,
+    train_first_page,
+)
 from gpuplan.sim.parallel.cost import KWH, POWER_FRACTION, PUE, usd_per_million_tokens
 from gpuplan.tables import format_value
 from gpuplan.units import HOUR
@@ -28,6 +33,8 @@ def fmt(key: str, value: Any) -> str:
         return f"{value / (24 * HOUR):,.2f} days"
     if key.endswith("gpu_hours"):
         return f"{value:,.0f} GPU-hours"
+    if key in ("mfu", "hfu"):
+        return f"{100 * value:.1f}%"
     return format_value(key, value)
 
 
@@ -45,12 +52,12 @@ def band_section(doc: dict) -> Section:
         return Section(title="Error bands", paragraphs=(
             "no band: this document carries no error_band (gpuplan prints bands from the "
             "validation residuals where they exist)",))  # fmt: skip
-    rows = tuple((k, fmt(k, lo), fmt(k, hi)) for k, (lo, hi) in sorted(band.items()))
-    label = doc.get("error_band_label")
+    rows = tuple((label(k), f"{fmt(k, lo)} to {fmt(k, hi)}") for k, (lo, hi) in sorted(band.items()))
+    words = doc.get("error_band_words") or doc.get("error_band_label")
     return Section(title="Error bands", paragraphs=(
-        "p10-p90 of the signed held-out validation errors, composed over the setup's parts",
-        *((label,) if label else ())),
-        tables=(Table(columns=("metric", "low", "high"), rows=rows),))  # fmt: skip
+        "p10-p90: the range in which 80% of comparable past predictions' true values fell, "
+        "composed over the setup's parts", *((words,) if words else ())),
+        tables=(Table(columns=("figure", "p10 to p90"), rows=rows),))  # fmt: skip
 
 
 def diagnosis_section(diag: dict | None, why: str = "") -> Section:
@@ -66,12 +73,12 @@ def diagnosis_section(diag: dict | None, why: str = "") -> Section:
     labels = ["as given", *(f"{r['layer']} {r['name']}" for r in diag["layers"]), "limit"]
     values = [diag["baseline"]["metric"], *(r["metric_after"] for r in diag["layers"]),
               diag["limit"]["metric"]]  # fmt: skip
-    fig = FigurePng(title=f"{m} after each layer (cumulative)",
-                    png=bars(labels, values, xlabel=m, title="five-layer walk"))  # fmt: skip
+    fig = FigurePng(title=f"{label(m)} after each layer (cumulative)",
+                    png=bars(labels, values, xlabel=label(m), title="five-layer walk"))  # fmt: skip
     return Section(
         title="Diagnosis (five layers, cumulative)",
-        paragraphs=(f"metric {m}, lower is better; each row's command reproduces it",),
-        tables=(Table(columns=("layer", "name", "change", f"{m} after", "gain", "share",
+        paragraphs=(f"{label(m)}, lower is better; each row's command reproduces it",),
+        tables=(Table(columns=("layer", "name", "change", f"{label(m)} after", "gain", "share",
                                "command"), rows=tuple(rows)),), figures=(fig,))  # fmt: skip
 
 
@@ -91,7 +98,8 @@ def _breakdown_figures(doc: dict) -> tuple[FigurePng, ...]:
 
 
 def train_report(doc: dict, diag: dict | None, *, command: str,
-                 electricity_usd_per_kwh: float | None) -> Report:  # fmt: skip
+                 electricity_usd_per_kwh: float | None, usd_per_gpu_hour: float = 0.0,
+                 tdp_w: float = 0.0) -> Report:  # fmt: skip
     st = doc["strategy"]
     head = [("step time", banded(doc, "step_time_s", doc["step_time_s"])),
             ("tokens/s", f"{doc['tokens_per_s']:,.0f}"), ("MFU", f"{100 * doc['mfu']:.1f}%"),
@@ -128,8 +136,10 @@ def train_report(doc: dict, diag: dict | None, *, command: str,
                         if b else ()),
                 band_section(doc), train_sensitivity(doc, electricity_usd_per_kwh),
                 Section(title="Notes", paragraphs=tuple(doc.get("notes", ())))]  # fmt: skip
+    first = train_first_page(doc, diag, usd_per_gpu_hour=usd_per_gpu_hour, tdp_w=tdp_w,
+                             electricity=electricity_usd_per_kwh)  # fmt: skip
     return Report(title=f"Training {doc['model']} on {doc['gpus']} GPUs: cost estimate",
-                  sections=tuple(sections), headline=tuple(head))  # fmt: skip
+                  sections=tuple(sections), headline=tuple(head), first_page=first)  # fmt: skip
 
 
 def _inputs(command: str, rows, doc: dict) -> Section:
@@ -233,8 +243,10 @@ def serve_report(doc: dict, diag: dict | None, *, command: str, usd_per_gpu_hour
                         figures=(fig,)),
                 diagnosis_section(diag), band_section(doc),
                 serve_sensitivity(doc, at_rates, usd_m)]  # fmt: skip
+    first = serve_first_page(doc, diag, usd_per_gpu_hour=usd_per_gpu_hour, tdp_w=tdp_w,
+                             electricity=electricity_usd_per_kwh)  # fmt: skip
     return Report(title=f"Serving {c['model']} on {gpus} x {c['gpu']}: cost estimate",
-                  sections=tuple(sections), headline=tuple(head))  # fmt: skip
+                  sections=tuple(sections), headline=tuple(head), first_page=first)  # fmt: skip
 
 
 def serve_sensitivity(doc: dict, at_rates: dict[str, dict], usd_m: float) -> Section:
@@ -250,46 +262,3 @@ def serve_sensitivity(doc: dict, at_rates: dict[str, dict], usd_m: float) -> Sec
     rows.append(("MFU", "-", "-", "-", "serving is priced per kernel, not from an MFU"))
     rows.append(("failure rate", "-", "-", "-", "the serving simulation has no failures"))
     return _sens(rows, "")
-
-
-def cluster_report(doc: dict, *, command: str, electricity_usd_per_kwh: float | None) -> Report:
-    rows, figs = [], []
-    keys = ("utilization", "goodput", "effective_utilization", "allocated_gpu_hours",
-            "lost_gpu_hours", "energy_kwh", "finished", "interruptions", "jct_p50_s")  # fmt: skip
-    for run in doc["runs"]:
-        s = run["summary"]
-        rows.append((run["name"], *(_cl(k, s.get(k)) for k in keys)))
-    head = []
-    if doc["runs"]:
-        s = doc["runs"][0]["summary"]
-        head = [("capacity", f"{s['capacity_gpus']} GPUs"),
-                ("utilization (first run)", _cl("utilization", s["utilization"])),
-                ("GPU-hours allocated (first run)", fmt("gpu_hours", s["allocated_gpu_hours"])),
-                ("energy (first run)", fmt("energy_kwh", s["energy_kwh"]))]  # fmt: skip
-        if electricity_usd_per_kwh is not None:
-            head.append(("electricity (first run)",
-                         fmt("cost_usd", s["energy_kwh"] * electricity_usd_per_kwh)))
-        figs.append(FigurePng(title="utilization per run", png=bars(
-            [r["name"] for r in doc["runs"]], [r["summary"]["utilization"] for r in doc["runs"]],
-            xlabel="utilization", title="utilization per run")))  # fmt: skip
-    sections = [_inputs(command, [("runs", str(len(doc["runs"]))),
-                                  *_money_inputs(None, electricity_usd_per_kwh)], doc),
-                Section(title="Capacity per run", tables=(Table(columns=("run", *keys),
-                                                                rows=tuple(rows)),),
-                        figures=tuple(figs)),
-                diagnosis_section(None, "a cluster scenario has no five-layer walk: diagnose "
-                                  "one of its jobs with `gpuplan diagnose train`"),
-                band_section(doc),
-                _sens([("request rate", "-", "-", "-", "each variation of a scenario is a "
-                        "re-run: gpuplan cluster with an edited scenario")],
-                      "the scenario's inputs are varied by editing its YAML")]  # fmt: skip
-    return Report(title="Cluster scenario: capacity and cost", sections=tuple(sections),
-                  headline=tuple(head))
-
-
-def _cl(key: str, v) -> str:
-    if v is None:
-        return "-"
-    if key in ("utilization", "goodput", "effective_utilization"):
-        return f"{100 * v:.1f}%"
-    return fmt(key, v) if isinstance(v, float) else str(v)

@@ -6,12 +6,14 @@ from __future__ import annotations
 import base64
 import html
 
-from gpuplan.report import Report, Table
+from gpuplan.report import FirstPage, Report, Table
 
 STYLE = """body{font-family:sans-serif;max-width:70em;margin:2em auto;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #bbb;padding:.25em .6em;
 text-align:left;vertical-align:top}th{background:#eee}img{max-width:100%}
-.headline td:last-child{font-weight:bold}"""
+.headline td:last-child{font-weight:bold}
+.first-page{page-break-after:always;border-bottom:2px solid #444;padding-bottom:1em;margin-bottom:2em}
+.question{font-style:italic;font-size:1.1em}.answer{font-size:1.5em;font-weight:bold;margin:.6em 0}"""
 
 
 def data_uri(png: bytes) -> str:
@@ -31,6 +33,9 @@ def html_page(report: Report) -> str:
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
              f"<title>{e(report.title)}</title><style>{STYLE}</style></head><body>",
              f"<h1>{e(report.title)}</h1>"]  # fmt: skip
+    if report.first_page is not None:
+        parts.append(_html_first_page(report.first_page))
+        parts.append("<h2>Detail</h2>")
     if report.headline:
         parts.append(_html_table(Table(columns=("figure", "value"), rows=report.headline),
                                  "headline"))  # fmt: skip
@@ -42,6 +47,23 @@ def html_page(report: Report) -> str:
                   f"<figcaption>{e(f.title)}</figcaption></figure>" for f in s.figures]  # fmt: skip
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
+
+
+def _html_first_page(fp: FirstPage) -> str:
+    e = html.escape
+    levers = "".join(f"<li>{e(x)}</li>" for x in fp.levers)
+    return (f'<section class="first-page"><p class="question">{e(fp.question)}</p>'
+            f'<p class="answer">{e(fp.answer)}</p>'
+            + _html_table(Table(columns=("figure", "value"), rows=fp.figures), "headline")
+            + f"<p><b>How sure:</b> {e(fp.band)}</p><p><b>Top changes the diagnosis finds"
+            f"</b></p><ol>{levers}</ol></section>")  # fmt: skip
+
+
+def _md_first_page(fp: FirstPage) -> list[str]:
+    return [f"*{fp.question}*", "", f"**{fp.answer}**", "",
+            *_md_table(Table(columns=("figure", "value"), rows=fp.figures)),
+            f"How sure: {fp.band}", "", "Top changes the diagnosis finds:", "",
+            *(f"{k}. {x}" for k, x in enumerate(fp.levers, 1)), "", "## Detail", ""]  # fmt: skip
 
 
 def _md_cell(v: str) -> str:
@@ -56,6 +78,8 @@ def _md_table(t: Table) -> list[str]:
 
 def markdown(report: Report) -> str:
     lines = [f"# {report.title}", ""]
+    if report.first_page is not None:
+        lines += _md_first_page(report.first_page)
     if report.headline:
         lines += _md_table(Table(columns=("figure", "value"), rows=report.headline))
     for s in report.sections:
