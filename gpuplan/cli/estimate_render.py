@@ -31,7 +31,8 @@ def render_case(r: dict[str, Any], by: str) -> str:
         render_table(
             shown,
             [*keys, "time_s", "share_pct", "flops", "bytes", "kernels"],
-            formats={"flops": _format_flops},
+            formats={k: _one_unit(k, float(shown[k].max()) if len(shown) else 0.0)
+                     for k in ("flops", "bytes", "time_s")},
         )
     )
     if len(table) > len(shown):
@@ -73,11 +74,21 @@ def _headline(r: dict[str, Any]) -> list[str]:
             f"MFU {mfu}{memory}"]  # fmt: skip
 
 
-def _format_flops(value: float) -> str:
-    """FLOPs of an operator, in GFLOP or TFLOP as their size asks."""
-    if value >= 1e13:
-        return f"{value / 1e12:,.1f} TFLOP"
-    return f"{value / 1e9:,.1f} GFLOP"
+# (threshold, divisor, unit) of a column, largest first: the column takes the first unit its
+# largest value reaches
+COLUMN_UNITS = {
+    "flops": ((1e13, 1e12, "TFLOP"), (0.0, 1e9, "GFLOP")),
+    "bytes": ((1e9, 1e9, "GB"), (1e6, 1e6, "MB"), (0.0, 1e3, "kB")),
+    "time_s": ((1.0, 1.0, "s"), (1e-3, 1e-3, "ms"), (0.0, 1e-6, "µs")),
+}
+
+
+def _one_unit(column: str, largest: float):
+    """A formatter of one column's values, all in the unit its largest value calls for."""
+    for threshold, divisor, unit in COLUMN_UNITS[column]:
+        if largest >= threshold:
+            return lambda value, d=divisor, u=unit: f"{value / d:,.3g} {u}" if value else f"0 {u}"
+    raise AssertionError(column)
 
 
 def _banded(r: dict[str, Any], key: str) -> str:

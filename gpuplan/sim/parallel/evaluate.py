@@ -120,6 +120,8 @@ def time_terms(facts, s: dict, t: dict, *, kinds: StageKinds, cluster: Cluster, 
     max_p = np.max(np.where(kinds.count > 0, stage_p, 0.0), axis=0)
     group = s["dp"] * cp
     local_p = np.where(s["zero"] >= 1, max_p / group, max_p)
+    # whole blocks: their shard is cast once a step
+    cast_p = np.where(unsharded, local_p / s["m"], np.where(s["zero"] >= 3, local_p, max_p))
     params = {
         "stage": stage_p,
         "max_stage": max_p,
@@ -128,10 +130,9 @@ def time_terms(facts, s: dict, t: dict, *, kinds: StageKinds, cluster: Cluster, 
         "accumulate_s": np.where(unsharded, step_time.cast_add_s(max_p, acc, eff),
                                  step_time.accumulate_s(max_p, state_precision, acc, eff)),
         "autograd_s": eff.autograd_s,  # the autograd engine's start of each backward
-        "cast_s": step_time.cast_s(  # whole blocks: their shard is cast once a step
-            np.where(unsharded, local_p / s["m"], np.where(s["zero"] >= 3, local_p, max_p)),
-            state_precision, s["rc"], acc, eff,
-        ),  # fmt: skip
+        "cast_s": step_time.cast_s(cast_p, state_precision, s["rc"], acc, eff),
+        "cast_bytes": step_time.cast_bytes(cast_p, state_precision, s["rc"]),
+        "optimizer_bytes": step_time.optimizer_bytes(local_p, state_precision, optimizer),
         "unsynced_accumulation": unsharded,
     }
     if runtime is not None:

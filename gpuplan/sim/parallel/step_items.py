@@ -41,6 +41,7 @@ def step_items(mbc: MicroBatchCosts, kinds: StageKinds, st: Strategy, terms: dic
             op="optimizer step",
             phase="optimizer",
             time_s=float(terms["optimizer"]),
+            bytes=float(terms.get("optimizer_bytes", 0.0)),
             bound="memory",
             kernels=1,
         )
@@ -89,14 +90,15 @@ def _overhead_items(terms: dict, st: Strategy) -> list[Item]:
     """The host's issue time not hidden, autocast's weight casts and a separate gradient
     accumulation, each where it takes any time."""
     items = []
-    for term, layer, category, op in (
-        ("host_overhead", "runtime", "launch", "host issue time not hidden"),
-        ("weight_casts", "compile", "copy", "autocast weight and gradient casts"),
+    for term, layer, category, op, nbytes in (
+        ("host_overhead", "runtime", "launch", "host issue time not hidden", None),
+        ("weight_casts", "compile", "copy", "autocast weight and gradient casts", "cast_bytes"),
     ):
         value = float(terms[term])
         if value > 0:
-            items.append(Item(layer=layer, category=category, op=op, phase="step",
-                              time_s=value, bound="launch" if category == "launch" else "memory"))
+            items.append(Item(layer=layer, category=category, op=op, phase="step", time_s=value,
+                              bytes=float(terms.get(nbytes, 0.0)) if nbytes else 0.0,
+                              bound="launch" if category == "launch" else "memory"))  # fmt: skip
     accumulate = float(terms["grad_accumulation"])
     if accumulate > 0:
         items.append(

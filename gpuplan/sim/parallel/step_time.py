@@ -87,23 +87,34 @@ FP32_GRAD_BYTES = 4
 BF16_OPTIMIZER = ("bf16-deepspeed", "bf16-deepspeed-2022")  # its state precisions (memory.py)
 
 
+def optimizer_bytes(params_local, state_precision: str, impl: str = "fused"):
+    """The HBM bytes one AdamW step moves over ``params_local`` parameters (``OPTIMIZER_BYTES``,
+    or the foreach implementation's passes)."""
+    table = FOREACH_OPTIMIZER_BYTES if impl == "foreach" else OPTIMIZER_BYTES
+    return params_local * table[state_precision]
+
+
 def optimizer_s(params_local, state_precision: str, acc, eff, impl: str = "fused"):
     """One AdamW step over ``params_local`` parameters: a fused kernel, or the foreach
     implementation's passes (``FOREACH_OPTIMIZER_BYTES``); bandwidth-bound either way."""
-    table = FOREACH_OPTIMIZER_BYTES if impl == "foreach" else OPTIMIZER_BYTES
-    nbytes = params_local * table[state_precision]
+    nbytes = optimizer_bytes(params_local, state_precision, impl)
     return (
         nbytes / (acc.hbm_bytes_per_s * eff.elementwise_fraction("adamw")) + eff.kernel_overhead_s
     )
 
 
-def cast_s(params_local, state_precision: str, rc, acc, eff):
-    """Autocast's weight and gradient casts of one micro-batch (``CAST_BYTES``), where the
-    weights are fp32 (``bf16-mixed``); none where they are kept in 16 bits."""
+def cast_bytes(params_local, state_precision: str, rc):
+    """The HBM bytes of autocast's weight and gradient casts of one micro-batch (``CAST_BYTES``)
+    where the weights are fp32 (``bf16-mixed``); none where they are kept in 16 bits."""
     if state_precision != "bf16-mixed":
         return np.zeros_like(np.asarray(params_local, dtype=float))
     passes = 2 + np.where(np.asarray(rc) == 2, 1, 0)  # weights per forward, gradients once
-    nbytes = params_local * CAST_BYTES * passes
+    return params_local * CAST_BYTES * passes
+
+
+def cast_s(params_local, state_precision: str, rc, acc, eff):
+    """Autocast's weight and gradient casts of one micro-batch (``cast_bytes``)."""
+    nbytes = cast_bytes(params_local, state_precision, rc)
     return nbytes / (acc.hbm_bytes_per_s * eff.elementwise_fraction("copy"))
 
 
@@ -252,6 +263,8 @@ def step_terms(*, lk, sp_, s, c, k, bytes_, params) -> dict:
         "host_overhead": m * at_slowest(host_k),
         "weight_casts": m * cast_mb,
         "optimizer": params["optimizer_s"],
+        "optimizer_bytes": params.get("optimizer_bytes", 0.0),  # not a time: the items' bytes
+        "cast_bytes": m * params.get("cast_bytes", 0.0),
         "stage_s": t_mb,
         "slowest_kind": slow,
     }
