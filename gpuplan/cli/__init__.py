@@ -19,7 +19,9 @@ import argparse
 import contextlib
 import importlib
 import os
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Sequence
 
@@ -46,7 +48,13 @@ class UsageError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, except that an error is raised (one line, no usage block) instead of exiting."""
+    """argparse, except that an error is raised (one line, no usage block) instead of exiting,
+    and a flag is never abbreviated (``--prompt`` is not ``--prompt-tokens``: ``diagnose`` and
+    ``report`` re-read a command's flags by their full names)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(f"{message} (see '{self.prog} --help')")
@@ -135,10 +143,33 @@ def _run(argv: Sequence[str] | None, state: dict[str, bool]) -> int:
     return EXIT_OK if code is None else int(code)
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised where the program is, so that every ``finally`` runs: a half-written
+    output's temporary file is removed, a Dask pool is closed."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``gpuplan`` with ``argv`` (``sys.argv[1:]`` by default); return the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     state = {"debug": "--debug" in argv}
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return _main(argv, state)
+    except Terminated:
+        print("gpuplan: terminated (SIGTERM): nothing half-written was left", file=sys.stderr)
+        return 128 + signal.SIGTERM
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str], state: dict[str, bool]) -> int:
     try:
         return _run(argv, state)
     except Infeasible as err:  # the plan cannot run: exit 1, one line (``--json``: a document)

@@ -84,6 +84,10 @@ def run(args) -> int:
     if kind != "cluster":
         settings_of(kind, argv, "report")  # what the diagnosis refuses, refused before anything runs
     doc = _document(args)
+    if kind == "serve" and (not doc.get("finished") or not doc.get("output_tokens_per_s")):
+        raise GpuplanError(
+            f"report serve: no request finished (of {doc.get('config', {}).get('requests')}): "
+            "nothing was served to report; give a longer --horizon-s or more --requests")
     if kind == "cluster":
         report = cluster_report(doc, command=command, electricity_usd_per_kwh=args.electricity_price,
                                 **_cluster_inputs(args, command))  # fmt: skip

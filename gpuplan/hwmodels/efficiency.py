@@ -334,7 +334,8 @@ def _check_parameter(where: str, name: str, value: Any, prior: dict[str, Any]) -
         raise GpuplanError(f"{where}: parameter {name!r} is {value!r}: it must be {want}")
     for key, number in value.items() if expected_dict else [("", value)]:
         label = f"{name}.{key}" if key else name
-        if not _is_numbers(number) or not math.isfinite(number) or number < 0:
+        plain = isinstance(number, int | float) and not isinstance(number, bool)
+        if not plain or not math.isfinite(number) or number < 0:
             raise GpuplanError(f"{where}: {label}={number!r} is invalid: a finite number >= 0")
         if name.endswith("_fraction") and not 0 < number <= 1:
             raise GpuplanError(f"{where}: {label}={number!r} is invalid: a fraction of a peak is "

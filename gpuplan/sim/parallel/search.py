@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gpuplan.errors import GpuplanError, check_whole
+from gpuplan.errors import GpuplanError, check_positive, check_whole
 from gpuplan.hwmodels.efficiency import efficiency_for
 from gpuplan.limits import MAX_DIM
 from gpuplan.sim.estimate.inputs import check_gpus, check_seq
@@ -124,6 +124,10 @@ def search(
     check_gpus(gpus)
     check_whole("global_batch", global_batch, high=MAX_DIM)
     check_seq(cfg, seq)
+    if tokens is not None:
+        check_positive("tokens", tokens)
+    if usd_per_gpu_hour is not None:
+        check_positive("usd_per_gpu_hour", usd_per_gpu_hour)
     space = space or SearchSpace()
     validate(Strategy(), cfg, 1, seq)  # model-level rules (a text decoder)
     acc = cluster.accelerator

@@ -106,6 +106,13 @@ class Strategy:
             )
         if self.capacity_factor is not None:
             check_positive("capacity_factor", self.capacity_factor)
+            if self.capacity_factor < 1.0:  # the MFU would count the dropped tokens' FLOPs
+                raise GpuplanError(
+                    f"capacity_factor={self.capacity_factor!r} is invalid: below 1.0 an expert "
+                    "drops tokens even at a perfectly even load, which gpuplan does not price; "
+                    "give 1.0 or more (Switch Transformer trains at 1.0-2.0, Fedus et al. 2021, "
+                    "Table 1), or leave it unset for dropless MoE"
+                )
         check_number("expert_imbalance", self.expert_imbalance)
         if self.expert_imbalance < 1.0:
             raise GpuplanError(
