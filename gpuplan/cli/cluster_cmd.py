@@ -262,9 +262,14 @@ def _expected(key, expect: dict, kind: str) -> str:
     return f"> {text}" if key == "effective_training_time" else text
 
 
+NO_BAND = ("band: none - the cluster simulation was never validated against a cluster's own "
+           "accounting; where a scenario has published figures they are printed beside it")
+
+
 def render(results, doc: dict, seed: int, batches=None, *, timing: bool = True) -> str:
     expect = doc.get("expect") or {}
-    lines = [f"{doc.get('name', 'scenario')}: {doc.get('description', '')}".rstrip(": "), ""]
+    lines = [f"{doc.get('name', 'scenario')}: {doc.get('description', '')}".rstrip(": "),
+             NO_BAND, ""]
     for k, result in enumerate(results):
         s = result.summary
         means = _mean([b[k].summary for b in batches]) if batches else None

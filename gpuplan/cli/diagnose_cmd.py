@@ -157,4 +157,7 @@ def render_diagnosis(doc: dict) -> str:
              f"  {rows[0]['name']}: {doc['baseline']['command']}"]  # fmt: skip
     lines += [f"  layer {r['layer']}: {r['command']}" for r in doc["layers"]]
     lines += [f"note: {n}" for n in doc["notes"] if n not in first]
+    lines.append(f"band: each row's figures carry the band `gpuplan {doc['kind']}` prints for "
+                 "them (run the row's command); a gain is the difference of two such "
+                 "predictions")
     return "\n".join(lines)

@@ -49,8 +49,8 @@ def render_case(r: dict[str, Any], by: str) -> str:
         f"predicted time: {_banded(r, 'time_s')}   achieved: "
         f"{_banded(r, 'achieved_flops_per_s')}",
     ]
-    if r.get("error_band_label"):
-        lines.append(f"error band p10-p90: {r['error_band_label']}")
+    if r.get("error_band_words") or r.get("error_band_label"):
+        lines.append(f"band p10-p90: {r.get('error_band_words') or r['error_band_label']}")
     if r["peak_bytes"] is not None:
         terms = ", ".join(f"{k} {_fmt('bytes', v)}" for k, v in r["memory_bytes"].items() if v)
         fits = "fits" if r["fits"] else "DOES NOT FIT"

@@ -80,6 +80,8 @@ def run_edge(args) -> int:
     print(stack_line(stack, acc) if stack else f"stack {DEFAULT_STACK}: its kernels priced as "
           f"FlashAttention-2's on {acc.key}, which has no CUDA/ROCm architecture")
     print(efficiency_line(source))
+    print("band: none - no edge device's decode was measured; the figures are the roofline of "
+          "its datasheet and the fit of a data-center GPU")
     return 0
 
 

@@ -68,8 +68,8 @@ def _headline(doc: dict[str, Any]) -> list[str]:
         f"{format_value('bytes', doc['device_memory_bytes'])} ({fits})",
         f"overlaps        {render_overlaps(doc['overlaps'])}",
     ]
-    if doc.get("error_band_label"):
-        lines.append(f"error band      p10-p90; {doc['error_band_label']}")
+    if doc.get("error_band_words") or doc.get("error_band_label"):
+        lines.append(f"band p10-p90    {doc.get('error_band_words') or doc['error_band_label']}")
     if "stack" in doc:
         s = doc["stack"]
         measured = "" if s.get("measured") else "; not measured as a whole"

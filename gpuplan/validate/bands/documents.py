@@ -72,6 +72,7 @@ def for_document(values: Mapping[str, float], keys: Mapping[str, tuple[str, int]
     number is left out. The label is '' when every band was measured."""
     bands: dict[str, list[float]] = {}
     labels: list[str] = []
+    said: list[str] = []
     for key, value in values.items():
         if key not in keys or not isinstance(value, (int, float)) or isinstance(value, bool):
             continue
@@ -82,7 +83,10 @@ def for_document(values: Mapping[str, float], keys: Mapping[str, tuple[str, int]
         bands[key] = b.as_list()
         if b.label and b.label not in labels:
             labels.append(b.label)
-    return {"error_band": bands, "error_band_label": join_labels(labels)}
+        if b.words not in said:
+            said.append(b.words)
+    return {"error_band": bands, "error_band_label": join_labels(labels),
+            "error_band_words": "; ".join(said)}
 
 
 def train_bands(doc: Mapping[str, Any], *, stack: str, device: str) -> dict[str, Any]:
@@ -123,6 +127,7 @@ def plan_bands(rows: Iterable[Mapping[str, Any]], *, stack: str, device: str) ->
         "configs": configs,
         "error_band": first.get("error_band", {}),
         "error_band_label": first.get("error_band_label", ""),
+        "error_band_words": first.get("error_band_words", ""),
     }
 
 
@@ -137,7 +142,8 @@ CATEGORY_FAMILY = {
     "cross_entropy": "elementwise.time_s", "embedding": "elementwise.time_s",
 }  # fmt: skip
 WHOLE_FAMILY = {"train_step": "train_step.time_s", "layer": "layer.time_s",
-                "tp_layer": "tp_layer.time_s", "tp_mlp": "tp_mlp.time_s"}  # fmt: skip
+                "tp_layer": "tp_layer.time_s", "tp_mlp": "tp_mlp.time_s",
+                "prefill_step": "prefill_step.time_s"}  # fmt: skip
 DEFAULT_WHOLE = "decode_step.time_s"  # launch-bound steps: the kind whose residuals hold host time
 MEMORY_FAMILY = {"layer": "layer.peak_bytes"}
 DEFAULT_MEMORY = "train_step.peak_bytes"
@@ -170,6 +176,7 @@ def estimate_bands(result: Mapping[str, Any], *, stack: str, device: str) -> dic
         cats = [(c["category"], c["time_s"]) for c in rows]
         t = breakdown_band(cats, kind, stack=stack, device=device)
     bands = {"time_s": t.as_list()}
+    said = [f"time: {t.words}"]
     labels = t.label.split("; ") if t.label else []
     total = result["time_s"]
     if total and result.get("achieved_flops_per_s"):
@@ -183,9 +190,11 @@ def estimate_bands(result: Mapping[str, Any], *, stack: str, device: str) -> dic
             if fam == DEFAULT_MEMORY and kind != "train_step":
                 labels.append(f"peak memory of {kind} never measured: priced with {fam}")
         bands["peak_bytes"] = m.as_list()
+        said.append(f"peak memory: {m.words}")
         if m.label and m.label not in labels:
             labels.append(m.label)
-    return {"error_band": bands, "error_band_label": join_labels(labels)}
+    return {"error_band": bands, "error_band_label": join_labels(labels),
+            "error_band_words": "; ".join(said)}
 
 
 # A whole-model estimate's record kind (the stack campaign's records of whole models): where the

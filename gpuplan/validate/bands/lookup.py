@@ -75,6 +75,8 @@ class Residuals:
     p90: float
     measured: bool
     label: str  # '' when measured; else what was never measured and the rule used
+    n: int = 0  # the residuals the band was taken from
+    basis: str = ""  # which predictions they were, in words (``words``)
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ class Band:
     low: float
     high: float
     label: str = ""
+    words: str = ""  # the band in plain words (``words``)
 
     def as_list(self) -> list[float]:
         return [self.low, self.high]
@@ -140,7 +143,7 @@ def _at_least(lo: float, hi: float, groups: Iterable[Mapping]) -> tuple[float, f
     return lo, hi
 
 
-def _level(fam: Mapping, stack: str, device: str) -> tuple[float, float, str] | None:
+def _level(fam: Mapping, stack: str, device: str) -> tuple[float, float, str, int, str] | None:
     """The band of a pooled level (a device's stacks, then its architecture's devices), widened
     to the widest measured group it pools, with the label's words; None if neither exists."""
     arch = ARCH.get(device)
@@ -154,10 +157,12 @@ def _level(fam: Mapping, stack: str, device: str) -> tuple[float, float, str] | 
         if key == "devices":
             how = (f"band of the stacks measured on {device} "
                    f"({', '.join(entry['stacks'])}; {entry['n_sources']} sources)")
+            basis = f"other stacks on {device}: {', '.join(entry['stacks'])}"
         else:
             how = (f"band of architecture {arch} measured on {', '.join(entry['devices'])} "
                    f"({entry['n_sources']} sources)")
-        return lo, hi, how
+            basis = f"{arch} GPUs measured: {', '.join(entry['devices'])}"
+        return lo, hi, how, int(entry.get("n_fit", 0)), basis
     return None
 
 
@@ -192,7 +197,8 @@ def _holding_point(res: Residuals) -> Residuals:
     consistently fast or slow), the p10-p90 range of the truth would exclude the number printed
     beside it, and a reader could not tell the two apart. Extending the band to the point only
     widens it (a truth inside the quantile range stays inside)."""
-    return Residuals(res.family, min(res.p10, 0.0), max(res.p90, 0.0), res.measured, res.label)
+    return Residuals(res.family, min(res.p10, 0.0), max(res.p90, 0.0), res.measured, res.label,
+                     res.n, res.basis)
 
 
 def _residuals(family: str, stack: str, device: str, *, data: Mapping | None = None) -> Residuals:
@@ -204,19 +210,57 @@ def _residuals(family: str, stack: str, device: str, *, data: Mapping | None = N
     fam = fams[family]
     for g in fam["groups"]:
         if g["stack"] == stack and g["device"] == device:
-            return Residuals(family, g["p10"], g["p90"], True, "")
+            return Residuals(family, g["p10"], g["p90"], True, "", int(g.get("n_fit", 0)),
+                             f"{stack} on {device}")
     stacks = {g["stack"] for g in fam["groups"]}
     devices = {g["device"] for g in fam["groups"] if g["stack"] == stack}
     what = (f"stack {stack} never measured" if stack not in stacks
             else f"{stack} measured on {', '.join(sorted(devices))}, not {device}")  # fmt: skip
     level = _level(fam, stack, device)
     if level is not None:
-        lo, hi, how = level
-        return Residuals(family, lo, hi, False, f"{family}: {what}, {how}")
+        lo, hi, how, n, basis = level
+        return Residuals(family, lo, hi, False, f"{family}: {what}, {how}", n,
+                         f"{basis}; {stack} on {device} never measured")
     lo, hi = _unmeasured(data, family)
     how = ("pooled over" if len(fam["groups"]) >= 2 else "widened beyond") + \
         f" {len(fam['groups'])} measured stack/device group(s)"
-    return Residuals(family, lo, hi, False, f"{family}: {what}, band {how}")
+    return Residuals(family, lo, hi, False, f"{family}: {what}, band {how}",
+                     int(fam["pooled"].get("n_fit", 0)),
+                     f"every stack and GPU measured, widened to the widest; {stack} on {device} "
+                     "never measured")
+
+
+# what a family's residuals were, in words
+FAMILY_NOUNS = {
+    "train.time": "published training step times", "train.memory": "published training memory "
+    "figures", "serve.ttft": "published times to first token", "serve.tpot": "published times "
+    "per output token", "serve.throughput": "published serving throughputs",
+    "serve.e2e": "published request latencies",
+}  # fmt: skip
+
+
+def noun(family: str) -> str:
+    if family in FAMILY_NOUNS:
+        return FAMILY_NOUNS[family]
+    if "." not in family:
+        return f"predictions of {family}"
+    kind, metric = family.split(".", 1)
+    what = "peak memories" if metric == "peak_bytes" else "times"
+    return f"measured {kind.replace('_', ' ')} {what}"
+
+
+def words(res: Residuals) -> str:
+    """The band in plain words: how far the truth of comparable past predictions was from them,
+    for 80% of them, and which they were. With ``e = predicted / true - 1`` the truth is the
+    prediction times ``1 / (1 + e)``."""
+    low = 1.0 / max(1.0 + res.p90, MIN_ONE_PLUS_E) - 1.0
+    high = 1.0 / max(1.0 + res.p10, MIN_ONE_PLUS_E) - 1.0
+    return (f"the truth was {_pct(low)} to {_pct(high)} of the prediction for 80% of "
+            f"{res.n:,} {noun(res.family)} ({res.basis})")  # fmt: skip
+
+
+def _pct(x: float) -> str:
+    return "0%" if abs(x) < 0.005 else f"{100 * x:+.0f}%"
 
 
 def join_labels(labels: Iterable[str]) -> str:
@@ -240,7 +284,7 @@ def interval(value: float, res: Residuals, *, power: int = 1) -> Band:
         a, b = value / hi_f, value / lo_f
     else:
         a, b = value * lo_f, value * hi_f
-    return Band(min(a, b), max(a, b), res.label)
+    return Band(min(a, b), max(a, b), res.label, words(res))
 
 
 def compose(parts: Iterable[tuple[float, str]], stack: str, device: str, *,
@@ -248,9 +292,13 @@ def compose(parts: Iterable[tuple[float, str]], stack: str, device: str, *,
     """The band of a sum of parts ``(value, family)``: the comonotone sum (module docstring)."""
     low = high = 0.0
     labels: list[str] = []
+    said: list[str] = []
     for value, family in parts:
         b = interval(value, residuals(family, stack, device, data=data))
         low, high = low + b.low, high + b.high
         if b.label and b.label not in labels:
             labels.append(b.label)
-    return Band(low, high, "; ".join(labels))  # parts' labels, joined by join_labels
+        if b.words not in said:
+            said.append(b.words)
+    text = said[0] if len(said) == 1 else "the sum of its parts' bands: " + "; ".join(said)
+    return Band(low, high, "; ".join(labels), text)  # parts' labels, joined by join_labels
