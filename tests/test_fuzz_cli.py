@@ -39,12 +39,14 @@ BASES = [
      "--no-disaggregation"],
     ["validate", "score", "records.jsonl"],
     ["validate", "trace", "kernels.json"],
+    ["watch", "plan.json", "steps.jsonl"],
 ]  # fmt: skip
 # fitting and the report take seconds a call: benchmarks/fuzz_cli.py covers them; diagnose and
 # report price a setup many times (seconds a call): benchmarks/fuzz_cli.py covers them too
 SLOW_COMMANDS = {("validate", "calibrate"), ("validate", "report"), ("diagnose", "train"),
                  ("diagnose", "serve"), ("report", "train"), ("report", "serve"),
                  ("report", "cluster")}  # fmt: skip
+WATCH = Path(__file__).parent / "data" / "watch"
 KERNELS = (
     '{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "sm90_gemm_bf16", "ts": 0, '
     '"dur": 5, "pid": 0, "tid": 7}]}'
@@ -97,6 +99,8 @@ def _run(argv: list[str]) -> tuple[int, str, set[str], set[str]]:
         (folder / "tiny.yaml").write_text(TINY_SCENARIO)
         (folder / "records.jsonl").write_text(RECORD)
         (folder / "kernels.json").write_text(KERNELS)
+        (folder / "plan.json").write_text((WATCH / "plan_llama3_8b_8xh100.json").read_text())
+        (folder / "steps.jsonl").write_text((WATCH / "steps.jsonl").read_text())
         (folder / "folder").mkdir()
         before = {str(p.relative_to(folder)) for p in folder.rglob("*")}
         here = os.getcwd()

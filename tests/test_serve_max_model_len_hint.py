@@ -22,11 +22,11 @@ def _exit_code(args) -> int:
 
 
 def test_the_refusal_names_the_longest_context_that_fits(capsys):
-    assert _exit_code(ARGS) == 2
+    assert _exit_code(ARGS) == 1  # a plan that cannot run (cli: Infeasible)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "10485760 one request may need" in err[0]
     length = int(re.search(r"--max-model-len (\d+) or less", err[0]).group(1))
     assert length % 16 == 0 and 0 < length < 10_485_760
     assert _exit_code([*ARGS, "--max-model-len", str(length)]) == 0
     capsys.readouterr()
-    assert _exit_code([*ARGS, "--max-model-len", str(length + 16)]) == 2
+    assert _exit_code([*ARGS, "--max-model-len", str(length + 16)]) == 1

@@ -82,7 +82,7 @@ def test_bad_serving_input_is_one_line_and_exit_code_2(capsys, argv, message):
 def test_a_model_that_does_not_fit_names_the_gpus_it_needs(capsys):
     code, _, err = run(capsys, "serve", "--model", "llama2-70b", "--gpu", "a100-sxm-80gb",
                        "--rate", "1", "--prompt-tokens", "5", "--output-tokens", "5")  # fmt: skip
-    assert code == 2 and "it needs tp=2 (2 GPUs per replica)" in err
+    assert code == 1 and "it needs tp=2 (2 GPUs per replica)" in err  # cannot run: exit 1
 
 
 def test_serve_without_a_model_asks_for_one(capsys):

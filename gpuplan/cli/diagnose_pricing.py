@@ -164,8 +164,11 @@ def serve_walk(settings, parser):
     missing = [f"--{m}" for m in ("model", "gpu") if getattr(args, m) is None]
     if missing:
         raise GpuplanError(f"gpuplan diagnose serve needs {', '.join(missing)}")
+    price = serve_pricer(parser)
+    settings, notes = _serve_start_from_fit(dict(settings), price)
+    args = parser.parse_args(argv_of(settings))
     cfg, acc = get_model(args.model), get_accelerator(args.gpu)
-    gpus = args.tp * args.replicas
+    gpus = args.tp * args.pp * args.replicas
     offline = math.isinf(args.rate or 0.0)
 
     def limit(s, now):
@@ -177,16 +180,32 @@ def serve_walk(settings, parser):
                              output_tokens=float(workload.output_tokens.mean()),
                              offline=offline, usd_per_gpu_hour=usd_per_hour(acc.key))  # fmt: skip
 
-    price = serve_pricer(parser)
     n = args.requests or DEFAULT_REQUESTS
 
     def screen(s):  # the same traffic, its first SCREEN_REQUESTS requests
         return price(with_edits(s, {"--requests": str(min(n, SCREEN_REQUESTS))}))
 
-    return walk(dict(settings), price=price, screen=screen if n > SCREEN_REQUESTS else None,
-                offers=serving_offers(cfg, acc, gpus=gpus, default_stack=DEFAULT_STACK),
-                limit=limit, kind="serve",
-                metric="usd_per_million_tokens" if offline else "e2e_s")  # fmt: skip
+    diagnosis = walk(dict(settings), price=price, screen=screen if n > SCREEN_REQUESTS else None,
+                     offers=serving_offers(cfg, acc, gpus=gpus, default_stack=DEFAULT_STACK),
+                     limit=limit, kind="serve",
+                     metric="usd_per_million_tokens" if offline else "e2e_s")  # fmt: skip
+    return dataclasses.replace(diagnosis, notes=(*notes, *diagnosis.notes))
+
+
+def _serve_start_from_fit(settings, price):
+    """(settings, notes): a deployment that cannot hold the model starts the walk from the
+    nearest change that does (the TP, pipeline or model length ``kv_cache`` names), said in a
+    note; one that fits, as given."""
+    from gpuplan.errors import Infeasible
+
+    try:
+        price(settings)
+    except Infeasible as err:
+        if not err.fix:
+            raise
+        note = f"as given it does not fit: {err}; the layers below start from that change"
+        return with_edits(settings, err.fix), (note,)
+    return settings, ()
 
 
 DEFAULT_REQUESTS = 1000  # gpuplan serve's (serve_cmd._workload)

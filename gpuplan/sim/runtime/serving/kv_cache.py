@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from dataclasses import dataclass, replace
 
-from gpuplan.errors import GpuplanError
+from gpuplan.errors import Infeasible
 from gpuplan.sim.runtime.serving.blocks import BlockRule
 from gpuplan.sim.runtime.serving.pipeline import binding_stage, fitting_pp
 from gpuplan.sim.runtime.serving.quantization import block_weights_bytes
@@ -195,7 +196,8 @@ def kv_capacity(dep, sched, speculator=None) -> KvCapacity:
     cap = _capacity(dep, sched, dep.tp, speculator)
     needed = cap.blocks_of(sched.model_len(dep.model))
     if cap.blocks < needed:
-        raise GpuplanError(_does_not_fit(dep, sched, cap, needed))
+        message, fix = _does_not_fit(dep, sched, cap, needed)
+        raise Infeasible(message, fix=fix)
     return cap
 
 
@@ -252,7 +254,9 @@ def fitting_tp(dep, sched, *, max_tp: int = 8) -> int | None:
     return None
 
 
-def _does_not_fit(dep, sched, cap: KvCapacity, needed: int) -> str:
+def _does_not_fit(dep, sched, cap: KvCapacity, needed: int) -> tuple[str, dict]:
+    """The message of a replica that cannot hold one request, and the nearest change that does
+    as flags (empty where none is found)."""
     cfg, gb = dep.model, 1e9
     head = (
         f"{cfg.name} does not fit on {dep.acc.key} at tp={dep.tp}"
@@ -263,21 +267,23 @@ def _does_not_fit(dep, sched, cap: KvCapacity, needed: int) -> str:
     )
     tp = fitting_tp(dep, sched)
     if tp is not None and tp > dep.tp:
-        return f"{head}; it needs tp={tp} ({tp} GPUs per replica)"
+        return f"{head}; it needs tp={tp} ({tp} GPUs per replica)", {"--tp": str(tp)}
     if tp is not None:
-        return f"{head}; lower --max-model-len or the batch limits"
+        return f"{head}; lower --max-model-len or the batch limits", {}
     pipeline = fitting_pp(dep, sched, lambda d: _capacity(d, sched, d.tp).blocks >= needed)
     if pipeline is not None:
-        return f"{head}; {pipeline}"
+        flags = re.findall(r"(--tp|--pp|--pp-layers) (\S+?)(?=[ )]|$)", pipeline)
+        return f"{head}; {pipeline}", dict(flags)
     shorter = fitting_model_len(dep, sched)
     if shorter is not None:  # vLLM refuses the same way until --max-model-len is lowered
-        return f"{head}; give --max-model-len {shorter} or less (the longest that fits at tp={dep.tp})"
+        return (f"{head}; give --max-model-len {shorter} or less (the longest that fits at "
+                f"tp={dep.tp})", {"--max-model-len": str(shorter)})  # fmt: skip
     total = weights_bytes_per_gpu(cfg, tp=1, weight_dtype=dep.weight_dtype)
     gpus = math.ceil(total / cap.usable_bytes) + 1
     return (
         f"{head}; even tp=8 is not enough: it needs about {gpus} GPUs of "
         f"{dep.acc.key} for weights and cache; try --weight-dtype int4 or a GPU with more memory"
-    )
+    ), {}
 
 
 def fitting_model_len(dep, sched) -> int | None:
