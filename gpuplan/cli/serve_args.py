@@ -96,14 +96,26 @@ def add_pipeline_options(p) -> None:
                    "--ep = --tp is vLLM's --enable-expert-parallel)")  # fmt: skip
 
 
+def accept_rate_arg(text: str) -> float | tuple[float, ...]:
+    """``A`` or ``A1,A2,...``: numbers, their range checked with the speculation."""
+    from gpuplan.sim.runtime.serving.speculative import parse_rates
+
+    try:
+        return parse_rates(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: give a rate in [0, 1], or one a "
+                                         "position, e.g. 0.9,0.75,0.6") from None  # fmt: skip
+
+
 def add_speculative_options(p, what: str) -> None:
     """``--speculative``, ``--spec-tokens`` and ``--accept-rate`` (serve and serve plan)."""
     p.add_argument("--speculative", type=word, default=None,
-                   help=f"{what}: ngram, eagle or draft:MODEL (with --spec-tokens and "
-                   "--accept-rate)")  # fmt: skip
+                   help=f"{what}: ngram, eagle, draft:MODEL or mtp (the model's own MTP layers), "
+                   "with --spec-tokens and --accept-rate (mtp: published acceptance by default)")  # fmt: skip
     p.add_argument("--spec-tokens", type=int, default=None, help="tokens proposed a step (K >= 1)")
-    p.add_argument("--accept-rate", type=float, default=None,
-                   help="per-token acceptance of the proposals, in [0, 1]")  # fmt: skip
+    p.add_argument("--accept-rate", type=accept_rate_arg, default=None, metavar="A|A1,...,AK",
+                   help="acceptance of the proposals, in [0, 1]: one rate for every position, or "
+                   "one a position, each given the ones before it were accepted")  # fmt: skip
 
 
 def add_replica_options(p) -> None:

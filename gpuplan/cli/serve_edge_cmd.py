@@ -27,8 +27,9 @@ def register_edge(sub) -> None:
     add_calibration_option(p)
     add_stack_options(p, default=DEFAULT_STACK)
     p.add_argument("--speculative", type=word, default=None,
-                   help="speculative decoding METHOD:K:ACCEPTANCE (ngram, eagle or draft; K "
-                   "drafted tokens a step, each accepted at a rate in [0, 1]), e.g. eagle:4:0.7")
+                   help="speculative decoding METHOD:K:ACCEPTANCE (ngram, eagle, draft or mtp; K "
+                   "drafted tokens a step, each accepted at a rate in [0, 1], or one rate a "
+                   "position), e.g. eagle:4:0.7 or mtp:3:0.9,0.6,0.6")
     p.add_argument("--draft-model", default=None, help="the draft model of --speculative draft")
     p.set_defaults(func=run_edge)
 

@@ -66,7 +66,12 @@ def speculation_from_args(args):
         if any(getattr(args, f, None) is not None for f in ("spec_tokens", "accept_rate")):
             raise GpuplanError("--spec-tokens and --accept-rate go with --speculative")
         return None
-    return serving_speculation(args.speculative, args.spec_tokens, args.accept_rate)
+    model = None
+    if args.speculative == "mtp" and getattr(args, "model", None):
+        from gpuplan.workloads.presets import get_model
+
+        model = get_model(args.model)
+    return serving_speculation(args.speculative, args.spec_tokens, args.accept_rate, model)
 
 
 def efficiency_fit(args):

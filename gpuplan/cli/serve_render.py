@@ -61,8 +61,12 @@ def _feature_lines(doc: dict) -> list[str]:
     if doc.get("speculative"):
         sp = doc["speculative"]
         drafter = f"draft model {sp['draft_model']}" if sp["draft_model"] else sp["method"]
+        rates = sp["accept_rate_per_position"]
+        acceptance = f"{rates[0]:g}" if len(set(rates)) == 1 else ",".join(f"{r:.3g}" for r in rates)
+        if sp.get("accept_rate_source", "given") != "given":
+            acceptance += f" by position, from {sp['accept_rate_source']}"
         lines.append(f"speculative decoding ({drafter}, {sp['spec_tokens']} tokens proposed a "
-                     f"step, acceptance {sp['accept_rate']:g}): "
+                     f"step, acceptance {acceptance}): "
                      f"{sp['mean_accepted_tokens_per_step']:.3g} tokens a sequence per step "
                      f"(expected {sp['expected_tokens_per_step']:.3g}); drafting "
                      f"{100 * sp['draft_cost_share']:.1f}% of the speculative steps' time")

@@ -15,7 +15,12 @@ Speculative Decoding", ICML 2023, eq. 1). A step costs the drafting and the veri
   context, no GPU work (its CPU time is not priced);
   ``eagle`` - EAGLE (Li et al., ICML 2024): a one-block draft head on the target's features and
   the target's LM head, run ``k`` times: ``k`` x (one block's decode and the LM head);
-  ``draft`` - a separate small model (``draft_step``), ``k`` decode iterations of it.
+  ``draft`` - a separate small model (``draft_step``), ``k`` decode iterations of it;
+  ``mtp`` - the model's own multi-token-prediction module run ``k`` times (``mtp``).
+
+Acceptance may be given per position (``Speculation.acceptance`` a tuple of ``k`` rates, each
+the rate at which position ``i`` is accepted given the ones before it were): a step then emits
+``1 + sum_i prod_{j <= i} a_j`` tokens a sequence, the scalar form's sum at ``a_j = a``.
 
 ``speculative_decode`` returns the step's parts and the time per output token.
 
@@ -45,39 +50,69 @@ from dataclasses import dataclass
 
 from gpuplan.errors import GpuplanError, check_choice, check_positive
 
-METHODS = ("ngram", "eagle", "draft")
+METHODS = ("ngram", "eagle", "draft", "mtp")
+
+
+def _is_rate(a) -> bool:
+    return not isinstance(a, bool) and isinstance(a, int | float) and 0 <= a <= 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Speculation:
-    """``k`` drafted tokens a step by ``method``, each accepted with probability ``acceptance``."""
+    """``k`` drafted tokens a step by ``method``, each accepted with probability ``acceptance``
+    (one rate, or a tuple of ``k``: each position's given the ones before it)."""
 
     method: str
     k: int
-    acceptance: float
+    acceptance: float | tuple[float, ...]
+    source: str = ""  # where a default acceptance comes from ("" when given)
 
     def __post_init__(self) -> None:
         check_choice("speculative method", self.method, METHODS)
         check_positive("speculative k", self.k)
         a = self.acceptance
-        if isinstance(a, bool) or not isinstance(a, int | float) or not 0 <= a <= 1:
+        rates = a if isinstance(a, tuple) else (a,)
+        if not rates or not all(_is_rate(r) for r in rates):
             raise GpuplanError(f"acceptance={a!r} is invalid: give a rate in [0, 1]")
+        if isinstance(a, tuple) and len(a) != self.k:
+            raise GpuplanError(f"acceptance={','.join(f'{r:g}' for r in a)} gives {len(a)} rates "
+                               f"for k={self.k} draft tokens: give one rate, or one a position")  # fmt: skip
+
+    @property
+    def rates(self) -> tuple[float, ...]:
+        """Each position's acceptance given the ones before it accepted."""
+        a = self.acceptance
+        return tuple(float(r) for r in a) if isinstance(a, tuple) else (float(a),) * self.k
 
     @property
     def tokens_per_step(self) -> float:
-        """Expected tokens a sequence emits per verification (module docstring)."""
+        """Expected tokens a sequence emits per verification: the target's own plus the
+        product-sum of the per-position acceptance (module docstring)."""
         a, k = self.acceptance, self.k
-        return float(k + 1) if a == 1 else (1 - a ** (k + 1)) / (1 - a)
+        if not isinstance(a, tuple):
+            return float(k + 1) if a == 1 else (1 - a ** (k + 1)) / (1 - a)
+        tokens, reach = 1.0, 1.0
+        for rate in a:
+            reach *= rate
+            tokens += reach
+        return tokens
+
+
+def parse_rates(text: str) -> float | tuple[float, ...]:
+    """``A`` or ``A1,A2,...`` (one rate a position) as a float or a tuple; ValueError if not
+    numbers (their range is ``Speculation``'s to check)."""
+    parts = [float(p) for p in text.split(",")]
+    return parts[0] if len(parts) == 1 else tuple(parts)
 
 
 def parse_speculation(text: str) -> Speculation:
-    """``METHOD:K:ACCEPTANCE``, e.g. ``eagle:4:0.7``."""
+    """``METHOD:K:ACCEPTANCE``, e.g. ``eagle:4:0.7`` or ``mtp:3:0.9,0.7,0.6``."""
     parts = text.split(":")
     if len(parts) != 3 or not parts[1].isdigit():
         raise GpuplanError(f"--speculative {text!r} is invalid: give METHOD:K:ACCEPTANCE with "
                            f"METHOD one of {', '.join(METHODS)}, e.g. eagle:4:0.7")  # fmt: skip
     try:
-        acceptance = float(parts[2])
+        acceptance = parse_rates(parts[2])
     except ValueError:
         raise GpuplanError(f"--speculative {text!r}: acceptance={parts[2]!r} is invalid: give a "
                            "rate in [0, 1]") from None  # fmt: skip
@@ -87,6 +122,11 @@ def parse_speculation(text: str) -> Speculation:
 def _draft_s(spec: Speculation, step, draft_step, seqs: int, kv_tokens: float) -> float:
     if spec.method == "ngram":
         return 0.0
+    if spec.method == "mtp":  # ``draft_step``: the speculator's ``mtp.MtpDraft``, if any
+        from gpuplan.sim.runtime.serving.mtp import MtpDraft
+
+        drafter = draft_step if isinstance(draft_step, MtpDraft) else MtpDraft(step.dep)
+        return drafter.draft_s(step, spec.k, seqs=seqs, context=round((kv_tokens - seqs) / seqs))
     if spec.method == "eagle":
         one_block = step.token_s(seqs) / step.dep.model.n_layers
         attention = step.decode_attention_s(seqs, kv_tokens) / step.dep.model.n_layers
@@ -154,6 +194,10 @@ class Speculator:
             check_draft(dep.model, draft.model)
             self.draft_dep = draft
         self.draft_step = None if draft is None else StepModel(draft)
+        if spec.method == "mtp":  # the model's own MTP module (refused for a model without)
+            from gpuplan.sim.runtime.serving.mtp import MtpDraft
+
+            self.draft_step = MtpDraft(dep)
         self.reset()
 
     def reset(self) -> None:
@@ -195,6 +239,10 @@ class Speculator:
             pc = count_params(self.dep.model)
             block = max(pc.per_layer) * weight_bytes_per_param(self.dep.weight_dtype)
             return block / tp
+        if self.spec.method == "mtp":
+            from gpuplan.sim.runtime.serving.mtp import mtp_weights_bytes
+
+            return mtp_weights_bytes(self.dep, tp)
         return 0.0
 
     def kv_bytes_per_token(self, tp: int) -> float:
@@ -210,6 +258,10 @@ class Speculator:
         if self.spec.method == "eagle":  # one attention layer of the target's shape
             dep = self.dep
             return kv_bytes_per_token_layer(dep.model, tp=tp, kv_dtype=dep.kv_dtype)
+        if self.spec.method == "mtp":
+            from gpuplan.sim.runtime.serving.mtp import mtp_kv_bytes_per_token
+
+            return mtp_kv_bytes_per_token(self.dep, tp)
         return 0.0
 
     def summary(self) -> dict:
@@ -220,7 +272,10 @@ class Speculator:
         return {
             "method": self.spec.method,
             "spec_tokens": self.spec.k,
-            "accept_rate": self.spec.acceptance,
+            "accept_rate": (list(self.spec.acceptance) if isinstance(self.spec.acceptance, tuple)
+                            else self.spec.acceptance),
+            "accept_rate_per_position": list(self.spec.rates),
+            "accept_rate_source": self.spec.source or "given",
             "draft_model": None if self.draft_dep is None else self.draft_dep.model.name,
             "expected_tokens_per_step": self.tokens_per_step,
             "mean_accepted_tokens_per_step": self.tokens / self.seq_steps if self.seq_steps
@@ -232,24 +287,45 @@ class Speculator:
         }
 
 
-def serving_speculation(method: str, spec_tokens, accept_rate) -> tuple[Speculation, str | None]:
-    """``serve --speculative ngram|eagle|draft:MODEL --spec-tokens K --accept-rate A``: the
-    speculation and the draft model's name (None but for ``draft:MODEL``). No engine default is
-    assumed for K or A (vLLM's ``num_speculative_tokens`` has none; the acceptance is the
-    workload's): both must be given."""
+def serving_speculation(method: str, spec_tokens, accept_rate,
+                        model=None) -> tuple[Speculation, str | None]:  # fmt: skip
+    """``serve --speculative ngram|eagle|mtp|draft:MODEL --spec-tokens K --accept-rate A``
+    (``A``: one rate, or a tuple of K, one a position): the speculation and the draft model's
+    name (None but for ``draft:MODEL``). No engine default is assumed for K (vLLM's
+    ``num_speculative_tokens`` has none); the acceptance is the workload's and must be given,
+    but for ``mtp`` on ``model`` (its ``ModelConfig``), whose published per-position acceptance
+    is the default (``mtp.default_acceptance``)."""
     name, sep, draft = method.partition(":")
     if name not in METHODS or (name == "draft") != bool(sep and draft) or (sep and name != "draft"):
         raise GpuplanError(f"--speculative {method!r} is invalid: give ngram, eagle or "
-                           "draft:MODEL (a smaller model of the target's family)")  # fmt: skip
-    if spec_tokens is None or accept_rate is None:
+                           "draft:MODEL (a smaller model of the target's family), or mtp (a "
+                           "model's own MTP layers)")  # fmt: skip
+    if spec_tokens is None or (accept_rate is None and name != "mtp"):
         raise GpuplanError("--speculative needs --spec-tokens K (tokens proposed a step, at least "
                            "1) and --accept-rate A (per token, in [0, 1])")  # fmt: skip
     if isinstance(spec_tokens, bool) or not isinstance(spec_tokens, int) or spec_tokens < 1:
         raise GpuplanError(f"--spec-tokens {spec_tokens!r} is invalid: give a whole number of at "
                            "least 1")  # fmt: skip
-    if not isinstance(accept_rate, int | float) or not 0 <= accept_rate <= 1:
-        raise GpuplanError(f"--accept-rate {accept_rate!r} is invalid: give a rate in [0, 1]")
-    spec = Speculation(method=name, k=spec_tokens, acceptance=float(accept_rate))
+    source = ""
+    if name == "mtp" and model is not None:
+        from gpuplan.sim.runtime.serving.mtp import ACCEPT_SOURCE, check_mtp, default_acceptance
+
+        check_mtp(model)
+        if accept_rate is None:
+            accept_rate, source = default_acceptance(model, spec_tokens), ACCEPT_SOURCE
+    if accept_rate is None:
+        raise GpuplanError("--speculative mtp needs the model to choose its default acceptance: "
+                           "give --accept-rate")  # fmt: skip
+    rates = accept_rate if isinstance(accept_rate, tuple) else (accept_rate,)
+    if not all(_is_rate(r) for r in rates):
+        shown = ",".join(f"{r:g}" for r in rates)
+        raise GpuplanError(f"--accept-rate {shown} is invalid: give a rate in [0, 1], or one a "
+                           "position (e.g. 0.9,0.75,0.6)")  # fmt: skip
+    if isinstance(accept_rate, tuple) and len(accept_rate) != spec_tokens:
+        raise GpuplanError(f"--accept-rate gives {len(accept_rate)} rates for --spec-tokens "
+                           f"{spec_tokens}: give one rate, or one a position")  # fmt: skip
+    acceptance = tuple(map(float, accept_rate)) if isinstance(accept_rate, tuple) else float(accept_rate)
+    spec = Speculation(method=name, k=spec_tokens, acceptance=acceptance, source=source)
     return spec, draft or None
 
 
