@@ -26,13 +26,12 @@ from pathlib import Path
 from gpuplan.errors import GpuplanError
 from gpuplan.sim.runtime.serving.deployment import Deployment, SchedulerConfig
 from gpuplan.sim.runtime.serving.kv_cache import kv_capacity
+from gpuplan.sim.runtime.serving.launch_engines import BUILDERS, model_id, trtllm_frontend
 from gpuplan.sim.runtime.serving.pipeline import NODE_GPUS
 from gpuplan.workloads.model import ModelConfig
 
 ENGINES = ("vllm", "sglang", "trt-llm")
 _FLAGS = Path(__file__).parent / "data" / "engine_flags.json"
-# the Hugging Face repository a preset's (or a published row's) source names
-_HF_SOURCE = (re.compile(r"Hugging Face (\S+/\S+) config\.json"), re.compile(r"hf\.co/([\w.-]+/[\w.-]+)"))
 
 
 @functools.cache
@@ -102,20 +101,6 @@ class Launch:
         out = {"engine": self.engine, "version": self.version, "pool": self.pool,
                "argv": self.argv, "comments": self.comments}  # fmt: skip
         return out | ({"yaml": self.yaml} if self.yaml is not None else {})
-
-
-def model_id(cfg: ModelConfig, model_arg: str | None = None) -> tuple[str, list[str]]:
-    """The checkpoint the command loads: the Hugging Face repository the model's source names,
-    the directory of a config.json given as the model, else a placeholder and a comment."""
-    if model_arg and (model_arg.endswith(".json") or Path(model_arg).is_dir()):
-        path = Path(model_arg)
-        return str(path.parent if path.suffix == ".json" else path), []
-    for pattern in _HF_SOURCE:
-        found = pattern.search(cfg.source)
-        if found:
-            return found.group(1).rstrip(".,;:"), []
-    return f"<weights of {cfg.name}>", [f"model: {cfg.name}'s source names no Hugging Face "
-                                        "checkpoint; give the path of its weights"]  # fmt: skip
 
 
 def kv_free_share(dep: Deployment, sched: SchedulerConfig) -> float | None:
@@ -199,8 +184,6 @@ def launch_commands(engine: str, cfg: ModelConfig, pools: list[Pool], *, model_a
                     stack: str = "") -> list[Launch]:  # fmt: skip
     """The commands that start ``pools`` on ``engine`` (``launch_engines``), one per pool, and
     TensorRT-LLM's disaggregated front end where there are two pools."""
-    from gpuplan.sim.runtime.serving.launch_engines import BUILDERS, trtllm_frontend
-
     check_engine(engine)
     model, notes = model_id(cfg, model_arg)
     if stack and _stack_engine(stack) != engine:

@@ -9,6 +9,8 @@ sources at the commit named there); the values are the deployment's own, as simu
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.presets import get_model
@@ -24,6 +26,22 @@ _SGLANG_SPEC = {"mtp": "EAGLE", "eagle": "EAGLE", "draft": "STANDALONE", "ngram"
 _TRTLLM_SPEC = {"mtp": "MTP", "eagle": "Eagle", "draft": "DraftTarget", "ngram": "NGram"}
 _TRTLLM_ROLE = {"prefill": "context_servers", "decode": "generation_servers"}
 _PORT = {"prefill": 8100, "decode": 8200, "colocated": 8000}  # TensorRT-LLM's disaggregated URLs
+# the Hugging Face repository a preset's (or a published row's) source names
+_HF_SOURCE = (re.compile(r"Hugging Face (\S+/\S+) config\.json"), re.compile(r"hf\.co/([\w.-]+/[\w.-]+)"))
+
+
+def model_id(cfg: ModelConfig, model_arg: str | None = None) -> tuple[str, list[str]]:
+    """The checkpoint the command loads: the Hugging Face repository the model's source names,
+    the directory of a config.json given as the model, else a placeholder and a comment."""
+    if model_arg and (model_arg.endswith(".json") or Path(model_arg).is_dir()):
+        path = Path(model_arg)
+        return str(path.parent if path.suffix == ".json" else path), []
+    for pattern in _HF_SOURCE:
+        found = pattern.search(cfg.source)
+        if found:
+            return found.group(1).rstrip(".,;:"), []
+    return f"<weights of {cfg.name}>", [f"model: {cfg.name}'s source names no Hugging Face "
+                                        "checkpoint; give the path of its weights"]  # fmt: skip
 
 
 def _weights(engine: str, pool) -> tuple[list[str], list[str]]:
@@ -40,8 +58,6 @@ def _weights(engine: str, pool) -> tuple[list[str], list[str]]:
 
 def _draft(spec, draft_name) -> tuple[str, list[str]]:
     """The repository of the draft (a draft model's, or a placeholder for an EAGLE head)."""
-    from gpuplan.sim.runtime.serving.launch import model_id
-
     if spec.method == "draft" and draft_name:
         return model_id(get_model(draft_name), draft_name)
     return "<EAGLE head>", ["speculative eagle: give the EAGLE draft head trained for this model"]
