@@ -224,3 +224,54 @@ def test_plan_json_has_launch_key():
 def test_render_yaml_nested():
     text = render_yaml({"a": {"b": True, "c": None}, "d": [1, 2]})
     assert text == "a:\n  b: true\n  c: null\nd:\n  - 1\n  - 2"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_mtp_row(engine):
+    """MTP (``--speculative mtp``, another part's method): read by name, K tokens a step."""
+    from types import SimpleNamespace
+
+    space = SearchSpace(stack=get_stack("vllm"), speculation=(SimpleNamespace(method="mtp", k=2), None))
+    (cmd,) = _commands(engine, _row(speculative=True), cfg=get_model("deepseek-v3"), gpu="h200",
+                       space=space)  # fmt: skip
+    if engine == "vllm":
+        assert json.loads(_flag(cmd.argv, "--speculative-config")) == {
+            "method": "mtp", "num_speculative_tokens": 2}
+    elif engine == "sglang":
+        assert _flag(cmd.argv, "--speculative-algorithm") == "EAGLE"
+        assert _flag(cmd.argv, "--speculative-num-steps") == "2"
+        assert _flag(cmd.argv, "--speculative-num-draft-tokens") == "3"
+        assert "--speculative-draft-model-path" not in cmd.argv  # the model's own MTP layers
+    else:
+        assert "decoding_type: MTP" in cmd.yaml and "max_draft_len: 2" in cmd.yaml
+    _check_listed(cmd)
+
+
+def test_a_policy_the_engine_lacks_is_a_comment():
+    import dataclasses
+
+    (pool,) = pools_from_row(_row(), cfg=LLAMA, gpu="h100-sxm", space=SPACE)
+    static = dataclasses.replace(pool, sched=dataclasses.replace(pool.sched, policy="static"))
+    (cmd,) = launch_commands("vllm", LLAMA, [static])
+    assert any("policy=static" in c for c in cmd.comments)
+    assert "--enable-chunked-prefill" not in cmd.argv
+
+
+def test_another_stack_is_said():
+    (cmd,) = _commands("sglang")  # SPACE prices the vllm stack
+    assert any("priced as the vllm stack, not sglang's own" in c for c in cmd.comments)
+    (same,) = _commands("vllm")
+    assert not any("priced as" in c for c in same.comments)
+
+
+def test_serve_emit_json_and_text():
+    base = [sys.executable, "-m", "gpuplan.cli", "serve", "--model", "llama3-8b", "--gpu", "h100-sxm",
+            "--rate", "1", "--prompt-tokens", "128", "--output-tokens", "16", "--requests", "20",
+            "--tp", "2", "--kv-dtype", "fp8", "--emit", "sglang"]  # fmt: skip
+    done = subprocess.run([*base, "--json"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    (launch,) = json.loads(done.stdout)["launch"]
+    assert _flag(launch["argv"], "--tp-size") == "2"
+    assert _flag(launch["argv"], "--kv-cache-dtype") == "fp8_e4m3"
+    text = subprocess.run(base, capture_output=True, text=True).stdout
+    assert "launch on sglang" in text and "--model-path meta-llama/Meta-Llama-3-8B" in text
