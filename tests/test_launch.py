@@ -275,3 +275,16 @@ def test_serve_emit_json_and_text():
     assert _flag(launch["argv"], "--kv-cache-dtype") == "fp8_e4m3"
     text = subprocess.run(base, capture_output=True, text=True).stdout
     assert "launch on sglang" in text and "--model-path meta-llama/Meta-Llama-3-8B" in text
+
+
+def test_pools_of_their_own():
+    """A row with its own pools (prefill on one GPU type, decode on another): one command each,
+    with that pool's GPU, TP and replicas."""
+    row = _row(layout="disaggregated", pools=[
+        {"role": "prefill", "gpu": "h200", "tp": 4, "replicas": 2},
+        {"role": "decode", "gpu": "h100-sxm", "tp": 8, "replicas": 3}])  # fmt: skip
+    cmds = _commands("vllm", row)
+    assert [c.pool for c in cmds] == ["prefill", "decode"]
+    assert [_flag(c.argv, "--tensor-parallel-size") for c in cmds] == ["4", "8"]
+    assert "2 instance(s) of this command, 4 h200" in cmds[0].comments[0]
+    assert "3 instance(s) of this command, 8 h100-sxm" in cmds[1].comments[0]

@@ -152,32 +152,42 @@ def row_wide(row: dict) -> dict:
     }
 
 
+def pool_rows(row: dict) -> list[dict]:
+    """The row once per pool, each pool's own fields over the row's: a ``pools`` list where the
+    row has one (``{role, gpu, tp, replicas, ...}`` each), else ``row_replicas``'s roles."""
+    if row.get("pools"):
+        return [row | {"role": "colocated"} | dict(p) for p in row["pools"]]
+    return [row | {"role": role, "replicas": n} for role, n in row_replicas(row).items()]
+
+
 def pools_from_row(row: dict, *, cfg: ModelConfig, gpu: str, space) -> list[Pool]:
     """The pools of a plan row (``plan_search._row``) as the plan simulated them: its
     candidate's deployment on the space's stack (``plan_space``) and scheduler (``sched_of``:
-    the policy and ``max_seqs``, the rest at their defaults), its speculation if it used one."""
+    the policy and ``max_seqs``, the rest at their defaults), its speculation if it used one;
+    ``gpu`` where a pool names none."""
+    speculation = space.speculation if row.get("speculative") else None
+    return [_row_pool(r, cfg=cfg, gpu=r.get("gpu") or gpu, space=space, speculation=speculation)
+            for r in pool_rows(row)]  # fmt: skip
+
+
+def _row_pool(r: dict, *, cfg: ModelConfig, gpu: str, space, speculation) -> Pool:
     from gpuplan.hwmodels.accelerators import get_accelerator
     from gpuplan.sim.runtime.serving.deployment import serving_efficiency
     from gpuplan.sim.runtime.serving.on_stack import deployment_fields
     from gpuplan.sim.runtime.serving.pipeline import even_or_auto_split
 
     acc = get_accelerator(gpu)
-    sched = SchedulerConfig(policy=row.get("policy", space.policy), max_seqs=int(row["max_seqs"]))
-    speculation = space.speculation if row.get("speculative") else None
-    pools = []
-    for role, replicas in row_replicas(row).items():
-        tp, pp, ep, wide = int(row["tp"]), int(row.get("pp", 1)), int(row.get("ep", 1)), row_wide(row)
-        # experts over attention-DP ranks (ep > tp) are the pool's; the replica is built with
-        # the experts its own TP holds (``pipeline.check_ep``)
-        stack = {} if space.stack is None else deployment_fields(space.stack, tp=tp, gpu=acc.key)
-        layers = even_or_auto_split(cfg.n_layers, pp) if pp > 1 else None
-        dep = Deployment(model=cfg, acc=acc, eff=serving_efficiency(acc.key), tp=tp, pp=pp,
-                         pp_layers=layers, ep=1 if wide["dp_attention"] else ep,
-                         weight_dtype=row["weight_dtype"],
-                         kv_dtype=row["kv_dtype"], **stack)  # fmt: skip
-        pools.append(pool_of(dep, sched, role=role, replicas=replicas, speculation=speculation,
-                             **wide, ep=ep))  # fmt: skip
-    return pools
+    sched = SchedulerConfig(policy=r.get("policy", space.policy), max_seqs=int(r["max_seqs"]))
+    tp, pp, ep, wide = int(r["tp"]), int(r.get("pp", 1)), int(r.get("ep", 1)), row_wide(r)
+    stack = {} if space.stack is None else deployment_fields(space.stack, tp=tp, gpu=acc.key)
+    # experts over attention-DP ranks (ep > tp) are the pool's; the replica is built with the
+    # experts its own TP holds (``pipeline.check_ep``)
+    dep = Deployment(model=cfg, acc=acc, eff=serving_efficiency(acc.key), tp=tp, pp=pp,
+                     pp_layers=even_or_auto_split(cfg.n_layers, pp) if pp > 1 else None,
+                     ep=1 if wide["dp_attention"] else ep, weight_dtype=r["weight_dtype"],
+                     kv_dtype=r["kv_dtype"], **stack)  # fmt: skip
+    return pool_of(dep, sched, role=r["role"], replicas=int(r["replicas"]),
+                   speculation=speculation, **wide, ep=ep)  # fmt: skip
 
 
 def launch_commands(engine: str, cfg: ModelConfig, pools: list[Pool], *, model_arg: str | None = None,
