@@ -288,3 +288,15 @@ def test_pools_of_their_own():
     assert [_flag(c.argv, "--tensor-parallel-size") for c in cmds] == ["4", "8"]
     assert "2 instance(s) of this command, 4 h200" in cmds[0].comments[0]
     assert "3 instance(s) of this command, 8 h100-sxm" in cmds[1].comments[0]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_pipeline_row_with_an_uneven_split(engine):
+    """DeepSeek-V3's 61 blocks on 2 stages (the plan's pipeline candidate): the PP flag, and the
+    uneven split the plan priced said in a comment."""
+    (cmd,) = _commands(engine, _row(tp=8, pp=2, replicas=1), cfg=get_model("deepseek-v3"))
+    flag = {"vllm": "--pipeline-parallel-size", "sglang": "--pp-size", "trt-llm": "--pp_size"}[engine]
+    assert _flag(cmd.argv, flag) == "2"
+    assert any(c.startswith("pp_layers=") for c in cmd.comments)
+    assert any("spans 2 nodes" in c for c in cmd.comments)
+    _check_listed(cmd)
