@@ -19,6 +19,7 @@ from gpuplan.cli.argtypes import (
 from gpuplan.cli.calibration import add_calibration_option
 from gpuplan.cli.dask_workers import add_timing_option
 from gpuplan.cli.device_args import add_gpu_argument
+from gpuplan.cli.serve_emit import add_emit_option
 from gpuplan.cli.train_args import first_last_arg, pp_layers_arg
 from gpuplan.limits import MAX_CV
 
@@ -64,8 +65,8 @@ int_values = int_list()  # comma-separated whole numbers, each at least 1
 
 
 def add_traffic_options(p, *, rate_required: bool) -> None:
-    """The model, the GPU and the traffic (rate, lengths or a trace), seed, --json, timing and
-    --calibration: the flags serve and serve plan share."""
+    """The model, the GPU and the traffic (rate, lengths or a trace), seed, --json, timing,
+    --calibration and --emit: the flags serve and serve plan share."""
     # the parent ``serve`` parser cannot require them: ``serve plan`` passes them to its own
     p.add_argument("--model", type=word, required=rate_required, help="model preset or config.json")
     add_gpu_argument(p, "accelerator key (see `gpuplan gpus`)", required=rate_required)
@@ -81,6 +82,7 @@ def add_traffic_options(p, *, rate_required: bool) -> None:
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     add_timing_option(p)
     add_calibration_option(p)
+    add_emit_option(p)
 
 
 def add_pipeline_options(p) -> None:

@@ -26,6 +26,7 @@ from gpuplan.cli.serve_args import (
     add_traffic_options,
 )
 from gpuplan.cli.serve_edge_cmd import register_edge
+from gpuplan.cli.serve_emit import render_launch, serve_launch
 from gpuplan.cli.serve_inputs import efficiency_fit, serve_defaults, speculation_from_args
 from gpuplan.cli.serve_inputs import serve_workload as _workload  # diagnose_pricing's name
 from gpuplan.cli.serve_plan_cmd import register_plan
@@ -104,7 +105,9 @@ def run_serve(args) -> int:
     doc["config"]["defaults"] = defaults
     doc |= bands.serve_bands(doc, stack=(doc["config"].get("stack") or {}).get("name", ""),
                              device=doc["config"]["gpu"])  # fmt: skip
-    print(dump_json(doc) if args.json else render_serve(doc))
+    launch = serve_launch(args, dep, sched, speculation_from_args(args), stack)
+    doc |= {"launch": launch} if launch else {}
+    print(dump_json(doc) if args.json else render_serve(doc) + render_launch(launch))
     return 0
 
 

@@ -15,6 +15,7 @@ from gpuplan.cli.serve_args import (
     add_traffic_options,
     int_values,
 )
+from gpuplan.cli.serve_emit import plan_launch, render_launch
 from gpuplan.cli.serve_inputs import (
     efficiency_fit,
     serve_defaults,
@@ -72,11 +73,14 @@ def run_plan(args) -> int:
     with open_pool(args) as pool:
         result = _plan(args, load, space, pool)
     doc = _plan_doc(args, result, space, defaults)
+    doc |= {"launch": launch} if (launch := plan_launch(args, doc["configs"], space)) else {}
     if args.json:
         print(dump_json(with_timing(doc, args, {"wall_s": result.wall_s,
                                                 "ran_on": pool_label(args)})))  # fmt: skip
         return 0
     _print_plan(args, doc, result, space)
+    if doc.get("launch"):
+        print(render_launch(doc["launch"]))
     return 0
 
 
