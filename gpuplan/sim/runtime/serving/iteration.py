@@ -57,6 +57,14 @@ from gpuplan.sim.runtime.serving.quantization import (
     op_weight_dtype,
     quantized_gemm_time,
 )
+from gpuplan.sim.runtime.serving.wide_ep import (
+    busiest_rank_tokens,
+    concurrent_links,
+    dispatch_combine_ops,
+    is_a2a,
+    overlap_factor,
+    wide_expert_ops,
+)
 from gpuplan.workloads.attention_block import kv_cache_append
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.layer_kinds import TOKEN_CACHE_KINDS
@@ -105,14 +113,22 @@ def _as_run(ops: list[Op], impl: str) -> list[Op]:
     return {"fused": list, "eager": eager, "compiled": fuse_elementwise}[impl](ops)
 
 
-def token_ops(dep, *, tokens: int, layer: int = 0) -> list[Op]:
+def token_ops(dep, *, tokens: int, layer: int = 0, group_tokens: int | None = None,
+              low_latency: bool = True) -> list[Op]:  # fmt: skip
     """One block's kernels over ``tokens`` tokens, attention excepted: GEMMs, norms, RoPE, adds,
-    the KV-cache append and, under tensor parallelism, its two all-reduces (Megatron)."""
+    the KV-cache append and, under tensor parallelism, its two all-reduces (Megatron). In a
+    wide-EP group (``wide_ep``) ``tokens`` are the busiest rank's and ``group_tokens`` (default
+    ``dp`` times as many) the group's, whose routed rows the experts run, dispatched and
+    combined by DeepEP's low-latency (``low_latency``) or normal kernels."""
     cfg = dep.model
     ops = layer_forward(cfg, batch=1, seq=tokens, dtype=dep.act_dtype, layer=layer, tp=dep.tp,
                         grouped_experts=dep.grouped_experts, moe_glue=dep.moe_glue)
     ops = [op for op in ops if not isinstance(op, Attention | Scan)]  # ``mixer_templates``
-    if dep.ep > 1 and cfg.is_moe_layer(layer):
+    if dep.dp_attention and cfg.is_moe_layer(layer):
+        group = tokens * dep.dp if group_tokens is None else group_tokens
+        ops = wide_expert_ops(ops, dep, group_tokens=group) + dispatch_combine_ops(
+            dep, rank_tokens=tokens, low_latency=low_latency)
+    elif dep.ep > 1 and cfg.is_moe_layer(layer):
         ops = expert_parallel_ops(ops, cfg, tokens=tokens, tp=dep.tp, ep=dep.ep,
                                   act_dtype=dep.act_dtype)  # fmt: skip
     kind = cfg.layer_kind(layer)
@@ -123,6 +139,29 @@ def token_ops(dep, *, tokens: int, layer: int = 0) -> list[Op]:
         reduce_bytes = tokens * cfg.d_model * dtype_bytes(dep.act_dtype)
         ops.append(_collective("tp all_reduce", "all_reduce", dep.tp, reduce_bytes, count=2))
     return _as_run(ops, dep.impl)
+
+
+def token_part(dep, *, tokens: int, layer: int = 0, group_tokens: int | None = None,
+               low_latency: bool = True) -> tuple[list[Op], dict[int, KernelTime], int]:  # fmt: skip
+    """(kernels, their times by ``id``, micro-batches) of one block's token part as it runs:
+    ``token_ops`` priced one by one; in a wide-EP group a dispatch's (combine's) NVLink and
+    NIC transfers at once (the slower counts), and under two-batch overlap two micro-batches of
+    half the tokens, each hiding the other's all-to-alls behind its compute (``wide_ep``).
+    The one price of the token part of ``iteration_breakdown`` and ``StepModel``."""
+    parts = 2 if dep.two_batch_overlap else 1
+    if parts == 2:
+        tokens = -(-tokens // 2)
+        group_tokens = None if group_tokens is None else -(-group_tokens // 2)
+    ops = token_ops(dep, tokens=tokens, layer=layer, group_tokens=group_tokens,
+                    low_latency=low_latency)  # fmt: skip
+    times = [price_op(op, dep) for op in ops]
+    if dep.dp_attention:
+        kept = concurrent_links(ops, [t.total_s for t in times])
+        times = [t.scaled(k / t.total_s) if t.total_s else t for t, k in zip(times, kept, strict=True)]
+        if parts == 2:
+            f = overlap_factor(ops, [t.total_s for t in times])
+            times = [t.scaled(f) if is_a2a(op) else t for op, t in zip(ops, times, strict=True)]
+    return ops, {id(op): t for op, t in zip(ops, times, strict=True)}, parts
 
 
 def outer_ops(dep, *, tokens: int, first: bool = True, last: bool = True) -> list[Op]:
@@ -305,33 +344,71 @@ def iteration_breakdown(dep, batch: Batch) -> Breakdown:
     return stage_breakdown(dep, batch, None, overhead=True)
 
 
+@dataclass(frozen=True, slots=True)
+class RankShare:
+    """The busiest attention rank's share of an iteration of a wide-EP group (``wide_ep``); the
+    whole iteration otherwise."""
+
+    tokens: int
+    decode_seqs: int
+    kv_tokens: float
+    samples: int
+
+
+def rank_share(dep, batch: Batch) -> RankShare:
+    """``batch`` (already padded) as its busiest attention rank runs it (``wide_ep``)."""
+    n = dep.dp
+    if n == 1:
+        return RankShare(batch.tokens, batch.decode_seqs, batch.decode_kv_tokens, batch.samples)
+    largest = max((c for c, _, _ in batch.prefill), default=0)
+    seqs = -(-batch.decode_seqs // n)
+    kv = batch.decode_kv_tokens * seqs / batch.decode_seqs if batch.decode_seqs else 0.0
+    return RankShare(busiest_rank_tokens(dep, batch.tokens, largest), seqs, kv,
+                     -(-batch.samples // n))  # fmt: skip
+
+
+def prefill_share(dep, piece_s: list[float]) -> float:
+    """The busiest rank's share of the prefill pieces' attention (``piece_s``: each piece's
+    time, all blocks): all of it on one rank, else the larger of an even split and the longest
+    piece (a piece is not split)."""
+    total = sum(piece_s)
+    if dep.dp == 1 or not total:
+        return 1.0
+    return max(total / dep.dp, max(piece_s)) / total
+
+
 def stage_breakdown(dep, batch: Batch, stage, *, overhead: bool) -> Breakdown:
     """One iteration's kernels on one pipeline ``stage`` (None: the whole model), with their
-    launch, and the CPU's fixed cost when ``overhead``."""
+    launch, and the CPU's fixed cost when ``overhead`` (a wide-EP group: its busiest rank)."""
     items: list[Item] = []
     running = batch.seqs  # before any padding
     batch = padded_batch(dep, batch)
-    tokens = batch.tokens
+    tokens, rank = batch.tokens, rank_share(dep, batch)
     first, last = (True, True) if stage is None else (stage.first, stage.last)
     groups = layer_groups(dep.model) if stage is None else stage_groups(dep.model, stage)
     n_layers = sum(count for _, count in groups)
     if tokens:
-        items += _items(outer_ops(dep, tokens=tokens, first=first, last=last), dep)
+        items += _items(outer_ops(dep, tokens=rank.tokens, first=first, last=last), dep)
+    pieces: list[list[Item]] = [[] for _ in batch.prefill]
     for layer, count in groups:
         if tokens:
-            items += _items(token_ops(dep, tokens=tokens, layer=layer), dep, repeat=count)
+            ops, times, parts = token_part(dep, tokens=rank.tokens, layer=layer,
+                                           group_tokens=tokens, low_latency=not batch.prefill)
+            items += priced_items(ops, dep.acc, dep.eff, phase="iteration", repeat=count * parts,
+                                  price_fn=lambda op, t=times: t[id(op)])  # fmt: skip
         for att in mixer_templates(dep, layer=layer):
-            if batch.decode_seqs:
-                dec = decode_ops(dep, att, seqs=batch.decode_seqs,
-                                 kv_tokens=batch.decode_kv_tokens)
+            if rank.decode_seqs:
+                dec = decode_ops(dep, att, seqs=rank.decode_seqs, kv_tokens=rank.kv_tokens)
                 items += _items(dec, dep, repeat=count)
-            for c, cached, seqs in batch.prefill:
+            for j, (c, cached, seqs) in enumerate(batch.prefill):
                 pre = prefill_attention(att, tokens=c, cached=cached, seqs=seqs)
-                items += _items([pre], dep, repeat=count)
-    if batch.decode_seqs:
-        items += _items(cache_ops(dep, batch.decode_kv_tokens), dep, repeat=n_layers)
-    if batch.samples and last:
-        items += _items(sample_ops(dep, seqs=batch.samples), dep)
+                pieces[j] += _items([pre], dep, repeat=count)
+    share = prefill_share(dep, [sum(i.time_s for i in p) for p in pieces])
+    items += [replace(i, time_s=i.time_s * share) for p in pieces for i in p]
+    if rank.decode_seqs:
+        items += _items(cache_ops(dep, rank.kv_tokens), dep, repeat=n_layers)
+    if rank.samples and last:
+        items += _items(sample_ops(dep, seqs=rank.samples), dep)
     graph = dep.cuda_graph and not batch.prefill
     kernels_s = sum(i.time_s for i in items)
     cost = iteration_launch(dep, sum(i.kernels for i in items), kernels_s,

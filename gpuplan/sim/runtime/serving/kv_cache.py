@@ -33,6 +33,7 @@ from gpuplan.errors import GpuplanError
 from gpuplan.sim.runtime.serving.blocks import BlockRule
 from gpuplan.sim.runtime.serving.pipeline import binding_stage, fitting_pp
 from gpuplan.sim.runtime.serving.quantization import block_weights_bytes
+from gpuplan.sim.runtime.serving.wide_ep import dp_weights_bytes
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.layer_kinds import STATE_KINDS, TOKEN_CACHE_KINDS
 from gpuplan.workloads.memory import (
@@ -196,6 +197,8 @@ def kv_capacity(dep, sched, speculator=None) -> KvCapacity:
     needed = cap.blocks_of(sched.model_len(dep.model))
     if cap.blocks < needed:
         raise GpuplanError(_does_not_fit(dep, sched, cap, needed))
+    if dep.dp > 1:  # a wide-EP group pools its ranks' caches (``wide_ep``)
+        return replace(cap, blocks=cap.blocks * dep.dp)
     return cap
 
 
@@ -204,6 +207,8 @@ def _capacity(dep, sched, tp: int, speculator=None) -> KvCapacity:
     tokens = sched.batched_tokens(cfg) or sched.model_len(cfg)
     per_token = kv_bytes_per_token(cfg, tp=tp, kv_dtype=dep.kv_dtype)
     weights = weights_bytes_per_gpu(cfg, tp=tp, weight_dtype=dep.weight_dtype)
+    if dep.dp_attention:  # attention replicated per rank, experts over the group (``wide_ep``)
+        weights = dp_weights_bytes(dep)
     if speculator is not None:
         per_token += speculator.kv_bytes_per_token(tp)
         weights += speculator.extra_weights_bytes(tp)
@@ -214,7 +219,9 @@ def _capacity(dep, sched, tp: int, speculator=None) -> KvCapacity:
     per_token /= rule.units
     block_bytes = sched.block_tokens * per_token
     usable = dep.acc.hbm_bytes * sched.memory_utilization
-    work = workspace_bytes(cfg, tp=tp, tokens=tokens, seqs=sched.max_seqs, act_dtype=dep.act_dtype)
+    # a wide-EP group's limits are its ranks' together (``wide_ep.group_scheduler``)
+    work = workspace_bytes(cfg, tp=tp, tokens=-(-tokens // dep.dp),
+                           seqs=-(-sched.max_seqs // dep.dp), act_dtype=dep.act_dtype)
     blocks = max(0, math.floor((usable - weights - work) / block_bytes))
     if dep.pp > 1:  # each stage its own weights and its blocks' share: the tightest one binds
         weights, block_bytes, blocks = binding_stage(dep, tp=tp, free_bytes=usable - work,

@@ -133,7 +133,8 @@ def check_ep(cfg: ModelConfig, tp: int, ep: int) -> None:
     if tp % ep:
         raise GpuplanError(
             f"ep={ep} is invalid at tp={tp}: the experts are sharded over GPUs of one pipeline "
-            f"stage, so ep must divide tp (ep=tp is vLLM's --enable-expert-parallel)"
+            f"stage, so ep must divide tp (ep=tp is vLLM's --enable-expert-parallel); for experts "
+            f"over ep={ep} GPUs of data-parallel attention ranks add --dp-attention"
         )
 
 
