@@ -268,6 +268,8 @@ def _does_not_fit(dep, sched, cap: KvCapacity, needed: int) -> str:
         f"GB of workspace per GPU leave room for {cap.tokens} cached tokens of the "
         f"{sched.model_len(cfg)} one request may need ({cap.usable_bytes / gb:.1f} GB usable)"
     )
+    if dep.dp_attention:  # a wide-EP group: its experts over more GPUs
+        return f"{head}; spread the experts over more GPUs (a wider --ep)"
     tp = fitting_tp(dep, sched)
     if tp is not None and tp > dep.tp:
         return f"{head}; it needs tp={tp} ({tp} GPUs per replica)"
