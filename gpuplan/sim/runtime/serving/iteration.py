@@ -33,7 +33,8 @@ its own blocks, the first the embedding, the last the final norm and the samplin
 every stage issues its own kernels (one worker process per GPU); the stages of one iteration
 are joined by point-to-point sends (``pipeline_breakdown``, whose time is ``StepModel``'s).
 Under expert parallelism a MoE block's routed experts are cut whole and their tokens move in
-two all-to-alls (``pipeline.expert_parallel_ops``).
+two all-to-alls (``pipeline.expert_parallel_ops``); a wide-EP group with data-parallel attention
+(``wide_ep``) runs in lockstep, its iteration priced as its busiest rank runs it.
 """
 
 from __future__ import annotations
@@ -47,9 +48,8 @@ from gpuplan.sim.estimate.breakdown import Breakdown, Item, priced_items
 from gpuplan.sim.estimate.compilation import eager, fuse_elementwise
 from gpuplan.sim.estimate.composite import layer_groups
 from gpuplan.sim.runtime.serving.pipeline import (
-    expert_parallel_ops,
     micro_batches,
-    p2p_s,
+    send_items,
     stage_groups,
 )
 from gpuplan.sim.runtime.serving.quantization import (
@@ -58,12 +58,11 @@ from gpuplan.sim.runtime.serving.quantization import (
     quantized_gemm_time,
 )
 from gpuplan.sim.runtime.serving.wide_ep import (
-    busiest_rank_tokens,
-    concurrent_links,
-    dispatch_combine_ops,
-    is_a2a,
-    overlap_factor,
-    wide_expert_ops,
+    busiest_rank_pieces,
+    micro_batch_tokens,
+    moe_ops,
+    priced_together,
+    rank_share,
 )
 from gpuplan.workloads.attention_block import kv_cache_append
 from gpuplan.workloads.dtypes import dtype_bytes
@@ -116,21 +115,14 @@ def _as_run(ops: list[Op], impl: str) -> list[Op]:
 def token_ops(dep, *, tokens: int, layer: int = 0, group_tokens: int | None = None,
               low_latency: bool = True) -> list[Op]:  # fmt: skip
     """One block's kernels over ``tokens`` tokens, attention excepted: GEMMs, norms, RoPE, adds,
-    the KV-cache append and, under tensor parallelism, its two all-reduces (Megatron). In a
-    wide-EP group (``wide_ep``) ``tokens`` are the busiest rank's and ``group_tokens`` (default
-    ``dp`` times as many) the group's, whose routed rows the experts run, dispatched and
-    combined by DeepEP's low-latency (``low_latency``) or normal kernels."""
+    the KV-cache append and, under tensor parallelism, its two all-reduces (Megatron); a MoE
+    block's experts under expert parallelism as ``wide_ep.moe_ops`` runs them."""
     cfg = dep.model
     ops = layer_forward(cfg, batch=1, seq=tokens, dtype=dep.act_dtype, layer=layer, tp=dep.tp,
                         grouped_experts=dep.grouped_experts, moe_glue=dep.moe_glue)
     ops = [op for op in ops if not isinstance(op, Attention | Scan)]  # ``mixer_templates``
-    if dep.dp_attention and cfg.is_moe_layer(layer):
-        group = tokens * dep.dp if group_tokens is None else group_tokens
-        ops = wide_expert_ops(ops, dep, group_tokens=group) + dispatch_combine_ops(
-            dep, rank_tokens=tokens, low_latency=low_latency)
-    elif dep.ep > 1 and cfg.is_moe_layer(layer):
-        ops = expert_parallel_ops(ops, cfg, tokens=tokens, tp=dep.tp, ep=dep.ep,
-                                  act_dtype=dep.act_dtype)  # fmt: skip
+    if dep.ep > 1 and cfg.is_moe_layer(layer):
+        ops = moe_ops(ops, dep, tokens=tokens, group_tokens=group_tokens, low_latency=low_latency)
     kind = cfg.layer_kind(layer)
     if kind in TOKEN_CACHE_KINDS:  # a fixed-state layer writes its state in its scan
         ops.append(kv_cache_append(cfg, tokens=tokens, dtype=dep.kv_dtype, tp=dep.tp,
@@ -144,24 +136,12 @@ def token_ops(dep, *, tokens: int, layer: int = 0, group_tokens: int | None = No
 def token_part(dep, *, tokens: int, layer: int = 0, group_tokens: int | None = None,
                low_latency: bool = True) -> tuple[list[Op], dict[int, KernelTime], int]:  # fmt: skip
     """(kernels, their times by ``id``, micro-batches) of one block's token part as it runs:
-    ``token_ops`` priced one by one; in a wide-EP group a dispatch's (combine's) NVLink and
-    NIC transfers at once (the slower counts), and under two-batch overlap two micro-batches of
-    half the tokens, each hiding the other's all-to-alls behind its compute (``wide_ep``).
-    The one price of the token part of ``iteration_breakdown`` and ``StepModel``."""
-    parts = 2 if dep.two_batch_overlap else 1
-    if parts == 2:
-        tokens = -(-tokens // 2)
-        group_tokens = None if group_tokens is None else -(-group_tokens // 2)
+    ``token_ops`` priced as a wide-EP group overlaps them (``wide_ep.priced_together``): the
+    one price of the token part of ``iteration_breakdown`` and ``StepModel``."""
+    parts, tokens, group_tokens = micro_batch_tokens(dep, tokens, group_tokens)
     ops = token_ops(dep, tokens=tokens, layer=layer, group_tokens=group_tokens,
                     low_latency=low_latency)  # fmt: skip
-    times = [price_op(op, dep) for op in ops]
-    if dep.dp_attention:
-        kept = concurrent_links(ops, [t.total_s for t in times])
-        times = [t.scaled(k / t.total_s) if t.total_s else t for t, k in zip(times, kept, strict=True)]
-        if parts == 2:
-            f = overlap_factor(ops, [t.total_s for t in times])
-            times = [t.scaled(f) if is_a2a(op) else t for op, t in zip(ops, times, strict=True)]
-    return ops, {id(op): t for op, t in zip(ops, times, strict=True)}, parts
+    return ops, priced_together(dep, ops, [price_op(op, dep) for op in ops]), parts
 
 
 def outer_ops(dep, *, tokens: int, first: bool = True, last: bool = True) -> list[Op]:
@@ -344,39 +324,6 @@ def iteration_breakdown(dep, batch: Batch) -> Breakdown:
     return stage_breakdown(dep, batch, None, overhead=True)
 
 
-@dataclass(frozen=True, slots=True)
-class RankShare:
-    """The busiest attention rank's share of an iteration of a wide-EP group (``wide_ep``); the
-    whole iteration otherwise."""
-
-    tokens: int
-    decode_seqs: int
-    kv_tokens: float
-    samples: int
-
-
-def rank_share(dep, batch: Batch) -> RankShare:
-    """``batch`` (already padded) as its busiest attention rank runs it (``wide_ep``)."""
-    n = dep.dp
-    if n == 1:
-        return RankShare(batch.tokens, batch.decode_seqs, batch.decode_kv_tokens, batch.samples)
-    largest = max((c for c, _, _ in batch.prefill), default=0)
-    seqs = -(-batch.decode_seqs // n)
-    kv = batch.decode_kv_tokens * seqs / batch.decode_seqs if batch.decode_seqs else 0.0
-    return RankShare(busiest_rank_tokens(dep, batch.tokens, largest), seqs, kv,
-                     -(-batch.samples // n))  # fmt: skip
-
-
-def prefill_share(dep, piece_s: list[float]) -> float:
-    """The busiest rank's share of the prefill pieces' attention (``piece_s``: each piece's
-    time, all blocks): all of it on one rank, else the larger of an even split and the longest
-    piece (a piece is not split)."""
-    total = sum(piece_s)
-    if dep.dp == 1 or not total:
-        return 1.0
-    return max(total / dep.dp, max(piece_s)) / total
-
-
 def stage_breakdown(dep, batch: Batch, stage, *, overhead: bool) -> Breakdown:
     """One iteration's kernels on one pipeline ``stage`` (None: the whole model), with their
     launch, and the CPU's fixed cost when ``overhead`` (a wide-EP group: its busiest rank)."""
@@ -403,8 +350,7 @@ def stage_breakdown(dep, batch: Batch, stage, *, overhead: bool) -> Breakdown:
             for j, (c, cached, seqs) in enumerate(batch.prefill):
                 pre = prefill_attention(att, tokens=c, cached=cached, seqs=seqs)
                 pieces[j] += _items([pre], dep, repeat=count)
-    share = prefill_share(dep, [sum(i.time_s for i in p) for p in pieces])
-    items += [replace(i, time_s=i.time_s * share) for p in pieces for i in p]
+    items += busiest_rank_pieces(dep, pieces)
     if rank.decode_seqs:
         items += _items(cache_ops(dep, rank.kv_tokens), dep, repeat=n_layers)
     if rank.samples and last:
@@ -445,15 +391,9 @@ def pipeline_breakdown(dep, batch: Batch) -> Breakdown:
     cells = [[stage_breakdown(dep, Batch(prefill=p, decode_seqs=d, decode_kv_tokens=kv,
                                          sampled=s), st, overhead=False)
               for st in dep.stages] for p, d, kv, s in parts]  # fmt: skip
-    sends = [_send_items(dep, padded_batch(dep, Batch(prefill=p, decode_seqs=d)).tokens)
+    sends = [send_items(dep, padded_batch(dep, Batch(prefill=p, decode_seqs=d)).tokens)
              for p, d, _, _ in parts]  # fmt: skip
     paths = [[i for cell in row for i in cell.items] + items for row, items in zip(cells, sends, strict=True)]
     paths += [[i for row in cells for i in row[s].items] for s in range(dep.pp)]
     items = max(paths, key=lambda path: sum(i.time_s for i in path))
     return Breakdown(items=tuple(items + _cpu_items(dep, batch.seqs)))
-
-
-def _send_items(dep, tokens: int) -> list[Item]:
-    return [Item(layer="parallel", category="communication", op=f"pp send stage {b} -> {b + 1}",
-                 phase="iteration", time_s=p2p_s(dep, tokens, b), bound="bandwidth")
-            for b in range(dep.pp - 1)]  # fmt: skip

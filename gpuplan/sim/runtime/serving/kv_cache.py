@@ -189,6 +189,17 @@ class KvCapacity:
         return self.blocks * self.block_bytes
 
 
+def check_servable(dep) -> None:
+    """A serving simulation keeps a paged or static cache: a dynamic one (Hugging Face's
+    ``DynamicCache``, a ``torch.cat`` per step) is priced per iteration (``StepModel``,
+    ``iteration_breakdown``) but not simulated as traffic."""
+    if dep.kv_cache == "dynamic":
+        raise GpuplanError(
+            "kv_cache='dynamic' (a torch.cat per step) is not simulated: a serving engine "
+            "keeps a paged or static cache"
+        )
+
+
 def kv_capacity(dep, sched, speculator=None) -> KvCapacity:
     """Blocks of the replica's KV cache; a model that does not fit is an error naming the TP
     (and GPU count) it would need. A ``speculative.Speculator``'s drafter takes its weights and

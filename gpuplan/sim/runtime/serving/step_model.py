@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.price import host_calls, kernel_count
 from gpuplan.sim.estimate.composite import layer_groups
 from gpuplan.sim.runtime.serving.decode_runs import DecodeRuns, run_costs
@@ -29,12 +28,12 @@ from gpuplan.sim.runtime.serving.iteration import (
     mixer_templates,
     outer_ops,
     prefill_attention,
-    prefill_share,
     price_op,
     sample_ops,
     token_ops,
     token_part,
 )
+from gpuplan.sim.runtime.serving.kv_cache import check_servable  # (its callers' old home)
 from gpuplan.sim.runtime.serving.pipeline import (
     Stage,
     micro_batches,
@@ -42,21 +41,10 @@ from gpuplan.sim.runtime.serving.pipeline import (
     pipeline_period_s,
     stage_groups,
 )
-from gpuplan.sim.runtime.serving.wide_ep import busiest_rank_tokens
+from gpuplan.sim.runtime.serving.wide_ep import busiest_rank_tokens, prefill_share
 from gpuplan.workloads.ops import Op
 
-__all__ = ["Batch", "StepModel", "iteration_breakdown"]
-
-
-def check_servable(dep) -> None:
-    """A serving simulation keeps a paged or static cache: a dynamic one (Hugging Face's
-    ``DynamicCache``, a ``torch.cat`` per step) is priced per iteration (``StepModel``,
-    ``iteration_breakdown``) but not simulated as traffic."""
-    if dep.kv_cache == "dynamic":
-        raise GpuplanError(
-            "kv_cache='dynamic' (a torch.cat per step) is not simulated: a serving engine "
-            "keeps a paged or static cache"
-        )
+__all__ = ["Batch", "StepModel", "check_servable", "iteration_breakdown"]
 
 
 def _total_s(ops: list[Op], dep) -> float:
@@ -121,12 +109,10 @@ class StepModel(DecodeRuns):
         """Token part of an iteration over ``tokens`` tokens (all blocks, embedding, norm); a
         wide-EP group's over its busiest rank's ``rank_tokens`` (default: an even spread),
         its all-to-alls DeepEP's ``low_latency`` kernels or the normal ones (``wide_ep``)."""
-        dp = self.dep.dp
-        if dp > 1:
+        if self.dep.dp > 1:
             rank_tokens = rank_tokens or busiest_rank_tokens(self.dep, tokens)
-            key = (tokens, rank_tokens, low_latency)
-        else:
-            rank_tokens, key = tokens, tokens
+        key = (tokens, rank_tokens, low_latency) if self.dep.dp > 1 else tokens
+        rank_tokens = rank_tokens or tokens
         hit = self._token_memo.get(key)
         if hit is None:
             dep = self.dep

@@ -51,10 +51,10 @@ How the simulator represents it (``Deployment.dp_attention``):
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from gpuplan.errors import GpuplanError
-from gpuplan.sim.runtime.serving.pipeline import NODE_GPUS
+from gpuplan.sim.runtime.serving.pipeline import NODE_GPUS, expert_parallel_ops
 from gpuplan.sim.runtime.serving.quantization import block_weights_bytes, weight_bytes_per_param
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.ops import Collective, Elementwise, Gemm, Op
@@ -145,6 +145,20 @@ def expert_rows(dep, group_tokens: int) -> float:
     return group_tokens * dep.model.top_k / dep.ep * expert_imbalance(dep, group_tokens)
 
 
+def moe_ops(ops: list[Op], dep, *, tokens: int, group_tokens: int | None,
+            low_latency: bool) -> list[Op]:  # fmt: skip
+    """A MoE block's kernels (``ops``, built at ``tokens`` and ``tp``) under expert parallelism:
+    a wide-EP group's busiest GPU (``tokens`` its rank's, ``group_tokens`` the group's, default
+    ``dp`` times as many; DeepEP's ``low_latency`` or normal kernels), or experts over ``ep``
+    GPUs of a stage (``pipeline.expert_parallel_ops``)."""
+    if not dep.dp_attention:
+        return expert_parallel_ops(ops, dep.model, tokens=tokens, tp=dep.tp, ep=dep.ep,
+                                   act_dtype=dep.act_dtype)  # fmt: skip
+    group = tokens * dep.dp if group_tokens is None else group_tokens
+    return wide_expert_ops(ops, dep, group_tokens=group) + dispatch_combine_ops(
+        dep, rank_tokens=tokens, low_latency=low_latency)
+
+
 def wide_expert_ops(ops: list[Op], dep, *, group_tokens: int) -> list[Op]:
     """One MoE block's kernels (``ops``, built at the rank's tokens and ``tp``) on the busiest
     GPU of a group: its expert slots whole (not sliced over tp) over ``expert_rows`` rows."""
@@ -201,6 +215,65 @@ def dispatch_combine_ops(dep, *, rank_tokens: int, low_latency: bool) -> list[Op
                 ops.append(Collective(name=f"{name} {mode} {link}", op="all_to_all", world=world,
                                       bytes_per_rank=sent * world / (world - 1), link=link))  # fmt: skip
     return ops
+
+
+def micro_batch_tokens(dep, tokens: int, group_tokens: int | None) -> tuple[int, int, int | None]:
+    """(micro-batches, tokens, group tokens) of each: two halves under two-batch overlap."""
+    if not dep.two_batch_overlap:
+        return 1, tokens, group_tokens
+    return 2, -(-tokens // 2), None if group_tokens is None else -(-group_tokens // 2)
+
+
+def priced_together(dep, ops: list[Op], times: list) -> dict:
+    """``times`` (``KernelTime`` of each of ``ops``) by ``id(op)``, as a wide-EP group runs
+    them: a dispatch's (combine's) two links at once (``concurrent_links``), and under two-batch
+    overlap the all-to-alls' exposed share only (``overlap_factor``)."""
+    if dep.dp_attention:
+        kept = concurrent_links(ops, [t.total_s for t in times])
+        times = [t.scaled(k / t.total_s) if t.total_s else t for t, k in zip(times, kept, strict=True)]
+        if dep.two_batch_overlap:
+            f = overlap_factor(ops, [t.total_s for t in times])
+            times = [t.scaled(f) if is_a2a(op) else t for op, t in zip(ops, times, strict=True)]
+    return {id(op): t for op, t in zip(ops, times, strict=True)}
+
+
+@dataclass(frozen=True, slots=True)
+class RankShare:
+    """The busiest attention rank's share of an iteration of a wide-EP group (``wide_ep``); the
+    whole iteration otherwise."""
+
+    tokens: int
+    decode_seqs: int
+    kv_tokens: float
+    samples: int
+
+
+def rank_share(dep, batch) -> RankShare:
+    """``batch`` (already padded) as its busiest attention rank runs it (``wide_ep``)."""
+    n = dep.dp
+    if n == 1:
+        return RankShare(batch.tokens, batch.decode_seqs, batch.decode_kv_tokens, batch.samples)
+    largest = max((c for c, _, _ in batch.prefill), default=0)
+    seqs = -(-batch.decode_seqs // n)
+    kv = batch.decode_kv_tokens * seqs / batch.decode_seqs if batch.decode_seqs else 0.0
+    return RankShare(busiest_rank_tokens(dep, batch.tokens, largest), seqs, kv,
+                     -(-batch.samples // n))  # fmt: skip
+
+
+def prefill_share(dep, piece_s: list[float]) -> float:
+    """The busiest rank's share of the prefill pieces' attention (``piece_s``: each piece's
+    time, all blocks): all of it on one rank, else the larger of an even split and the longest
+    piece (a piece is not split)."""
+    total = sum(piece_s)
+    if dep.dp == 1 or not total:
+        return 1.0
+    return max(total / dep.dp, max(piece_s)) / total
+
+
+def busiest_rank_pieces(dep, pieces: list[list]) -> list:
+    """The prefill pieces' attention items (one list a piece) at the busiest rank's share."""
+    share = prefill_share(dep, [sum(i.time_s for i in p) for p in pieces])
+    return [replace(i, time_s=i.time_s * share) for p in pieces for i in p]
 
 
 def is_a2a(op: Op) -> bool:
