@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -191,3 +192,14 @@ def test_plan_offers_wide_ep_for_moe_only():
     assert {c.ep for c, _ in found} == {8, 16, 32}  # 64 > max_gpus
     assert all(c.unit_gpus == c.ep for c, _ in found)
     assert not list(wide_ep_candidates(get_model("llama3-8b"), acc, eff, space))
+
+
+def test_dp_attention_holds_more_of_mla_s_cache_than_tp8_on_the_same_gpus():
+    # MLA's latent is replicated on every TP rank (kv_cache module docstring); a DP rank keeps
+    # only its own sequences', so 32 GPUs as one group cache far more tokens than 4 x TP8
+    sched = SchedulerConfig(policy="chunked", max_seqs=256)
+    tp8 = kv_capacity(deployment("deepseek-v3", "h200", tp=8, weight_dtype="fp8",
+                                 kv_dtype="fp8"), sched).tokens  # fmt: skip
+    wide = kv_capacity(_group(), replace(sched, max_seqs=256 * 32,
+                                         max_batched_tokens=2048 * 32)).tokens  # fmt: skip
+    assert wide > 4 * tp8 * 8  # 4 replicas, each caching every token on all 8 of its GPUs
