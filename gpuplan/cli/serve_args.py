@@ -95,7 +95,23 @@ def add_pipeline_options(p) -> None:
                    help="N blocks on the first stage, M on the last, the rest split evenly")  # fmt: skip
     p.add_argument("--ep", type=gpu_count, default=1,
                    help="MoE: GPUs of a stage the experts are sharded over (divides --tp; "
-                   "--ep = --tp is vLLM's --enable-expert-parallel)")  # fmt: skip
+                   "--ep = --tp is vLLM's --enable-expert-parallel; with --dp-attention the "
+                   "GPUs of a wide-EP group, up to the whole deployment)")  # fmt: skip
+    add_wide_ep_options(p)
+
+
+def add_wide_ep_options(p) -> None:
+    """--dp-attention, --expert-imbalance, --redundant-experts, --two-batch-overlap."""
+    p.add_argument("--dp-attention", action="store_true",
+                   help="MoE: attention data-parallel over --replicas ranks of --tp GPUs, the "
+                   "experts over groups of --ep GPUs (SGLang --enable-dp-attention)")  # fmt: skip
+    p.add_argument("--expert-imbalance", type=positive(float), default=None,
+                   help="busiest EP rank's routed tokens over the mean (default: expected "
+                   "under uniform top-k routing of each batch)")  # fmt: skip
+    p.add_argument("--redundant-experts", type=non_negative(int, 1 << 16), default=0,
+                   help="extra expert copies over each group (EPLB)")  # fmt: skip
+    p.add_argument("--two-batch-overlap", action="store_true",
+                   help="two micro-batches hide each other's all-to-alls")  # fmt: skip
 
 
 def accept_rate_arg(text: str) -> float | tuple[float, ...]:

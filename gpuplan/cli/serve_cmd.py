@@ -62,6 +62,7 @@ def register(subparsers) -> None:
 def run_serve(args) -> int:
     from gpuplan.sim.runtime.serving.disagg import Disaggregation, serve_disaggregated
     from gpuplan.sim.runtime.serving.engine import simulate
+    from gpuplan.sim.runtime.serving.wide_ep import group_scheduler
 
     if getattr(args, "reproduce", False):
         return run_reproduce(args)
@@ -74,7 +75,7 @@ def run_serve(args) -> int:
 
     _check_serve_outputs(args)
     dep, stack = _stack_deployment(args)
-    sched = _stack_scheduler(args, stack, dep)
+    sched = group_scheduler(_stack_scheduler(args, stack, dep), dep)
     defaults = serve_defaults(args)
     workload = _workload(args, default_requests=1000)
     common = {
@@ -86,6 +87,8 @@ def run_serve(args) -> int:
     }
     speculator = _speculator(args, dep, stack)
     if args.disaggregate:
+        if dep.dp_attention:
+            raise GpuplanError("--disaggregate with --dp-attention is not modelled yet: drop one")
         if speculator is not None:
             raise GpuplanError("--speculative with --disaggregate is not modelled: drop one")
         p, d = args.disaggregate
@@ -93,9 +96,9 @@ def run_serve(args) -> int:
         result = serve_disaggregated(dep, sched, workload, dis, **common)
         replicas = dis.replicas
     else:
-        result = simulate(dep, sched, workload, replicas=args.replicas, router=args.router,
+        replicas = simulated_replicas(args, dep)
+        result = simulate(dep, sched, workload, replicas=replicas, router=args.router,
                           speculator=speculator, **common)  # fmt: skip
-        replicas = args.replicas
     if args.requests_csv:
         write_csv(args.requests_csv, result.requests)
     if args.timeline_csv:
@@ -135,8 +138,31 @@ def _stack_deployment(args):
     dep = overridden_deployment(args.model, args.gpu, stack, fit=efficiency_fit(args), tp=args.tp,
                                 weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype, pp=pp,
                                 ep=ep, pp_layers=layers, eager_decode=args.no_cuda_graph,
-                                impl=args.impl)  # fmt: skip
+                                impl=args.impl, **wide_ep_fields(args))  # fmt: skip
     return dep, stack
+
+
+def wide_ep_fields(args) -> dict:
+    """The ``Deployment`` fields of --dp-attention and its companions (those given only)."""
+    names = ("dp_attention", "expert_imbalance", "redundant_experts", "two_batch_overlap")
+    unset = (False, None, 0, False)
+    return {n: getattr(args, n) for n, u in zip(names, unset, strict=True)
+            if getattr(args, n, u) != u}  # fmt: skip
+
+
+def simulated_replicas(args, dep) -> int:
+    """Replicas the simulator runs: ``--replicas``, or under --dp-attention the groups of
+    ``ep`` GPUs that ``--replicas`` ranks of ``--tp`` GPUs make."""
+    if not dep.dp_attention:
+        return args.replicas
+    gpus = args.replicas * dep.tp
+    if gpus % dep.ep:
+        raise GpuplanError(
+            f"--replicas {args.replicas} x --tp {dep.tp} = {gpus} GPUs do not make whole groups "
+            f"of --ep {dep.ep} GPUs under --dp-attention: give --replicas a multiple of "
+            f"{dep.ep // dep.tp}"
+        )
+    return gpus // dep.ep
 
 
 def _pp_layers(args) -> tuple[int, ...] | None:
@@ -175,6 +201,15 @@ def _check_serve_outputs(args) -> None:
         )
 
 
+def _wide_ep_doc(dep, groups: int) -> dict:
+    """The wide-EP keys of a ``--dp-attention`` run's config (none otherwise)."""
+    if not dep.dp_attention:
+        return {}
+    return {"dp_attention": True, "ep_groups": groups, "expert_imbalance": dep.expert_imbalance,
+            "redundant_experts": dep.redundant_experts,
+            "two_batch_overlap": dep.two_batch_overlap}  # fmt: skip
+
+
 def _serve_doc(args, dep, sched, workload, result, replicas: int, stack=None) -> dict:
     from gpuplan.sim.runtime.serving.quantization import weight_path
 
@@ -188,8 +223,9 @@ def _serve_doc(args, dep, sched, workload, result, replicas: int, stack=None) ->
         "pp": dep.pp,
         "pp_layers": list(dep.pp_layers or (dep.model.n_layers,)),
         "ep": dep.ep,
-        "replicas": replicas,
+        "replicas": replicas * dep.dp,  # a wide-EP group's attention ranks are its replicas
         "gpus": replicas * dep.gpus,
+        **_wide_ep_doc(dep, replicas),
         "disaggregate": None if not args.disaggregate else "{}:{}".format(*args.disaggregate),
         "policy": sched.policy,
         "max_seqs": sched.max_seqs,
@@ -210,7 +246,7 @@ def _serve_doc(args, dep, sched, workload, result, replicas: int, stack=None) ->
             "blocks": cap.blocks,
             "block_tokens": cap.block_tokens,
             "tokens": cap.tokens,
-            "kv_bytes_per_gpu": cap.kv_bytes,
+            "kv_bytes_per_gpu": cap.kv_bytes / dep.dp,  # a wide-EP group pools dp ranks
             "weights_bytes_per_gpu": cap.weights_bytes,
             "workspace_bytes_per_gpu": cap.workspace_bytes,
         },

@@ -33,6 +33,8 @@ def _setup_lines(doc: dict) -> list[str]:
         f"{c['model']} on {c['gpus']} x {c['gpu']}: {layout}, tp={c['tp']}, "
         + (f"pp={c['pp']} (blocks {','.join(map(str, c['pp_layers']))}), " if c.get("pp", 1) > 1 else "")
         + (f"ep={c['ep']}, " if c.get("ep", 1) > 1 else "")
+        + (f"attention data-parallel over {c['ep_groups']} group(s) of ep={c['ep']}, "
+           if c.get("dp_attention") else "")
         + f"{c['weight_dtype']} weights, {c['kv_dtype']} KV cache, {c['policy']} batching "
         f"(max {c['max_seqs']} sequences)",
         defaults_line(c.get("defaults", [])),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.attention import attention_time
 from gpuplan.hwmodels.collectives import collective_time
 from gpuplan.hwmodels.efficiency import Efficiency
@@ -22,10 +23,20 @@ def price(op: Op, acc, eff: Efficiency) -> KernelTime:
     if isinstance(op, Elementwise | Memory):
         return elementwise_time(acc, op, eff)
     if isinstance(op, Collective):
-        return collective_time(acc, op.op, op.world, op.bytes_per_rank, eff).scaled(op.count)
+        link = scaleout_link(acc) if op.link == "scaleout" else None
+        return collective_time(acc, op.op, op.world, op.bytes_per_rank, eff,
+                               link_bytes_per_s_override=link).scaled(op.count)
     if isinstance(op, Scan):
         return scan_time(acc, op, eff)
     raise TypeError(f"no price for {type(op).__name__}")
+
+
+def scaleout_link(acc) -> float:
+    """The GPU's own NIC, one direction (a collective between nodes)."""
+    if not acc.scaleout_bytes_per_s:
+        raise GpuplanError(f"{acc.key} has no scale-out bandwidth in the catalogue: a collective "
+                           "between nodes cannot be priced on it")
+    return acc.scaleout_bytes_per_s
 
 
 def kernel_count(op: Op) -> int:

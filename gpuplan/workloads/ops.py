@@ -354,6 +354,7 @@ class Collective:
     world: int
     bytes_per_rank: float  # each rank's input buffer
     count: int = 1
+    link: str = "scaleup"  # the link it crosses: scale-up (NVLink) or scale-out (the GPU's NIC)
 
     @property
     def flops(self) -> float:

@@ -16,7 +16,8 @@ Tensor parallelism stays inside one node (Megatron column/row split, Shoeybi et 
 must divide the query heads and be at most ``MAX_TP`` (an 8-GPU node: DGX/HGX). Pipeline
 parallelism (``pp`` stages of ``tp`` GPUs, ``pp_layers`` for an uneven split) and expert
 parallelism (``ep`` GPUs of a stage sharing the experts) are ``pipeline``'s: a replica is
-``tp * pp`` GPUs.
+``tp * pp`` GPUs. With ``dp_attention`` a replica is a wide-EP group of ``ep`` GPUs, attention
+data-parallel over ``ep / tp`` ranks (``wide_ep``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from gpuplan.sim.runtime.serving.pipeline import (
     stages,
 )
 from gpuplan.sim.runtime.serving.quantization import check_formats
+from gpuplan.sim.runtime.serving.wide_ep import check_wide_ep_fields, dp_ranks
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.presets import get_model
 
@@ -80,6 +82,13 @@ class Deployment:
     pp_layers: tuple[int, ...] | str | None = None  # blocks per stage, first to last; None:
     # even; "auto": training's split with the embedding and the LM head counted as blocks
     ep: int = 1  # GPUs of a stage the MoE experts are sharded over (pipeline.check_ep)
+    # wide expert parallelism (``wide_ep``): a group of ``ep`` GPUs, attention data-parallel
+    # over ``ep / tp`` ranks of ``tp`` GPUs, the experts over all ``ep``
+    dp_attention: bool = False
+    expert_imbalance: float | None = None  # busiest EP rank's routed rows over the mean (None:
+    # the expectation under uniform routing, ``wide_ep.expert_imbalance``)
+    redundant_experts: int = 0  # EPLB's extra expert copies over the group
+    two_batch_overlap: bool = False  # two micro-batches hide each other's all-to-alls
 
     def __post_init__(self) -> None:
         check_positive("tp", self.tp)
@@ -124,7 +133,9 @@ class Deployment:
         if self.pp > 1 or self.pp_layers is not None:
             counts = stage_split(self.model, self.pp, self.pp_layers)
             object.__setattr__(self, "pp_layers", counts)
-        check_ep(self.model, self.tp, self.ep)
+        check_wide_ep_fields(self)
+        if not self.dp_attention:
+            check_ep(self.model, self.tp, self.ep)
 
     def _check_padding(self) -> None:
         buckets = self.decode_buckets
@@ -143,7 +154,13 @@ class Deployment:
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp
+        """GPUs of one simulated replica: ``tp * pp``, or a wide-EP group's ``ep``."""
+        return self.ep if self.dp_attention else self.tp * self.pp
+
+    @property
+    def dp(self) -> int:
+        """Attention data-parallel ranks of the replica (``wide_ep``; 1 without)."""
+        return dp_ranks(self)
 
     @property
     def stages(self) -> tuple[Stage, ...]:

@@ -33,7 +33,8 @@ its own blocks, the first the embedding, the last the final norm and the samplin
 every stage issues its own kernels (one worker process per GPU); the stages of one iteration
 are joined by point-to-point sends (``pipeline_breakdown``, whose time is ``StepModel``'s).
 Under expert parallelism a MoE block's routed experts are cut whole and their tokens move in
-two all-to-alls (``pipeline.expert_parallel_ops``).
+two all-to-alls (``pipeline.expert_parallel_ops``); a wide-EP group with data-parallel attention
+(``wide_ep``) runs in lockstep, its iteration priced as its busiest rank runs it.
 """
 
 from __future__ import annotations
@@ -47,15 +48,21 @@ from gpuplan.sim.estimate.breakdown import Breakdown, Item, priced_items
 from gpuplan.sim.estimate.compilation import eager, fuse_elementwise
 from gpuplan.sim.estimate.composite import layer_groups
 from gpuplan.sim.runtime.serving.pipeline import (
-    expert_parallel_ops,
     micro_batches,
-    p2p_s,
+    send_items,
     stage_groups,
 )
 from gpuplan.sim.runtime.serving.quantization import (
     compute_dtype,
     op_weight_dtype,
     quantized_gemm_time,
+)
+from gpuplan.sim.runtime.serving.wide_ep import (
+    busiest_rank_pieces,
+    micro_batch_tokens,
+    moe_ops,
+    priced_together,
+    rank_share,
 )
 from gpuplan.workloads.attention_block import kv_cache_append
 from gpuplan.workloads.dtypes import dtype_bytes
@@ -105,16 +112,17 @@ def _as_run(ops: list[Op], impl: str) -> list[Op]:
     return {"fused": list, "eager": eager, "compiled": fuse_elementwise}[impl](ops)
 
 
-def token_ops(dep, *, tokens: int, layer: int = 0) -> list[Op]:
+def token_ops(dep, *, tokens: int, layer: int = 0, group_tokens: int | None = None,
+              low_latency: bool = True) -> list[Op]:  # fmt: skip
     """One block's kernels over ``tokens`` tokens, attention excepted: GEMMs, norms, RoPE, adds,
-    the KV-cache append and, under tensor parallelism, its two all-reduces (Megatron)."""
+    the KV-cache append and, under tensor parallelism, its two all-reduces (Megatron); a MoE
+    block's experts under expert parallelism as ``wide_ep.moe_ops`` runs them."""
     cfg = dep.model
     ops = layer_forward(cfg, batch=1, seq=tokens, dtype=dep.act_dtype, layer=layer, tp=dep.tp,
                         grouped_experts=dep.grouped_experts, moe_glue=dep.moe_glue)
     ops = [op for op in ops if not isinstance(op, Attention | Scan)]  # ``mixer_templates``
     if dep.ep > 1 and cfg.is_moe_layer(layer):
-        ops = expert_parallel_ops(ops, cfg, tokens=tokens, tp=dep.tp, ep=dep.ep,
-                                  act_dtype=dep.act_dtype)  # fmt: skip
+        ops = moe_ops(ops, dep, tokens=tokens, group_tokens=group_tokens, low_latency=low_latency)
     kind = cfg.layer_kind(layer)
     if kind in TOKEN_CACHE_KINDS:  # a fixed-state layer writes its state in its scan
         ops.append(kv_cache_append(cfg, tokens=tokens, dtype=dep.kv_dtype, tp=dep.tp,
@@ -123,6 +131,17 @@ def token_ops(dep, *, tokens: int, layer: int = 0) -> list[Op]:
         reduce_bytes = tokens * cfg.d_model * dtype_bytes(dep.act_dtype)
         ops.append(_collective("tp all_reduce", "all_reduce", dep.tp, reduce_bytes, count=2))
     return _as_run(ops, dep.impl)
+
+
+def token_part(dep, *, tokens: int, layer: int = 0, group_tokens: int | None = None,
+               low_latency: bool = True) -> tuple[list[Op], dict[int, KernelTime], int]:  # fmt: skip
+    """(kernels, their times by ``id``, micro-batches) of one block's token part as it runs:
+    ``token_ops`` priced as a wide-EP group overlaps them (``wide_ep.priced_together``): the
+    one price of the token part of ``iteration_breakdown`` and ``StepModel``."""
+    parts, tokens, group_tokens = micro_batch_tokens(dep, tokens, group_tokens)
+    ops = token_ops(dep, tokens=tokens, layer=layer, group_tokens=group_tokens,
+                    low_latency=low_latency)  # fmt: skip
+    return ops, priced_together(dep, ops, [price_op(op, dep) for op in ops]), parts
 
 
 def outer_ops(dep, *, tokens: int, first: bool = True, last: bool = True) -> list[Op]:
@@ -307,31 +326,35 @@ def iteration_breakdown(dep, batch: Batch) -> Breakdown:
 
 def stage_breakdown(dep, batch: Batch, stage, *, overhead: bool) -> Breakdown:
     """One iteration's kernels on one pipeline ``stage`` (None: the whole model), with their
-    launch, and the CPU's fixed cost when ``overhead``."""
+    launch, and the CPU's fixed cost when ``overhead`` (a wide-EP group: its busiest rank)."""
     items: list[Item] = []
     running = batch.seqs  # before any padding
     batch = padded_batch(dep, batch)
-    tokens = batch.tokens
+    tokens, rank = batch.tokens, rank_share(dep, batch)
     first, last = (True, True) if stage is None else (stage.first, stage.last)
     groups = layer_groups(dep.model) if stage is None else stage_groups(dep.model, stage)
     n_layers = sum(count for _, count in groups)
     if tokens:
-        items += _items(outer_ops(dep, tokens=tokens, first=first, last=last), dep)
+        items += _items(outer_ops(dep, tokens=rank.tokens, first=first, last=last), dep)
+    pieces: list[list[Item]] = [[] for _ in batch.prefill]
     for layer, count in groups:
         if tokens:
-            items += _items(token_ops(dep, tokens=tokens, layer=layer), dep, repeat=count)
+            ops, times, parts = token_part(dep, tokens=rank.tokens, layer=layer,
+                                           group_tokens=tokens, low_latency=not batch.prefill)
+            items += priced_items(ops, dep.acc, dep.eff, phase="iteration", repeat=count * parts,
+                                  price_fn=lambda op, t=times: t[id(op)])  # fmt: skip
         for att in mixer_templates(dep, layer=layer):
-            if batch.decode_seqs:
-                dec = decode_ops(dep, att, seqs=batch.decode_seqs,
-                                 kv_tokens=batch.decode_kv_tokens)
+            if rank.decode_seqs:
+                dec = decode_ops(dep, att, seqs=rank.decode_seqs, kv_tokens=rank.kv_tokens)
                 items += _items(dec, dep, repeat=count)
-            for c, cached, seqs in batch.prefill:
+            for j, (c, cached, seqs) in enumerate(batch.prefill):
                 pre = prefill_attention(att, tokens=c, cached=cached, seqs=seqs)
-                items += _items([pre], dep, repeat=count)
-    if batch.decode_seqs:
-        items += _items(cache_ops(dep, batch.decode_kv_tokens), dep, repeat=n_layers)
-    if batch.samples and last:
-        items += _items(sample_ops(dep, seqs=batch.samples), dep)
+                pieces[j] += _items([pre], dep, repeat=count)
+    items += busiest_rank_pieces(dep, pieces)
+    if rank.decode_seqs:
+        items += _items(cache_ops(dep, rank.kv_tokens), dep, repeat=n_layers)
+    if rank.samples and last:
+        items += _items(sample_ops(dep, seqs=rank.samples), dep)
     graph = dep.cuda_graph and not batch.prefill
     kernels_s = sum(i.time_s for i in items)
     cost = iteration_launch(dep, sum(i.kernels for i in items), kernels_s,
@@ -368,15 +391,9 @@ def pipeline_breakdown(dep, batch: Batch) -> Breakdown:
     cells = [[stage_breakdown(dep, Batch(prefill=p, decode_seqs=d, decode_kv_tokens=kv,
                                          sampled=s), st, overhead=False)
               for st in dep.stages] for p, d, kv, s in parts]  # fmt: skip
-    sends = [_send_items(dep, padded_batch(dep, Batch(prefill=p, decode_seqs=d)).tokens)
+    sends = [send_items(dep, padded_batch(dep, Batch(prefill=p, decode_seqs=d)).tokens)
              for p, d, _, _ in parts]  # fmt: skip
     paths = [[i for cell in row for i in cell.items] + items for row, items in zip(cells, sends, strict=True)]
     paths += [[i for row in cells for i in row[s].items] for s in range(dep.pp)]
     items = max(paths, key=lambda path: sum(i.time_s for i in path))
     return Breakdown(items=tuple(items + _cpu_items(dep, batch.seqs)))
-
-
-def _send_items(dep, tokens: int) -> list[Item]:
-    return [Item(layer="parallel", category="communication", op=f"pp send stage {b} -> {b + 1}",
-                 phase="iteration", time_s=p2p_s(dep, tokens, b), bound="bandwidth")
-            for b in range(dep.pp - 1)]  # fmt: skip

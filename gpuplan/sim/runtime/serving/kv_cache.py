@@ -30,10 +30,11 @@ import math
 import re
 from dataclasses import dataclass, replace
 
-from gpuplan.errors import Infeasible
+from gpuplan.errors import GpuplanError, Infeasible
 from gpuplan.sim.runtime.serving.blocks import BlockRule
 from gpuplan.sim.runtime.serving.pipeline import binding_stage, fitting_pp
 from gpuplan.sim.runtime.serving.quantization import block_weights_bytes
+from gpuplan.sim.runtime.serving.wide_ep import dp_weights_bytes
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.layer_kinds import STATE_KINDS, TOKEN_CACHE_KINDS
 from gpuplan.workloads.memory import (
@@ -189,6 +190,17 @@ class KvCapacity:
         return self.blocks * self.block_bytes
 
 
+def check_servable(dep) -> None:
+    """A serving simulation keeps a paged or static cache: a dynamic one (Hugging Face's
+    ``DynamicCache``, a ``torch.cat`` per step) is priced per iteration (``StepModel``,
+    ``iteration_breakdown``) but not simulated as traffic."""
+    if dep.kv_cache == "dynamic":
+        raise GpuplanError(
+            "kv_cache='dynamic' (a torch.cat per step) is not simulated: a serving engine "
+            "keeps a paged or static cache"
+        )
+
+
 def kv_capacity(dep, sched, speculator=None) -> KvCapacity:
     """Blocks of the replica's KV cache; a model that does not fit is an error naming the TP
     (and GPU count) it would need. A ``speculative.Speculator``'s drafter takes its weights and
@@ -198,6 +210,8 @@ def kv_capacity(dep, sched, speculator=None) -> KvCapacity:
     if cap.blocks < needed:
         message, fix = _does_not_fit(dep, sched, cap, needed)
         raise Infeasible(message, fix=fix)
+    if dep.dp > 1:  # a wide-EP group pools its ranks' caches (``wide_ep``)
+        return replace(cap, blocks=cap.blocks * dep.dp)
     return cap
 
 
@@ -206,6 +220,8 @@ def _capacity(dep, sched, tp: int, speculator=None) -> KvCapacity:
     tokens = sched.batched_tokens(cfg) or sched.model_len(cfg)
     per_token = kv_bytes_per_token(cfg, tp=tp, kv_dtype=dep.kv_dtype)
     weights = weights_bytes_per_gpu(cfg, tp=tp, weight_dtype=dep.weight_dtype)
+    if dep.dp_attention:  # attention replicated per rank, experts over the group (``wide_ep``)
+        weights = dp_weights_bytes(dep)
     if speculator is not None:
         per_token += speculator.kv_bytes_per_token(tp)
         weights += speculator.extra_weights_bytes(tp)
@@ -216,7 +232,9 @@ def _capacity(dep, sched, tp: int, speculator=None) -> KvCapacity:
     per_token /= rule.units
     block_bytes = sched.block_tokens * per_token
     usable = dep.acc.hbm_bytes * sched.memory_utilization
-    work = workspace_bytes(cfg, tp=tp, tokens=tokens, seqs=sched.max_seqs, act_dtype=dep.act_dtype)
+    # a wide-EP group's limits are its ranks' together (``wide_ep.group_scheduler``)
+    work = workspace_bytes(cfg, tp=tp, tokens=-(-tokens // dep.dp),
+                           seqs=-(-sched.max_seqs // dep.dp), act_dtype=dep.act_dtype)
     blocks = max(0, math.floor((usable - weights - work) / block_bytes))
     if dep.pp > 1:  # each stage its own weights and its blocks' share: the tightest one binds
         weights, block_bytes, blocks = binding_stage(dep, tp=tp, free_bytes=usable - work,
@@ -265,6 +283,8 @@ def _does_not_fit(dep, sched, cap: KvCapacity, needed: int) -> tuple[str, dict]:
         f"GB of workspace per GPU leave room for {cap.tokens} cached tokens of the "
         f"{sched.model_len(cfg)} one request may need ({cap.usable_bytes / gb:.1f} GB usable)"
     )
+    if dep.dp_attention:  # a wide-EP group: its experts over more GPUs
+        return f"{head}; spread the experts over more GPUs (a wider --ep)", {}
     tp = fitting_tp(dep, sched)
     if tp is not None and tp > dep.tp:
         return f"{head}; it needs tp={tp} ({tp} GPUs per replica)", {"--tp": str(tp)}

@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 
 from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.collectives import collective_time
+from gpuplan.sim.estimate.breakdown import Item
 from gpuplan.sim.runtime.serving.quantization import block_weights_bytes
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.model import ModelConfig
@@ -133,7 +134,8 @@ def check_ep(cfg: ModelConfig, tp: int, ep: int) -> None:
     if tp % ep:
         raise GpuplanError(
             f"ep={ep} is invalid at tp={tp}: the experts are sharded over GPUs of one pipeline "
-            f"stage, so ep must divide tp (ep=tp is vLLM's --enable-expert-parallel)"
+            f"stage, so ep must divide tp (ep=tp is vLLM's --enable-expert-parallel); for experts "
+            f"over ep={ep} GPUs of data-parallel attention ranks add --dp-attention"
         )
 
 
@@ -189,6 +191,13 @@ def p2p_s(dep, tokens: int, boundary: int) -> float:
     nbytes = p2p_bytes(dep.model, tokens, dep.act_dtype)
     return collective_time(acc, "send_recv", 2, nbytes, dep.eff,
                            link_bytes_per_s_override=link).total_s  # fmt: skip
+
+
+def send_items(dep, tokens: int) -> list[Item]:
+    """The ``pp - 1`` stage-to-stage sends of a micro-batch of ``tokens`` tokens, as items."""
+    return [Item(layer="parallel", category="communication", op=f"pp send stage {b} -> {b + 1}",
+                 phase="iteration", time_s=p2p_s(dep, tokens, b), bound="bandwidth")
+            for b in range(dep.pp - 1)]  # fmt: skip
 
 
 def stage_param_counts(pc, stage: Stage, pp: int) -> tuple[int, int, int]:

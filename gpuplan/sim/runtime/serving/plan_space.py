@@ -8,7 +8,12 @@ from dataclasses import dataclass, replace
 
 from gpuplan.errors import GpuplanError, check_positive
 from gpuplan.hwmodels.formats import has_format
-from gpuplan.sim.runtime.serving.deployment import MAX_TP, Deployment, SchedulerConfig
+from gpuplan.sim.runtime.serving.deployment import (
+    CHUNKED_BATCHED_TOKENS,
+    MAX_TP,
+    Deployment,
+    SchedulerConfig,
+)
 from gpuplan.sim.runtime.serving.kv_cache import kv_capacity
 from gpuplan.sim.runtime.serving.on_stack import deployment_fields
 from gpuplan.workloads.presets import get_model
@@ -58,17 +63,24 @@ class Candidate:
     decode: int = 0
     pp: int = 1  # pipeline stages of tp GPUs (``_pipeline_candidates``)
     speculative: bool = False  # decoding with ``SearchSpace.speculation``
+    ep: int = 1  # a wide-EP group's GPUs (``dp_attention``; ``wide_ep_candidates``)
+    dp_attention: bool = False
 
     @property
     def unit_replicas(self) -> int:
+        """Replicas of a unit: a disaggregated unit's, a wide-EP group's attention ranks, or 1."""
+        if self.dp_attention:
+            return self.ep // self.tp
         return self.prefill + self.decode if self.prefill else 1
 
     @property
     def unit_gpus(self) -> int:
-        return self.tp * self.pp * self.unit_replicas
+        return self.ep if self.dp_attention else self.tp * self.pp * self.unit_replicas
 
     @property
     def layout(self) -> str:
+        if self.dp_attention:
+            return f"dp-attention ep={self.ep}"
         return f"disaggregated {self.prefill}P:{self.decode}D" if self.prefill else "colocated"
 
 
@@ -94,7 +106,32 @@ def candidates(cfg, acc, eff, space: SearchSpace) -> list[tuple[Candidate, Deplo
     # a format no node's TP holds gets pipelines of nodes (``_pipeline_candidates``)
     held = {(c.weight_dtype, c.kv_dtype) for c, _ in out}
     rest = tuple(f for f in space.formats if f not in held)
-    return out + (_pipeline_candidates(cfg, acc, eff, replace(space, formats=rest)) if rest else [])
+    out += _pipeline_candidates(cfg, acc, eff, replace(space, formats=rest)) if rest else []
+    return out + list(wide_ep_candidates(cfg, acc, eff, space))
+
+
+# wide-EP groups the plan tries: whole nodes of 8 up to 8 nodes (DeepSeek's prefill EP32 and the
+# LMSYS 96-GPU deployment's EP32 prefill / EP72 decode lie in this range; wider is --max-gpus's)
+WIDE_EP_GPUS = (8, 16, 32, 64)
+
+
+def wide_ep_candidates(cfg, acc, eff, space: SearchSpace):
+    """A MoE model's wide-EP groups (``wide_ep``): attention data-parallel at tp=1 over ``ep``
+    GPUs of ``WIDE_EP_GPUS`` within ``max_gpus`` that divide the experts, in each format and
+    per-rank ``max_seqs`` of the space whose weights and one request fit."""
+    if not cfg.is_moe:
+        return
+    for ep in WIDE_EP_GPUS:
+        if ep > space.max_gpus or cfg.n_experts % ep:
+            continue
+        for weight, kv in space.formats:
+            dep = _deployment(cfg, acc, eff, space, tp=1, ep=ep, dp_attention=True,
+                              weight_dtype=weight, kv_dtype=kv)  # fmt: skip
+            for seqs in space.max_seqs:
+                c = Candidate(tp=1, ep=ep, dp_attention=True, weight_dtype=weight, kv_dtype=kv,
+                              max_seqs=seqs, policy=space.policy)  # fmt: skip
+                if _fits(dep, sched_of(c)):
+                    yield c, dep
 
 
 def _deployment(cfg, acc, eff, space: SearchSpace, **fields) -> Deployment:
@@ -105,7 +142,11 @@ def _deployment(cfg, acc, eff, space: SearchSpace, **fields) -> Deployment:
 
 
 def sched_of(c: Candidate) -> SchedulerConfig:
-    return SchedulerConfig(policy=c.policy, max_seqs=c.max_seqs)
+    """The scheduler of a candidate's replica (a wide-EP group: its ranks' limits together)."""
+    n = c.ep // c.tp if c.dp_attention else 1
+    chunked = n > 1 and c.policy == "chunked"  # each rank its own chunk budget
+    budget = {"max_batched_tokens": CHUNKED_BATCHED_TOKENS * n} if chunked else {}
+    return SchedulerConfig(policy=c.policy, max_seqs=c.max_seqs * n, **budget)
 
 
 def _fits(dep: Deployment, sched: SchedulerConfig, speculator=None) -> bool:

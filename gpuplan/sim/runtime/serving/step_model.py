@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.price import host_calls, kernel_count
 from gpuplan.sim.estimate.composite import layer_groups
 from gpuplan.sim.runtime.serving.decode_runs import DecodeRuns, run_costs
@@ -32,7 +31,9 @@ from gpuplan.sim.runtime.serving.iteration import (
     price_op,
     sample_ops,
     token_ops,
+    token_part,
 )
+from gpuplan.sim.runtime.serving.kv_cache import check_servable  # (its callers' old home)
 from gpuplan.sim.runtime.serving.pipeline import (
     Stage,
     micro_batches,
@@ -40,20 +41,10 @@ from gpuplan.sim.runtime.serving.pipeline import (
     pipeline_period_s,
     stage_groups,
 )
+from gpuplan.sim.runtime.serving.wide_ep import busiest_rank_tokens, prefill_share
 from gpuplan.workloads.ops import Op
 
-__all__ = ["Batch", "StepModel", "iteration_breakdown"]
-
-
-def check_servable(dep) -> None:
-    """A serving simulation keeps a paged or static cache: a dynamic one (Hugging Face's
-    ``DynamicCache``, a ``torch.cat`` per step) is priced per iteration (``StepModel``,
-    ``iteration_breakdown``) but not simulated as traffic."""
-    if dep.kv_cache == "dynamic":
-        raise GpuplanError(
-            "kv_cache='dynamic' (a torch.cat per step) is not simulated: a serving engine "
-            "keeps a paged or static cache"
-        )
+__all__ = ["Batch", "StepModel", "check_servable", "iteration_breakdown"]
 
 
 def _total_s(ops: list[Op], dep) -> float:
@@ -113,21 +104,31 @@ class StepModel(DecodeRuns):
 
     # memoized parts
 
-    def token_s(self, tokens: int) -> float:
-        """Token part of an iteration over ``tokens`` tokens (all blocks, embedding, norm)."""
-        hit = self._token_memo.get(tokens)
+    def token_s(self, tokens: int, rank_tokens: int | None = None,
+                low_latency: bool = True) -> float:  # fmt: skip
+        """Token part of an iteration over ``tokens`` tokens (all blocks, embedding, norm); a
+        wide-EP group's over its busiest rank's ``rank_tokens`` (default: an even spread),
+        its all-to-alls DeepEP's ``low_latency`` kernels or the normal ones (``wide_ep``)."""
+        if self.dep.dp > 1:
+            rank_tokens = rank_tokens or busiest_rank_tokens(self.dep, tokens)
+        key = (tokens, rank_tokens, low_latency) if self.dep.dp > 1 else tokens
+        rank_tokens = rank_tokens or tokens
+        hit = self._token_memo.get(key)
         if hit is None:
             dep = self.dep
-            ends = outer_ops(dep, tokens=tokens, first=self._first, last=self._last)
-            hit = _total_s(ends, dep) + sum(
-                count * _total_s(token_ops(dep, tokens=tokens, layer=layer), dep)
-                for layer, count in self._groups
-            )
-            self._token_memo[tokens] = hit
+            ends = outer_ops(dep, tokens=rank_tokens, first=self._first, last=self._last)
+            hit = _total_s(ends, dep)
+            for layer, count in self._groups:
+                _, times, parts = token_part(dep, tokens=rank_tokens, layer=layer,
+                                             group_tokens=tokens, low_latency=low_latency)
+                hit += count * parts * sum(t.total_s for t in times.values())
+            self._token_memo[key] = hit
         return hit
 
     def sample_s(self, seqs: int) -> float:
-        """Sampling part: LM head and logits of ``seqs`` sequences."""
+        """Sampling part: LM head and logits of ``seqs`` sequences (a wide-EP group: of its
+        busiest rank's share)."""
+        seqs = -(-seqs // self.dep.dp)
         hit = self._sample_memo.get(seqs)
         if hit is None:
             hit = _total_s(sample_ops(self.dep, seqs=seqs), self.dep) if seqs and self._last else 0.0
@@ -147,7 +148,14 @@ class StepModel(DecodeRuns):
     def decode_attention_terms(self, seqs: int) -> tuple[float, float]:
         """(intercept, per cached token) of the decode attention of ``seqs`` sequences, all
         layers: flash-decoding's time is linear in the bytes it reads for a given batch (as
-        are a masked decode's K/V repeat and a dynamic cache's concatenation)."""
+        are a masked decode's K/V repeat and a dynamic cache's concatenation). A wide-EP
+        group's: its busiest rank's ``ceil(seqs / dp)`` sequences and their share of the
+        cached tokens."""
+        rank = -(-seqs // self.dep.dp)
+        fixed, per_kv = self._rank_terms(rank)
+        return fixed, per_kv * rank / seqs
+
+    def _rank_terms(self, seqs: int) -> tuple[float, float]:
         hit = self._decode_memo.get(seqs)
         if hit is None:
             one, many = seqs, 1001 * seqs  # 1 and 1001 cached tokens per sequence
@@ -178,8 +186,11 @@ class StepModel(DecodeRuns):
         return hit
 
     def decode_attention_s(self, seqs: int, kv_tokens: float) -> float:
-        """Decode attention of ``seqs`` sequences reading ``kv_tokens`` in all, all layers."""
-        fixed, per_kv = self.decode_attention_terms(seqs)
+        """Decode attention of ``seqs`` sequences reading ``kv_tokens`` in all, all layers (a
+        wide-EP group: its busiest rank's share, ``decode_attention_terms``)."""
+        rank = -(-seqs // self.dep.dp)
+        seqs, kv_tokens = rank, kv_tokens * rank / seqs
+        fixed, per_kv = self._rank_terms(seqs)
         total = fixed + per_kv * kv_tokens
         if self.windowed:
             total += sum(a + b * min(kv_tokens, seqs * w) for a, b, w in self._windowed(seqs))
@@ -208,6 +219,8 @@ class StepModel(DecodeRuns):
             token_ops(dep, tokens=1, layer=layer) for layer, _ in self._groups
         ]
         weights = [1] + [count for _, count in self._groups]
+        parts = 2 if dep.two_batch_overlap else 1  # two micro-batches issue the blocks twice
+        weights = [1] + [count * parts for _, count in self._groups]
         self._token_kernels = sum(w * _kernels(ops) for w, ops in zip(weights, token, strict=True))
         self._token_calls = sum(w * _calls(ops) for w, ops in zip(weights, token, strict=True))
         sampling = sample_ops(dep, seqs=1) if self._last else []
@@ -255,11 +268,15 @@ class StepModel(DecodeRuns):
             sampled += rows - decode_seqs
             decode_seqs = rows
         tokens = decode_seqs
-        kernels_s = 0.0
+        pieces = []
         for c, cached, seqs in prefill:
             tokens += c * seqs
-            kernels_s += self.prefill_attention_s(c, cached, seqs)
-        kernels_s += self.token_s(tokens) + self.sample_s(sampled)
+            pieces.append(self.prefill_attention_s(c, cached, seqs))
+        kernels_s = sum(pieces) * prefill_share(self.dep, pieces) if pieces else 0.0
+        rank_tokens = None
+        if prefill and self.dep.dp > 1:  # a chunk is not split over the ranks
+            rank_tokens = busiest_rank_tokens(self.dep, tokens, max(c for c, _, _ in prefill))
+        kernels_s += self.token_s(tokens, rank_tokens, not prefill) + self.sample_s(sampled)
         n = self._token_kernels + self._pre_kernels * len(prefill)
         calls = self._token_calls + self._pre_calls * len(prefill)
         if sampled:
