@@ -115,9 +115,11 @@ def _aic_pick(best: dict | None, mode: str, gpus: int) -> str:
 
 def _plan_cell(p: dict) -> str:
     if "error" in p:
-        return "none within " + str(gp.MAX_GPUS_FACTOR) + "x GPUs"
+        return "none (below)"
     lay = "agg" if p["layout"] == "colocated" else p["layout"].replace("disaggregated ", "")
-    return f"{lay} TP{p['tp']} x{p['replicas']} = {p['gpus']} GPUs: {p['tokens_per_s_per_gpu']:.0f}"
+    pp = f"PP{p['pp']}" if p["pp"] > 1 else ""
+    return (f"{lay} TP{p['tp']}{pp} x{p['replicas']} = {p['gpus']} GPUs: "
+            f"{p['tokens_per_s_per_gpu']:.0f}")  # fmt: skip
 
 
 def _replay_cell(r: dict | None) -> str:
@@ -219,6 +221,14 @@ def summary(results: list[tuple]) -> list[str]:
     return lines
 
 
+def unplanned(results: list[tuple]) -> list[str]:
+    """gpuplan's one-line reason for each plan it could not make, and its closest candidate."""
+    return [f"gpuplan, no plan: {q.model} {q.gpu} {q.stack} {q.ttft_ms:g}/{q.tpot_ms:g} ms "
+            f"p{pct:g}: {side[f'plan_p{pct:g}']['error'].split('; ', 1)[-1]}"
+            for q, _, side, _ in results if "error" not in side for pct in gp.PERCENTILES
+            if "error" in side[f"plan_p{pct:g}"]]  # fmt: skip
+
+
 def data_lines(doc: dict, questions) -> list[str]:
     """Which data each tool priced with."""
     from gpuplan.hwmodels.efficiency import efficiency_for
@@ -275,7 +285,7 @@ def main(argv=None) -> int:
           f"gpuplan asked at the load of aiconfigurator's chosen deployment, "
           f"{args.requests} requests, p50 and p99\n")  # fmt: skip
     print(table + "\n")
-    print("\n".join(summary(results) + data_lines(doc, questions)))
+    print("\n".join(summary(results) + unplanned(results) + data_lines(doc, questions)))
     print(f"gpuplan's side took {time.perf_counter() - started:.0f} s")
     if args.markdown:
         args.markdown.write_text(table + "\n")

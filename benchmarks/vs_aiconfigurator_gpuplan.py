@@ -118,9 +118,12 @@ def replay(q, best: dict, mode: str, rate_per_s: float, requests: int = REQUESTS
         return {"skipped": f"one unit takes {c.unit_gpus} GPUs, more than {q.gpus}"}
     acc, stack = get_accelerator(q.gpu), _stack(q.stack)
     space = SearchSpace(formats=(FORMAT,), stack=stack)
-    dep = _deployment(get_model(model_ref(q.model)), acc, stack_serving_efficiency(stack, acc),
-                      space, tp=c.tp, ep=ep, weight_dtype=c.weight_dtype,
-                      kv_dtype=c.kv_dtype)  # fmt: skip
+    try:  # a TP wider than a node, say: one line, as gpuplan refuses it
+        dep = _deployment(get_model(model_ref(q.model)), acc,
+                          stack_serving_efficiency(stack, acc), space, tp=c.tp, ep=ep,
+                          weight_dtype=c.weight_dtype, kv_dtype=c.kv_dtype)  # fmt: skip
+    except GpuplanError as err:
+        return {"skipped": str(err)}
     step, out = StepModel(dep), {"units": units, "gpus": units * c.unit_gpus}
     started = time.perf_counter()
     for pct in PERCENTILES:
