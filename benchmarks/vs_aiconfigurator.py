@@ -199,8 +199,8 @@ def summary(results: list[tuple]) -> list[str]:
                      f"{replays.count(False)} of {len(replays)}")  # fmt: skip
     skipped = sum(1 for _, _, side, _ in results for k in ("replay_agg", "replay_disagg")
                   if "skipped" in side.get(k, {}))  # fmt: skip
-    lines.append(f"picks gpuplan cannot replay (attention DP, expert parallelism, pools of "
-                 f"different TP): {skipped}")  # fmt: skip
+    lines.append(f"picks gpuplan cannot replay (attention DP, TP above a node, pools of "
+                 f"different TP, a model that does not fit): {skipped}")  # fmt: skip
     above = {"aiconfigurator": 0, "gpuplan p50": 0}
     for _q, a, side, pub in results:
         if pub is None or a.get("chosen") not in a.get("best", {}):
