@@ -148,16 +148,10 @@ def simulate_disaggregated(
     workload = prepare_images(dep, workload)  # a VLM's image tokens and encoder, if any
     env, table = simpy.Environment(), RequestTable(workload)
     pre_sched = prefill_sched or sched
-    budget = max(pre_sched.batched_tokens(dep.model) or 0, sched.batched_tokens(dep.model) or 0)
     decode_dep = decode_dep or dep
-    check_servable(dep)
-    check_servable(decode_dep)
     check_pool_link(dep, decode_dep, dis.link)
-    step = step or StepModel(dep, max_tokens=max(budget, sched.max_seqs))
-    step = cross_attention_step(step, dep, workload, disaggregated=True)  # refused with images
-    if decode_dep is dep:
-        decode_step = step
-    decode_step = decode_step or StepModel(decode_dep, max_tokens=max(budget, sched.max_seqs))
+    step, decode_step = _step_models((dep, decode_dep), (pre_sched, sched), (step, decode_step),
+                                     workload)  # fmt: skip
     line = Timeline(timeline)
     bar = watched_progress(workload.n, progress, watch, table)
     pre, dec = _pools(env, table, (dep, decode_dep), (pre_sched, sched), (step, decode_step),
@@ -179,6 +173,21 @@ def simulate_disaggregated(
         end_s=env.now,
         wall_s=time.perf_counter() - started,
     )
+
+
+def _step_models(deps, scheds, steps, workload) -> tuple[StepModel, StepModel]:
+    """Each pool's step model (given, or made for the larger token budget); the decode pool's is
+    the prefill pool's when they are one deployment."""
+    (dep, decode_dep), (pre_sched, sched), (step, decode_step) = deps, scheds, steps
+    check_servable(dep)
+    check_servable(decode_dep)
+    budget = max(pre_sched.batched_tokens(dep.model) or 0, sched.batched_tokens(dep.model) or 0)
+    tokens = max(budget, sched.max_seqs)
+    step = step or StepModel(dep, max_tokens=tokens)
+    step = cross_attention_step(step, dep, workload, disaggregated=True)  # refused with images
+    if decode_dep is dep:
+        return step, step
+    return step, decode_step or StepModel(decode_dep, max_tokens=tokens)
 
 
 def continuous_prefill(sched):

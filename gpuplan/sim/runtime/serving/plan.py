@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -41,6 +41,7 @@ from gpuplan.hwmodels.accelerators import get_accelerator
 from gpuplan.hwmodels.efficiency import Efficiency
 from gpuplan.sim.runtime.serving.deployment import serving_efficiency
 from gpuplan.sim.runtime.serving.on_stack import stack_serving_efficiency
+from gpuplan.sim.runtime.serving.plan_disagg import PoolSpace, check_pool_gpus, pool_candidates
 from gpuplan.sim.runtime.serving.plan_pruning import candidate_order, enough_met, scout, top_cost
 from gpuplan.sim.runtime.serving.plan_search import evaluate_candidate
 from gpuplan.sim.runtime.serving.plan_space import SearchSpace, Slo, candidates, speculator_for
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 DEFAULT_SPACE = SearchSpace()  # ``plan``'s search space when none is given
+DEFAULT_POOLS = PoolSpace()  # pools on ``plan``'s GPU, at the space's TPs
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -112,12 +114,14 @@ def plan(
     pool: Pool | None = None,
     fit: Efficiency | None = None,
     prune: bool = True,
+    pools: PoolSpace = DEFAULT_POOLS,
 ) -> PlanResult:
     """The ``top`` cheapest configurations serving ``rate_per_s`` within ``slo``; ``lengths``
     are (prompt, output) token arrays of at least ``requests`` requests; ``pool``: where the
     candidates are simulated (``sim.sweep``; in this process by default); ``fit``: the device's
     efficiency fit (default: its built-in one); ``prune`` False simulates every probe to its
-    end and caps no search (the same answer, slower: for checking)."""
+    end and caps no search (the same answer, slower: for checking); ``pools``: the prefill and
+    decode GPU types and TPs that disaggregated units pair (``plan_disagg``)."""
     check_positive("rate_per_s", rate_per_s, allow_inf=True)
     if math.isinf(rate_per_s):
         raise GpuplanError("rate_per_s=inf is invalid for planning: give a finite request rate")
@@ -127,6 +131,7 @@ def plan(
     eff = (serving_efficiency(acc.key, space.attention_kernel, fit) if space.stack is None
            else stack_serving_efficiency(space.stack, acc, fit))  # fmt: skip
     found = candidates(cfg, acc, eff, space)
+    found += _pooled(cfg, acc, space, pools, found, hourly)
     specs = {id(dep): speculator_for(space, dep) for c, dep in found if c.speculative}
     spec_tokens = space.speculation[0].k if space.speculation else 0
     if not found:
@@ -152,6 +157,28 @@ def plan(
     return PlanResult(rows=rows, top=top, speculation=space.speculation is not None,
                       candidates=len(found), price_source=source,
                       wall_s=time.perf_counter() - started)  # fmt: skip
+
+
+def _pooled(cfg, acc, space: SearchSpace, pools: PoolSpace, found, hourly: float) -> list:
+    """Disaggregated candidates whose pools differ in GPU type or TP (``plan_disagg``), each
+    GPU priced from the price file relative to ``hourly`` (``acc``'s)."""
+    if not space.ratios:
+        return []
+    keys = {get_accelerator(k).key for k in (*pools.prefill_gpus, *pools.decode_gpus)} - {acc.key}
+    from gpuplan.sim.parallel.cost import price_for
+
+    prices = {acc.key: 1.0} | {k: (p.usd_per_gpu_hour / hourly if (p := price_for(k)) else None)
+                               for k in keys}  # fmt: skip
+    check_pool_gpus(pools, prices)
+    colocated = {acc.key: found}
+    for key in keys:  # each other GPU's colocated candidates, on its built-in efficiency fit
+        other = get_accelerator(key)
+        eff = (serving_efficiency(key, space.attention_kernel) if space.stack is None
+               else stack_serving_efficiency(space.stack, other, None))  # fmt: skip
+        colocated[key] = candidates(cfg, other, eff, replace(space, ratios=(), speculation=None))
+    named = replace(pools, prefill_gpus=tuple(get_accelerator(k).key for k in pools.prefill_gpus),
+                    decode_gpus=tuple(get_accelerator(k).key for k in pools.decode_gpus))  # fmt: skip
+    return pool_candidates(colocated, space.ratios, named, acc.key, prices)
 
 
 def _piece(ordered, steps, specs, k: int, cap_usd: tuple[float, float], seen) -> tuple:
@@ -210,10 +237,11 @@ def _price(gpu: str, override: float | None) -> tuple[float, str]:
 
 def _unmet(cfg, acc, rate, slo: Slo, space: SearchSpace, evaluated: pd.DataFrame) -> str:
     pct = f"p{slo.percentile:g}"
+    targets = " and ".join(f"{name} {pct} <= {value:g} s" for name, value in
+                           (("TTFT", slo.ttft_s), ("TPOT", slo.tpot_s)) if math.isfinite(value))
     head = (
-        f"no configuration of {cfg.name} on {acc.key} serves {rate:g} requests/s with TTFT "
-        f"{pct} <= {slo.ttft_s:g} s and TPOT {pct} <= {slo.tpot_s:g} s within "
-        f"{space.max_gpus} GPUs"
+        f"no configuration of {cfg.name} on {acc.key} serves {rate:g} requests/s with "
+        f"{targets} within {space.max_gpus} GPUs"
     )
     if evaluated.empty:
         return head

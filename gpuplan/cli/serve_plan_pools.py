@@ -1,0 +1,97 @@
+"""``serve plan``'s pools, targets and frontier: ``--prefill-gpu``/``--decode-gpu`` and each
+pool's TPs (``sim.runtime.serving.plan_disagg``), lists given as ``2 4 8`` or ``2,4,8``, TTFT
+and TPOT targets of which either may be left out, and the throughput-per-GPU against
+throughput-per-user frontier."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from gpuplan.cli.argtypes import int_list, word
+from gpuplan.errors import GpuplanError
+from gpuplan.limits import MAX_GPUS
+from gpuplan.tables import format_seconds, render_table
+
+
+class FlatList(argparse.Action):
+    """A list flag given as ``2 4 8``, ``2,4,8`` or both: the values of every word, in order."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        flat = []
+        for v in values:
+            flat.extend(v if isinstance(v, tuple) else (v,))
+        setattr(namespace, self.dest, tuple(flat))
+
+
+def tp_list_option(p, flag: str, help: str) -> None:
+    """A list of TP degrees, ``2 4 8`` or ``2,4,8``."""
+    p.add_argument(flag, type=int_list(MAX_GPUS), nargs="+", action=FlatList, metavar="N",
+                   help=help)  # fmt: skip
+
+
+def add_plan_pool_options(p) -> None:
+    """``--prefill-gpu``, ``--decode-gpu``, ``--prefill-tp`` and ``--decode-tp`` of the plan."""
+    for pool in ("prefill", "decode"):
+        p.add_argument(f"--{pool}-gpu", type=word, nargs="+", action=FlatList, default=(),
+                       metavar="GPU", help=f"disaggregated units: {pool} pool GPU types to try "
+                       "(default --gpu)")  # fmt: skip
+        tp_list_option(p, f"--{pool}-tp", f"disaggregated units: {pool} pool TPs to try "
+                       "(default: as --tp)")  # fmt: skip
+
+
+def plan_pools(args):
+    """The pools the plan pairs (``plan_disagg.PoolSpace``)."""
+    from gpuplan.sim.runtime.serving.plan_disagg import PoolSpace
+
+    return PoolSpace(prefill_gpus=tuple(args.prefill_gpu), decode_gpus=tuple(args.decode_gpu),
+                     prefill_tps=args.prefill_tp, decode_tps=args.decode_tp)  # fmt: skip
+
+
+def plan_slo(args):
+    """The SLO of ``--slo-ttft-s`` and ``--slo-tpot-s`` (one may be left out, not both)."""
+    from gpuplan.sim.runtime.serving.plan_space import Slo
+
+    if args.slo_ttft_s is None and args.slo_tpot_s is None:
+        raise GpuplanError("serve plan needs --slo-ttft-s, --slo-tpot-s or both: the latency "
+                           "targets to plan for")  # fmt: skip
+    return Slo(ttft_s=math.inf if args.slo_ttft_s is None else args.slo_ttft_s,
+               tpot_s=math.inf if args.slo_tpot_s is None else args.slo_tpot_s,
+               percentile=args.percentile)  # fmt: skip
+
+
+def slo_text(args) -> str:
+    """The targets given, e.g. ``TTFT p99 <= 2 s and TPOT p99 <= 50 ms``."""
+    pct = f"p{args.percentile:g}"
+    return " and ".join(f"{name} {pct} <= {format_seconds(value)}" for name, value in
+                        (("TTFT", args.slo_ttft_s), ("TPOT", args.slo_tpot_s)) if value is not None)
+
+
+FRONTIER_KEYS = ("layout", "tp", "prefill_gpu", "prefill_tp", "decode_gpu", "decode_tp",
+                 "weight_dtype", "kv_dtype", "max_seqs", "replicas", "gpus",
+                 "tokens_per_s_per_gpu", "tokens_per_s_per_user", "usd_per_m_output_tokens")  # fmt: skip
+
+
+def frontier_doc(result, args, load) -> list[dict]:
+    """The plan's frontier (``plan_disagg.frontier``) as the document lists it."""
+    from gpuplan.sim.runtime.serving.plan_disagg import frontier
+
+    mean_output = float(sum(load.output_tokens[: load.n])) / load.n
+    rows = frontier(result.rows, rate_per_s=args.rate, mean_output_tokens=mean_output,
+                    percentile=args.percentile)  # fmt: skip
+    pooled = ("prefill_gpu", "prefill_tp", "decode_gpu", "decode_tp")  # "" and 0: no pools
+    return [{k: (r.get(k) or None) if k in pooled else r.get(k) for k in FRONTIER_KEYS}
+            for r in rows]
+
+
+def frontier_lines(doc: dict) -> list[str]:
+    """The frontier as a table, with what its two axes are."""
+    rows = doc.get("frontier") or []
+    if not rows:
+        return ["\nfrontier: no configuration simulated met the SLO"]
+    cols = [c for c in FRONTIER_KEYS if any(r.get(c) is not None for r in rows)]
+    fmt = {"tokens_per_s_per_gpu": lambda v: f"{v:,.1f}", "tokens_per_s_per_user": lambda v: f"{v:,.1f}",
+           "usd_per_m_output_tokens": lambda v: f"${v:,.2f}"}  # fmt: skip
+    return ["\nfrontier: output tokens/s per GPU (at the offered rate) against tokens/s per user "
+            "(1 / TPOT at the percentile), the configurations simulated that meet the SLO and "
+            "no other beats on both", render_table(rows, cols, formats=fmt)]  # fmt: skip
