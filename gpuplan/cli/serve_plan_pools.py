@@ -74,11 +74,11 @@ FRONTIER_KEYS = ("layout", "tp", "prefill_gpu", "prefill_tp", "decode_gpu", "dec
 
 def frontier_doc(result, args, load) -> list[dict]:
     """The plan's frontier (``plan_disagg.frontier``) as the document lists it."""
-    from gpuplan.sim.runtime.serving.plan_disagg import frontier
+    from gpuplan.sim.runtime.serving.plan_disagg import frontier, searched_rows
 
     mean_output = float(sum(load.output_tokens[: load.n])) / load.n
-    rows = frontier(result.rows, rate_per_s=args.rate, mean_output_tokens=mean_output,
-                    percentile=args.percentile)  # fmt: skip
+    rows = frontier(searched_rows(result.rows, result.top), rate_per_s=args.rate,
+                    mean_output_tokens=mean_output, percentile=args.percentile)  # fmt: skip
     pooled = ("prefill_gpu", "prefill_tp", "decode_gpu", "decode_tp")  # "" and 0: no pools
     return [{k: (r.get(k) or None) if k in pooled else r.get(k) for k in FRONTIER_KEYS}
             for r in rows]
@@ -93,5 +93,6 @@ def frontier_lines(doc: dict) -> list[str]:
     fmt = {"tokens_per_s_per_gpu": lambda v: f"{v:,.1f}", "tokens_per_s_per_user": lambda v: f"{v:,.1f}",
            "usd_per_m_output_tokens": lambda v: f"${v:,.2f}"}  # fmt: skip
     return ["\nfrontier: output tokens/s per GPU (at the offered rate) against tokens/s per user "
-            "(1 / TPOT at the percentile), the configurations simulated that meet the SLO and "
-            "no other beats on both", render_table(rows, cols, formats=fmt)]  # fmt: skip
+            "(1 / TPOT at the percentile): of the configurations searched to the end that meet "
+            "the SLO (--top widens them), those no other beats on both",
+            render_table(rows, cols, formats=fmt)]  # fmt: skip

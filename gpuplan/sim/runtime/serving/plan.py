@@ -3,8 +3,10 @@
 The search covers, for one model on one kind of GPU: tensor parallelism (every divisor of the
 query heads up to 8 at which the model fits), weight and KV formats (bf16; fp8 weights with an
 fp8 cache; int8 and int4 weights), the scheduler's ``max_seqs``, and colocated replicas or
-disaggregated units of P prefill and D decode replicas. For each candidate it finds the fewest
-units that meet the SLOs by simulation and prices them.
+disaggregated units of P prefill and D decode replicas, whose pools may differ in TP and GPU
+type (``plan_disagg``; each pool priced at its own GPU's price). For each candidate it finds the
+fewest units that meet the SLOs (a TTFT target, a TPOT target or both) by simulation and
+prices them.
 
 Method, with its assumptions named:
 - traffic splits evenly over units, and each unit is simulated alone at ``rate / units`` with

@@ -7,10 +7,14 @@
   weight and KV formats and ``max_seqs`` that fits on its GPU (``plan_space.candidates``); the
   KV cache crosses over the scale-out NICs, bounded by the slower side
   (``disagg.kv_transfer_s``). A unit's cost weighs each pool's GPUs by its own price.
-- The frontier: of the configurations simulated that meet the SLO, those no other beats on
-  both output tokens/s per GPU (the offered rate's output tokens over the GPUs) and tokens/s per
-  user (one over TPOT at the SLO's percentile) -- the Pareto set, as aiconfigurator and
-  InferenceMAX plot throughput per GPU against interactivity.
+- The frontier: of the configurations searched to the end that meet the SLO, those no other
+  beats on both output tokens/s per GPU (the offered rate's output tokens over the GPUs) and
+  tokens/s per user (one over TPOT at the SLO's percentile) -- the Pareto set, as aiconfigurator
+  and InferenceMAX plot throughput per GPU against interactivity. Searched to the end: the
+  ``top`` cheapest and every one cheaper than the ``top``-th (``searched_rows``); a costlier one
+  may have been given up at the cost cap, sooner or later as the candidates were shared out, so
+  it is left out and the frontier is the same in this process and on a cluster (``--top``
+  widens it).
 """
 
 from __future__ import annotations
@@ -126,10 +130,21 @@ def check_pool_gpus(pools: PoolSpace, prices: dict) -> None:
                                "another --prefill-gpu/--decode-gpu")  # fmt: skip
 
 
+def searched_rows(rows: list[dict], top: int) -> list[dict]:
+    """The rows that meet the SLO and were searched to the end however the candidates were
+    shared out: the ``top`` cheapest (``plan.PlanResult``'s order) and those cheaper than the
+    ``top``-th (whose cap never cut their search: it stays at or above that cost)."""
+    met = sorted((i for i, r in enumerate(rows) if r["meets"]),
+                 key=lambda i: (rows[i]["usd_per_m_output_tokens"], rows[i]["gpus"]))  # fmt: skip
+    best = set(met[:top])
+    bar = rows[met[top - 1]]["usd_per_m_output_tokens"] if len(met) >= top else math.inf
+    return [rows[i] for i in met if i in best or rows[i]["usd_per_m_output_tokens"] < bar]
+
+
 def frontier(rows: list[dict], *, rate_per_s: float, mean_output_tokens: float,
              percentile: float) -> list[dict]:  # fmt: skip
     """The Pareto set of the rows that meet the SLO on (tokens/s per GPU, tokens/s per user),
-    per GPU descending; ties on both: the first simulated."""
+    per GPU descending; ties on both: the cheaper, then the first in ``rows``."""
     tpot_key = f"tpot_p{percentile:g}_s"
     points = []
     for r in rows:
