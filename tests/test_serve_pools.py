@@ -200,3 +200,15 @@ def test_without_a_ttft_target_a_unit_whose_queue_grows_misses():
     assert verdict(frame, slo, max_waiting=2)[0] is True
     assert verdict(frame, slo, max_waiting=1)[0] is False
     assert verdict(frame, Slo(ttft_s=100.0, tpot_s=0.02), max_waiting=1)[0] is True  # TTFT rules
+
+
+def test_a_plan_whose_scouts_tie_at_the_cap_still_answers():
+    # three scouts meet at 3 H200s; the cap they set and each candidate's cost at it must be the
+    # same float ((3 x 4.54) x k rounds above 3 x (4.54 x k)), else all three were given up
+    from gpuplan.sim.runtime.serving.requests import make_workload
+
+    load = make_workload(rate_per_s=8, n=1000, prompt_tokens=1024, output_tokens=256, seed=0)
+    got = plan("llama3-70b", "h200", rate_per_s=8.0, lengths=(load.prompt_tokens,
+               load.output_tokens), requests=1000, slo=Slo(ttft_s=2.0, tpot_s=0.05),
+               space=SearchSpace(max_gpus=32), top=3)  # fmt: skip
+    assert [r["gpus"] for r in got.best_rows] == [3, 3, 3]

@@ -148,7 +148,7 @@ def plan(
     piece = partial(_piece, ordered, steps, specs)
     scouted = {}, math.inf
     if prune:
-        scouted = scout(ordered, steps, evaluate, piece, lengths, slo, top, hourly * per_m,
+        scouted = scout(ordered, steps, evaluate, piece, lengths, slo, top, (hourly, per_m),
                         rate_per_s, spec_tokens)  # fmt: skip
     rows, met = _search(ordered, pool or InProcess(), evaluate, piece, scouted, top=top,
                         hourly=hourly, per_m=per_m, prune=prune, progress=progress)  # fmt: skip

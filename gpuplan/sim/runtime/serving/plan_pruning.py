@@ -52,7 +52,7 @@ def candidate_order(found, lengths, rate_per_s: float, spec_tokens: int) -> tupl
     return ordered, steps
 
 
-def scout(ordered, steps, evaluate, piece, lengths, slo: Slo, top: int, usd_per_gpu: float,
+def scout(ordered, steps, evaluate, piece, lengths, slo: Slo, top: int, price: tuple,
            rate, spec_tokens: int):  # fmt: skip
     """Before the search proper, the ``top`` candidates guessed cheapest (``_guess_gpus``) are
     searched in full: ({index in ``ordered``: their runs}, X), X the ``top``-th lowest of
@@ -61,7 +61,10 @@ def scout(ordered, steps, evaluate, piece, lengths, slo: Slo, top: int, usd_per_
     or less, come before any candidate the stop rule could end the search at with fewer than
     ``top`` costs at or below X met. So X caps every search, and the stop rule and the
     configurations kept are those of the search without it. ``piece(k, caps, runs)``: what
-    ``evaluate`` takes for the ``k``-th candidate."""
+    ``evaluate`` takes for the ``k``-th candidate; ``price``: (USD per GPU-hour, per million
+    tokens per USD an hour), multiplied in the order the search and its rows multiply them, so
+    that a scout's cost X and a candidate's cost at X are the same float."""
+    hourly, per_m = price
     guesses = [(_guess_gpus(c, dep, steps[id(dep)], lengths, slo, rate, spec_tokens), k)
                for k, (_, _, c, dep) in enumerate(ordered)]  # fmt: skip
     chosen = [k for gpus, k in sorted(guesses) if math.isfinite(gpus)][:top]
@@ -71,7 +74,8 @@ def scout(ordered, steps, evaluate, piece, lengths, slo: Slo, top: int, usd_per_
         floor_gpus = ordered[k][0]
         known[k] = row["_seen"]
         if row["meets"]:
-            usd.append(max(floor_gpus, row["units"] * ordered[k][2].unit_cost_gpus) * usd_per_gpu)
+            cost_gpus = max(floor_gpus, row["units"] * ordered[k][2].unit_cost_gpus)
+            usd.append(cost_gpus * hourly * per_m)
     return known, top_cost(usd, top)
 
 
