@@ -212,3 +212,32 @@ def test_a_plan_whose_scouts_tie_at_the_cap_still_answers():
                load.output_tokens), requests=1000, slo=Slo(ttft_s=2.0, tpot_s=0.05),
                space=SearchSpace(max_gpus=32), top=3)  # fmt: skip
     assert [r["gpus"] for r in got.best_rows] == [3, 3, 3]
+
+
+def test_a_plan_over_several_gpus_prices_each_at_its_own(capsys):
+    code, out, err = run(capsys, "serve", "plan", "--model", "llama3-8b", "--gpu", "h200",
+                         "h100-sxm", "--rate", "4", "--prompt-tokens", "512", "--output-tokens",
+                         "64", "--requests", "100", "--max-gpus", "8", "--slo-ttft-s", "0.5",
+                         "--top", "40", "--no-timing", "--json")  # fmt: skip
+    assert code == 0, err
+    doc = json.loads(out)
+    prices = {k: v["usd_per_gpu_hour"] for k, v in doc["gpu_prices"].items()}
+    assert prices == {k: price_for(k).usd_per_gpu_hour for k in ("h200", "h100-sxm")}
+    on_h100 = [r for r in doc["configs"] if r["layout"] == "colocated on h100-sxm"]
+    on_h200 = [r for r in doc["configs"] if r["layout"] == "colocated"]
+    assert on_h100 and on_h200 and all(r["gpu"] == "h100-sxm" for r in on_h100)
+    for rows, gpu in ((on_h100, "h100-sxm"), (on_h200, "h200")):
+        for r in rows:
+            assert r["usd_per_hour"] == pytest.approx(r["gpus"] * prices[gpu], rel=1e-12)
+
+
+def test_several_gpus_pair_every_prefill_type_with_every_decode_type():
+    lengths = (np.full(60, 512), np.full(60, 32))
+    space = SearchSpace(tps=(1,), formats=(("fp8", "fp8"),), max_seqs=(64,), ratios=((1, 1),),
+                        max_gpus=4)  # fmt: skip
+    got = plan("llama3-8b", "h200", rate_per_s=2.0, lengths=lengths, requests=60,
+               slo=Slo(ttft_s=1.0), space=space, top=50, pools=PoolSpace(gpus=("h100-sxm",)),
+               prune=False)  # fmt: skip
+    pairs = {(r["prefill_gpu"], r["decode_gpu"]) for r in got.rows if r["prefill_gpu"]}
+    assert pairs == {(p, d) for p in ("h200", "h100-sxm") for d in ("h200", "h100-sxm")}
+    assert {r["gpu"] for r in got.rows if r["gpu"]} == {"h200", "h100-sxm"}

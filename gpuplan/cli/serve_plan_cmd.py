@@ -22,11 +22,15 @@ from gpuplan.cli.serve_inputs import (
     speculation_from_args,
 )
 from gpuplan.cli.serve_plan_pools import (
+    GPU_KW,
     add_plan_pool_options,
     frontier_doc,
     frontier_lines,
+    gpu_prices,
+    gpu_text,
     plan_pools,
     plan_slo,
+    price_lines,
     slo_text,
     tp_list_option,
 )
@@ -39,7 +43,7 @@ from gpuplan.validate.bands import documents as bands
 def register_plan(sub) -> None:
     """``serve plan`` under ``serve``'s subcommands."""
     p = sub.add_parser("plan", help="cheapest configurations that meet TTFT and TPOT SLOs")
-    add_traffic_options(p, rate_required=True)
+    add_traffic_options(p, rate_required=True, gpu_kw=GPU_KW)
     add_stack_options(p, default=DEFAULT_STACK)
     p.add_argument("--slo-ttft-s", type=positive(float), help="TTFT target (either target may "
                    "be left out, not both)")  # fmt: skip
@@ -84,12 +88,13 @@ def run_plan(args) -> int:
         result = _plan(args, load, space, pool, slo)
     doc = _plan_doc(args, result, space, defaults)
     doc["frontier"] = frontier_doc(result, args, load)
+    doc["gpu_prices"] = gpu_prices(args, result)
     if args.json:
         print(dump_json(with_timing(doc, args, {"wall_s": result.wall_s,
                                                 "ran_on": pool_label(args)})))  # fmt: skip
         return 0
     _print_plan(args, doc, result, space)
-    print("\n".join(frontier_lines(doc)))
+    print("\n".join(price_lines(doc) + frontier_lines(doc)))
     return 0
 
 
@@ -126,7 +131,7 @@ def _print_plan(args, doc: dict, result, space) -> None:
             f"ttft_{pct}_s", f"tpot_{pct}_s", "usd_per_hour", "usd_per_m_output_tokens"]  # fmt: skip
     money = {c: (lambda v: f"${v:,.2f}") for c in ("usd_per_hour", "usd_per_m_output_tokens")}
     print(
-        f"cheapest ways to serve {args.model} at {args.rate:g} requests/s on {args.gpu} with "
+        f"cheapest ways to serve {args.model} at {args.rate:g} requests/s on {gpu_text(args)} with "
         f"{slo_text(args)}\n{defaults_line(doc['defaults'])}\n"
     )
     banded = {c: money.get(c, format_seconds) for c in cols[8:]}

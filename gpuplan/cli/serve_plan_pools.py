@@ -14,6 +14,17 @@ from gpuplan.limits import MAX_GPUS
 from gpuplan.tables import format_seconds, render_table
 
 
+class FirstAndRest(argparse.Action):
+    """``--gpu A B C``: A in ``gpu`` (the plan's own GPU, the one its price and device flags
+    are for), B and C in ``more_gpus``."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        namespace.gpu, namespace.more_gpus = values[0], tuple(values[1:])
+
+
+GPU_KW = {"nargs": "+", "action": FirstAndRest, "metavar": "GPU"}  # serve plan's --gpu
+
+
 class FlatList(argparse.Action):
     """A list flag given as ``2 4 8``, ``2,4,8`` or both: the values of every word, in order."""
 
@@ -44,8 +55,9 @@ def plan_pools(args):
     """The pools the plan pairs (``plan_disagg.PoolSpace``)."""
     from gpuplan.sim.runtime.serving.plan_disagg import PoolSpace
 
-    return PoolSpace(prefill_gpus=tuple(args.prefill_gpu), decode_gpus=tuple(args.decode_gpu),
-                     prefill_tps=args.prefill_tp, decode_tps=args.decode_tp)  # fmt: skip
+    return PoolSpace(gpus=getattr(args, "more_gpus", ()), prefill_gpus=tuple(args.prefill_gpu),
+                     decode_gpus=tuple(args.decode_gpu), prefill_tps=args.prefill_tp,
+                     decode_tps=args.decode_tp)  # fmt: skip
 
 
 def plan_slo(args):
@@ -67,7 +79,7 @@ def slo_text(args) -> str:
                         (("TTFT", args.slo_ttft_s), ("TPOT", args.slo_tpot_s)) if value is not None)
 
 
-FRONTIER_KEYS = ("layout", "tp", "prefill_gpu", "prefill_tp", "decode_gpu", "decode_tp",
+FRONTIER_KEYS = ("layout", "gpu", "tp", "prefill_gpu", "prefill_tp", "decode_gpu", "decode_tp",
                  "weight_dtype", "kv_dtype", "max_seqs", "replicas", "gpus",
                  "tokens_per_s_per_gpu", "tokens_per_s_per_user", "usd_per_m_output_tokens")  # fmt: skip
 
@@ -79,7 +91,7 @@ def frontier_doc(result, args, load) -> list[dict]:
     mean_output = float(sum(load.output_tokens[: load.n])) / load.n
     rows = frontier(searched_rows(result.rows, result.top), rate_per_s=args.rate,
                     mean_output_tokens=mean_output, percentile=args.percentile)  # fmt: skip
-    pooled = ("prefill_gpu", "prefill_tp", "decode_gpu", "decode_tp")  # "" and 0: no pools
+    pooled = ("gpu", "prefill_gpu", "prefill_tp", "decode_gpu", "decode_tp")  # "" and 0: none
     return [{k: (r.get(k) or None) if k in pooled else r.get(k) for k in FRONTIER_KEYS}
             for r in rows]
 
@@ -96,3 +108,32 @@ def frontier_lines(doc: dict) -> list[str]:
             "(1 / TPOT at the percentile): of the configurations searched to the end that meet "
             "the SLO (--top widens them), those no other beats on both",
             render_table(rows, cols, formats=fmt)]  # fmt: skip
+
+
+def gpu_text(args) -> str:
+    """The GPU types the plan tries: ``h200``, or ``h200, h100-sxm``."""
+    return ", ".join((args.gpu, *getattr(args, "more_gpus", ())))
+
+
+def gpu_prices(args, result) -> dict:
+    """Each GPU type the plan priced: USD per GPU-hour and its source (--gpu's first as the
+    plan priced it, the others from the price file)."""
+    from gpuplan.hwmodels.accelerators import get_accelerator
+    from gpuplan.sim.parallel.cost import price_for
+
+    own = get_accelerator(args.gpu).key
+    names = (*getattr(args, "more_gpus", ()), *args.prefill_gpu, *args.decode_gpu)
+    out = {own: {"usd_per_gpu_hour": args.price_per_gpu_hour or price_for(own).usd_per_gpu_hour,
+                 "source": result.price_source}}  # fmt: skip
+    for key in dict.fromkeys(get_accelerator(n).key for n in names):
+        if key not in out and (price := price_for(key)) is not None:
+            out[key] = {"usd_per_gpu_hour": price.usd_per_gpu_hour,
+                        "source": f"{price.source} ({price.date})"}  # fmt: skip
+    return out
+
+
+def price_lines(doc: dict) -> list[str]:
+    """The other GPU types' prices, one line each (the plan's own is on its price line)."""
+    rest = list(doc["gpu_prices"].items())[1:]
+    return [f"price of {key}: ${p['usd_per_gpu_hour']:,.2f} per GPU-hour, {p['source']}"
+            for key, p in rest]  # fmt: skip

@@ -43,7 +43,12 @@ from gpuplan.hwmodels.accelerators import get_accelerator
 from gpuplan.hwmodels.efficiency import Efficiency
 from gpuplan.sim.runtime.serving.deployment import serving_efficiency
 from gpuplan.sim.runtime.serving.on_stack import stack_serving_efficiency
-from gpuplan.sim.runtime.serving.plan_disagg import PoolSpace, check_pool_gpus, pool_candidates
+from gpuplan.sim.runtime.serving.plan_disagg import (
+    PoolSpace,
+    check_pool_gpus,
+    other_gpu_candidates,
+    pool_candidates,
+)
 from gpuplan.sim.runtime.serving.plan_pruning import candidate_order, enough_met, scout, top_cost
 from gpuplan.sim.runtime.serving.plan_search import evaluate_candidate
 from gpuplan.sim.runtime.serving.plan_space import SearchSpace, Slo, candidates, speculator_for
@@ -162,25 +167,31 @@ def plan(
 
 
 def _pooled(cfg, acc, space: SearchSpace, pools: PoolSpace, found, hourly: float) -> list:
-    """Disaggregated candidates whose pools differ in GPU type or TP (``plan_disagg``), each
-    GPU priced from the price file relative to ``hourly`` (``acc``'s)."""
-    if not space.ratios:
-        return []
-    keys = {get_accelerator(k).key for k in (*pools.prefill_gpus, *pools.decode_gpus)} - {acc.key}
+    """The candidates on ``pools.gpus`` and the disaggregated ones whose pools differ in GPU
+    type or TP (``plan_disagg``), each GPU priced from the price file relative to ``hourly``
+    (``acc``'s)."""
     from gpuplan.sim.parallel.cost import price_for
 
+    def keys_of(names) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(get_accelerator(k).key for k in names))
+
+    named = PoolSpace(gpus=tuple(k for k in keys_of(pools.gpus) if k != acc.key),
+                      prefill_gpus=keys_of(pools.prefill_gpus),
+                      decode_gpus=keys_of(pools.decode_gpus), prefill_tps=pools.prefill_tps,
+                      decode_tps=pools.decode_tps)  # fmt: skip
+    keys = sorted({*named.gpus, *named.prefill_gpus, *named.decode_gpus} - {acc.key})
     prices = {acc.key: 1.0} | {k: (p.usd_per_gpu_hour / hourly if (p := price_for(k)) else None)
                                for k in keys}  # fmt: skip
-    check_pool_gpus(pools, prices)
+    check_pool_gpus(named, prices)
     colocated = {acc.key: found}
     for key in keys:  # each other GPU's colocated candidates, on its built-in efficiency fit
         other = get_accelerator(key)
         eff = (serving_efficiency(key, space.attention_kernel) if space.stack is None
                else stack_serving_efficiency(space.stack, other, None))  # fmt: skip
         colocated[key] = candidates(cfg, other, eff, replace(space, ratios=(), speculation=None))
-    named = replace(pools, prefill_gpus=tuple(get_accelerator(k).key for k in pools.prefill_gpus),
-                    decode_gpus=tuple(get_accelerator(k).key for k in pools.decode_gpus))  # fmt: skip
-    return pool_candidates(colocated, space.ratios, named, acc.key, prices)
+    out = other_gpu_candidates(colocated, named.gpus, prices)
+    return out + (pool_candidates(colocated, space.ratios, named, acc.key, prices)
+                  if space.ratios else [])  # fmt: skip
 
 
 def _piece(ordered, steps, specs, k: int, cap_usd: tuple[float, float], seen) -> tuple:

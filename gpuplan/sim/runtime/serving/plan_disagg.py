@@ -1,4 +1,8 @@
-"""A capacity plan's disaggregated candidates whose pools differ, and the plan's frontier.
+"""A capacity plan's candidates on several GPU types, disaggregated ones whose pools differ,
+and the plan's frontier.
+
+- Several GPU types (``serve plan --gpu A B``): each other type's candidates, colocated, priced
+  at its own GPU's price (``GpuCandidate``); its disaggregated pools are paired below.
 
 - Pools of their own: a unit of P prefill and D decode replicas where the prefill replicas run
   one (GPU type, TP) and the decode replicas another (``PoolCandidate``), as Splitwise (Patel et
@@ -20,7 +24,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from gpuplan.errors import GpuplanError
 from gpuplan.sim.runtime.serving.plan_space import Candidate
@@ -29,12 +33,37 @@ from gpuplan.sim.runtime.serving.step_model import StepModel
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PoolSpace:
-    """Which pools a plan pairs: GPU types and TPs of each (empty/None: the plan's own)."""
+    """Which GPU types a plan tries besides its own (``gpus``), and which pools it pairs: GPU
+    types and TPs of each (empty: the plan's own GPU and ``gpus``; None: the space's TPs)."""
 
+    gpus: tuple[str, ...] = ()
     prefill_gpus: tuple[str, ...] = ()
     decode_gpus: tuple[str, ...] = ()
     prefill_tps: tuple[int, ...] | None = None
     decode_tps: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuCandidate(Candidate):
+    """A colocated candidate on another GPU type than the plan's own."""
+
+    gpu: str
+    price: float = 1.0  # its price per GPU-hour over the plan's reference price
+
+    @property
+    def unit_cost_gpus(self) -> float:
+        return self.unit_gpus * self.price
+
+    @property
+    def layout(self) -> str:
+        return f"colocated on {self.gpu}"
+
+
+def other_gpu_candidates(colocated: dict, gpus, prices: dict) -> list:
+    """Each of ``gpus``' colocated candidates (``colocated``: GPU key -> its (candidate,
+    deployment) pairs that fit), priced at its own GPU."""
+    return [(GpuCandidate(**asdict(c), gpu=key, price=prices[key]), dep)
+            for key in gpus for c, dep in colocated[key]]  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,8 +101,8 @@ def pool_candidates(colocated: dict, ratios, pools: PoolSpace, main_gpu: str,
     and ``max_seqs`` whose pools differ; ``colocated``: GPU key -> its colocated (candidate,
     deployment) pairs that fit; ``prices``: GPU key -> price over the reference price."""
     out, steps = [], {}
-    for pg in pools.prefill_gpus or (main_gpu,):
-        for dg in pools.decode_gpus or (main_gpu,):
+    for pg in pools.prefill_gpus or (main_gpu, *pools.gpus):
+        for dg in pools.decode_gpus or (main_gpu, *pools.gpus):
             for cp, dp in _bases(colocated[pg], pools.prefill_tps):
                 for cd, dd in _bases(colocated[dg], pools.decode_tps):
                     same_pool = (pg, cp.tp) == (dg, cd.tp)
@@ -111,23 +140,25 @@ def decode_side(c, dep, step):
 
 
 def pool_columns(c, dep, hourly: float) -> dict:
-    """A row's pools: each one's GPU type and TP (a colocated candidate has none: "" and 0,
-    which a DataFrame keeps as they are, where None would become NaN)."""
+    """A row's GPU type (a colocated candidate's; "" for a disaggregated one) and its pools:
+    each one's GPU type and TP (a colocated candidate has none: "" and 0, which a DataFrame
+    keeps as they are, where None would become NaN)."""
     if not c.prefill:
-        return {"prefill_gpu": "", "decode_gpu": "", "prefill_tp": 0, "decode_tp": 0}
+        return {"gpu": dep.acc.key, "prefill_gpu": "", "decode_gpu": "", "prefill_tp": 0,
+                "decode_tp": 0}  # fmt: skip
     if isinstance(c, PoolCandidate):
-        return {"prefill_gpu": c.prefill_gpu, "decode_gpu": c.decode_gpu, "prefill_tp": c.tp,
-                "decode_tp": c.decode_tp}  # fmt: skip
-    return {"prefill_gpu": dep.acc.key, "decode_gpu": dep.acc.key, "prefill_tp": c.tp,
+        return {"gpu": "", "prefill_gpu": c.prefill_gpu, "decode_gpu": c.decode_gpu,
+                "prefill_tp": c.tp, "decode_tp": c.decode_tp}  # fmt: skip
+    return {"gpu": "", "prefill_gpu": dep.acc.key, "decode_gpu": dep.acc.key, "prefill_tp": c.tp,
             "decode_tp": c.tp}  # fmt: skip
 
 
 def check_pool_gpus(pools: PoolSpace, prices: dict) -> None:
     """Every pool GPU has a price to weigh it by."""
-    for key in (*pools.prefill_gpus, *pools.decode_gpus):
+    for key in (*pools.gpus, *pools.prefill_gpus, *pools.decode_gpus):
         if prices.get(key) is None:
-            raise GpuplanError(f"the price file has no price for {key} (a pool's GPU): choose "
-                               "another --prefill-gpu/--decode-gpu")  # fmt: skip
+            raise GpuplanError(f"the price file has no price for {key} (one of the plan's "
+                               "GPUs beside --gpu's first): choose another")  # fmt: skip
 
 
 def searched_rows(rows: list[dict], top: int) -> list[dict]:
