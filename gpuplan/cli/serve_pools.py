@@ -188,3 +188,15 @@ def serve_pools(args, workload, common: dict, build):
     extra = {"pools": pools, "pools_total": pools_summary(pools),
              "kv_link": link_doc(pre_dep, dec_dep, args.kv_link)}  # fmt: skip
     return result, (dec_dep, dec_stack, dec_sched), extra
+
+
+def gpus_text(doc: dict) -> str:
+    """``8 x h200``; pools of their own: ``8 GPUs (4 x h100-sxm tp=4 prefill, 4 x h200 tp=2
+    decode)``."""
+    c, pools = doc["config"], doc.get("pools")
+    same = pools and all((p["gpu"], p["tp"], p["ep"]) == (c["gpu"], c["tp"], c["ep"])
+                         for p in pools.values())  # fmt: skip
+    if not pools or same:
+        return f"{c['gpus']} x {c['gpu']}"
+    parts = [f"{p['gpus']} x {p['gpu']} tp={p['tp']} {name}" for name, p in pools.items()]
+    return f"{c['gpus']} GPUs ({', '.join(parts)})"

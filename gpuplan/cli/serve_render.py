@@ -4,7 +4,7 @@ use (stack, prefix cache, speculation, images), the latency table, throughput an
 from __future__ import annotations
 
 from gpuplan.cli.calibration import efficiency_line
-from gpuplan.cli.serve_pools import pool_lines
+from gpuplan.cli.serve_pools import gpus_text, pool_lines
 from gpuplan.tables import format_banded, format_seconds, format_value, render_table
 from gpuplan.validate.bands import documents as bands
 
@@ -31,7 +31,7 @@ def _setup_lines(doc: dict) -> list[str]:
         else (f"disaggregated {c['disaggregate']} (prefill:decode)")
     )
     return [
-        f"{c['model']} on {c['gpus']} x {c['gpu']}: {layout}, tp={c['tp']}, "
+        f"{c['model']} on {gpus_text(doc)}: {layout}, tp={c['tp']}, "
         + (f"pp={c['pp']} (blocks {','.join(map(str, c['pp_layers']))}), " if c.get("pp", 1) > 1 else "")
         + (f"ep={c['ep']}, " if c.get("ep", 1) > 1 else "")
         + f"{c['weight_dtype']} weights, {c['kv_dtype']} KV cache, {c['policy']} batching "
