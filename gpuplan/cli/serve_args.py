@@ -64,12 +64,14 @@ def prefix_arg(text: str) -> tuple[int, int]:
 int_values = int_list()  # comma-separated whole numbers, each at least 1
 
 
-def add_traffic_options(p, *, rate_required: bool) -> None:
+def add_traffic_options(p, *, rate_required: bool, gpu_kw: dict | None = None) -> None:
     """The model, the GPU and the traffic (rate, lengths or a trace), seed, --json, timing,
-    --calibration and --emit: the flags serve and serve plan share."""
+    --calibration and --emit: the flags serve and serve plan share (``gpu_kw``: --gpu's own, as
+    serve plan takes several)."""
     # the parent ``serve`` parser cannot require them: ``serve plan`` passes them to its own
     p.add_argument("--model", type=word, required=rate_required, help="model preset or config.json")
-    add_gpu_argument(p, "accelerator key (see `gpuplan gpus`)", required=rate_required)
+    add_gpu_argument(p, "accelerator key (see `gpuplan gpus`)", required=rate_required,
+                     **(gpu_kw or {}))  # fmt: skip
     p.add_argument("--rate", type=rate_arg, required=rate_required, help="requests per second, or inf")
     p.add_argument("--prompt-tokens", type=tokens_arg, default=None, help="prompt length spec")
     p.add_argument("--output-tokens", type=tokens_arg, default=None, help="output length spec")

@@ -30,6 +30,7 @@ from gpuplan.cli.serve_emit import render_launch, serve_launch
 from gpuplan.cli.serve_inputs import efficiency_fit, serve_defaults, speculation_from_args
 from gpuplan.cli.serve_inputs import serve_workload as _workload  # diagnose_pricing's name
 from gpuplan.cli.serve_plan_cmd import register_plan
+from gpuplan.cli.serve_pools import add_pool_options, fill_pool_gpu, pools_asked, serve_pools
 from gpuplan.cli.serve_render import render_serve
 from gpuplan.cli.stack_flags import add_stack_options, stack_doc, stack_from_args, stack_line
 from gpuplan.errors import GpuplanError
@@ -49,6 +50,7 @@ def register(subparsers) -> None:
     add_stack_options(p, default=DEFAULT_STACK)
     add_replica_options(p)
     add_simulation_options(p)
+    add_pool_options(p)
     p.set_defaults(func=run_serve)
     sub = p.add_subparsers(title="subcommands", metavar="{plan,edge}", dest="serve_command")
     register_plan(sub)
@@ -60,12 +62,12 @@ def register(subparsers) -> None:
 
 
 def run_serve(args) -> int:
-    from gpuplan.sim.runtime.serving.disagg import Disaggregation, serve_disaggregated
     from gpuplan.sim.runtime.serving.engine import simulate
     from gpuplan.sim.runtime.serving.wide_ep import group_scheduler
 
     if getattr(args, "reproduce", False):
         return run_reproduce(args)
+    fill_pool_gpu(args)
     missing = [flag for flag in ("model", "gpu") if getattr(args, flag) is None]
     if missing:
         flags = ", ".join("--" + m for m in missing)
@@ -86,15 +88,14 @@ def run_serve(args) -> int:
         "slo_tpot_s": args.slo_tpot_s,
     }
     speculator = _speculator(args, dep, stack)
-    if args.disaggregate:
+    pools = {}
+    if pools_asked(args):
         if dep.dp_attention:
             raise GpuplanError("--disaggregate with --dp-attention is not modelled yet: drop one")
         if speculator is not None:
             raise GpuplanError("--speculative with --disaggregate is not modelled: drop one")
-        p, d = args.disaggregate
-        dis = Disaggregation(prefill_replicas=p, decode_replicas=d, link=args.kv_link)
-        result = serve_disaggregated(dep, sched, workload, dis, **common)
-        replicas = dis.replicas
+        result, (dep, stack, sched), pools = serve_pools(args, workload, common, _pool_build)
+        replicas = sum(args.disaggregate)
     else:
         replicas = simulated_replicas(args, dep)
         result = simulate(dep, sched, workload, replicas=replicas, router=args.router,
@@ -106,6 +107,9 @@ def run_serve(args) -> int:
     doc = with_timing(_serve_doc(args, dep, sched, workload, result, replicas, stack), args,
                       {"wall_s": result.wall_s})  # fmt: skip
     doc["config"]["defaults"] = defaults
+    if pools:  # each pool its own GPUs: the total is theirs
+        doc["config"]["gpus"] = pools["pools_total"]["gpus"]
+        doc |= pools
     doc |= bands.serve_bands(doc, stack=(doc["config"].get("stack") or {}).get("name", ""),
                              device=doc["config"]["gpu"])  # fmt: skip
     launch = serve_launch(args, dep, sched, speculation_from_args(args), stack)
@@ -163,6 +167,12 @@ def simulated_replicas(args, dep) -> int:
             f"{dep.ep // dep.tp}"
         )
     return gpus // dep.ep
+
+
+def _pool_build(ns):
+    """One pool's (deployment, stack, scheduler) from its flags (``serve_pools``)."""
+    dep, stack = _stack_deployment(ns)
+    return dep, stack, _stack_scheduler(ns, stack, dep)
 
 
 def _pp_layers(args) -> tuple[int, ...] | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from gpuplan.cli.argtypes import gpu_count, int_list, percentile, positive
+from gpuplan.cli.argtypes import gpu_count, percentile, positive
 from gpuplan.cli.calibration import efficiency_line
 from gpuplan.cli.dask_workers import add_sweep_options, open_pool, pool_label, timed, with_timing
 from gpuplan.cli.serve_args import (
@@ -22,9 +22,21 @@ from gpuplan.cli.serve_inputs import (
     serve_workload,
     speculation_from_args,
 )
+from gpuplan.cli.serve_plan_pools import (
+    GPU_KW,
+    add_plan_pool_options,
+    frontier_doc,
+    frontier_lines,
+    gpu_prices,
+    gpu_text,
+    plan_pools,
+    plan_slo,
+    price_lines,
+    slo_text,
+    tp_list_option,
+)
 from gpuplan.cli.serve_render import defaults_line
 from gpuplan.cli.stack_flags import add_stack_options, stack_doc, stack_from_args, stack_line
-from gpuplan.limits import MAX_GPUS
 from gpuplan.tables import dump_json, format_banded, format_seconds, render_table
 from gpuplan.validate.bands import documents as bands
 
@@ -32,12 +44,14 @@ from gpuplan.validate.bands import documents as bands
 def register_plan(sub) -> None:
     """``serve plan`` under ``serve``'s subcommands."""
     p = sub.add_parser("plan", help="cheapest configurations that meet TTFT and TPOT SLOs")
-    add_traffic_options(p, rate_required=True)
+    add_traffic_options(p, rate_required=True, gpu_kw=GPU_KW)
     add_stack_options(p, default=DEFAULT_STACK)
-    p.add_argument("--slo-ttft-s", type=positive(float), required=True)
-    p.add_argument("--slo-tpot-s", type=positive(float), required=True)
+    p.add_argument("--slo-ttft-s", type=positive(float), help="TTFT target (either target may "
+                   "be left out, not both)")  # fmt: skip
+    p.add_argument("--slo-tpot-s", type=positive(float), help="TPOT target")
     p.add_argument("--percentile", type=percentile, default=99.0)
-    p.add_argument("--tp", type=int_list(MAX_GPUS), help="tensor-parallel degrees to try (default: all)")
+    tp_list_option(p, "--tp", "tensor-parallel degrees to try, 2 4 8 or 2,4,8 (default: all)")
+    add_plan_pool_options(p)
     p.add_argument("--policy", choices=("continuous", "chunked"), default="chunked")
     p.add_argument("--max-seqs", type=int_values, default=(64, 256), help="max_seqs values to try")
     p.add_argument("--no-disaggregation", action="store_true")
@@ -70,15 +84,19 @@ def run_plan(args) -> int:
         stack=_plan_stack(args),
         speculation=speculation_from_args(args),
     )
+    slo = plan_slo(args)
     with open_pool(args) as pool:
-        result = _plan(args, load, space, pool)
+        result = _plan(args, load, space, pool, slo)
     doc = _plan_doc(args, result, space, defaults)
     doc |= {"launch": launch} if (launch := plan_launch(args, doc["configs"], space)) else {}
+    doc["frontier"] = frontier_doc(result, args, load)
+    doc["gpu_prices"] = gpu_prices(args, result)
     if args.json:
         print(dump_json(with_timing(doc, args, {"wall_s": result.wall_s,
                                                 "ran_on": pool_label(args)})))  # fmt: skip
         return 0
     _print_plan(args, doc, result, space)
+    print("\n".join(price_lines(doc) + frontier_lines(doc)))
     if doc.get("launch"):
         print(render_launch(doc["launch"]))
     return 0
@@ -117,9 +135,8 @@ def _print_plan(args, doc: dict, result, space) -> None:
             f"ttft_{pct}_s", f"tpot_{pct}_s", "usd_per_hour", "usd_per_m_output_tokens"]  # fmt: skip
     money = {c: (lambda v: f"${v:,.2f}") for c in ("usd_per_hour", "usd_per_m_output_tokens")}
     print(
-        f"cheapest ways to serve {args.model} at {args.rate:g} requests/s on {args.gpu} with "
-        f"TTFT {pct} <= {format_seconds(args.slo_ttft_s)} and TPOT {pct} <= "
-        f"{format_seconds(args.slo_tpot_s)}\n{defaults_line(doc['defaults'])}\n"
+        f"cheapest ways to serve {args.model} at {args.rate:g} requests/s on {gpu_text(args)} with "
+        f"{slo_text(args)}\n{defaults_line(doc['defaults'])}\n"
     )
     banded = {c: money.get(c, format_seconds) for c in cols[8:]}
     shown = [{**row, **{c: format_banded(c, row[c], row["error_band"].get(c), banded[c])
@@ -144,14 +161,14 @@ def _plan_stack(args):
     return stack_from_args(args, get_accelerator(args.gpu))
 
 
-def _plan(args, load, space, pool):
-    from gpuplan.sim.runtime.serving.plan import Slo, plan
+def _plan(args, load, space, pool, slo):
+    from gpuplan.sim.runtime.serving.plan import plan
 
     return plan(
         args.model,
         args.gpu,
         rate_per_s=args.rate,
-        slo=Slo(ttft_s=args.slo_ttft_s, tpot_s=args.slo_tpot_s, percentile=args.percentile),
+        slo=slo,
         lengths=(load.prompt_tokens, load.output_tokens),
         requests=load.n,
         seed=args.seed,
@@ -161,4 +178,5 @@ def _plan(args, load, space, pool):
         progress=not args.json and sys.stderr.isatty(),
         pool=pool,
         fit=efficiency_fit(args),
+        pools=plan_pools(args),
     )

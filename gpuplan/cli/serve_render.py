@@ -4,6 +4,7 @@ use (stack, prefix cache, speculation, images), the latency table, throughput an
 from __future__ import annotations
 
 from gpuplan.cli.calibration import efficiency_line
+from gpuplan.cli.serve_pools import gpus_text, pool_lines
 from gpuplan.tables import format_banded, format_seconds, format_value, render_table
 from gpuplan.validate.bands import documents as bands
 
@@ -14,7 +15,7 @@ def defaults_line(defaults: list[str]) -> str:
 
 def render_serve(doc: dict) -> str:
     """The simulation's document as people read it."""
-    lines = _setup_lines(doc) + _feature_lines(doc)
+    lines = _setup_lines(doc) + pool_lines(doc) + _feature_lines(doc)
     lines.append("")
     lines += _latency_lines(doc)
     lines.append(efficiency_line(doc["config"]["efficiency_source"]))
@@ -30,7 +31,7 @@ def _setup_lines(doc: dict) -> list[str]:
         else (f"disaggregated {c['disaggregate']} (prefill:decode)")
     )
     return [
-        f"{c['model']} on {c['gpus']} x {c['gpu']}: {layout}, tp={c['tp']}, "
+        f"{c['model']} on {gpus_text(doc)}: {layout}, tp={c['tp']}, "
         + (f"pp={c['pp']} (blocks {','.join(map(str, c['pp_layers']))}), " if c.get("pp", 1) > 1 else "")
         + (f"ep={c['ep']}, " if c.get("ep", 1) > 1 else "")
         + (f"attention data-parallel over {c['ep_groups']} group(s) of ep={c['ep']}, "

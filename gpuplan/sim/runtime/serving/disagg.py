@@ -10,6 +10,10 @@ there); its KV cache then travels to a decode replica, which admits it straight 
   on different nodes, as Splitwise over InfiniBand) or the scale-up link (``scaleup``, pools in
   one NVLink domain, as DistServe places them when it can), at the collective model's
   achievable fraction plus one step's latency (``hwmodels.collectives``);
+- the pools may differ (``decode_dep``: another GPU type, TP, EP or format, as Splitwise's
+  mixed H100/A100 clusters): each side moves its own per-GPU shard over its own link and the
+  slower side bounds the transfer; pools of different GPU types are different nodes, so they
+  talk over the scale-out NICs only (``check_pool_link``);
 - a prefill replica's transfers go one at a time over its link (first come, first served), and
   its blocks are freed when the prefill ends (the cache is staged out of the block pool);
 - routers: least outstanding requests into each pool, by default.
@@ -70,28 +74,44 @@ def link_bytes_per_s(dep, link: str) -> float:
     return value
 
 
-def kv_transfer_s(dep, prompt_tokens: int, link: str) -> float:
-    """Time to move one request's KV cache of ``prompt_tokens`` tokens between the pools (each
-    GPU sends its own share at once; under pipeline parallelism, of its stage's blocks)."""
+def check_pool_link(dep, decode_dep, link: str) -> None:
+    """Pools of different GPU types sit on different nodes: no scale-up link joins them."""
+    if link == "scaleup" and dep.acc.key != decode_dep.acc.key:
+        raise GpuplanError(
+            f"kv_link='scaleup' is invalid with prefill on {dep.acc.key} and decode on "
+            f"{decode_dep.acc.key}: different GPU types are different nodes; use --kv-link scaleout"
+        )
+
+
+def _side_s(dep, prompt_tokens: int, link: str) -> float:
+    """One side's share of a transfer: its per-GPU cache bytes (under pipeline parallelism, of
+    its largest stage's blocks) over its own link at the achievable fraction."""
     per_gpu = kv_bytes_per_sequence(dep.model, prompt_tokens, tp=dep.tp, kv_dtype=dep.kv_dtype)
     if dep.pp > 1:
         per_gpu *= max(st.n_layers for st in dep.stages) / dep.model.n_layers
-    eff = dep.eff
-    rate = link_bytes_per_s(dep, link) * eff.collective_bw_fraction
-    return eff.collective_launch_s + eff.collective_latency_s + per_gpu / rate
+    return per_gpu / (link_bytes_per_s(dep, link) * dep.eff.collective_bw_fraction)
+
+
+def kv_transfer_s(dep, prompt_tokens: int, link: str, decode_dep=None) -> float:
+    """Time to move one request's KV cache of ``prompt_tokens`` tokens between the pools (each
+    GPU sends its own share at once); with ``decode_dep``, the receiving pool's GPUs take their
+    own shares over their own links, and the slower side bounds the transfer."""
+    sides = (dep,) if decode_dep is None or decode_dep is dep else (dep, decode_dep)
+    fixed_s = max(d.eff.collective_launch_s + d.eff.collective_latency_s for d in sides)
+    return fixed_s + max(_side_s(d, prompt_tokens, link) for d in sides)
 
 
 class _Links:
     """Each prefill replica's outgoing link: busy until a time, first come first served."""
 
-    def __init__(self, env, dep, link: str, n: int, on_arrival):
-        self.env, self.dep, self.link = env, dep, link
+    def __init__(self, env, deps, link: str, n: int, on_arrival):
+        self.env, self.deps, self.link = env, deps, link
         self.free_at = [0.0] * n
         self.on_arrival = on_arrival
 
     def send(self, replica: int, rid: int, table: RequestTable, now_s: float) -> None:
         start = max(now_s, self.free_at[replica])
-        done = start + kv_transfer_s(self.dep, table.cached[rid], self.link)
+        done = start + kv_transfer_s(self.deps[0], table.cached[rid], self.link, self.deps[1])
         self.free_at[replica] = done
         table.remote[rid] = True
         event = self.env.timeout(done - now_s)
@@ -112,10 +132,13 @@ def simulate_disaggregated(
     slo_tpot_s: float | None = None,
     step: StepModel | None = None,
     watch=None,
+    decode_dep=None,
+    decode_step: StepModel | None = None,
 ) -> ServingResult:
     """Serve ``workload`` with a prefill pool and a decode pool (``sched`` rules the decode
     replicas; ``prefill_sched``, default ``sched``, the prefill replicas' limits; ``watch``: as
-    ``engine.simulate``'s)."""
+    ``engine.simulate``'s). ``decode_dep`` (default ``dep``): the decode pool's replica, which
+    may be another GPU type or parallelism, priced by ``decode_step``."""
     if sched.policy in ("static", "dynamic"):
         raise GpuplanError(
             f"policy={sched.policy!r} cannot run disaggregated: decode replicas admit requests "
@@ -125,14 +148,15 @@ def simulate_disaggregated(
     workload = prepare_images(dep, workload)  # a VLM's image tokens and encoder, if any
     env, table = simpy.Environment(), RequestTable(workload)
     pre_sched = prefill_sched or sched
-    budget = max(pre_sched.batched_tokens(dep.model) or 0, sched.batched_tokens(dep.model) or 0)
-    check_servable(dep)
-    step = step or StepModel(dep, max_tokens=max(budget, sched.max_seqs))
-    step = cross_attention_step(step, dep, workload, disaggregated=True)  # refused with images
+    decode_dep = decode_dep or dep
+    check_pool_link(dep, decode_dep, dis.link)
+    step, decode_step = _step_models((dep, decode_dep), (pre_sched, sched), (step, decode_step),
+                                     workload)  # fmt: skip
     line = Timeline(timeline)
     bar = watched_progress(workload.n, progress, watch, table)
-    pre, dec = _pools(env, table, dep, (pre_sched, sched), step, line, dis)
-    dispatch = _routed(env, table, dep, dis, pre, dec, bar)
+    pre, dec = _pools(env, table, (dep, decode_dep), (pre_sched, sched), (step, decode_step),
+                      line, dis)  # fmt: skip
+    dispatch = _routed(env, table, (dep, decode_dep), dis, pre, dec, bar)
     env.process(arrivals(env, table, arrival_watched(dispatch, watch, table, env)))
     env.run(until=horizon_s)
     bar.close()
@@ -145,10 +169,25 @@ def simulate_disaggregated(
         request_columns=frame,
         timeline_columns=line.columns(),
         summary=summary,
-        capacity=kv_capacity(dep, sched),
+        capacity=kv_capacity(decode_dep, sched),
         end_s=env.now,
         wall_s=time.perf_counter() - started,
     )
+
+
+def _step_models(deps, scheds, steps, workload) -> tuple[StepModel, StepModel]:
+    """Each pool's step model (given, or made for the larger token budget); the decode pool's is
+    the prefill pool's when they are one deployment."""
+    (dep, decode_dep), (pre_sched, sched), (step, decode_step) = deps, scheds, steps
+    check_servable(dep)
+    check_servable(decode_dep)
+    budget = max(pre_sched.batched_tokens(dep.model) or 0, sched.batched_tokens(dep.model) or 0)
+    tokens = max(budget, sched.max_seqs)
+    step = step or StepModel(dep, max_tokens=tokens)
+    step = cross_attention_step(step, dep, workload, disaggregated=True)  # refused with images
+    if decode_dep is dep:
+        return step, step
+    return step, decode_step or StepModel(decode_dep, max_tokens=tokens)
 
 
 def continuous_prefill(sched):
@@ -164,23 +203,23 @@ def serve_disaggregated(dep, sched, workload, dis: Disaggregation, **kw) -> Serv
     return simulate_disaggregated(dep, sched, workload, dis, prefill_sched=pre, **kw)
 
 
-def _pools(env, table: RequestTable, dep, scheds, step: StepModel, line: Timeline,
+def _pools(env, table: RequestTable, deps, scheds, steps, line: Timeline,
            dis: Disaggregation) -> tuple[list[Replica], list[Replica]]:  # fmt: skip
-    """The prefill replicas (``scheds``' first, prefill only) and the decode replicas (its
-    second), numbered in that order."""
-    pre_sched, sched = scheds
+    """The prefill replicas (``deps``', ``scheds``' and ``steps``' first, prefill only) and the
+    decode replicas (their second), numbered in that order."""
+    (pre_dep, dec_dep), (pre_sched, sched), (pre_step, dec_step) = deps, scheds, steps
     pre = [
-        make_replica(env, i, table, dep, pre_sched, step, line, prefill_only=True)
+        make_replica(env, i, table, pre_dep, pre_sched, pre_step, line, prefill_only=True)
         for i in range(dis.prefill_replicas)
     ]
     dec = [
-        make_replica(env, dis.prefill_replicas + j, table, dep, sched, step, line)
+        make_replica(env, dis.prefill_replicas + j, table, dec_dep, sched, dec_step, line)
         for j in range(dis.decode_replicas)
     ]
     return pre, dec
 
 
-def _routed(env, table: RequestTable, dep, dis: Disaggregation, pre: list[Replica],
+def _routed(env, table: RequestTable, deps, dis: Disaggregation, pre: list[Replica],
             dec: list[Replica], bar: Progress):  # fmt: skip
     """The pools wired together: a prefill's cache sent to a decode replica its router picks,
     every replica watched by ``bar``; returns the dispatch of an arrival to a prefill replica."""
@@ -192,7 +231,7 @@ def _routed(env, table: RequestTable, dep, dis: Disaggregation, pre: list[Replic
         table.decode_replica[rid] = dec[j].state.index
         dec[j].offer(rid)
 
-    links = _Links(env, dep, dis.link, len(pre), decode_arrival)
+    links = _Links(env, deps, dis.link, len(pre), decode_arrival)
     for i, rep in enumerate(pre):
         rep.state.handoff = lambda rid, at, i=i: links.send(i, rid, table, at)
     watch_replicas(pre + dec, bar)

@@ -3,8 +3,10 @@
 The search covers, for one model on one kind of GPU: tensor parallelism (every divisor of the
 query heads up to 8 at which the model fits), weight and KV formats (bf16; fp8 weights with an
 fp8 cache; int8 and int4 weights), the scheduler's ``max_seqs``, and colocated replicas or
-disaggregated units of P prefill and D decode replicas. For each candidate it finds the fewest
-units that meet the SLOs by simulation and prices them.
+disaggregated units of P prefill and D decode replicas, whose pools may differ in TP and GPU
+type (``plan_disagg``; each pool priced at its own GPU's price). For each candidate it finds the
+fewest units that meet the SLOs (a TTFT target, a TPOT target or both) by simulation and
+prices them.
 
 Method, with its assumptions named:
 - traffic splits evenly over units, and each unit is simulated alone at ``rate / units`` with
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -41,6 +43,12 @@ from gpuplan.hwmodels.accelerators import get_accelerator
 from gpuplan.hwmodels.efficiency import Efficiency
 from gpuplan.sim.runtime.serving.deployment import serving_efficiency
 from gpuplan.sim.runtime.serving.on_stack import stack_serving_efficiency
+from gpuplan.sim.runtime.serving.plan_disagg import (
+    PoolSpace,
+    check_pool_gpus,
+    other_gpu_candidates,
+    pool_candidates,
+)
 from gpuplan.sim.runtime.serving.plan_pruning import candidate_order, enough_met, scout, top_cost
 from gpuplan.sim.runtime.serving.plan_search import evaluate_candidate
 from gpuplan.sim.runtime.serving.plan_space import SearchSpace, Slo, candidates, speculator_for
@@ -52,6 +60,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 DEFAULT_SPACE = SearchSpace()  # ``plan``'s search space when none is given
+DEFAULT_POOLS = PoolSpace()  # pools on ``plan``'s GPU, at the space's TPs
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -112,12 +121,14 @@ def plan(
     pool: Pool | None = None,
     fit: Efficiency | None = None,
     prune: bool = True,
+    pools: PoolSpace = DEFAULT_POOLS,
 ) -> PlanResult:
     """The ``top`` cheapest configurations serving ``rate_per_s`` within ``slo``; ``lengths``
     are (prompt, output) token arrays of at least ``requests`` requests; ``pool``: where the
     candidates are simulated (``sim.sweep``; in this process by default); ``fit``: the device's
     efficiency fit (default: its built-in one); ``prune`` False simulates every probe to its
-    end and caps no search (the same answer, slower: for checking)."""
+    end and caps no search (the same answer, slower: for checking); ``pools``: the prefill and
+    decode GPU types and TPs that disaggregated units pair (``plan_disagg``)."""
     check_positive("rate_per_s", rate_per_s, allow_inf=True)
     if math.isinf(rate_per_s):
         raise GpuplanError("rate_per_s=inf is invalid for planning: give a finite request rate")
@@ -127,6 +138,7 @@ def plan(
     eff = (serving_efficiency(acc.key, space.attention_kernel, fit) if space.stack is None
            else stack_serving_efficiency(space.stack, acc, fit))  # fmt: skip
     found = candidates(cfg, acc, eff, space)
+    found += _pooled(cfg, acc, space, pools, found, hourly)
     specs = {id(dep): speculator_for(space, dep) for c, dep in found if c.speculative}
     spec_tokens = space.speculation[0].k if space.speculation else 0
     if not found:
@@ -141,7 +153,7 @@ def plan(
     piece = partial(_piece, ordered, steps, specs)
     scouted = {}, math.inf
     if prune:
-        scouted = scout(ordered, steps, evaluate, piece, lengths, slo, top, hourly * per_m,
+        scouted = scout(ordered, steps, evaluate, piece, lengths, slo, top, (hourly, per_m),
                         rate_per_s, spec_tokens)  # fmt: skip
     rows, met = _search(ordered, pool or InProcess(), evaluate, piece, scouted, top=top,
                         hourly=hourly, per_m=per_m, prune=prune, progress=progress)  # fmt: skip
@@ -152,6 +164,34 @@ def plan(
     return PlanResult(rows=rows, top=top, speculation=space.speculation is not None,
                       candidates=len(found), price_source=source,
                       wall_s=time.perf_counter() - started)  # fmt: skip
+
+
+def _pooled(cfg, acc, space: SearchSpace, pools: PoolSpace, found, hourly: float) -> list:
+    """The candidates on ``pools.gpus`` and the disaggregated ones whose pools differ in GPU
+    type or TP (``plan_disagg``), each GPU priced from the price file relative to ``hourly``
+    (``acc``'s)."""
+    from gpuplan.sim.parallel.cost import price_for
+
+    def keys_of(names) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(get_accelerator(k).key for k in names))
+
+    named = PoolSpace(gpus=tuple(k for k in keys_of(pools.gpus) if k != acc.key),
+                      prefill_gpus=keys_of(pools.prefill_gpus),
+                      decode_gpus=keys_of(pools.decode_gpus), prefill_tps=pools.prefill_tps,
+                      decode_tps=pools.decode_tps)  # fmt: skip
+    keys = sorted({*named.gpus, *named.prefill_gpus, *named.decode_gpus} - {acc.key})
+    prices = {acc.key: 1.0} | {k: (p.usd_per_gpu_hour / hourly if (p := price_for(k)) else None)
+                               for k in keys}  # fmt: skip
+    check_pool_gpus(named, prices)
+    colocated = {acc.key: found}
+    for key in keys:  # each other GPU's colocated candidates, on its built-in efficiency fit
+        other = get_accelerator(key)
+        eff = (serving_efficiency(key, space.attention_kernel) if space.stack is None
+               else stack_serving_efficiency(space.stack, other, None))  # fmt: skip
+        colocated[key] = candidates(cfg, other, eff, replace(space, ratios=(), speculation=None))
+    out = other_gpu_candidates(colocated, named.gpus, prices)
+    return out + (pool_candidates(colocated, space.ratios, named, acc.key, prices)
+                  if space.ratios else [])  # fmt: skip
 
 
 def _piece(ordered, steps, specs, k: int, cap_usd: tuple[float, float], seen) -> tuple:
@@ -210,10 +250,11 @@ def _price(gpu: str, override: float | None) -> tuple[float, str]:
 
 def _unmet(cfg, acc, rate, slo: Slo, space: SearchSpace, evaluated: pd.DataFrame) -> str:
     pct = f"p{slo.percentile:g}"
+    targets = " and ".join(f"{name} {pct} <= {value:g} s" for name, value in
+                           (("TTFT", slo.ttft_s), ("TPOT", slo.tpot_s)) if math.isfinite(value))
     head = (
-        f"no configuration of {cfg.name} on {acc.key} serves {rate:g} requests/s with TTFT "
-        f"{pct} <= {slo.ttft_s:g} s and TPOT {pct} <= {slo.tpot_s:g} s within "
-        f"{space.max_gpus} GPUs"
+        f"no configuration of {cfg.name} on {acc.key} serves {rate:g} requests/s with "
+        f"{targets} within {space.max_gpus} GPUs"
     )
     if evaluated.empty:
         return head

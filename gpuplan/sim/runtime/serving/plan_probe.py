@@ -10,6 +10,7 @@ import numpy as np
 
 from gpuplan.sim.runtime.serving.disagg import Disaggregation, serve_disaggregated
 from gpuplan.sim.runtime.serving.engine import simulate
+from gpuplan.sim.runtime.serving.plan_disagg import decode_side
 from gpuplan.sim.runtime.serving.plan_space import Slo, sched_of
 from gpuplan.sim.runtime.serving.progress import Settled
 from gpuplan.sim.runtime.serving.request_table import FINISHED
@@ -114,19 +115,24 @@ class Probe:
         try:
             if c.prefill:
                 dis = Disaggregation(prefill_replicas=c.prefill, decode_replicas=c.decode)
+                dec_dep, dec_step = decode_side(c, self.dep, self.step)
                 res = serve_disaggregated(self.dep, self.sched, load, dis, timeline=False,
-                                          step=self.step, watch=watch)  # fmt: skip
+                                          step=self.step, watch=watch, decode_dep=dec_dep,
+                                          decode_step=dec_step)  # fmt: skip
             else:
                 res = simulate(self.dep, self.sched, load, timeline=False, step=self.step,
                                watch=watch, speculator=self.speculator)  # fmt: skip
         except Settled:
             return False, math.nan, math.nan
-        return verdict(res.request_columns, self.slo)
+        return verdict(res.request_columns, self.slo, max_waiting=c.max_seqs * (c.prefill or 1))
 
 
-def verdict(frame, slo: Slo) -> tuple[bool, float, float]:
+def verdict(frame, slo: Slo, *, max_waiting: int | None = None) -> tuple[bool, float, float]:
     """(meets, TTFT and TPOT at the percentile) of a run's requests: its ``request_columns``
-    (numpy arrays, as the engine keeps them) or their DataFrame, the same numbers."""
+    (numpy arrays, as the engine keeps them) or their DataFrame, the same numbers. Without a
+    TTFT target a unit must still keep up: at the last arrival no more than ``max_waiting``
+    requests (the sequences its prefill replicas admit at once) may wait for a first token,
+    else the arrivals outran admission and the queue grows with the run (``backlog``)."""
     status = np.asarray(frame["status"])
     if (status != "finished").any():
         return False, math.inf, math.inf
@@ -136,4 +142,13 @@ def verdict(frame, slo: Slo) -> tuple[bool, float, float]:
     tpots = np.asarray(frame["tpot_s"], dtype=float)[first:]
     tpots = tpots[~np.isnan(tpots)]
     tpot = float(np.percentile(tpots, slo.percentile)) if len(tpots) else 0.0
-    return ttft <= slo.ttft_s and tpot <= slo.tpot_s, ttft, tpot
+    meets = ttft <= slo.ttft_s and tpot <= slo.tpot_s
+    if math.isinf(slo.ttft_s) and max_waiting is not None:
+        meets = meets and backlog(frame) <= max_waiting
+    return meets, ttft, tpot
+
+
+def backlog(frame) -> int:
+    """Requests still waiting for a first token when the last one arrives."""
+    last = float(np.max(np.asarray(frame["arrival_s"], dtype=float)))
+    return int((np.asarray(frame["first_token_s"], dtype=float) > last).sum())

@@ -10,6 +10,7 @@ import numpy as np
 
 from gpuplan.sim.runtime.serving.deployment import Deployment
 from gpuplan.sim.runtime.serving.kv_cache import kv_capacity
+from gpuplan.sim.runtime.serving.plan_disagg import decode_side
 from gpuplan.sim.runtime.serving.plan_space import Candidate, Slo, sched_of
 from gpuplan.sim.runtime.serving.step_model import Batch, StepModel
 
@@ -23,12 +24,13 @@ def unit_rate_bound(c: Candidate, dep: Deployment, step: StepModel, lengths,
     candidate's decode as if every step of ``spec_tokens`` proposals emitted all and the bonus
     token at a decode iteration's price."""
     prompt, output = float(np.mean(lengths[0])), float(np.mean(lengths[1]))
-    cap = kv_capacity(dep, sched_of(c))
+    dec_dep, dec_step = decode_side(c, dep, step)  # a pool of its own, or the same replica
+    cap = kv_capacity(dec_dep, sched_of(c))
     seqs = max(1, min(c.max_seqs, cap.sequences(prompt + output)))
     p, o = max(1, round(prompt)), max(1, round(output))
     prefill_s = step.iteration_s(Batch(prefill=((p, 0, 1),)))
     context = seqs * round(prompt + output / 2)
-    decode_s = (o - 1) * step.decode_s(seqs, context) / seqs
+    decode_s = (o - 1) * dec_step.decode_s(seqs, context) / seqs
     if c.speculative:  # at most k + 1 tokens a step, each step at least a decode's price
         decode_s /= spec_tokens + 1
     if not c.prefill:
@@ -45,12 +47,12 @@ def candidate_order(found, lengths, rate_per_s: float, spec_tokens: int) -> tupl
         step = steps.setdefault(id(dep), StepModel(dep))
         bound = unit_rate_bound(c, dep, step, lengths, spec_tokens)
         start = max(1, math.floor(LOWER_BOUND_MARGIN * rate_per_s / bound))
-        ordered.append((start * c.unit_gpus, start, c, dep))
+        ordered.append((start * c.unit_cost_gpus, start, c, dep))
     ordered.sort(key=lambda x: (x[0], x[2].tp, x[2].unit_replicas))
     return ordered, steps
 
 
-def scout(ordered, steps, evaluate, piece, lengths, slo: Slo, top: int, usd_per_gpu: float,
+def scout(ordered, steps, evaluate, piece, lengths, slo: Slo, top: int, price: tuple,
            rate, spec_tokens: int):  # fmt: skip
     """Before the search proper, the ``top`` candidates guessed cheapest (``_guess_gpus``) are
     searched in full: ({index in ``ordered``: their runs}, X), X the ``top``-th lowest of
@@ -59,7 +61,10 @@ def scout(ordered, steps, evaluate, piece, lengths, slo: Slo, top: int, usd_per_
     or less, come before any candidate the stop rule could end the search at with fewer than
     ``top`` costs at or below X met. So X caps every search, and the stop rule and the
     configurations kept are those of the search without it. ``piece(k, caps, runs)``: what
-    ``evaluate`` takes for the ``k``-th candidate."""
+    ``evaluate`` takes for the ``k``-th candidate; ``price``: (USD per GPU-hour, per million
+    tokens per USD an hour), multiplied in the order the search and its rows multiply them, so
+    that a scout's cost X and a candidate's cost at X are the same float."""
+    hourly, per_m = price
     guesses = [(_guess_gpus(c, dep, steps[id(dep)], lengths, slo, rate, spec_tokens), k)
                for k, (_, _, c, dep) in enumerate(ordered)]  # fmt: skip
     chosen = [k for gpus, k in sorted(guesses) if math.isfinite(gpus)][:top]
@@ -69,7 +74,8 @@ def scout(ordered, steps, evaluate, piece, lengths, slo: Slo, top: int, usd_per_
         floor_gpus = ordered[k][0]
         known[k] = row["_seen"]
         if row["meets"]:
-            usd.append(max(floor_gpus * usd_per_gpu, row["gpus"] * usd_per_gpu))
+            cost_gpus = max(floor_gpus, row["units"] * ordered[k][2].unit_cost_gpus)
+            usd.append(cost_gpus * hourly * per_m)
     return known, top_cost(usd, top)
 
 
@@ -84,10 +90,10 @@ def _guess_gpus(c: Candidate, dep, step: StepModel, lengths, slo: Slo, rate: flo
     load = 1 - TAIL_FACTOR * prefill_s / slo.ttft_s
     if load <= 0:
         return math.inf
-    if step.decode_s(1, prompt + round(output / 2)) > slo.tpot_s:
+    if decode_side(c, dep, step)[1].decode_s(1, prompt + round(output / 2)) > slo.tpot_s:
         return math.inf
     units = max(1, math.ceil(rate / (load * unit_rate_bound(c, dep, step, lengths, spec_tokens))))
-    return units * c.unit_gpus
+    return units * c.unit_cost_gpus
 
 
 def top_cost(met: list[float], top: int) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from gpuplan.sim.runtime.serving.plan_disagg import pool_columns
 from gpuplan.sim.runtime.serving.plan_probe import Probe
 from gpuplan.sim.runtime.serving.plan_space import Candidate, Slo
 
@@ -58,10 +59,10 @@ def _cap_units(c: Candidate, cap_usd: float, hourly: float, per_m: float, *,
         return None
 
     def within(units: int) -> bool:
-        usd = units * c.unit_gpus * hourly * per_m
+        usd = units * c.unit_cost_gpus * hourly * per_m
         return usd < cap_usd if strict else usd <= cap_usd
 
-    units = math.floor(cap_usd / (c.unit_gpus * hourly * per_m))
+    units = math.floor(cap_usd / (c.unit_cost_gpus * hourly * per_m))
     while within(units + 1):
         units += 1
     while units > 0 and not within(units):
@@ -80,7 +81,8 @@ def evaluate_candidate(piece, *, rate_per_s, lengths, slo, requests, seed, max_g
             _cap_units(c, cap_usd[1], hourly, per_m, strict=True))  # fmt: skip
     cap = min((u for u in caps if u is not None), default=None)
     units = fewest_units(probe, start, max(1, max_gpus // c.unit_gpus), cap)
-    return _row(c, units, probe, hourly, per_m, slo) | {"_seen": probe.seen}
+    row = _row(c, units, probe, hourly, per_m, slo)
+    return row | pool_columns(c, dep, hourly) | {"_seen": probe.seen}
 
 
 def _row(c: Candidate, units, probe: Probe, hourly: float, per_m: float, slo: Slo) -> dict:
@@ -94,6 +96,7 @@ def _row(c: Candidate, units, probe: Probe, hourly: float, per_m: float, slo: Sl
     else:
         _, ttft, tpot = probe.exact(tried)
     gpus = tried * c.unit_gpus
+    cost_gpus = tried * c.unit_cost_gpus  # each pool at its own GPU's price
     pct = f"p{slo.percentile:g}"
     return {
         "layout": c.layout,
@@ -107,8 +110,8 @@ def _row(c: Candidate, units, probe: Probe, hourly: float, per_m: float, slo: Sl
         "gpus": gpus,
         f"ttft_{pct}_s": ttft,
         f"tpot_{pct}_s": tpot,
-        "usd_per_hour": gpus * hourly,
-        "usd_per_m_output_tokens": gpus * hourly * per_m,
+        "usd_per_hour": cost_gpus * hourly,
+        "usd_per_m_output_tokens": cost_gpus * hourly * per_m,
         "speculative": c.speculative,
         "meets": units is not None,
         "above_top_cost": above,  # not searched past the top-th cost met (``top_cost``)

@@ -4,6 +4,7 @@ model fits in memory, with pipelines of nodes for a format no node's TP holds.""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from gpuplan.errors import GpuplanError, check_positive
@@ -26,13 +27,18 @@ RATIOS = ((1, 1), (1, 2), (1, 3))
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Slo:
-    ttft_s: float
-    tpot_s: float
+    """Latency targets at a percentile; either may be left out (inf: no target)."""
+
+    ttft_s: float = math.inf
+    tpot_s: float = math.inf
     percentile: float = 99.0
 
     def __post_init__(self) -> None:
-        check_positive("slo_ttft_s", self.ttft_s)
-        check_positive("slo_tpot_s", self.tpot_s)
+        check_positive("slo_ttft_s", self.ttft_s, allow_inf=True)
+        check_positive("slo_tpot_s", self.tpot_s, allow_inf=True)
+        if math.isinf(self.ttft_s) and math.isinf(self.tpot_s):
+            raise GpuplanError("give a TTFT target, a TPOT target or both (--slo-ttft-s, "
+                               "--slo-tpot-s)")  # fmt: skip
         if not 0 < self.percentile <= 100:
             raise GpuplanError(f"percentile={self.percentile} is invalid: give one in (0, 100]")
 
@@ -76,6 +82,12 @@ class Candidate:
     @property
     def unit_gpus(self) -> int:
         return self.ep if self.dp_attention else self.tp * self.pp * self.unit_replicas
+
+    @property
+    def unit_cost_gpus(self) -> float:
+        """The unit's GPUs at the plan's price (``plan_disagg.PoolCandidate``: each pool at its
+        own GPU's)."""
+        return self.unit_gpus
 
     @property
     def layout(self) -> str:
