@@ -46,6 +46,13 @@ from gpuplan.hwmodels.price import price
 from gpuplan.sim.estimate.breakdown import Breakdown, Item, priced_items
 from gpuplan.sim.estimate.compilation import eager, fuse_elementwise
 from gpuplan.sim.estimate.composite import layer_groups
+from gpuplan.sim.runtime.serving.mla_forms import (
+    absorbed_decode,
+    cache_bytes_per_token_rank,
+    caches_latent,
+    expanded_prefill,
+    without_expansion,
+)
 from gpuplan.sim.runtime.serving.pipeline import (
     expert_parallel_ops,
     micro_batches,
@@ -57,10 +64,9 @@ from gpuplan.sim.runtime.serving.quantization import (
     op_weight_dtype,
     quantized_gemm_time,
 )
-from gpuplan.workloads.attention_block import kv_cache_append
+from gpuplan.workloads.attention_block import MLA_ABSORB_GEMMS, kv_cache_append
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.layer_kinds import TOKEN_CACHE_KINDS
-from gpuplan.workloads.memory import kv_cache_bytes_per_token_layer
 from gpuplan.workloads.operators import embedding_forward, layer_forward, logit_softcap
 from gpuplan.workloads.ops import (
     INDUCTOR_COPY,
@@ -112,13 +118,14 @@ def token_ops(dep, *, tokens: int, layer: int = 0) -> list[Op]:
     ops = layer_forward(cfg, batch=1, seq=tokens, dtype=dep.act_dtype, layer=layer, tp=dep.tp,
                         grouped_experts=dep.grouped_experts, moe_glue=dep.moe_glue)
     ops = [op for op in ops if not isinstance(op, Attention | Scan)]  # ``mixer_templates``
+    ops = without_expansion(dep, ops)  # MLA: decode tokens keep the latent (``mla_forms``)
     if dep.ep > 1 and cfg.is_moe_layer(layer):
         ops = expert_parallel_ops(ops, cfg, tokens=tokens, tp=dep.tp, ep=dep.ep,
                                   act_dtype=dep.act_dtype)  # fmt: skip
     kind = cfg.layer_kind(layer)
     if kind in TOKEN_CACHE_KINDS:  # a fixed-state layer writes its state in its scan
         ops.append(kv_cache_append(cfg, tokens=tokens, dtype=dep.kv_dtype, tp=dep.tp,
-                                   indexer=kind == "dsa"))
+                                   indexer=kind == "dsa", latent=caches_latent(cfg, dep.stack)))
     if dep.tp > 1:
         reduce_bytes = tokens * cfg.d_model * dtype_bytes(dep.act_dtype)
         ops.append(_collective("tp all_reduce", "all_reduce", dep.tp, reduce_bytes, count=2))
@@ -158,19 +165,10 @@ def sample_ops(dep, *, seqs: int) -> list[Op]:
     return ops
 
 
-def cache_bytes_per_token_layer(cfg, stack: str, dtype: str) -> float:
-    """KV-cache bytes of one token in one block as ``stack`` stores them: Hugging Face's MLA
-    modelling code (DeepSeek-V2/V3) caches the decompressed per-head keys and values, not the
-    latent; every other stack the model's own layout (``workloads.memory``)."""
-    if cfg.is_mla and stack == "hf-transformers":
-        return cfg.n_heads * (cfg.qk_head_dim + cfg.v_dim_per_head) * dtype_bytes(dtype)
-    return kv_cache_bytes_per_token_layer(cfg, dtype)
-
-
 def cache_concat(dep, kv_tokens: float) -> Memory:
     """HF DynamicCache's torch.cat in one block: the cached keys and values (``kv_tokens`` in
     all) read and written again with the new token, one kernel each."""
-    per_token = cache_bytes_per_token_layer(dep.model, dep.stack, dep.kv_dtype) / dep.tp
+    per_token = cache_bytes_per_token_rank(dep)
     return Memory(name="kv_cache_cat", op="copy", bytes_moved=2 * kv_tokens * per_token, calls=2,
                   count=1)
 
@@ -224,11 +222,12 @@ def masked_decode_attention(dep, dec: Attention) -> list[Op]:
     its copies stop growing at the window, as its attention's reads do (``Attention.kv_read``)."""
     if (not isinstance(dec, Attention) or dec.name != "decode_attention"
             or not dep.repeat_kv_masked or dep.decode_context_tokens is None
-            or dec.heads_kv >= dec.heads_q or dep.eff.attention_kernel == "eager"):
+            or dec.heads_kv >= dec.heads_q or dep.eff.attention_kernel == "eager"
+            or dec.shared_kv):  # an absorbed MLA decode reads its latent as it is
         return [dec]  # (transformers' eager attention prices its own repeat_kv)
     held = min(dec.seq_kv, dec.window) if dec.window else dec.seq_kv
     kv_tokens = dec.batch * held
-    per_token = cache_bytes_per_token_layer(dep.model, dep.stack, dep.kv_dtype) / dep.tp
+    per_token = cache_bytes_per_token_rank(dep)
     rep = dec.heads_q / dec.heads_kv
     family = INDUCTOR_COPY if dep.impl == "compiled" else "copy"
     copy = Memory(name="repeat_kv", op=family, bytes_moved=kv_tokens * per_token * (1 + rep) / 2,
@@ -238,8 +237,10 @@ def masked_decode_attention(dep, dec: Attention) -> list[Op]:
 
 def decode_ops(dep, att: Attention, *, seqs: int, kv_tokens: float) -> list[Op]:
     """One block's decode attention as the deployment runs it (``decode_attention`` under
-    ``masked_decode_attention``): what ``iteration_breakdown`` prices and ``StepModel`` fits."""
-    return masked_decode_attention(dep, decode_attention(dep, att, seqs=seqs, kv_tokens=kv_tokens))
+    ``masked_decode_attention``; MLA absorbed, ``mla_forms``): what ``iteration_breakdown``
+    prices and ``StepModel`` fits."""
+    dec = decode_attention(dep, att, seqs=seqs, kv_tokens=kv_tokens)
+    return [out for op in absorbed_decode(dep, dec) for out in masked_decode_attention(dep, op)]
 
 
 def cache_ops(dep, kv_tokens: float) -> list[Op]:
@@ -270,9 +271,18 @@ def prefill_attention(att: Attention | Scan, *, tokens: int, cached: int,
     return replace(att, name=name, batch=seqs, seq_q=tokens, seq_kv=cached + tokens)
 
 
+def prefill_ops(dep, att: Attention | Scan, *, tokens: int, cached: int, seqs: int) -> list[Op]:
+    """One block's kernels of a prefill piece beyond the token part (``prefill_attention``; MLA
+    expanded first, ``mla_forms``): what ``iteration_breakdown`` prices and ``StepModel`` fits."""
+    pre = prefill_attention(att, tokens=tokens, cached=cached, seqs=seqs)
+    return expanded_prefill(dep, pre, tokens=tokens, cached=cached, seqs=seqs)
+
+
 def price_op(op: Op, dep) -> KernelTime:
     """``hwmodels.price``, with quantized weights for GEMMs and a math-dtype fallback for
     devices that publish no 16-bit rate (``quantization``)."""
+    if isinstance(op, Gemm) and op.name in MLA_ABSORB_GEMMS:  # a 16-bit bmm: one kernel
+        return price(op, dep.acc, dep.eff)  # over its heads (``hwmodels.gemm.is_grouped``)
     if isinstance(op, Gemm):
         weight_dtype = op_weight_dtype(dep.model, op.name, dep.weight_dtype)
         return quantized_gemm_time(dep.acc, op, dep.eff, weight_dtype=weight_dtype)
@@ -326,8 +336,8 @@ def stage_breakdown(dep, batch: Batch, stage, *, overhead: bool) -> Breakdown:
                                  kv_tokens=batch.decode_kv_tokens)
                 items += _items(dec, dep, repeat=count)
             for c, cached, seqs in batch.prefill:
-                pre = prefill_attention(att, tokens=c, cached=cached, seqs=seqs)
-                items += _items([pre], dep, repeat=count)
+                pre = prefill_ops(dep, att, tokens=c, cached=cached, seqs=seqs)
+                items += _items(pre, dep, repeat=count)
     if batch.decode_seqs:
         items += _items(cache_ops(dep, batch.decode_kv_tokens), dep, repeat=n_layers)
     if batch.samples and last:

@@ -28,7 +28,7 @@ from gpuplan.sim.runtime.serving.iteration import (
     iteration_launch,
     mixer_templates,
     outer_ops,
-    prefill_attention,
+    prefill_ops,
     price_op,
     sample_ops,
     token_ops,
@@ -193,10 +193,8 @@ class StepModel(DecodeRuns):
             if len(self._prefill_memo) > self.MEMO_LIMIT:
                 self._prefill_memo.clear()
             hit = sum(
-                count
-                * price_op(
-                    prefill_attention(att, tokens=tokens, cached=cached, seqs=seqs), self.dep
-                ).total_s
+                count * _total_s(prefill_ops(self.dep, att, tokens=tokens, cached=cached,
+                                             seqs=seqs), self.dep)
                 for count, att in self._pairs
             )
             self._prefill_memo[key] = hit
@@ -219,7 +217,7 @@ class StepModel(DecodeRuns):
         dec.append((self._n_layers, cache_ops(dep, 1)))
         self._dec_kernels = sum(c * _kernels(ops) for c, ops in dec)
         self._dec_calls = sum(c * _calls(ops) for c, ops in dec)
-        pre = [(c, [prefill_attention(att, tokens=1, cached=0, seqs=1)])
+        pre = [(c, prefill_ops(dep, att, tokens=1, cached=0, seqs=1))
                for c, att in self._pairs]  # fmt: skip
         self._pre_kernels = sum(c * _kernels(ops) for c, ops in pre)
         self._pre_calls = sum(c * _calls(ops) for c, ops in pre)
