@@ -6,7 +6,10 @@ cached token (flash-decoding's time is linear in the bytes it reads once the bat
 and each prefill piece. A simulation meets few distinct token counts, so after a short warm-up
 an iteration costs a few dictionary lookups, and its time equals
 ``iteration.iteration_breakdown``'s (the test suite checks it) whatever shape the kernel models
-take.
+take, with one exception: a decode kernel that crosses its ridge within the cache's span is linear
+on each side only. An absorbed MLA decode on all 128 heads (TP 1) turns compute-bound past a few
+hundred cached tokens a sequence (below, its query and output bytes dominate): the terms are
+taken at 1001 and 2001 tokens, exact from the crossing up and under 1% fast below it.
 
 Decode-only iterations, and runs of them in closed form (the simulator jumps from event to
 event instead of stepping every iteration), are ``decode_runs``' ``DecodeRuns``.
@@ -150,7 +153,9 @@ class StepModel(DecodeRuns):
         are a masked decode's K/V repeat and a dynamic cache's concatenation)."""
         hit = self._decode_memo.get(seqs)
         if hit is None:
-            one, many = seqs, 1001 * seqs  # 1 and 1001 cached tokens per sequence
+            # 1001 and 2001 cached tokens per sequence: a kernel past its ridge at long context
+            # (an absorbed MLA decode on many heads, ``mla_forms``) is exact from there up
+            one, many = 1001 * seqs, 2001 * seqs
             lo = self._decode_ops_s(seqs, one, windowed=False)
             hi = self._decode_ops_s(seqs, many, windowed=False)
             slope = (hi - lo) / (many - one)
