@@ -363,6 +363,10 @@ class Collective:
     world: int
     bytes_per_rank: float  # each rank's input buffer
     count: int = 1
+    # "nccl" (its ring/tree protocols), or a serving engine's all-reduce over peer memory:
+    # "one_shot" (each rank reads every peer's buffer and sums) or "two_shot" (a reduce-scatter
+    # then an all-gather through peer reads); ``hwmodels.collectives.custom_all_reduce_time``
+    kernel: str = "nccl"
 
     @property
     def flops(self) -> float:

@@ -124,13 +124,15 @@ def decode_deployment(
 
 def _runtime_fields(stack: Stack, *, tp: int, gpu: str, graph: bool) -> dict:
     """The ``Deployment`` fields of ``stack``'s serving runtime (none without one): its CPU
-    time per iteration and per sequence and, under its CUDA graphs, the decode buckets."""
+    time per iteration and per sequence, its all-reduce kernels and, under its CUDA graphs, the
+    decode buckets."""
     if stack.serving is None:
         return {}
     from gpuplan.sim.runtime.serving.on_stack import deployment_fields
 
     f = deployment_fields(stack, tp=tp, gpu=gpu)
-    keys = ("iteration_overhead_s", "seq_overhead_s") + (("decode_buckets",) if graph else ())
+    keys = ("iteration_overhead_s", "seq_overhead_s", "all_reduce") + (
+        ("decode_buckets",) if graph else ())
     return {k: f[k] for k in keys}
 
 

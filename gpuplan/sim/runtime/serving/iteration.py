@@ -46,6 +46,7 @@ from gpuplan.hwmodels.price import price
 from gpuplan.sim.estimate.breakdown import Breakdown, Item, priced_items
 from gpuplan.sim.estimate.compilation import eager, fuse_elementwise
 from gpuplan.sim.estimate.composite import layer_groups
+from gpuplan.sim.runtime.serving.all_reduce import tp_all_reduce
 from gpuplan.sim.runtime.serving.mla_forms import (
     absorbed_decode,
     cache_bytes_per_token_rank,
@@ -128,7 +129,8 @@ def token_ops(dep, *, tokens: int, layer: int = 0) -> list[Op]:
                                    indexer=kind == "dsa", latent=caches_latent(cfg, dep.stack)))
     if dep.tp > 1:
         reduce_bytes = tokens * cfg.d_model * dtype_bytes(dep.act_dtype)
-        ops.append(_collective("tp all_reduce", "all_reduce", dep.tp, reduce_bytes, count=2))
+        ops.append(tp_all_reduce(dep, "tp all_reduce", nbytes=reduce_bytes, tokens=tokens,
+                                 count=2))
     return _as_run(ops, dep.impl)
 
 
@@ -141,7 +143,7 @@ def outer_ops(dep, *, tokens: int, first: bool = True, last: bool = True) -> lis
         ops += embedding_forward(cfg, tokens=tokens, dtype=dep.act_dtype)
     if first and dep.tp > 1:
         nbytes = tokens * cfg.d_model * dtype_bytes(dep.act_dtype)
-        ops.append(_collective("embedding all_reduce", "all_reduce", dep.tp, nbytes))
+        ops.append(tp_all_reduce(dep, "embedding all_reduce", nbytes=nbytes, tokens=tokens))
     if last:
         ops.append(Elementwise(name="final_norm", op=cfg.norm, tokens=tokens, hidden=cfg.d_model,
                                pass_="fwd", dtype=dep.act_dtype))  # fmt: skip
