@@ -24,6 +24,8 @@
   and their count per score does not grow with the head dimension (FlashAttention-3, Shah et
   al. 2024, sec. 3.1): modelled as ``attn_softmax_head_dim`` extra head dimensions of matmul
   work, so a head of 64 reaches a lower fraction of peak than a head of 128.
+- A decode's matmuls are a floor too (``decode_compute_s``): an absorbed MLA decode over many
+  heads is compute-bound (FlashMLA).
 - Either way, the memory floor of reading q, k, v and writing o holds, and the fixed cost of the
   call (kernel overhead plus ``attn_fixed_s`` for its setup and helper kernels) is added.
 """
@@ -55,7 +57,7 @@ def attention_time(acc, op: Attention, eff: Efficiency) -> KernelTime:
     fixed_s = (eff.kernel_overhead_s + eff.attn_fixed_s) * op.count
     if decode:
         decode_s = op.bytes / (acc.hbm_bytes_per_s * decode_hbm_fraction(acc, op, eff, kernel))
-        return KernelTime(0.0, max(memory_s, decode_s), fixed_s)
+        return KernelTime(decode_compute_s(acc, op, eff), max(memory_s, decode_s), fixed_s)
     fraction = eff.attn_bwd_fraction if op.pass_ == "bwd" else eff.attn_fwd_fraction
     if op.pass_ == "bwd" and kernel in INFERENCE_ONLY:
         raise GpuplanError(f"attention kernel {kernel!r} has no backward (an inference "
@@ -103,6 +105,18 @@ def _flash_work(acc, op: Attention, eff: Efficiency) -> float:
     d = (op.head_dim + op.v_head_dim) / 2
     softmax_factor = (d + eff.attn_softmax_head_dim) / d  # exp per score, whatever d is
     return op.flops * wave_factor * block_factor * softmax_factor
+
+
+def decode_compute_s(acc, op: Attention, eff: Efficiency) -> float:
+    """The matmul floor of a decode: its FLOPs at the forward kernel's fraction of the 16-bit
+    (or the op's own) peak. Grouped-query decodes do a few FLOPs a byte and never reach it; an
+    absorbed MLA decode does ``2 heads_q (576 + 512)`` per 576-element latent, which on many
+    heads is compute-bound (FlashMLA's README: "up to 3000 GB/s in memory-bound configuration
+    and 580 TFLOPS in computation-bound configuration on H800 SXM5")."""
+    work = next((d for d in (_dtype(acc, op), "fp16", "fp32") if acc.supports(d)), None)
+    if work is None:  # a device that publishes no matmul rate: no floor known
+        return 0.0
+    return throttled(op.flops / (acc.peak(work) * eff.attn_fwd_fraction), eff, work)
 
 
 def decode_hbm_fraction(acc, op: Attention, eff: Efficiency, kernel: str) -> float:
@@ -155,7 +169,7 @@ def math_attention_kernels(op: Attention) -> list[tuple[str, str, float, int]]:
     b, hq, sq, skv = op.batch, op.heads_q, op.seq_q, op.seq_kv
     q_el = b * hq * sq * op.head_dim
     o_el = b * hq * sq * op.v_head_dim
-    kv_el = b * op.heads_kv * skv * (op.head_dim + op.v_head_dim)
+    kv_el = b * op.heads_kv * skv * op.kv_elems
     k_rep_el = b * hq * skv * op.head_dim  # the scale multiplies the repeated keys
     scores = b * hq * sq * skv
     out: list[tuple[str, str, float, int]] = []
@@ -271,7 +285,7 @@ def eager_attention_kernels(op: Attention) -> list[tuple[str, str, float, int]]:
     e = dtype_bytes(op.dtype)
     rep = op.heads_q / op.heads_kv
     b, hq, sq, skv = op.batch, op.heads_q, op.seq_q, op.kv_read
-    kv_el = b * op.heads_kv * skv * (op.head_dim + op.v_head_dim)
+    kv_el = b * op.heads_kv * skv * op.kv_elems
     rows = b * hq * sq
     scores = rows * skv
     wide = rows * (skv + 1)  # with the sink column

@@ -32,6 +32,7 @@ from gpuplan.hwmodels.attention import (
     COMPOSITE_KERNELS,
     INFERENCE_ONLY,
     attention_time,
+    decode_compute_s,
     decode_hbm_fraction,
     kernel_rate,
 )
@@ -180,9 +181,11 @@ def attention_times(acc, ops: Sequence[Attention], eff) -> KernelTimes:
         frac = _floats([decode_hbm_fraction(acc, op, eff, kn) if d else 1.0
                         for op, d, kn in zip(ops, dec, kernel, strict=True)])  # fmt: skip
         memory = np.where(dec, np.maximum(memory, nbytes / (acc.hbm_bytes_per_s * frac)), memory)
+        compute = np.where(dec, _floats([decode_compute_s(acc, op, eff) if d else 0.0
+                                         for op, d in zip(ops, dec, strict=True)]), compute)
     flash = ~decode & ~np.array(scalar)
     if flash.any():
-        compute = np.where(flash, _flash_compute_s(acc, ops, eff, kernel, flash), 0.0)
+        compute = np.where(flash, _flash_compute_s(acc, ops, eff, kernel, flash), compute)
     out = KernelTimes(compute, memory, fixed)
     return _with_scalar(out, ops, scalar, lambda op: attention_time(acc, op, eff))
 

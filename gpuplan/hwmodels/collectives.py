@@ -24,6 +24,16 @@ All-reduce may also run as a (double binary) tree, as NCCL does (Sanders, Speck 
 NCCL 2.4 release notes): 2 ceil(log2 n) steps, and each rank sends its buffer up and down the
 tree, 2 B in all. A tree trades bandwidth for latency; ``algorithm="auto"`` takes the faster of
 the two for each size, as NCCL's tuner chooses per message size.
+
+Serving engines reduce small messages with their own kernels over peer memory (CUDA IPC on
+NVLink) instead of NCCL (``custom_all_reduce_time``): vLLM's and SGLang's ``custom_all_reduce``
+(``cross_device_reduce_1stage`` / ``_2stage``, vllm csrc/custom_all_reduce.cuh) and TensorRT-LLM's
+all-reduce fusion kernels (``allreduce_fusion_kernel_oneshot`` / ``_twoshot``,
+cpp/tensorrt_llm/kernels/communicationKernels/allReduceFusionKernels.cu). One kernel each: a
+one-shot reads the n - 1 peers' whole buffers and sums them between two barriers; a two-shot
+reduces its 1/n share from every peer, then gathers the other shares, between three barriers. A
+barrier is one flag written to and polled from every peer over the link: priced as one step of
+NCCL's LL protocol (the same flag-and-data exchange), its bytes at NCCL's Simple share of the link.
 """
 
 from __future__ import annotations
@@ -112,3 +122,27 @@ def _protocols(eff: Efficiency) -> tuple[tuple[float, float], ...]:
 
 def link_override_or_default(acc, override: float | None) -> float:
     return override or link_bytes_per_s(acc)
+
+
+CUSTOM_KERNELS = ("one_shot", "two_shot")
+# (barriers, bytes each rank reads from its peers per byte of its buffer, as a function of n)
+_CUSTOM_TERMS = {
+    "one_shot": (2, lambda n: n - 1.0),
+    "two_shot": (3, lambda n: 2.0 * (n - 1) / n),
+}
+
+
+def custom_all_reduce_time(acc, world: int, bytes_per_rank: float, eff: Efficiency,
+                           kernel: str) -> KernelTime:
+    """One serving engine's all-reduce kernel over peer memory (module docstring): a kernel's
+    fixed cost, its barriers at NCCL LL's step latency, the peer reads over the link."""
+    if kernel not in _CUSTOM_TERMS:
+        raise GpuplanError(f"all-reduce kernel={kernel!r} is unknown: choose one of "
+                           f"{', '.join(CUSTOM_KERNELS)}")
+    if world == 1:
+        return ZERO
+    barriers, per_byte = _CUSTOM_TERMS[kernel]
+    read = per_byte(world) * bytes_per_rank
+    link = link_bytes_per_s(acc)
+    return KernelTime(0.0, read / (link * eff.collective_bw_fraction),
+                      eff.kernel_overhead_s + barriers * eff.collective_ll_latency_s)

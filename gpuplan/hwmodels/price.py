@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.attention import attention_time
-from gpuplan.hwmodels.collectives import collective_time
+from gpuplan.hwmodels.collectives import collective_time, custom_all_reduce_time
 from gpuplan.hwmodels.efficiency import Efficiency
 from gpuplan.hwmodels.elementwise import elementwise_time
 from gpuplan.hwmodels.gemm import gemm_time, grouped_gemm_time, is_grouped
@@ -22,6 +22,9 @@ def price(op: Op, acc, eff: Efficiency) -> KernelTime:
         return attention_time(acc, op, eff)
     if isinstance(op, Elementwise | Memory):
         return elementwise_time(acc, op, eff)
+    if isinstance(op, Collective) and op.kernel != "nccl":
+        return custom_all_reduce_time(acc, op.world, op.bytes_per_rank, eff,
+                                      op.kernel).scaled(op.count)
     if isinstance(op, Collective):
         link = scaleout_link(acc) if op.link == "scaleout" else None
         return collective_time(acc, op.op, op.world, op.bytes_per_rank, eff,

@@ -24,6 +24,9 @@ The structural extras of the Hugging Face families (docs/hf_families.md, "Priced
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.memory import indexer_bytes_per_token, kv_cache_bytes_per_token_layer
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.ops import QKV_VIEW_CALLS, Attention, Elementwise, Gemm, Memory, Op
@@ -116,7 +119,7 @@ def _qk_norms(cfg: ModelConfig, *, tokens: int, heads_q: int, heads_kv: int,
 def _mla_projections(cfg: ModelConfig, *, tokens: int, heads_q: int, dtype: str) -> list[Op]:
     """MLA's low-rank query and joint key-value compression (DeepSeek-V2 sec. 2.1)."""
     t, h = tokens, cfg.d_model
-    dqk, dv = cfg.qk_head_dim, cfg.v_dim_per_head
+    dqk = cfg.qk_head_dim
     ops: list[Op] = []
     if cfg.q_lora_rank:
         ops += [
@@ -127,13 +130,7 @@ def _mla_projections(cfg: ModelConfig, *, tokens: int, heads_q: int, dtype: str)
         ops.append(Gemm(name="q_proj", m=t, n=heads_q * dqk, k=h, dtype=dtype))
     ops += [
         Gemm(name="kv_a_proj", m=t, n=cfg.kv_lora_rank + cfg.qk_rope_head_dim, k=h, dtype=dtype),
-        Gemm(
-            name="kv_b_proj",
-            m=t,
-            n=heads_q * (cfg.qk_nope_head_dim + dv),
-            k=cfg.kv_lora_rank,
-            dtype=dtype,
-        ),
+        mla_expand(cfg, tokens=t, heads_q=heads_q, dtype=dtype),
     ]
     return ops
 
@@ -153,10 +150,64 @@ def _rope(cfg: ModelConfig, *, tokens: int, heads_q: int, heads_kv: int, dtype: 
 
 
 def kv_cache_append(cfg: ModelConfig, *, tokens: int, dtype: str, tp: int = 1,
-                    indexer: bool = False) -> Memory:
+                    indexer: bool = False, latent: bool | None = None) -> Memory:
     """Writing the new tokens' keys and values into the cache (read once, written once); with
-    ``indexer``, a DeepSeek sparse-attention block's indexer keys too."""
-    per_token = kv_cache_bytes_per_token_layer(cfg, dtype) / tp
+    ``indexer``, a DeepSeek sparse-attention block's indexer keys too. MLA's latent (``latent``,
+    by default for MLA) is one head, whole on every tensor-parallel rank; without it (a cache of
+    decompressed heads, as Hugging Face keeps) each rank writes its heads' keys and values."""
+    latent = cfg.is_mla if latent is None else latent
+    if latent:
+        per_token = kv_cache_bytes_per_token_layer(cfg, dtype)
+    else:
+        heads = cfg.n_heads if cfg.is_mla else cfg.n_kv_heads
+        per_token = heads * (cfg.qk_head_dim + cfg.v_dim_per_head) * dtype_bytes(dtype) / tp
     if indexer:
         per_token += indexer_bytes_per_token(cfg)
     return Memory(name="kv_cache_append", op="copy", bytes_moved=2 * tokens * per_token, calls=6)
+
+
+# --- MLA decoded in its absorbed form ---------------------------------------------------------
+#
+# Serving engines decode MLA against the cached latent, never expanding it (DeepSeek-V2 sec.
+# 2.1.3, "absorb W^UK into W^Q and W^UV into W^O"; vLLM vllm/v1/attention/backends/mla/common.py,
+# "the data-movement friendly approach for decode": ``_forward_decode`` multiplies ``q_nope`` by
+# ``W_UK_T`` and the attention output by ``W_UV`` with ``torch.bmm``; SGLang
+# python/sglang/srt/models/deepseek_v2.py ``forward_absorb``: ``w_kc``, ``w_vc``; DeepSeek-V3's
+# own inference/model.py ``attn_impl = "absorb"``). Per query head, for a cache of c + r
+# elements a token (kv_lora_rank 512 + qk_rope_head_dim 64 in DeepSeek-V3):
+#   q_nope (t, h, 128) x W_UK (h, 128, 512)  -> q_latent (t, h, 512)    bmm over h heads
+#   [q_latent, q_pe] (t, h, 576) . latent (s, 576)  -> scores; p . latent[:, :512] -> (t, h, 512)
+#   out (t, h, 512) x W_UV (h, 512, 128)     -> (t, h, 128)             bmm over h heads
+# The kernel (FlashMLA, FlashInfer MLA, TRT-LLM's MLA generation kernel) reads the 576-element
+# latent once per token for all heads: one shared key-value head. vLLM keeps W_UK and W_UV in 16
+# bits whatever the checkpoint's format ("we currently do not have quantized bmm's ... store
+# fp16/bf16 copies", ``process_weights_after_loading``). Prefill stays in the expanded form
+# (``kv_b_proj`` over the new and the cached tokens, then ordinary attention), as the engines
+# run it: it is compute-bound, and the expanded form does fewer FLOPs.
+MLA_ABSORB_GEMMS = ("mla_w_uk", "mla_w_uv")
+
+
+def mla_latent_attention(cfg: ModelConfig, att: Attention) -> Attention:
+    """``att`` (an MLA block's attention as ``attention_block`` writes it) over the cached
+    latent: one key-value head of ``kv_lora_rank + qk_rope_head_dim`` elements whose first
+    ``kv_lora_rank`` are the value (``Attention.shared_kv``)."""
+    return replace(att, heads_kv=1, head_dim=cfg.kv_lora_rank + cfg.qk_rope_head_dim,
+                   v_head_dim=cfg.kv_lora_rank, shared_kv=True)
+
+
+def mla_absorb_gemms(cfg: ModelConfig, *, tokens: int, heads_q: int, dtype: str) -> list[Op]:
+    """The absorbed up-projections of ``tokens`` decode tokens on a rank of ``heads_q`` heads:
+    W_UK into the query and W_UV out of the attention, one batched GEMM (bmm) each."""
+    return [
+        Gemm(name="mla_w_uk", m=tokens, n=cfg.kv_lora_rank, k=cfg.qk_nope_head_dim, dtype=dtype,
+             count=heads_q, launches=1),
+        Gemm(name="mla_w_uv", m=tokens, n=cfg.v_head_dim, k=cfg.kv_lora_rank, dtype=dtype,
+             count=heads_q, launches=1),
+    ]
+
+
+def mla_expand(cfg: ModelConfig, *, tokens: int, heads_q: int, dtype: str) -> Gemm:
+    """``kv_b_proj``: the latent of ``tokens`` tokens expanded to this rank's per-head keys
+    (no-RoPE part) and values, as a prefill runs it."""
+    return Gemm(name="kv_b_proj", m=tokens, n=heads_q * (cfg.qk_nope_head_dim + cfg.v_head_dim),
+                k=cfg.kv_lora_rank, dtype=dtype)

@@ -147,6 +147,9 @@ class Attention:
     window: int = 0  # sliding window: each query sees at most this many keys (0: all)
     chunk: int = 0  # chunked local attention: a query sees only its own chunk's keys (0: all)
     sinks: bool = False  # a learned sink logit per head joins each row's softmax (gpt-oss)
+    # the values are the keys' first ``v_head_dim`` elements, read once with them: MLA decoded
+    # in its absorbed form attends over the cached latent, which is both (``kv_elems``)
+    shared_kv: bool = False
 
     @property
     def mean_keys_per_query(self) -> float:
@@ -166,6 +169,12 @@ class Attention:
         rising = (lo + rising_hi) * (rising_hi - lo + 1) / 2.0 if rising_hi >= lo else 0.0
         flat = w * max(0, hi - max(lo, w + 1) + 1)
         return (rising + flat) / (hi - lo + 1)
+
+    @property
+    def kv_elems(self) -> int:
+        """Elements one cached position holds per KV head: a key and a value, or one latent
+        that serves as both (``shared_kv``)."""
+        return self.head_dim + (0 if self.shared_kv else self.v_head_dim)
 
     @property
     def kv_read(self) -> int:
@@ -194,7 +203,7 @@ class Attention:
         e = dtype_bytes(self.dtype)
         q = self.batch * self.heads_q * self.seq_q * self.head_dim * e
         o = self.batch * self.heads_q * self.seq_q * self.v_head_dim * e
-        kv = self.batch * self.heads_kv * self.kv_read * (self.head_dim + self.v_head_dim) * e
+        kv = self.batch * self.heads_kv * self.kv_read * self.kv_elems * e
         lse = self.batch * self.heads_q * self.seq_q * 4  # fp32 log-sum-exp per row
         if self.pass_ == "bwd":  # read q, k, v, o, do, lse; write dq, dk, dv
             return (2 * q + 2 * kv + 2 * o + lse) * self.count
@@ -355,6 +364,10 @@ class Collective:
     bytes_per_rank: float  # each rank's input buffer
     count: int = 1
     link: str = "scaleup"  # the link it crosses: scale-up (NVLink) or scale-out (the GPU's NIC)
+    # "nccl" (its ring/tree protocols), or a serving engine's all-reduce over peer memory:
+    # "one_shot" (each rank reads every peer's buffer and sums) or "two_shot" (a reduce-scatter
+    # then an all-gather through peer reads); ``hwmodels.collectives.custom_all_reduce_time``
+    kernel: str = "nccl"
 
     @property
     def flops(self) -> float:

@@ -31,11 +31,8 @@ from gpuplan.hwmodels.efficiency import queued
 from gpuplan.sim.estimate.breakdown import Breakdown, Item, priced_items
 from gpuplan.sim.estimate.composite import _as_run, _with_launch, layer_groups
 from gpuplan.sim.runtime.serving.deployment import Deployment
-from gpuplan.sim.runtime.serving.iteration import (
-    Batch,
-    cache_bytes_per_token_layer,
-    iteration_breakdown,
-)
+from gpuplan.sim.runtime.serving.iteration import Batch, iteration_breakdown
+from gpuplan.sim.runtime.serving.mla_forms import cache_bytes_per_token_layer, caches_latent
 from gpuplan.sim.stacks import KV_CACHES, Stack
 from gpuplan.sim.stacks.kernels import resolved_attention
 from gpuplan.workloads.dtypes import dtype_bytes
@@ -127,13 +124,15 @@ def decode_deployment(
 
 def _runtime_fields(stack: Stack, *, tp: int, gpu: str, graph: bool) -> dict:
     """The ``Deployment`` fields of ``stack``'s serving runtime (none without one): its CPU
-    time per iteration and per sequence and, under its CUDA graphs, the decode buckets."""
+    time per iteration and per sequence, its all-reduce kernels and, under its CUDA graphs, the
+    decode buckets."""
     if stack.serving is None:
         return {}
     from gpuplan.sim.runtime.serving.on_stack import deployment_fields
 
     f = deployment_fields(stack, tp=tp, gpu=gpu)
-    keys = ("iteration_overhead_s", "seq_overhead_s") + (("decode_buckets",) if graph else ())
+    keys = ("iteration_overhead_s", "seq_overhead_s", "all_reduce") + (
+        ("decode_buckets",) if graph else ())
     return {k: f[k] for k in keys}
 
 
@@ -169,13 +168,15 @@ def decode_memory(cfg, stack, *, batch, context, kv_cache, max_cache_len, dtype,
     held = (max_cache_len or context + 1) if kv_cache == "static" else context + 1
     # each block keeps what its kind keeps (a window, a chunk, a fixed state: ``layer_kinds``)
     per_seq = kv_cache_bytes_per_sequence(cfg, held, dtype, per_token_layer=per_layer)
+    # MLA's latent is one head, whole on every rank (``mla_forms``); heads are split by tp
+    split = 1 if caches_latent(cfg, stack.name) else tp
     terms = {
         "weights": weight_bytes(cfg, dtype) / tp,
-        "kv_cache": batch * per_seq / tp,
+        "kv_cache": batch * per_seq / split,
         "logits": batch * cfg.vocab_size * (dtype_bytes(dtype) + 4),  # and their fp32 upcast
     }
     if kv_cache == "dynamic":  # one block's old and new tensors during its torch.cat
-        terms["kv_cache_cat"] = batch * (context + 1) * per_layer / tp
+        terms["kv_cache_cat"] = batch * (context + 1) * per_layer / split
     return terms
 
 

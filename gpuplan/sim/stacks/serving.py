@@ -12,6 +12,7 @@ Where each choice comes from:
   priced as cuDNN's fused attention (``kernels.fa_default``); a CUDA or ROCm GPU needed;
 - elementwise: the model is compiled by torch.compile (Inductor) by default
   (vLLM docs, "torch.compile integration"), so elementwise ops are fused Triton kernels;
+- all-reduce: its custom one-shot/two-shot kernels under 8 MiB (``all_reduce="custom"``);
 - CUDA graphs: piecewise graphs captured for the batch sizes ``[1, 2, 4]`` + multiples of 8 below
   256 + multiples of 16 up to ``min(2 * max_num_seqs, 512)`` (``set_cudagraph_sizes``,
   vllm/config; docs/design/cuda_graphs.md); a decode batch is padded up to the next size;
@@ -39,6 +40,7 @@ Where each choice comes from:
 - elementwise: sgl-kernel's fused norm and activation kernels (``fused``);
 - CUDA graphs: batch sizes ``[1, 2, 4, 8]`` + multiples of 8 from 16 to ``cuda_graph_max_bs``
   160 (``cuda_graph_runner.get_batch_sizes_to_capture``; docs "CUDA Graph Capture");
+- all-reduce: vLLM's custom all-reduce, ported (``all_reduce="custom"``);
 - scheduler: ``chunked_prefill_size=8192``, ``mem_fraction_static`` 0.88 of the device, page
   size 1 (priced as blocks of 1 token), running requests bounded by the KV pool only;
 - CPU per iteration: the overlap ("zero-overhead") scheduler hides the next batch's scheduling
@@ -51,8 +53,17 @@ Where each choice comes from:
   attention on Blackwell), noted; NVIDIA GPUs only (it compiles CUDA kernels): refused on ROCm
   and on devices with neither;
 - elementwise: fused into the TensorRT engine (or its PyTorch backend's custom ops);
-- host: kernels issued from C++ (the TensorRT engine's enqueue, or the PyTorch backend's CUDA
-  graphs), far cheaper per call than eager PyTorch: ``call_factor`` fitted;
+- host: kernels issued from C++ (the TensorRT engine's enqueue), far cheaper per call than eager
+  PyTorch: ``call_factor`` fitted; decode-only iterations replay CUDA graphs, as the PyTorch
+  backend (the default since 1.0) does by default (tensorrt_llm/llmapi/llm_args.py
+  ``TorchLlmArgs.cuda_graph_config``: ``default_factory=CudaGraphConfig``; "enabled for batches
+  that consist of decoding requests only"). Its default capture list is 1-31, 32, 64 and 128
+  without padding (``CudaGraphConfig._generate_cuda_graph_batch_sizes``): the other sizes run
+  eagerly there, and are priced as replays here (no per-size graph choice is modelled);
+- all-reduce: its all-reduce fusion kernels, one-shot up to 128 tokens, two-shot above
+  (``all_reduce="fusion"``, sim/runtime/serving/all_reduce.py); their fusion of the residual add
+  and the next RMSNorm (``AllReduceFusionOp.RESIDUAL_RMS_NORM``) is not modelled: the add and the
+  norm stay separate kernels;
 - scheduler: in-flight batching, ``max_batch_size=2048``, ``max_num_tokens=8192`` (BuildConfig
   defaults, tensorrt_llm/builder.py), chunked context off, the KV cache a share 0.9 of the memory
   left free after the weights (``KvCacheConfig.free_gpu_memory_fraction``);
@@ -125,10 +136,14 @@ class ServingRuntime:
     # (GPU key, factor): the CPU of the engine's machine with that GPU, as a factor on every host
     # cost (per call, per iteration, per rank, per sequence); a GPU not listed: 1
     host_factors: tuple[tuple[str, float], ...] = ()
+    # its tensor-parallel all-reduce kernels (sim/runtime/serving/all_reduce.py): "nccl", vLLM's
+    # and SGLang's "custom" one-shot/two-shot kernels, TensorRT-LLM's all-reduce "fusion" kernels
+    all_reduce: str = "nccl"
 
     def __post_init__(self) -> None:
         check_choice("policy", self.policy, ("continuous", "chunked"))
         check_choice("kv_memory", self.kv_memory, KV_MEMORY)
+        check_choice("all_reduce", self.all_reduce, ("nccl", "custom", "fusion"))
         check_positive("max_seqs", self.max_seqs)
         check_positive("block_tokens", self.block_tokens)
         for name in ("iteration_overhead_s", "overhead_per_rank_s", "seq_overhead_s"):
@@ -214,7 +229,8 @@ VLLM = Stack(
     cuda_graph_decode=True,
     platform="cuda-rocm",
     serving=ServingRuntime(cuda_graph=True, decode_buckets=vllm_buckets(256), policy="chunked",
-                           max_seqs=256, max_batched_tokens=8192, iteration_overhead_s=5e-4),
+                           max_seqs=256, max_batched_tokens=8192, iteration_overhead_s=5e-4,
+                           all_reduce="custom"),
     sources=("vllm/attention/utils/fa_utils.py get_flash_attn_version",
              "vllm/platforms/cuda.py get_attn_backend_cls (FlashInfer on Blackwell)",
              "vllm docs/design/cuda_graphs.md; vllm/config set_cudagraph_sizes",
@@ -235,7 +251,7 @@ SGLANG = Stack(
     cuda_graph_decode=True,
     serving=ServingRuntime(cuda_graph=True, decode_buckets=SGLANG_BUCKETS, policy="chunked",
                            max_seqs=4096, max_batched_tokens=8192, block_tokens=1,
-                           memory_fraction=0.88, iteration_overhead_s=0.0),
+                           memory_fraction=0.88, iteration_overhead_s=0.0, all_reduce="custom"),
     sources=("SGLang docs, 'Attention Backend' and 'CUDA Graph Capture'",
              "sglang/srt/server_args.py (chunked_prefill_size, mem_fraction_static)",
              "sglang/srt/server_args.py attention_backend: trtllm_mha on sm100, aiter on HIP",
@@ -255,10 +271,12 @@ TRT_LLM = Stack(
     platform="cuda",
     kv_cache="paged",
     logits="last",
-    serving=ServingRuntime(cuda_graph=False, policy="continuous", max_seqs=2048,
+    cuda_graph_decode=True,
+    serving=ServingRuntime(cuda_graph=True, policy="continuous", max_seqs=2048,
                            max_batched_tokens=8192, block_tokens=64, kv_memory="free",
                            memory_fraction=0.9,
-                           iteration_overhead_s=_fit("trt-llm", "iteration_overhead_s", 0.0)),
+                           iteration_overhead_s=_fit("trt-llm", "iteration_overhead_s", 0.0),
+                           all_reduce="fusion"),
     sources=("TensorRT-LLM docs, 'Multi-Head, Multi-Query, and Group-Query Attention' (XQA)",
              "tensorrt_llm/builder.py BuildConfig (max_batch_size, max_num_tokens)",
              "TensorRT-LLM KvCacheConfig.free_gpu_memory_fraction (0.9)"),

@@ -29,6 +29,7 @@ from gpuplan.errors import GpuplanError, check_choice, check_positive
 from gpuplan.hwmodels.accelerators import Accelerator, get_accelerator
 from gpuplan.hwmodels.attention import ATTENTION_KERNELS
 from gpuplan.hwmodels.efficiency import Efficiency, efficiency_for, queued
+from gpuplan.sim.runtime.serving.all_reduce import check_all_reduce
 from gpuplan.sim.runtime.serving.pipeline import (
     NODE_GPUS,
     Stage,
@@ -77,6 +78,7 @@ class Deployment:
     moe_glue: str = "none"  # the library code around them (``Stack.moe_glue``)
     repeat_kv_masked: bool = False  # a masked decode (static span) repeats K/V to every head
     host_overlap: float = 1.0  # share of device time hidden behind the host (launch_cost)
+    all_reduce: str = "nccl"  # the engine's TP all-reduce kernels (``all_reduce``): nccl, custom, fusion
     seq_overhead_s: float = 0.0  # CPU time per iteration per running sequence not hidden
     pp: int = 1  # pipeline stages of tp GPUs each (pipeline.py)
     pp_layers: tuple[int, ...] | str | None = None  # blocks per stage, first to last; None:
@@ -108,6 +110,7 @@ class Deployment:
         check_choice("impl", self.impl, IMPLS)
         check_positive("iteration_overhead_s", self.iteration_overhead_s, allow_zero=True)
         check_positive("host_extra_s", self.host_extra_s, allow_zero=True)
+        check_all_reduce(self.all_reduce)
         check_positive("seq_overhead_s", self.seq_overhead_s, allow_zero=True)
         check_choice("kv_cache", self.kv_cache, ("dynamic", "static", "paged"))
         self._check_padding()

@@ -39,7 +39,7 @@ two all-to-alls (``pipeline.expert_parallel_ops``); a wide-EP group with data-pa
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from gpuplan.hwmodels.kernel_time import KernelTime
 from gpuplan.hwmodels.launch import launch_cost
@@ -47,6 +47,15 @@ from gpuplan.hwmodels.price import price
 from gpuplan.sim.estimate.breakdown import Breakdown, Item, priced_items
 from gpuplan.sim.estimate.compilation import eager, fuse_elementwise
 from gpuplan.sim.estimate.composite import layer_groups
+from gpuplan.sim.runtime.serving.all_reduce import tp_all_reduce
+from gpuplan.sim.runtime.serving.batch import Batch
+from gpuplan.sim.runtime.serving.mla_forms import (
+    absorbed_decode,
+    cache_bytes_per_token_rank,
+    caches_latent,
+    expanded_prefill,
+    without_expansion,
+)
 from gpuplan.sim.runtime.serving.pipeline import (
     micro_batches,
     send_items,
@@ -64,10 +73,9 @@ from gpuplan.sim.runtime.serving.wide_ep import (
     priced_together,
     rank_share,
 )
-from gpuplan.workloads.attention_block import kv_cache_append
+from gpuplan.workloads.attention_block import MLA_ABSORB_GEMMS, kv_cache_append
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.layer_kinds import TOKEN_CACHE_KINDS
-from gpuplan.workloads.memory import kv_cache_bytes_per_token_layer
 from gpuplan.workloads.operators import embedding_forward, layer_forward, logit_softcap
 from gpuplan.workloads.ops import (
     INDUCTOR_COPY,
@@ -79,31 +87,6 @@ from gpuplan.workloads.ops import (
     Op,
     Scan,
 )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Batch:
-    """What one iteration runs. ``prefill`` pieces are (new tokens, tokens already cached,
-    sequences); decode sequences each add one token after their cached ones."""
-
-    prefill: tuple[tuple[int, int, int], ...] = ()
-    decode_seqs: int = 0
-    decode_kv_tokens: int = 0  # sum over decode sequences of (cached tokens + 1)
-    sampled: int | None = None  # sequences that emit a token (default: every sequence)
-
-    @property
-    def tokens(self) -> int:
-        return sum(c * b for c, _, b in self.prefill) + self.decode_seqs
-
-    @property
-    def seqs(self) -> int:
-        """Sequences running in the iteration: decoding or in a prefill piece."""
-        return self.decode_seqs + sum(b for _, _, b in self.prefill)
-
-    @property
-    def samples(self) -> int:
-        return self.seqs if self.sampled is None else self.sampled
-
 
 # --- the operators of an iteration (the reference) ------------------------------------------
 
@@ -121,15 +104,17 @@ def token_ops(dep, *, tokens: int, layer: int = 0, group_tokens: int | None = No
     ops = layer_forward(cfg, batch=1, seq=tokens, dtype=dep.act_dtype, layer=layer, tp=dep.tp,
                         grouped_experts=dep.grouped_experts, moe_glue=dep.moe_glue)
     ops = [op for op in ops if not isinstance(op, Attention | Scan)]  # ``mixer_templates``
+    ops = without_expansion(dep, ops)  # MLA: decode tokens keep the latent (``mla_forms``)
     if dep.ep > 1 and cfg.is_moe_layer(layer):
         ops = moe_ops(ops, dep, tokens=tokens, group_tokens=group_tokens, low_latency=low_latency)
     kind = cfg.layer_kind(layer)
     if kind in TOKEN_CACHE_KINDS:  # a fixed-state layer writes its state in its scan
         ops.append(kv_cache_append(cfg, tokens=tokens, dtype=dep.kv_dtype, tp=dep.tp,
-                                   indexer=kind == "dsa"))
+                                   indexer=kind == "dsa", latent=caches_latent(cfg, dep.stack)))
     if dep.tp > 1:
         reduce_bytes = tokens * cfg.d_model * dtype_bytes(dep.act_dtype)
-        ops.append(_collective("tp all_reduce", "all_reduce", dep.tp, reduce_bytes, count=2))
+        ops.append(tp_all_reduce(dep, "tp all_reduce", nbytes=reduce_bytes, tokens=tokens,
+                                 count=2))
     return _as_run(ops, dep.impl)
 
 
@@ -153,7 +138,7 @@ def outer_ops(dep, *, tokens: int, first: bool = True, last: bool = True) -> lis
         ops += embedding_forward(cfg, tokens=tokens, dtype=dep.act_dtype)
     if first and dep.tp > 1:
         nbytes = tokens * cfg.d_model * dtype_bytes(dep.act_dtype)
-        ops.append(_collective("embedding all_reduce", "all_reduce", dep.tp, nbytes))
+        ops.append(tp_all_reduce(dep, "embedding all_reduce", nbytes=nbytes, tokens=tokens))
     if last:
         ops.append(Elementwise(name="final_norm", op=cfg.norm, tokens=tokens, hidden=cfg.d_model,
                                pass_="fwd", dtype=dep.act_dtype))  # fmt: skip
@@ -177,19 +162,10 @@ def sample_ops(dep, *, seqs: int) -> list[Op]:
     return ops
 
 
-def cache_bytes_per_token_layer(cfg, stack: str, dtype: str) -> float:
-    """KV-cache bytes of one token in one block as ``stack`` stores them: Hugging Face's MLA
-    modelling code (DeepSeek-V2/V3) caches the decompressed per-head keys and values, not the
-    latent; every other stack the model's own layout (``workloads.memory``)."""
-    if cfg.is_mla and stack == "hf-transformers":
-        return cfg.n_heads * (cfg.qk_head_dim + cfg.v_dim_per_head) * dtype_bytes(dtype)
-    return kv_cache_bytes_per_token_layer(cfg, dtype)
-
-
 def cache_concat(dep, kv_tokens: float) -> Memory:
     """HF DynamicCache's torch.cat in one block: the cached keys and values (``kv_tokens`` in
     all) read and written again with the new token, one kernel each."""
-    per_token = cache_bytes_per_token_layer(dep.model, dep.stack, dep.kv_dtype) / dep.tp
+    per_token = cache_bytes_per_token_rank(dep)
     return Memory(name="kv_cache_cat", op="copy", bytes_moved=2 * kv_tokens * per_token, calls=2,
                   count=1)
 
@@ -243,11 +219,12 @@ def masked_decode_attention(dep, dec: Attention) -> list[Op]:
     its copies stop growing at the window, as its attention's reads do (``Attention.kv_read``)."""
     if (not isinstance(dec, Attention) or dec.name != "decode_attention"
             or not dep.repeat_kv_masked or dep.decode_context_tokens is None
-            or dec.heads_kv >= dec.heads_q or dep.eff.attention_kernel == "eager"):
+            or dec.heads_kv >= dec.heads_q or dep.eff.attention_kernel == "eager"
+            or dec.shared_kv):  # an absorbed MLA decode reads its latent as it is
         return [dec]  # (transformers' eager attention prices its own repeat_kv)
     held = min(dec.seq_kv, dec.window) if dec.window else dec.seq_kv
     kv_tokens = dec.batch * held
-    per_token = cache_bytes_per_token_layer(dep.model, dep.stack, dep.kv_dtype) / dep.tp
+    per_token = cache_bytes_per_token_rank(dep)
     rep = dec.heads_q / dec.heads_kv
     family = INDUCTOR_COPY if dep.impl == "compiled" else "copy"
     copy = Memory(name="repeat_kv", op=family, bytes_moved=kv_tokens * per_token * (1 + rep) / 2,
@@ -257,8 +234,10 @@ def masked_decode_attention(dep, dec: Attention) -> list[Op]:
 
 def decode_ops(dep, att: Attention, *, seqs: int, kv_tokens: float) -> list[Op]:
     """One block's decode attention as the deployment runs it (``decode_attention`` under
-    ``masked_decode_attention``): what ``iteration_breakdown`` prices and ``StepModel`` fits."""
-    return masked_decode_attention(dep, decode_attention(dep, att, seqs=seqs, kv_tokens=kv_tokens))
+    ``masked_decode_attention``; MLA absorbed, ``mla_forms``): what ``iteration_breakdown``
+    prices and ``StepModel`` fits."""
+    dec = decode_attention(dep, att, seqs=seqs, kv_tokens=kv_tokens)
+    return [out for op in absorbed_decode(dep, dec) for out in masked_decode_attention(dep, op)]
 
 
 def cache_ops(dep, kv_tokens: float) -> list[Op]:
@@ -289,9 +268,18 @@ def prefill_attention(att: Attention | Scan, *, tokens: int, cached: int,
     return replace(att, name=name, batch=seqs, seq_q=tokens, seq_kv=cached + tokens)
 
 
+def prefill_ops(dep, att: Attention | Scan, *, tokens: int, cached: int, seqs: int) -> list[Op]:
+    """One block's kernels of a prefill piece beyond the token part (``prefill_attention``; MLA
+    expanded first, ``mla_forms``): what ``iteration_breakdown`` prices and ``StepModel`` fits."""
+    pre = prefill_attention(att, tokens=tokens, cached=cached, seqs=seqs)
+    return expanded_prefill(dep, pre, tokens=tokens, cached=cached, seqs=seqs)
+
+
 def price_op(op: Op, dep) -> KernelTime:
     """``hwmodels.price``, with quantized weights for GEMMs and a math-dtype fallback for
     devices that publish no 16-bit rate (``quantization``)."""
+    if isinstance(op, Gemm) and op.name in MLA_ABSORB_GEMMS:  # a 16-bit bmm: one kernel
+        return price(op, dep.acc, dep.eff)  # over its heads (``hwmodels.gemm.is_grouped``)
     if isinstance(op, Gemm):
         weight_dtype = op_weight_dtype(dep.model, op.name, dep.weight_dtype)
         return quantized_gemm_time(dep.acc, op, dep.eff, weight_dtype=weight_dtype)
@@ -348,8 +336,8 @@ def stage_breakdown(dep, batch: Batch, stage, *, overhead: bool) -> Breakdown:
                 dec = decode_ops(dep, att, seqs=rank.decode_seqs, kv_tokens=rank.kv_tokens)
                 items += _items(dec, dep, repeat=count)
             for j, (c, cached, seqs) in enumerate(batch.prefill):
-                pre = prefill_attention(att, tokens=c, cached=cached, seqs=seqs)
-                pieces[j] += _items([pre], dep, repeat=count)
+                pre = prefill_ops(dep, att, tokens=c, cached=cached, seqs=seqs)
+                pieces[j] += _items(pre, dep, repeat=count)
     items += busiest_rank_pieces(dep, pieces)
     if rank.decode_seqs:
         items += _items(cache_ops(dep, rank.kv_tokens), dep, repeat=n_layers)

@@ -59,6 +59,7 @@ def deployment_fields(stack: str | Stack, *, tp: int = 1, gpu: str | None = None
         "moe_glue": stack.moe_glue,
         "kv_cache": "paged",
         "stack": stack.name,
+        "all_reduce": run.all_reduce if run else "nccl",
     }
 
 

@@ -67,8 +67,10 @@ GROUP_SIZE = 128  # weights per quantization scale (AWQ, GPTQ default)
 SCALE_BYTES = 2  # one fp16 scale per group
 # GEMM names that keep 16-bit weights: the router, the LM head, and Qwen2-MoE's one-column
 # shared-expert gate (a plain torch.nn.Linear(d, 1) in transformers' Qwen2MoeSparseMoeBlock: one
-# output column is narrower than any packed weight-only kernel's tile, as for the router)
-UNQUANTIZED_GEMMS = ("router", "lm_head", "shared_expert_gate")
+# output column is narrower than any packed weight-only kernel's tile, as for the router); and
+# MLA's absorbed W_UK and W_UV bmm's, which vLLM runs on 16-bit copies ("we currently do not have
+# quantized bmm's", vllm/v1/attention/backends/mla/common.py ``process_weights_after_loading``)
+UNQUANTIZED_GEMMS = ("router", "lm_head", "shared_expert_gate", "mla_w_uk", "mla_w_uv")
 _MATH_FALLBACK = ("bf16", "fp16", "fp32")
 SKINNY_ROWS = 16  # rows up to which weight-only and mat-vec kernels run untiled
 

@@ -6,7 +6,10 @@ cached token (flash-decoding's time is linear in the bytes it reads once the bat
 and each prefill piece. A simulation meets few distinct token counts, so after a short warm-up
 an iteration costs a few dictionary lookups, and its time equals
 ``iteration.iteration_breakdown``'s (the test suite checks it) whatever shape the kernel models
-take.
+take, with one exception: a decode kernel that crosses its ridge within the cache's span is linear
+on each side only. An absorbed MLA decode on all 128 heads (TP 1) turns compute-bound past a few
+hundred cached tokens a sequence (below, its query and output bytes dominate): the terms are
+taken at 1001 and 2001 tokens, exact from the crossing up and under 1% fast below it.
 
 Decode-only iterations, and runs of them in closed form (the simulator jumps from event to
 event instead of stepping every iteration), are ``decode_runs``' ``DecodeRuns``.
@@ -27,7 +30,7 @@ from gpuplan.sim.runtime.serving.iteration import (
     iteration_launch,
     mixer_templates,
     outer_ops,
-    prefill_attention,
+    prefill_ops,
     price_op,
     sample_ops,
     token_ops,
@@ -158,7 +161,9 @@ class StepModel(DecodeRuns):
     def _rank_terms(self, seqs: int) -> tuple[float, float]:
         hit = self._decode_memo.get(seqs)
         if hit is None:
-            one, many = seqs, 1001 * seqs  # 1 and 1001 cached tokens per sequence
+            # 1001 and 2001 cached tokens per sequence: a kernel past its ridge at long context
+            # (an absorbed MLA decode on many heads, ``mla_forms``) is exact from there up
+            one, many = 1001 * seqs, 2001 * seqs
             lo = self._decode_ops_s(seqs, one, windowed=False)
             hi = self._decode_ops_s(seqs, many, windowed=False)
             slope = (hi - lo) / (many - one)
@@ -204,10 +209,8 @@ class StepModel(DecodeRuns):
             if len(self._prefill_memo) > self.MEMO_LIMIT:
                 self._prefill_memo.clear()
             hit = sum(
-                count
-                * price_op(
-                    prefill_attention(att, tokens=tokens, cached=cached, seqs=seqs), self.dep
-                ).total_s
+                count * _total_s(prefill_ops(self.dep, att, tokens=tokens, cached=cached,
+                                             seqs=seqs), self.dep)
                 for count, att in self._pairs
             )
             self._prefill_memo[key] = hit
@@ -232,7 +235,7 @@ class StepModel(DecodeRuns):
         dec.append((self._n_layers, cache_ops(dep, 1)))
         self._dec_kernels = sum(c * _kernels(ops) for c, ops in dec)
         self._dec_calls = sum(c * _calls(ops) for c, ops in dec)
-        pre = [(c, [prefill_attention(att, tokens=1, cached=0, seqs=1)])
+        pre = [(c, prefill_ops(dep, att, tokens=1, cached=0, seqs=1))
                for c, att in self._pairs]  # fmt: skip
         self._pre_kernels = sum(c * _kernels(ops) for c, ops in pre)
         self._pre_calls = sum(c * _calls(ops) for c, ops in pre)

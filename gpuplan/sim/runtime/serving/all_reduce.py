@@ -1,0 +1,56 @@
+"""Which all-reduce kernel a serving engine runs for a tensor-parallel reduction of one size.
+
+- ``nccl``: NCCL's ring or tree (``hwmodels.collectives.collective_time``);
+- ``custom`` (vLLM, SGLang): the custom all-reduce over CUDA IPC peer memory for messages under
+  ``CUSTOM_MAX_BYTES`` on 2, 4, 6 or 8 fully connected GPUs (vllm
+  vllm/distributed/device_communicators/custom_all_reduce.py: ``_SUPPORTED_WORLD_SIZES``,
+  ``max_size=8192 * 1024``, ``should_custom_ar``; SGLang's copy of it in
+  python/sglang/srt/distributed/device_communicators/custom_all_reduce.py), one-shot on 2 GPUs,
+  under 512 KiB on up to 4 and under 256 KiB on up to 8, else two-shot (vllm
+  csrc/custom_all_reduce.cuh ``REDUCE_CASE``); larger messages go to NCCL;
+- ``fusion`` (TensorRT-LLM's PyTorch backend): its all-reduce fusion kernels for any size of one
+  iteration (the workspace is allocated for ``max_num_tokens`` rows), one-shot up to
+  ``kOneShotMaxToken`` = 128 tokens, two-shot above (cpp/tensorrt_llm/kernels/
+  communicationKernels/allReduceFusionKernels.cu ``use_oneshot``).
+
+All of them need the GPUs joined by a scale-up link (NVLink, Infinity Fabric); over PCIe the
+engines fall back to NCCL.
+"""
+
+from __future__ import annotations
+
+from gpuplan.errors import check_choice
+from gpuplan.workloads.ops import Collective
+
+ALL_REDUCES = ("nccl", "custom", "fusion")
+CUSTOM_MAX_BYTES = 8192 * 1024  # vLLM CustomAllreduce(max_size=8192 * 1024)
+CUSTOM_WORLDS = (2, 4, 6, 8)  # vLLM CustomAllreduce._SUPPORTED_WORLD_SIZES
+FUSION_WORLDS = (2, 4, 8, 16)  # TensorRT-LLM allreduce_fusion_op's NRanks cases
+ONE_SHOT_MAX_TOKENS = 128  # TensorRT-LLM kOneShotMaxToken
+
+
+def check_all_reduce(value: str) -> None:
+    check_choice("all_reduce", value, ALL_REDUCES)
+
+
+def all_reduce_kernel(dep, *, world: int, nbytes: float, tokens: int) -> str:
+    """The kernel (``Collective.kernel``) the deployment's engine runs for one all-reduce of
+    ``nbytes`` per rank over ``tokens`` rows (module docstring)."""
+    rule = getattr(dep, "all_reduce", "nccl")
+    if rule == "nccl" or not dep.acc.scaleup_bytes_per_s:
+        return "nccl"
+    if rule == "fusion":
+        if world not in FUSION_WORLDS:
+            return "nccl"
+        return "one_shot" if tokens <= ONE_SHOT_MAX_TOKENS else "two_shot"
+    if world not in CUSTOM_WORLDS or nbytes >= CUSTOM_MAX_BYTES:
+        return "nccl"
+    one = world == 2 or (world <= 4 and nbytes < 512 * 1024) or nbytes < 256 * 1024
+    return "one_shot" if one else "two_shot"
+
+
+def tp_all_reduce(dep, name: str, *, nbytes: float, tokens: int, count: int = 1) -> Collective:
+    """A tensor-parallel all-reduce as the deployment's engine runs it."""
+    kernel = all_reduce_kernel(dep, world=dep.tp, nbytes=nbytes, tokens=tokens)
+    return Collective(name=name, op="all_reduce", world=dep.tp, bytes_per_rank=nbytes,
+                      count=count, kernel=kernel)
