@@ -8,7 +8,10 @@ Each row's load decides how it is predicted (assumptions, named):
 
 - ``static_batch``: one batch of ``batch`` equal requests run to completion: one prefill
   iteration of all prompts, then ``output_tokens - 1`` decode iterations of the whole batch
-  (``StepModel.decode_run_s``); TTFT is that prefill, end-to-end latency the whole run;
+  (``StepModel.decode_run_s``); TTFT is that prefill, end-to-end latency the whole run; a
+  batch larger than the KV cache runs in waves of the sequences that fit (``_static``), and a
+  source that ran with the paged KV cache off (sources file ``kv_cache: contiguous``) holds its
+  batch in the whole device;
 - ``offline`` (every request queued at once, in-flight batching): the replica saturated with
   as many sequences as its scheduler and KV cache hold, each reserving prompt + output tokens
   (TensorRT-LLM's default GUARANTEED_NO_EVICT capacity scheduler reserves a request's whole
@@ -186,16 +189,28 @@ def _sched(row, dep, stack: str) -> SchedulerConfig:
     sched = SchedulerConfig(max_seqs=base.max_seqs, max_batched_tokens=base.max_batched_tokens,
                             block_tokens=base.block_tokens,
                             max_model_len=row["prompt_tokens"] + row["output_tokens"])  # fmt: skip
+    if _contiguous_kv(row):
+        return dataclasses.replace(sched, memory_utilization=1.0)
     run = get_stack(stack).serving
     if run is None or run.kv_memory != "free":
         return dataclasses.replace(sched, memory_utilization=base.memory_utilization)
-    whole = kv_capacity(dep, dataclasses.replace(sched, memory_utilization=1.0))
+    whole = _capacity(dep, dataclasses.replace(sched, memory_utilization=1.0))
     placed = whole.weights_bytes + whole.workspace_bytes
     if placed >= whole.hbm_bytes:
         raise CannotRun(f"{dep.model.name} weights and workspace, {placed / 1e9:.1f} GB per GPU, "
                         f"exceed the {whole.hbm_bytes / 1e9:.1f} GB of {dep.acc.key} at tp={dep.tp}")
     used = placed + run.memory_fraction * (whole.hbm_bytes - placed)
     return dataclasses.replace(sched, memory_utilization=used / whole.hbm_bytes)
+
+
+def _contiguous_kv(row) -> bool:
+    """The row's source ran with the paged KV cache off: TensorRT-LLM then allocates one
+    contiguous KV tensor of max_batch_size x max_seq_len at start, in whatever the device holds
+    after the weights and activations; its free-memory fraction sizes the paged pool only
+    (TensorRT-LLM docs/source/reference/memory.md, "KV cache tensor"). The sources file says
+    so per source (``kv_cache``: ``contiguous``)."""
+    meta = published_sources()["sources"].get(row["source"], {})
+    return meta.get("kv_cache") == "contiguous"
 
 
 def _capacity(dep, sched):
@@ -222,16 +237,24 @@ def _prefill_many_s(step: StepModel, prompt: int, seqs: int, budget: int) -> flo
 
 
 def _static(row, dep, step, sched) -> dict[str, float]:
+    """A batch larger than the KV cache runs in waves of the sequences that fit: a paged
+    engine admits a waiting prompt only while blocks are free for it (vLLM's scheduler,
+    vllm/core/scheduler.py ``_schedule_prefills``: ``AllocStatus.LATER`` leaves it waiting), so
+    the rest wait for a wave to finish. TTFT and TPOT are the first wave's (the batch's prefill
+    and its decode, as the engine runs it), end-to-end latency the whole run."""
     b, p, o = int(row["batch"]), row["prompt_tokens"], row["output_tokens"]
-    cap = _capacity(dep, sched)
-    if cap.sequences(p + o) < b:
-        raise CannotRun(f"a batch of {b} x {p + o} tokens exceeds the {cap.tokens:,} KV tokens "
-                        "that fit")
-    ttft = step.iteration_s(Batch(prefill=((p, 0, b),)))
-    decode = step.decode_run_s(b, b * (p + 1), o - 1)
-    e2e = ttft + decode
-    tpot = decode / (o - 1) if o > 1 else 0.0
-    return {"ttft_s": ttft, "tpot_s": tpot, "e2e_latency_s": e2e, "output_tokens_per_s": b * o / e2e}
+    fit = min(b, _capacity(dep, sched).sequences(p + o))
+    if fit < 1:
+        raise CannotRun(f"one request of {p + o} tokens exceeds the "
+                        f"{_capacity(dep, sched).tokens:,} KV tokens that fit")  # fmt: skip
+    full, rest = divmod(b, fit)
+    waves = [fit] * full + ([rest] if rest else [])
+    prefill = [step.iteration_s(Batch(prefill=((p, 0, w),))) for w in waves]
+    decode = [step.decode_run_s(w, w * (p + 1), o - 1) for w in waves]
+    e2e = sum(prefill) + sum(decode)
+    tpot = decode[0] / (o - 1) if o > 1 else 0.0
+    return {"ttft_s": prefill[0], "tpot_s": tpot, "e2e_latency_s": e2e,
+            "output_tokens_per_s": b * o / e2e}  # fmt: skip
 
 
 def _fitting_seqs(row, dep, sched) -> int:
