@@ -11,8 +11,7 @@ on each side only. An absorbed MLA decode on all 128 heads (TP 1) turns compute-
 hundred cached tokens a sequence (below, its query and output bytes dominate): the terms are
 taken at 1001 and 2001 tokens, exact from the crossing up and under 1% fast below it.
 
-Decode-only iterations, and runs of them in closed form (the simulator jumps from event to
-event instead of stepping every iteration), are ``decode_runs``' ``DecodeRuns``.
+Decode-only iterations and runs of them in closed form are ``decode_runs``' ``DecodeRuns``.
 """
 
 from __future__ import annotations
