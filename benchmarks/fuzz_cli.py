@@ -155,7 +155,7 @@ FIXED = [
 ]  # fmt: skip
 # switches that start a long run whatever the other flags say (``train --reproduce`` predicts
 # every published run, about a minute): a legitimate wait, not a hang on a bad value
-LONG_SWITCHES = {"--reproduce"}
+LONG_SWITCHES = {"--reproduce", "--follow"}  # watch --follow tails until stopped, by design
 FIXED_CASE = "(a hand-picked case)"
 NONSENSE = {FIXED_CASE, "inf", "-inf", "nan", "NaN", "", "bogus", "ünïcødé", "-9223372036854775808", " "}
 

@@ -57,7 +57,8 @@ RECORD = (
 )
 # flags that start a long run whatever their value, or reach another machine
 SKIPPED = {"--help", "--version", "--all-ranks", "--reproduce", "--workers", "--scheduler",
-           "--progress", "--repeat", "--requests", "--global-batch", "--gpus"}  # fmt: skip
+           "--progress", "--repeat", "--requests", "--global-batch", "--gpus",
+           "--follow"}  # fmt: skip (watch --follow tails until stopped, by design)
 HOSTILE = st.sampled_from(
     ["inf", "-inf", "nan", "1e30", str(10**30), "-1", "0", str(-(2**63)), "", "bogus", "ünï",
      "2.5", "true", "missing/dir/out.csv", "folder", "out.bogus", "uniform:1:1e30",
