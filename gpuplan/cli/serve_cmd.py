@@ -211,6 +211,9 @@ def _wide_ep_doc(dep, groups: int) -> dict:
 
 
 def _serve_doc(args, dep, sched, workload, result, replicas: int, stack=None) -> dict:
+    """The run's document: its summary, with no served rate above the offered load and the
+    verdict on the load (``serving.load``), its setup and KV cache."""
+    from gpuplan.sim.runtime.serving.load import capped, load_verdict
     from gpuplan.sim.runtime.serving.quantization import weight_path
 
     cap = result.capacity
@@ -239,8 +242,10 @@ def _serve_doc(args, dep, sched, workload, result, replicas: int, stack=None) ->
     }
     if path := weight_path(dep.acc, dep.weight_dtype):  # a block format: how it runs there
         config["weight_path"] = path
+    verdict = load_verdict(result.request_columns, result.timeline_columns, rate_per_s=args.rate)
     return {
-        **result.summary,
+        **capped(result.summary, verdict),
+        **verdict,
         "config": config,
         "kv_cache": {
             "blocks": cap.blocks,
