@@ -27,11 +27,16 @@ from gpuplan.cli.serve_args import (
 )
 from gpuplan.cli.serve_edge_cmd import register_edge
 from gpuplan.cli.serve_emit import render_launch, serve_launch
-from gpuplan.cli.serve_inputs import efficiency_fit, serve_defaults, speculation_from_args
+from gpuplan.cli.serve_inputs import (
+    efficiency_fit,
+    serve_defaults,
+    serving_stack_from_args,
+    speculation_from_args,
+)
 from gpuplan.cli.serve_inputs import serve_workload as _workload  # diagnose_pricing's name
 from gpuplan.cli.serve_plan_cmd import register_plan
 from gpuplan.cli.serve_render import render_serve
-from gpuplan.cli.stack_flags import add_stack_options, stack_doc, stack_from_args, stack_line
+from gpuplan.cli.stack_flags import add_stack_options, stack_doc, stack_line
 from gpuplan.errors import GpuplanError
 from gpuplan.outputs import check_output, write_csv
 from gpuplan.tables import dump_json, render_table
@@ -133,7 +138,7 @@ def _stack_deployment(args):
     from gpuplan.hwmodels.accelerators import get_accelerator
     from gpuplan.sim.runtime.serving.on_stack import overridden_deployment
 
-    stack = stack_from_args(args, get_accelerator(args.gpu))
+    stack = serving_stack_from_args(args, get_accelerator(args.gpu))
     pp, ep, layers = getattr(args, "pp", 1), getattr(args, "ep", 1), _pp_layers(args)
     dep = overridden_deployment(args.model, args.gpu, stack, fit=efficiency_fit(args), tp=args.tp,
                                 weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype, pp=pp,

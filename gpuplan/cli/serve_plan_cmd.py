@@ -20,10 +20,11 @@ from gpuplan.cli.serve_inputs import (
     efficiency_fit,
     serve_defaults,
     serve_workload,
+    serving_stack_from_args,
     speculation_from_args,
 )
 from gpuplan.cli.serve_render import defaults_line
-from gpuplan.cli.stack_flags import add_stack_options, stack_doc, stack_from_args, stack_line
+from gpuplan.cli.stack_flags import add_stack_options, stack_doc, stack_line
 from gpuplan.limits import MAX_GPUS
 from gpuplan.tables import dump_json, format_banded, format_seconds, render_table
 from gpuplan.validate.bands import documents as bands
@@ -182,7 +183,7 @@ def _pct(doc: dict) -> str:
 def _plan_stack(args):
     from gpuplan.hwmodels.accelerators import get_accelerator
 
-    return stack_from_args(args, get_accelerator(args.gpu))
+    return serving_stack_from_args(args, get_accelerator(args.gpu))
 
 
 def _plan(args, load, space, pool):
