@@ -27,12 +27,17 @@ from gpuplan.cli.serve_args import (
 )
 from gpuplan.cli.serve_edge_cmd import register_edge
 from gpuplan.cli.serve_emit import render_launch, serve_launch
-from gpuplan.cli.serve_inputs import efficiency_fit, serve_defaults, speculation_from_args
+from gpuplan.cli.serve_inputs import (
+    efficiency_fit,
+    serve_defaults,
+    serving_stack_from_args,
+    speculation_from_args,
+)
 from gpuplan.cli.serve_inputs import serve_workload as _workload  # diagnose_pricing's name
 from gpuplan.cli.serve_plan_cmd import register_plan
 from gpuplan.cli.serve_pools import add_pool_options, fill_pool_gpu, pools_asked, serve_pools
 from gpuplan.cli.serve_render import render_serve
-from gpuplan.cli.stack_flags import add_stack_options, stack_doc, stack_from_args, stack_line
+from gpuplan.cli.stack_flags import add_stack_options, stack_doc, stack_line
 from gpuplan.errors import GpuplanError
 from gpuplan.outputs import check_output, write_csv
 from gpuplan.tables import dump_json, render_table
@@ -137,7 +142,7 @@ def _stack_deployment(args):
     from gpuplan.hwmodels.accelerators import get_accelerator
     from gpuplan.sim.runtime.serving.on_stack import overridden_deployment
 
-    stack = stack_from_args(args, get_accelerator(args.gpu))
+    stack = serving_stack_from_args(args, get_accelerator(args.gpu))
     pp, ep, layers = getattr(args, "pp", 1), getattr(args, "ep", 1), _pp_layers(args)
     dep = overridden_deployment(args.model, args.gpu, stack, fit=efficiency_fit(args), tp=args.tp,
                                 weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype, pp=pp,
@@ -221,6 +226,9 @@ def _wide_ep_doc(dep, groups: int) -> dict:
 
 
 def _serve_doc(args, dep, sched, workload, result, replicas: int, stack=None) -> dict:
+    """The run's document: its summary, with no served rate above the offered load and the
+    verdict on the load (``serving.load``), its setup and KV cache."""
+    from gpuplan.sim.runtime.serving.load import capped, load_verdict
     from gpuplan.sim.runtime.serving.quantization import weight_path
 
     cap = result.capacity
@@ -249,8 +257,10 @@ def _serve_doc(args, dep, sched, workload, result, replicas: int, stack=None) ->
     }
     if path := weight_path(dep.acc, dep.weight_dtype):  # a block format: how it runs there
         config["weight_path"] = path
+    verdict = load_verdict(result.request_columns, result.timeline_columns, rate_per_s=args.rate)
     return {
-        **result.summary,
+        **capped(result.summary, verdict),
+        **verdict,
         "config": config,
         "kv_cache": {
             "blocks": cap.blocks,

@@ -96,3 +96,25 @@ def serve_defaults(args, *, tokens: tuple[int, int] | None = None) -> list[str]:
         if run is None or run.cuda_graph:  # a runtime without graphs decodes eagerly anyway
             out.append("CUDA graphs on for decode (--no-cuda-graph: eager)")
     return out
+
+
+def serving_stack_from_args(args, acc):
+    """``--stack`` for ``serve`` and ``serve plan`` (``stack_flags.stack_from_args``), refused in
+    one line when it names no serving engine: a stack without a serving runtime (Hugging Face
+    transformers, plain PyTorch, torch.compile, the training stacks) has no server, no request
+    scheduler, no paged cache; transformers' ``generate()`` runs one padded batch to its end.
+    Simulating it as the generic server (continuous batching, paged KV, CUDA graphs) would price
+    an engine it is not; ``serve edge`` prices its single stream."""
+    from gpuplan.cli.stack_flags import stack_from_args
+    from gpuplan.sim.stacks import get_stack, list_stacks
+
+    stack = stack_from_args(args, acc)
+    if stack.serving is None:
+        serving = sorted(n for n in (getattr(s, "name", s) for s in list_stacks())
+                         if get_stack(n).serving is not None)  # fmt: skip
+        raise GpuplanError(
+            f"--stack {stack.name} has no server (no request scheduler or paged KV cache; "
+            f"transformers' generate() and plain PyTorch run one batch to its end): serve with "
+            f"{', '.join(serving)} (serve edge prices a single stream on {stack.name})"
+        )
+    return stack

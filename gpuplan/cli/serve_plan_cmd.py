@@ -20,6 +20,7 @@ from gpuplan.cli.serve_inputs import (
     efficiency_fit,
     serve_defaults,
     serve_workload,
+    serving_stack_from_args,
     speculation_from_args,
 )
 from gpuplan.cli.serve_plan_pools import (
@@ -36,7 +37,7 @@ from gpuplan.cli.serve_plan_pools import (
     tp_list_option,
 )
 from gpuplan.cli.serve_render import defaults_line
-from gpuplan.cli.stack_flags import add_stack_options, stack_doc, stack_from_args, stack_line
+from gpuplan.cli.stack_flags import add_stack_options, stack_doc, stack_line
 from gpuplan.tables import dump_json, format_banded, format_seconds, render_table
 from gpuplan.validate.bands import documents as bands
 
@@ -88,6 +89,7 @@ def run_plan(args) -> int:
     with open_pool(args) as pool:
         result = _plan(args, load, space, pool, slo)
     doc = _plan_doc(args, result, space, defaults)
+    doc |= chosen_band_check(doc, pct=f"p{args.percentile:g}")
     doc |= {"launch": launch} if (launch := plan_launch(args, doc["configs"], space)) else {}
     doc["frontier"] = frontier_doc(result, args, load)
     doc["gpu_prices"] = gpu_prices(args, result)
@@ -144,6 +146,8 @@ def _print_plan(args, doc: dict, result, space) -> None:
     if space.speculation is not None:
         cols.insert(1, "speculative")
     print(render_table(shown, cols))
+    if doc["configs"]:
+        print(_chosen_line(doc))
     if doc["error_band_label"]:
         print(f"error band p10-p90: {doc['error_band_label']}")
     took = f" in {format_seconds(result.wall_s)} ({pool_label(args)})" if timed(args) else ""
@@ -155,10 +159,48 @@ def _print_plan(args, doc: dict, result, space) -> None:
     print(efficiency_line(doc["efficiency_source"]))
 
 
+def chosen_band_check(doc: dict, *, pct: str) -> dict:
+    """Whether the chosen (first, cheapest) row keeps its whole p10-p90 band within the SLO:
+    ``chosen_band_within_slo``, and ``chosen_band_crossings``, each latency whose band's top
+    passes its target (``metric``, ``value``, ``band_high``, ``slo``). A row meets the SLO on its
+    point prediction; its band says whether the truth may not."""
+    if not doc["configs"]:
+        return {"chosen_band_within_slo": None, "chosen_band_crossings": []}
+    row, crossings = doc["configs"][0], []
+    for metric, slo in (("ttft", doc["slo"]["ttft_s"]), ("tpot", doc["slo"]["tpot_s"])):
+        key = f"{metric}_{pct}_s"
+        band = row.get("error_band", {}).get(key)
+        if slo is not None and band and band[1] > slo:
+            crossings.append({"metric": key, "value": row[key], "band_high": band[1], "slo": slo})
+    return {"chosen_band_within_slo": not crossings, "chosen_band_crossings": crossings}
+
+
+def _chosen_line(doc: dict) -> str:
+    """The chosen row's band against the SLO, in words."""
+    if doc["chosen_band_within_slo"]:
+        return "chosen (first row): its whole p10-p90 band is within the SLO"
+    parts = [f"{c['metric']} {format_seconds(c['value'])} reaches {format_seconds(c['band_high'])}"
+             f" at the band's top, against {format_seconds(c['slo'])}"
+             for c in doc["chosen_band_crossings"]]
+    safe = next((i + 1 for i, r in enumerate(doc["configs"]) if _within(r, doc)), None)
+    return ("chosen (first row): meets the SLO as predicted but its p10-p90 band does not: "
+            + "; ".join(parts) + " - it may miss the SLO when deployed; "
+            + (f"row {safe} keeps its whole band within" if safe else
+               "no row shown keeps its whole band within (tighten the search or add GPUs)"))
+
+
+def _within(row: dict, doc: dict) -> bool:
+    return chosen_band_check({**doc, "configs": [row]}, pct=_pct(doc))["chosen_band_within_slo"]
+
+
+def _pct(doc: dict) -> str:
+    return f"p{doc['slo']['percentile']:g}"
+
+
 def _plan_stack(args):
     from gpuplan.hwmodels.accelerators import get_accelerator
 
-    return stack_from_args(args, get_accelerator(args.gpu))
+    return serving_stack_from_args(args, get_accelerator(args.gpu))
 
 
 def _plan(args, load, space, pool, slo):

@@ -15,11 +15,24 @@ def defaults_line(defaults: list[str]) -> str:
 
 def render_serve(doc: dict) -> str:
     """The simulation's document as people read it."""
-    lines = _setup_lines(doc) + pool_lines(doc) + _feature_lines(doc)
+    lines = saturation_lines(doc) + _setup_lines(doc) + pool_lines(doc) + _feature_lines(doc)
     lines.append("")
     lines += _latency_lines(doc)
     lines.append(efficiency_line(doc["config"]["efficiency_source"]))
     return "\n".join(lines)
+
+
+def saturation_lines(doc: dict) -> list[str]:
+    """A saturated run's first line (``serving.load``): the load offered, what the deployment
+    sustains, the queue's growth; nothing for a run that kept up."""
+    if not doc.get("saturated"):
+        return []
+    band = doc.get("error_band", {}).get("sustainable_requests_per_s")
+    sustained = format_banded("", doc["sustainable_requests_per_s"], band, lambda v: f"{v:.4g}")
+    return [f"SATURATED: {doc['offered_requests_per_s']:.4g} requests/s offered, about "
+            f"{sustained} sustained; the waiting queue grows {doc['queue_growth_per_s']:.3g} "
+            "requests/s, so the latencies below grow with the run's length and no cost per "
+            "token holds at this load (offer less, or add replicas)"]
 
 
 def _setup_lines(doc: dict) -> list[str]:
@@ -96,7 +109,7 @@ def _latency_lines(doc: dict) -> list[str]:
     lines += [
         "",
         f"throughput: {tps} output tokens/s (first arrival to last "
-        f"finish), {rps} requests/s ({_rate_window(doc)})",
+        f"finish), {rps} requests/s ({_rate_window(doc)})" + _offered_note(doc),
     ]
     if doc.get("error_band_label"):
         lines.append(f"error band p10-p90: {doc['error_band_label']}")
@@ -111,6 +124,14 @@ def _latency_lines(doc: dict) -> list[str]:
 def _offered(c: dict) -> str:
     rate = c["rate_per_s"]
     return "at the trace's own arrival times" if rate is None else f"at {rate:g}/s"
+
+
+def _offered_note(doc: dict) -> str:
+    """What was offered, beside the served rates (none for an offline run)."""
+    if doc.get("offered_requests_per_s") is None:
+        return ""
+    return (f"; offered {doc['offered_requests_per_s']:.4g} requests/s, "
+            f"{doc['offered_output_tokens_per_s']:,.1f} output tokens/s")
 
 
 def _rate_window(doc: dict) -> str:

@@ -208,15 +208,16 @@ def serve_report(doc: dict, diag: dict | None, *, command: str, usd_per_gpu_hour
                  at_rates: dict[str, dict]) -> Report:  # fmt: skip
     c = doc["config"]
     gpus = c["gpus"]
-    out_s = doc["output_tokens_per_s"]
+    out_s, at = _costed_tokens_per_s(doc)
     usd_m = usd_per_million_tokens(gpus, usd_per_gpu_hour, out_s)
     kwh_m = gpus * tdp_w * POWER_FRACTION * PUE / out_s * 1e6 / KWH
-    head = [("output tokens/s", banded(doc, "output_tokens_per_s", out_s)),
+    head = [*_load_headline(doc),
+            ("output tokens/s", banded(doc, "output_tokens_per_s", doc["output_tokens_per_s"])),
             ("requests/s", f"{doc['requests_per_s']:.3g}"),
             *((f"{k} mean", banded(doc, f"{k.removesuffix('_s')}_mean_s", doc[k]["mean"]))
               for k in SERVE_KEYS),  # the band of the mean: validate.bands.lookup.latency_key
-            ("GPU cost per million output tokens", fmt("usd", usd_m)),
-            ("energy per million output tokens", f"{kwh_m:,.3g} kWh"),
+            ("GPU cost per million output tokens", fmt("usd", usd_m) + at),
+            ("energy per million output tokens", f"{kwh_m:,.3g} kWh" + at),
             ("GPU-hours per hour", f"{gpus}")]  # fmt: skip
     if electricity_usd_per_kwh is not None:
         head.append(("electricity per million output tokens",
@@ -247,6 +248,27 @@ def serve_report(doc: dict, diag: dict | None, *, command: str, usd_per_gpu_hour
                              electricity=electricity_usd_per_kwh)  # fmt: skip
     return Report(title=f"Serving {c['model']} on {gpus} x {c['gpu']}: cost estimate",
                   sections=tuple(sections), headline=tuple(head), first_page=first)  # fmt: skip
+
+
+def _costed_tokens_per_s(doc: dict) -> tuple[float, str]:
+    """The output tokens per second a serving run's cost per token is priced at, and what to say
+    of it: the run's own when it kept up; when it saturated (``serving.load``), none is served at
+    the load offered, so the cost is the one at the rate it sustains, said so."""
+    if not doc.get("saturated"):
+        return doc["output_tokens_per_s"], ""
+    return (doc["sustainable_output_tokens_per_s"],
+            f" at the {doc['sustainable_requests_per_s']:.3g} requests/s it sustains, not at the "
+            f"{doc['offered_requests_per_s']:.3g} offered (saturated)")
+
+
+def _load_headline(doc: dict) -> list[tuple[str, str]]:
+    """A saturated run's first headline row: the load offered, sustained and the queue's
+    growth (``serving.load``)."""
+    if not doc.get("saturated"):
+        return []
+    return [("SATURATED", f"{doc['offered_requests_per_s']:.3g} requests/s offered, about "
+             f"{doc['sustainable_requests_per_s']:.3g} sustained; the waiting queue grows "
+             f"{doc['queue_growth_per_s']:.3g} requests/s, so the latencies grow with the run")]
 
 
 def serve_sensitivity(doc: dict, at_rates: dict[str, dict], usd_m: float) -> Section:

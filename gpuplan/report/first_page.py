@@ -113,8 +113,10 @@ def serve_first_page(doc: dict, diag: dict | None, *, usd_per_gpu_hour: float, t
     figures = [("throughput", f"{out_s:,.0f} output tokens/s, {doc['requests_per_s']:.3g} requests/s"),
                ("latency (mean)", lat), ("cost an hour", f"{usd(usd_h)} and {kwh(kwh_h)}")]  # fmt: skip
     if doc.get("saturated"):
-        answer = (f"it cannot keep up: the queue grows by {doc.get('queue_growth_per_s', 0):.3g} "
-                  "requests a second, so no cost per token is given")  # fmt: skip
+        answer = (f"it cannot keep up: {doc['offered_requests_per_s']:.3g} requests/s offered, "
+                  f"about {doc['sustainable_requests_per_s']:.3g} sustained; the queue grows by "
+                  f"{doc.get('queue_growth_per_s', 0):.3g} requests a second, so no cost per "
+                  "token is given at this load")  # fmt: skip
     else:
         per_m = usd_per_million_tokens(gpus, usd_per_gpu_hour, out_s)
         answer = f"{out_s:,.0f} output tokens/s ({lat}) for {usd(per_m)} per million output tokens"

@@ -8,6 +8,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from gpuplan.sim.runtime.serving.load import offered_cap
 from gpuplan.validate.bands.lookup import (
     Band,
     compose,
@@ -40,8 +41,8 @@ SERVE_KEYS = {
 
 def serve_key(key: str) -> tuple[str, int] | None:
     """The family and power of a serving document's key, by the words in it, or None."""
-    if key.endswith("_bytes") or key.startswith("slo") or key.startswith("goodput"):
-        return None
+    if key.endswith("_bytes") or key.startswith(("slo", "goodput", "offered")):
+        return None  # a goal or the load asked for, not a prediction
     for word, spec in SERVE_KEYS.items():
         if word in key:
             return spec
@@ -114,6 +115,19 @@ def serve_bands(doc: Mapping[str, Any], *, stack: str, device: str) -> dict[str,
                 out["error_band"][latency_key("e2e_s", stat)] = b.as_list()
                 labels.append(join_labels(b.label.split("; ")))
     out["error_band_label"] = next((x for x in labels if x), "")
+    out["error_band"] = _within_offered(out["error_band"], doc)
+    return out
+
+
+def _within_offered(band: dict[str, list[float]], doc: Mapping[str, Any]) -> dict:
+    """The bands of served rates clipped to the offered load (``serving.load``): whatever the
+    deployment's true speed, it serves no more than it is offered, so the true served rate is
+    the lesser of the two and its band is too."""
+    out = dict(band)
+    for key, (low, high) in band.items():
+        top = offered_cap(key, doc)
+        if top is not None:
+            out[key] = [min(low, top), min(high, top)]
     return out
 
 

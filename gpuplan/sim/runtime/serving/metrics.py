@@ -234,13 +234,12 @@ class Timeline:
         return cols
 
 
-def time_average(timeline, column: str, *, end_s: float) -> float:
-    """Time average of ``column`` summed over replicas, from time zero to ``end_s`` (a frame or
-    ``Timeline.columns()``): each replica holds its last recorded value until its next record,
-    and counts 0 before its first."""
+def summed_steps(timeline, column: str) -> tuple[np.ndarray, np.ndarray]:
+    """``column`` summed over replicas as a step function (a frame or ``Timeline.columns()``):
+    the instants at which it changes, in time order, and its value from each until the next.
+    Each replica holds its last recorded value until its next record, and counts 0 before its
+    first; of several records at one instant, the last wins."""
     times = np.asarray(timeline["time_s"], dtype=float)
-    if not len(times) or end_s <= 0:
-        return math.nan
     order = np.argsort(times, kind="stable")  # records in time order; the last at a time wins
     times = times[order]
     replicas = np.asarray(timeline["replica"])[order]
@@ -252,5 +251,14 @@ def time_average(timeline, column: str, *, end_s: float) -> float:
         # the replica's latest record at or before each record (-1: none yet, it counts 0)
         latest = np.maximum.accumulate(np.where(replicas == r, positions, -1))[last]
         total = total + np.where(latest >= 0, values[np.maximum(latest, 0)], 0.0)
-    edges = np.append(times[last], end_s)
+    return times[last], total
+
+
+def time_average(timeline, column: str, *, end_s: float) -> float:
+    """Time average of ``column`` summed over replicas, from time zero to ``end_s`` (a frame or
+    ``Timeline.columns()``; ``summed_steps``)."""
+    if not len(timeline["time_s"]) or end_s <= 0:
+        return math.nan
+    times, total = summed_steps(timeline, column)
+    edges = np.append(times, end_s)
     return float((total * np.diff(edges)).sum() / end_s)
