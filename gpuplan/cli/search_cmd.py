@@ -121,7 +121,8 @@ def run(args) -> int:
     stats = _stats(args, cfg, cluster, (stack, seq, eff, space), result, len(layouts))
     if args.json:
         doc = stats | {"top": top, "pareto": pareto, "fastest": fastest}
-        doc |= {k: fastest[k] for k in ("error_band", "error_band_label")}  # the fastest's
+        doc |= {k: fastest[k] for k in ("error_band", "error_band_label", "error_band_words")
+                if k in fastest}  # the fastest's
         # every row's band: its value times these factors (one family, stack and device)
         doc["error_band_row_factors"] = {k: _factors(k, stack.name, cluster.accelerator.key)
                                          for k in ("step_time_s", "tokens_per_s", "mfu",

@@ -148,8 +148,8 @@ def _print_plan(args, doc: dict, result, space) -> None:
     print(render_table(shown, cols))
     if doc["configs"]:
         print(_chosen_line(doc))
-    if doc["error_band_label"]:
-        print(f"error band p10-p90: {doc['error_band_label']}")
+    if doc.get("error_band_words") or doc["error_band_label"]:
+        print(f"band p10-p90: {doc.get('error_band_words') or doc['error_band_label']}")
     took = f" in {format_seconds(result.wall_s)} ({pool_label(args)})" if timed(args) else ""
     print(
         f"\n{len(result.rows)} of {result.candidates} candidates simulated{took}; "

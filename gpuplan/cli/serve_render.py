@@ -111,8 +111,8 @@ def _latency_lines(doc: dict) -> list[str]:
         f"throughput: {tps} output tokens/s (first arrival to last "
         f"finish), {rps} requests/s ({_rate_window(doc)})" + _offered_note(doc),
     ]
-    if doc.get("error_band_label"):
-        lines.append(f"error band p10-p90: {doc['error_band_label']}")
+    if doc.get("error_band_words") or doc.get("error_band_label"):
+        lines.append(f"band p10-p90: {doc.get('error_band_words') or doc['error_band_label']}")
     if "goodput_requests_per_s" in doc:
         lines.append(
             f"goodput: {doc['goodput_requests_per_s']:.4g} requests/s within "
