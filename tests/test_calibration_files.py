@@ -65,7 +65,7 @@ def test_a_fit_from_a_folder_of_records_recovers_its_gemm_rate(fit_file):
 
 
 def test_a_users_fit_changes_the_prices_and_the_output_names_it(fit_file, capsys):
-    argv = ("estimate", "train-step", "--model", "llama3-8b", "--json")
+    argv = ("estimate", "train-step", "--model", "llama3.2-3b", "--json")
     _, built_in, _ = run(capsys, *argv)
     code, mine, _ = run(capsys, *argv, "--calibration", str(fit_file))
     built_in, mine = json.loads(built_in), json.loads(mine)

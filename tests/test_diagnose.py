@@ -143,8 +143,8 @@ def test_serve_layer4_offers_graphs_and_fusion_on_the_stack_in_force():
     assert [c.change for c in off.candidates][0] == "CUDA graphs for decode"
     assert all(set(c.edits) <= set(SERVE_COMPILATION_FLAGS) for c in off.candidates)
     assert {c.edits.get("--impl") for c in off.candidates} == {None, "compiled"}  # fused: own
-    trt = offers(4, {"--model": "llama3-8b", "--stack": "trt-llm"}, None)
-    assert "trt-llm decodes without CUDA graphs" in trt.why
+    trt = offers(4, {"--model": "llama3-8b", "--stack": "eager-2023"}, None)
+    assert "eager-2023 decodes without CUDA graphs" in trt.why
 
 
 def test_a_layer_with_nothing_to_gain_says_why_for_each_candidate():

@@ -60,7 +60,7 @@ def h200_file(tmp_path: Path, suffix: str, **changes) -> Path:
 
 PRICED = [
     ("estimate", "decode-step", "--model", "llama3-8b", "--batch", "8", "--context", "2048"),
-    ("estimate", "train-step", "--model", "llama3-8b", "--seq", "1024"),
+    ("estimate", "train-step", "--model", "llama3.2-3b", "--seq", "1024"),
     ("estimate", "gemm", "--m", "4096", "--n", "4096", "--k", "4096"),
     ("estimate", "attention", "--seq-q", "2048"),
 ]

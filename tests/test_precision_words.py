@@ -16,13 +16,13 @@ def doc(capsys, *argv) -> dict:
 
 
 def test_estimate_takes_bf16_as_the_contracts_bf16_mixed(capsys):
-    base = ["estimate", "train-step", "--model", "llama3-8b", "--seq", "1024"]
+    base = ["estimate", "train-step", "--model", "llama3.2-3b", "--seq", "1024"]
     assert doc(capsys, *base, "--precision", "bf16") == doc(capsys, *base, "--precision", "bf16-mixed")
 
 
 @pytest.mark.parametrize("word,same", [("bf16-mixed", "bf16"), ("fp8-mixed", "fp8")])
 def test_train_takes_the_mixed_words_as_their_gemm_precision(capsys, word, same):
-    base = ["train", "--model", "llama3-8b", "--gpus", "8", "--gpu", "h100-sxm"]
+    base = ["train", "--model", "llama3-8b", "--gpus", "8", "--gpu", "h100-sxm", "--zero", "3"]
     assert doc(capsys, *base, "--precision", word) == doc(capsys, *base, "--precision", same)
 
 

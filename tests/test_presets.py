@@ -22,6 +22,7 @@ KEYS = {
     "llama2-13b",
     "llama2-70b",
     "llama3-8b",
+    "llama3.2-3b",
     "llama3-70b",
     "llama3.1-405b",
     "mixtral-8x7b",

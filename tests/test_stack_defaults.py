@@ -63,7 +63,7 @@ def test_train_prices_the_distributed_optimizer_and_sp_and_lists_them(capsys):
 
 
 def test_an_explicit_zero_0_and_no_sp_win_over_the_stack(capsys):
-    doc = train_doc(capsys, *GPT3, "--zero", "0", "--no-sp")
+    doc = train_doc(capsys, *GPT3, "--zero", "0", "--no-sp", "--allow-infeasible")
     assert doc["strategy"]["zero"] == 0 and doc["strategy"]["sp"] is False
     assert not any(d.startswith(("--zero", "--sp", "--no-sp")) for d in doc["defaults"])
 

@@ -182,9 +182,9 @@ def _state(stack):
 
 
 def test_train_on_one_gpu_equals_estimate_train_step(capsys):
-    train = _doc(capsys, "train", "--model", "llama3-8b", "--gpus", "1", "--global-batch", "1",
+    train = _doc(capsys, "train", "--model", "llama3.2-3b", "--gpus", "1", "--global-batch", "1",
                  "--seq", "2048", "--gpu", "h200", "--stack", "pytorch")
-    est = _doc(capsys, "estimate", "train-step", "--model", "llama3-8b", "--seq", "2048",
+    est = _doc(capsys, "estimate", "train-step", "--model", "llama3.2-3b", "--seq", "2048",
                "--gpu", "h200", "--stack", "pytorch")
     assert train["step_time_s"] == pytest.approx(est["time_s"], rel=0.005)
     assert train["peak_memory_per_gpu_bytes"] == pytest.approx(est["peak_bytes"], rel=0.005)

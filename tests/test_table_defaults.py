@@ -18,7 +18,7 @@ def test_the_default_scenario_names_its_gpu_model_sequence_batch_context_and_cud
     out = capsys.readouterr().out
     assert code == 0
     train, decode = [line for line in out.splitlines() if line.startswith("defaults in force")]
-    for flag in ("--gpu h200", "--model llama3-8b", "--seq 4096", "--micro-batch 1",
+    for flag in ("--gpu h200", "--model llama3.2-3b", "--seq 4096", "--micro-batch 1",
                  "--recompute full"):  # fmt: skip
         assert flag in train
     for flag in ("--gpu h200", "--batch 32", "--context 4096", "--cuda-graph"):
@@ -48,7 +48,7 @@ def test_serve_says_whether_decode_replays_cuda_graphs(capsys, eager):
     assert ("CUDA graphs on" in line) is not eager and "--requests 1000" in line
 
 
-@pytest.mark.parametrize(("stack", "graphs"), [("vllm", True), ("trt-llm", False)])
+@pytest.mark.parametrize(("stack", "graphs"), [("vllm", True), ("trt-llm", True), ("eager-2023", False)])
 def test_serve_names_cuda_graphs_only_for_a_stack_that_replays_them(capsys, stack, graphs):
     line = header(capsys, "serve", "--model", "llama3-8b", "--gpu", "h200", "--rate", "5",
                   "--prompt-tokens", "256", "--output-tokens", "16", "--requests", "20",
