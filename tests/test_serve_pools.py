@@ -241,3 +241,15 @@ def test_several_gpus_pair_every_prefill_type_with_every_decode_type():
     pairs = {(r["prefill_gpu"], r["decode_gpu"]) for r in got.rows if r["prefill_gpu"]}
     assert pairs == {(p, d) for p in ("h200", "h100-sxm") for d in ("h200", "h100-sxm")}
     assert {r["gpu"] for r in got.rows if r["gpu"]} == {"h200", "h100-sxm"}
+
+
+def test_a_disaggregated_unit_never_pairs_a_wide_ep_group():
+    """A pool counts tp GPUs a replica; a wide-EP group is ep GPUs, so it is left out of the
+    pairing (else the unit's GPUs and cost would be a fraction of what it runs on)."""
+    from gpuplan.sim.runtime.serving.plan_disagg import _bases
+    from gpuplan.sim.runtime.serving.plan_space import Candidate
+
+    plain = Candidate(tp=8, weight_dtype="fp8", kv_dtype="fp8", max_seqs=64, policy="chunked")
+    wide = Candidate(tp=1, ep=16, dp_attention=True, weight_dtype="fp8", kv_dtype="fp8",
+                     max_seqs=64, policy="chunked")  # fmt: skip
+    assert [c for c, _ in _bases([(plain, None), (wide, None)], None)] == [plain]

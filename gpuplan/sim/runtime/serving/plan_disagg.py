@@ -120,10 +120,11 @@ def pool_candidates(colocated: dict, ratios, pools: PoolSpace, main_gpu: str,
 
 
 def _bases(found, tps) -> list:
-    """The plain colocated candidates of ``found`` (one pipeline stage, no speculation) at
-    ``tps`` (None: all)."""
+    """The plain colocated candidates of ``found`` (one pipeline stage, no speculation, not a
+    wide-EP group: a pool counts ``tp`` GPUs a replica) at ``tps`` (None: all)."""
     return [(c, dep) for c, dep in found
-            if not c.prefill and not c.speculative and c.pp == 1 and (tps is None or c.tp in tps)]
+            if not c.prefill and not c.speculative and c.pp == 1 and not c.dp_attention
+            and (tps is None or c.tp in tps)]  # fmt: skip
 
 
 def _pairs(cp: Candidate, cd: Candidate) -> bool:
