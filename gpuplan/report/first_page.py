@@ -95,13 +95,10 @@ def train_first_page(doc: dict, diag: dict | None, *, usd_per_gpu_hour: float, t
         answer = (f"{format_value('step_time_s', doc['step_time_s'])} a step, "
                   f"{doc['tokens_per_s']:,.0f} tokens/s: {usd(usd_h)} an hour, {usd(per_m)} per "
                   "million tokens (give --tokens for the whole run)")  # fmt: skip
-    if electricity is not None:
-        figures.append(("electricity", f"{usd(kwh_h * electricity)} an hour at ${electricity:g}/kWh"))
-    return FirstPage(
-        question=(f"How fast, and at what cost, does {doc['model']} train on {gpus} GPUs of "
-                  f"{doc['cluster']} ({st['label']})?"),
-        answer=answer, figures=tuple(figures),
-        band=band_words(doc, "step_time_s", doc["step_time_s"]), levers=levers(diag))  # fmt: skip
+    question = (f"How fast, and at what cost, does {doc['model']} train on {gpus} GPUs of "
+                f"{doc['cluster']} ({st['label']})?")  # fmt: skip
+    band = band_words(doc, "step_time_s", doc["step_time_s"])
+    return _page(question, answer, figures, band, levers(diag), kwh_h, electricity)
 
 
 def serve_first_page(doc: dict, diag: dict | None, *, usd_per_gpu_hour: float, tdp_w: float,
@@ -122,13 +119,18 @@ def serve_first_page(doc: dict, diag: dict | None, *, usd_per_gpu_hour: float, t
         answer = f"{out_s:,.0f} output tokens/s ({lat}) for {usd(per_m)} per million output tokens"
         figures.append(("cost per million output tokens",
                         f"{usd(per_m)} and {kwh(kwh_h / (out_s * HOUR) * 1e6)}"))
+    question = (f"What does serving {c['model']} at {c['rate_per_s']} requests/s on {gpus} x "
+                f"{c['gpu']} deliver, and what does it cost?")  # fmt: skip
+    band = band_words(doc, "ttft_mean_s", doc["ttft_s"]["mean"], "ttft_s")
+    return _page(question, answer, figures, band, levers(diag), kwh_h, electricity)
+
+
+def _page(question, answer, figures, band, moves, kwh_h, electricity) -> FirstPage:
+    """The page, with the electricity an hour at ``electricity`` $/kWh where it is given."""
     if electricity is not None:
         figures.append(("electricity", f"{usd(kwh_h * electricity)} an hour at ${electricity:g}/kWh"))
-    return FirstPage(
-        question=(f"What does serving {c['model']} at {c['rate_per_s']} requests/s on {gpus} x "
-                  f"{c['gpu']} deliver, and what does it cost?"),
-        answer=answer, figures=tuple(figures),
-        band=band_words(doc, "ttft_mean_s", doc["ttft_s"]["mean"], "ttft_s"), levers=levers(diag))  # fmt: skip
+    return FirstPage(question=question, answer=answer, figures=tuple(figures), band=band,
+                     levers=moves)
 
 
 def cluster_first_page(doc: dict, *, usd_per_gpu_hour: float, gpu: str,
