@@ -17,7 +17,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from gpuplan.cli.argtypes import random_seed, repeat_count, word
+from gpuplan.cli.argtypes import positive_float, random_seed, repeat_count, word
 from gpuplan.cli.calibration import add_calibration_option, efficiency_line
 from gpuplan.cli.dask_workers import (
     add_sweep_options,
@@ -85,6 +85,8 @@ def register(subparsers) -> None:
     add_calibration_option(p)
     add_gpu_argument(p, "build the scenario's nodes of this accelerator instead of its preset's "
                      "(the preset's node size and domains, the accelerator's links)")  # fmt: skip
+    p.add_argument("--electricity-price", dest="electricity_price", type=positive_float,
+                   default=None, help="USD per kWh: each run's energy priced (given by the user)")
     p.set_defaults(func=run)
 
 
@@ -113,10 +115,23 @@ def run(args) -> int:
         _plots(args.plot, results)
     expect = doc.get("expect") or {}
     if args.json:
-        print(dump_json(with_timing(_document(batches, expect, seed), args, _timing(args, batches))))
+        doc_out = _with_electricity(_document(batches, expect, seed), args.electricity_price)
+        print(dump_json(with_timing(doc_out, args, _timing(args, batches))))
         return 0
     print(render(results, doc, seed, batches if args.repeat > 1 else None, timing=timed(args)))
+    if args.electricity_price is not None:
+        for r in results:
+            usd = r.summary["energy_kwh"] * args.electricity_price
+            print(f"electricity of {r.name}: ${usd:,.0f} at ${args.electricity_price:g}/kWh")
     return 0
+
+
+def _with_electricity(doc: dict, price: float | None) -> dict:
+    """Each run's energy priced at ``price`` USD per kWh, where given."""
+    if price is not None:
+        for run in doc["runs"]:
+            run["summary"]["electricity_usd"] = run["summary"]["energy_kwh"] * price
+    return doc
 
 
 def _check_outputs(args) -> None:

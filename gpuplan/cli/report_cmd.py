@@ -50,8 +50,9 @@ def register(subparsers) -> None:
                            formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
         declare(modules[kind], p)
         p.add_argument("--out", required=True, help="the report's file: .html or .md")
-        p.add_argument("--electricity-price", type=positive_float, default=None,
-                       dest="electricity_price", help="USD per kWh of electricity")  # fmt: skip
+        with contextlib.suppress(argparse.ArgumentError):  # train declares it too
+            p.add_argument("--electricity-price", type=positive_float, default=None,
+                           dest="electricity_price", help="USD per kWh of electricity")  # fmt: skip
         p.set_defaults(func=run, report_kind=kind, command_func=p.get_default("func"))
     from gpuplan.cli import require_subcommand
 

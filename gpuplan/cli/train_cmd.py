@@ -127,6 +127,10 @@ def add_job_options(p) -> None:
         "--launch-blocking", dest="launch_blocking", action="store_true",
         help="run as under CUDA_LAUNCH_BLOCKING=1: every launch waits for its kernel",
     )
+    p.add_argument(
+        "--electricity-price", dest="electricity_price", type=positive_float, default=None,
+        help="USD per kWh: with --tokens, the run's energy priced (given by the user)",
+    )
 
 
 def resolve_stack(args, acc):
@@ -237,7 +241,6 @@ def run(args) -> int:
         check_output(args.timeline, "--timeline")  # before any work
     from gpuplan.hwmodels.power import power_capped
     from gpuplan.sim.parallel.estimate import estimate_training
-    from gpuplan.sim.parallel.interruptions import training_budget
     from gpuplan.sim.parallel.strategy import default_seq
     from gpuplan.sim.stacks.training import with_launch_blocking
     from gpuplan.workloads.presets import get_model
@@ -274,8 +277,7 @@ def run(args) -> int:
         doc["timeline"] = {k: v for k, v in timeline.items() if k != "wall_s"}
         timing["timeline_wall_s"] = timeline["wall_s"]
     if args.tokens:
-        doc["budget"] = training_budget(cfg, est, cluster, tokens=args.tokens,
-                                        usd_per_gpu_hour=args.price_per_gpu_hour)  # fmt: skip
+        doc["budget"] = _budget(args, cfg, est, cluster)
     doc |= bands.train_bands({**doc, **doc.get("budget", {})}, stack=stack.name,
                              device=cluster.accelerator.key)  # fmt: skip
     if timing:
@@ -285,6 +287,17 @@ def run(args) -> int:
         return 0
     print(render_estimate(doc) if est.fits else label_what_if(render_estimate(doc)))
     return 0
+
+
+def _budget(args, cfg, est, cluster) -> dict:
+    """The run of --tokens: time, GPU-hours, cost, energy (priced at --electricity-price)."""
+    from gpuplan.sim.parallel.interruptions import training_budget
+
+    budget = training_budget(cfg, est, cluster, tokens=args.tokens,
+                             usd_per_gpu_hour=args.price_per_gpu_hour)  # fmt: skip
+    if args.electricity_price is not None:
+        budget["electricity_usd"] = budget["energy_kwh"] * args.electricity_price
+    return budget
 
 
 def _check_fits(args, est, cfg, cluster, stack, strategy, seq, eff) -> None:

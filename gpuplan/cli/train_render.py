@@ -90,6 +90,8 @@ def _budget_lines(doc: dict[str, Any]) -> list[str]:
         f"{_banded(band, 'gpu_hours', lambda v: f'{v:,.0f}')} GPU-hours, {cost}, "
         f"{_banded(band, 'energy_kwh', lambda v: f'{v:,.0f}')} kWh "
         f"(power {b['power_fraction']:.0%} of TDP, PUE {b['pue']})",
-        f"price: {b['price_source']}",
+        f"price: {b['price_source']}"
+        + (f"; electricity ${b['electricity_usd']:,.0f} at the price given"
+           if b.get("electricity_usd") is not None else ""),
         render_interruptions(b["interruptions"], b["time_to_train_with_failures_s"]),
     ]
