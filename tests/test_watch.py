@@ -174,3 +174,17 @@ def test_a_live_endpoint_is_polled_and_judged(capsys, engine, ttft_s, waiting, c
     doc = json.loads(out)
     assert got == code and doc["polls"] >= 3 and doc["attribution"].startswith(layer)
     assert next(f for f in doc["figures"] if f["name"] == "ttft_s")["measured"] == pytest.approx(ttft_s)
+
+
+def test_more_bad_input_is_one_line(capsys, tmp_path):
+    code, _, err = run(capsys, "watch", PLAN, str(DATA / "steps.jsonl"), "--warmup", "-1")
+    assert code == 2 and "--warmup=-1" in err
+    plan = json.loads(Path(PLAN).read_text())
+    plan["step_time_s"] = "fast"
+    bad = tmp_path / "plan.json"
+    bad.write_text(json.dumps(plan))
+    code, _, err = run(capsys, "watch", str(bad), str(DATA / "steps.jsonl"))
+    assert code == 2 and err.count("\n") == 1 and "plan field step_time_s" in err
+    code, _, err = run(capsys, "watch", SERVE_PLAN, "http://127.0.0.1:9/metrics",
+                       "--duration-s", "1")  # fmt: skip
+    assert code == 2 and err.count("\n") == 1 and "does not answer" in err

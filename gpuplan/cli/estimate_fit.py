@@ -16,14 +16,12 @@ peak in the case's GEMM format (``Accelerator.peak``; datasheets in accelerators
 from __future__ import annotations
 
 import argparse
-import math
 from typing import Any
 
-from gpuplan.cli.feasibility import training_infeasible
+from gpuplan.cli.feasibility import flags_text, training_infeasible
 from gpuplan.errors import Infeasible
 from gpuplan.tables import format_value
 
-MODEL_KINDS = ("train_step", "decode_step", "prefill_step", "layer")
 FLASH_BWD_RATIO = 2.0 / 2.5  # model / executed FLOPs of a flash attention backward (ops.py)
 MAX_HALVINGS = 12
 
@@ -113,34 +111,43 @@ def _with(args: argparse.Namespace, edits: dict[str, Any]) -> argparse.Namespace
 def _training_elsewhere(args, out: dict[str, Any], what: str) -> Infeasible:
     """One GPU cannot hold the training state: the fewest GPUs ``gpuplan train`` fits it on."""
     from gpuplan.cli.calibration import efficiency_from_args
+    from gpuplan.cli.train_cmd import DEFAULT_TRAINING_STACK
     from gpuplan.sim.parallel.topology import cluster_for
     from gpuplan.workloads.presets import get_model
 
     params = out["params"]
     cluster = cluster_for(out["device"])
-    err = training_infeasible(get_model(out["model"]), cluster, "megatron-te", gpus=1,
+    err = training_infeasible(get_model(out["model"]), cluster, DEFAULT_TRAINING_STACK, gpus=1,
                               global_batch=params.get("micro_batch", 1), seq=params["seq"],
                               eff=efficiency_from_args(args, out["device"]),
                               peak_bytes=out["peak_bytes"], label="one GPU")  # fmt: skip
     if not err.fix:
         return Infeasible(f"{what}; {err}")
-    flags = " ".join(f"{k} {v}" if v is not True else k for k, v in err.fix.items())
     return Infeasible(
         f"{what}; one GPU cannot hold its training state: it fits as `gpuplan train --model "
-        f"{out['model']} --gpu {out['device']} {flags}` (--allow-infeasible prices the one-GPU "
+        f"{out['model']} --gpu {out['device']} {flags_text(err.fix)}` (--allow-infeasible prices the one-GPU "
         "step as a what-if)", fix=err.fix)  # fmt: skip
 
 
 def _tensor_parallel(out: dict[str, Any], what: str, tail: str) -> Infeasible:
-    """The weights alone do not fit one GPU: the tensor parallelism that holds them."""
+    """The weights alone do not fit one GPU: the tensor parallelism ``gpuplan serve`` would need
+    for one request of the case's context (``kv_cache.fitting_tp``, serve's own rule)."""
+    from gpuplan.sim.runtime.serving.deployment import SchedulerConfig, deployment
+    from gpuplan.sim.runtime.serving.kv_cache import fitting_tp
+
     weights = out["memory_bytes"].get("weights", 0.0)
+    serve = f"gpuplan serve --model {out['model']} --gpu {out['device']}"
     if weights <= out["device_memory_bytes"]:
         return Infeasible(f"{what}; even --batch 1 does not fit: shorten --context, or share "
-                          f"the cache over GPUs with `gpuplan serve --model {out['model']} "
-                          f"--gpu {out['device']} --tp 2`{tail}", fix={"--batch": "1"})  # fmt: skip
-    tp = 2 ** math.ceil(math.log2(max(1.0, weights / out["device_memory_bytes"]) + 1e-9))
+                          f"the cache over GPUs with `{serve} --tp 2`{tail}", fix={"--batch": "1"})  # fmt: skip
+    params = out["params"]
+    dep = deployment(out["model"], out["device"], weight_dtype=params.get("dtype", "bf16"))
+    context = params.get("context") or params.get("seq")
+    tp = fitting_tp(dep, SchedulerConfig(max_model_len=context, max_seqs=1))
+    if tp is None:
+        return Infeasible(f"{what}; its weights alone ({format_value('bytes', weights)}) need "
+                          f"more than one node: `gpuplan serve plan --model {out['model']} --gpu "
+                          f"{out['device']} ...` finds a pipeline or a wide-EP layout{tail}")  # fmt: skip
     return Infeasible(
         f"{what}; its weights alone ({format_value('bytes', weights)}) need at least tp={tp}: "
-        f"`gpuplan serve --model {out['model']} --gpu {out['device']} --tp {tp}` prices it served"
-        + tail,
-        fix={"--tp": str(tp)})  # fmt: skip
+        f"`{serve} --tp {tp}` prices it served" + tail, fix={"--tp": str(tp)})  # fmt: skip

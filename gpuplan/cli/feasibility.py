@@ -35,7 +35,8 @@ def label_what_if(text: str) -> str:
     return "\n".join(WHAT_IF + line if line.strip() else line for line in text.split("\n"))
 
 
-def _flags(edits: dict) -> str:
+def flags_text(edits: dict) -> str:
+    """Flag edits as a command line's words: ``--tp 2 --sp``."""
     return " ".join(f"{k} {v}" if v is not True else k for k, v in edits.items()
                     if v is not None)  # fmt: skip
 
@@ -78,7 +79,7 @@ def training_infeasible(cfg, cluster, stack_name: str, *, gpus: int, global_batc
             edits = {"--gpus": str(n), **edits}
             where = "" if n == gpus else f"; it needs {n} GPUs"
             return Infeasible(
-                f"{what}{where}; nearest change that fits: {_flags(edits)} "
+                f"{what}{where}; nearest change that fits: {flags_text(edits)} "
                 f"({format_value('bytes', peak)} per GPU, step {format_value('time_s', step_s)})"
                 " (--allow-infeasible prices the plan as given, as a what-if)",
                 fix=edits,

@@ -13,7 +13,12 @@ from gpuplan.report.first_page import (
     serve_first_page,
     train_first_page,
 )
-from gpuplan.sim.parallel.cost import KWH, POWER_FRACTION, PUE, usd_per_million_tokens
+from gpuplan.sim.parallel.cost import (
+    POWER_FRACTION,
+    PUE,
+    kwh_per_million_tokens,
+    usd_per_million_tokens,
+)
 from gpuplan.tables import format_value
 from gpuplan.units import HOUR
 
@@ -210,7 +215,7 @@ def serve_report(doc: dict, diag: dict | None, *, command: str, usd_per_gpu_hour
     gpus = c["gpus"]
     out_s, at = _costed_tokens_per_s(doc)
     usd_m = usd_per_million_tokens(gpus, usd_per_gpu_hour, out_s)
-    kwh_m = gpus * tdp_w * POWER_FRACTION * PUE / out_s * 1e6 / KWH
+    kwh_m = kwh_per_million_tokens(gpus, tdp_w, out_s)
     head = [*_load_headline(doc),
             ("output tokens/s", banded(doc, "output_tokens_per_s", doc["output_tokens_per_s"])),
             ("requests/s", f"{doc['requests_per_s']:.3g}"),

@@ -12,9 +12,12 @@ from __future__ import annotations
 import math
 
 from gpuplan.report import FirstPage
-from gpuplan.sim.parallel.cost import KWH, POWER_FRACTION, PUE, usd_per_million_tokens
+from gpuplan.sim.parallel.cost import (
+    kwh_per_hour,
+    kwh_per_million_tokens,
+    usd_per_million_tokens,
+)
 from gpuplan.tables import format_value
-from gpuplan.units import HOUR
 
 # what a document key is called in a report (never the raw key)
 LABELS = {
@@ -70,7 +73,7 @@ def levers(diag: dict | None, n: int = 3) -> tuple[str, ...]:
 
 def hourly(gpus: int, usd_per_gpu_hour: float, tdp_w: float) -> tuple[float, float]:
     """(dollars, kWh) an hour of ``gpus`` GPUs (module docstring)."""
-    return gpus * usd_per_gpu_hour, gpus * tdp_w * POWER_FRACTION * PUE * HOUR / KWH
+    return gpus * usd_per_gpu_hour, kwh_per_hour(gpus, tdp_w)
 
 
 def train_first_page(doc: dict, diag: dict | None, *, usd_per_gpu_hour: float, tdp_w: float,
@@ -78,7 +81,7 @@ def train_first_page(doc: dict, diag: dict | None, *, usd_per_gpu_hour: float, t
     st, gpus = doc["strategy"], doc["gpus"]
     usd_h, kwh_h = hourly(gpus, usd_per_gpu_hour, tdp_w)
     per_m = usd_per_million_tokens(gpus, usd_per_gpu_hour, doc["tokens_per_s"])
-    kwh_m = kwh_h / (doc["tokens_per_s"] * HOUR) * 1e6
+    kwh_m = kwh_per_million_tokens(gpus, tdp_w, doc["tokens_per_s"])
     figures = [("step time", format_value("step_time_s", doc["step_time_s"])),
                ("throughput", f"{doc['tokens_per_s']:,.0f} tokens/s (MFU {100 * doc['mfu']:.1f}%)"),
                ("memory per GPU", f"{format_value('bytes', doc['peak_memory_per_gpu_bytes'])} of "
@@ -118,7 +121,7 @@ def serve_first_page(doc: dict, diag: dict | None, *, usd_per_gpu_hour: float, t
         per_m = usd_per_million_tokens(gpus, usd_per_gpu_hour, out_s)
         answer = f"{out_s:,.0f} output tokens/s ({lat}) for {usd(per_m)} per million output tokens"
         figures.append(("cost per million output tokens",
-                        f"{usd(per_m)} and {kwh(kwh_h / (out_s * HOUR) * 1e6)}"))
+                        f"{usd(per_m)} and {kwh(kwh_per_million_tokens(gpus, tdp_w, out_s))}"))
     question = (f"What does serving {c['model']} at {c['rate_per_s']} requests/s on {gpus} x "
                 f"{c['gpu']} deliver, and what does it cost?")  # fmt: skip
     band = band_words(doc, "ttft_mean_s", doc["ttft_s"]["mean"], "ttft_s")

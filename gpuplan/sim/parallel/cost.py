@@ -118,6 +118,17 @@ def usd_per_hour(gpu: str, override: float | None = None) -> float:
     return price.usd_per_gpu_hour if price else float("nan")
 
 
+def kwh_per_hour(gpus: int, tdp_w: float) -> float:
+    """Energy of ``gpus`` GPUs running for an hour, as ``run_budget`` prices it: each at
+    ``POWER_FRACTION`` of its TDP, times the PUE."""
+    return gpus * tdp_w * POWER_FRACTION * PUE * HOUR / KWH
+
+
+def kwh_per_million_tokens(gpus: int, tdp_w: float, tokens_per_s: float) -> float:
+    """Energy of a million tokens made at ``tokens_per_s`` by ``gpus`` GPUs (``kwh_per_hour``)."""
+    return kwh_per_hour(gpus, tdp_w) / (tokens_per_s * HOUR) * 1e6
+
+
 def usd_per_million_tokens(gpus: int, usd_per_gpu_hour: float, output_tokens_per_s: float) -> float:
     """GPU cost of a million output tokens: ``gpus`` GPU-hours an hour over the tokens made in
     that hour."""

@@ -8,16 +8,19 @@ per class; the class with the largest excess is the drift's layer. Without a tra
 drift is attributed (to the model layer's memory terms); step-time drift is said to need one.
 
 Serving, from the engine's gauges: time to first token out of band while requests wait beyond
-the plan's queue is queueing (runtime layer); a KV cache at 95% or more is memory (preemption);
+the plan's queue is queueing (runtime layer); a KV cache past vLLM's watermark (99% in use) is memory (preemption);
 TPOT out of band is the decode iteration's compute.
 """
 
 from __future__ import annotations
 
+from gpuplan.sim.runtime.serving.deployment import SchedulerConfig
 from gpuplan.validate.watch.drift import Verdict
 from gpuplan.validate.watch.plan import Plan
 
-KV_FULL = 0.95  # share of KV blocks in use beyond which an engine preempts (vLLM's watermark: 1%)
+# the share of KV blocks in use beyond which vLLM admits no new prefill and preempts: all but
+# its watermark (``SchedulerConfig.watermark``, vLLM's 1%)
+KV_FULL = 1.0 - SchedulerConfig().watermark
 
 
 def _union_s(intervals: list[tuple[float, float]]) -> float:

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuplan.errors import GpuplanError
+from gpuplan.errors import GpuplanError, check_number
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +79,7 @@ def load_plan(path: str | Path) -> Plan:
 
 def _num(doc: dict, key: str) -> float:
     value = doc.get(key)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise GpuplanError(f"plan field {key}={value!r} is invalid: a finite number is expected")
+    check_number(f"plan field {key}", value)
     return float(value)
 
 

@@ -52,11 +52,7 @@ def follow_log(path: str, tracker: Tracker, *, follow: bool, interval_s: float,
         rest = lines.pop()  # a line still being written
         for raw in lines:
             out.lines += 1
-            rec = parse_line(raw.decode("utf-8", "replace"))
-            if rec is not None:
-                out.records += 1
-                out.formats.add(rec.source)
-                tracker.observe_record(rec)
+            _feed(raw, tracker, out)
         if lines and on_batch is not None:
             on_batch()
         if tracker.breached:
@@ -65,12 +61,8 @@ def follow_log(path: str, tracker: Tracker, *, follow: bool, interval_s: float,
         if len(chunk) == CHUNK_BYTES:
             continue  # more to read now
         if not follow:
-            if rest.strip():
-                rec = parse_line(rest.decode("utf-8", "replace"))
-                if rec is not None:
-                    out.records += 1
-                    out.formats.add(rec.source)
-                    tracker.observe_record(rec)
+            if rest.strip():  # a last line without its newline
+                _feed(rest, tracker, out)
             out.stopped = "end of file"
             return out
         quiet_s = 0.0 if chunk else quiet_s + interval_s
@@ -78,6 +70,15 @@ def follow_log(path: str, tracker: Tracker, *, follow: bool, interval_s: float,
             out.stopped = f"no new lines for {idle_s:g} s"
             return out
         time.sleep(interval_s)
+
+
+def _feed(raw: bytes, tracker: Tracker, out: Outcome) -> None:
+    """One log line: a record for ``tracker`` where gpuplan knows its format."""
+    rec = parse_line(raw.decode("utf-8", "replace"))
+    if rec is not None:
+        out.records += 1
+        out.formats.add(rec.source)
+        tracker.observe_record(rec)
 
 
 def poll_metrics(url: str, tracker: Tracker, *, interval_s: float, duration_s: float | None,
