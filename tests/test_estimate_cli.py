@@ -66,3 +66,17 @@ def test_model_on_a_kernel_kind_is_a_one_line_error(capsys):
     code, _out, err = run(capsys, "estimate", "gemm", "--model", "llama3-8b")
     assert code != 0
     assert "estimate gemm does not use --model" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_headline_mfu_counts_the_model_flops_training_counts(capsys):
+    """One convention for MFU: estimate's model FLOPs of a training step (its items, recomputation
+    left out) equal ``workloads.operators.training_flops``, which ``train`` uses."""
+    from gpuplan.workloads.operators import training_flops
+    from gpuplan.workloads.presets import get_model
+
+    for recompute in ("none", "full"):
+        code, out, _ = run(capsys, "estimate", "train-step", "--model", "llama3.2-3b", "--seq",
+                           "2048", "--recompute", recompute, "--json")  # fmt: skip
+        doc = json.loads(out)
+        want = training_flops(get_model("llama3.2-3b"), batch=1, seq=2048)
+        assert code == 0 and doc["model_flops"] == pytest.approx(want, rel=1e-9)
