@@ -174,9 +174,9 @@ def _main(argv: list[str], state: dict[str, bool]) -> int:
         return _run(argv, state)
     except Infeasible as err:  # the plan cannot run: exit 1, one line (``--json``: a document)
         if "--json" in argv:
-            from gpuplan.tables import dump_json
+            import json
 
-            print(dump_json({"feasible": False, "does_not_fit": str(err), "nearest_fix": err.fix}))
+            print(json.dumps({"feasible": False, "does_not_fit": str(err), "nearest_fix": err.fix}))
         print(f"gpuplan: does not fit: {err}", file=sys.stderr)
         return EXIT_FAILED
     except (UsageError, GpuplanError) as err:
