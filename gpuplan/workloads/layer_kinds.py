@@ -107,6 +107,11 @@ class Mamba2:
         return self.n_heads * self.head_dim
 
     @property
+    def in_proj_width(self) -> int:
+        """in_proj's outputs: z, x, B, C and dt (``2 d_inner + 2 n_groups state + n_heads``)."""
+        return 2 * self.d_inner + 2 * self.n_groups * self.state_size + self.n_heads
+
+    @property
     def conv_channels(self) -> int:
         """x, B and C pass the causal convolution: ``d_inner + 2 * n_groups * state_size``."""
         return self.d_inner + 2 * self.n_groups * self.state_size

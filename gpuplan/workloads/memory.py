@@ -255,8 +255,7 @@ def _state_saved_elems(cfg: ModelConfig, kind: str) -> int:
         return 2 * la.key_dim + 2 * la.value_dim + 2 * la.n_value_heads + la.conv_channels + (
             2 * la.value_dim)
     ssm = cfg.ssm
-    in_proj = 2 * ssm.d_inner + 2 * ssm.n_groups * ssm.state_size + ssm.n_heads
-    return in_proj + ssm.conv_channels + 2 * ssm.d_inner
+    return ssm.in_proj_width + ssm.conv_channels + 2 * ssm.d_inner
 
 
 def _attention_saved_elems(cfg: ModelConfig) -> int:
