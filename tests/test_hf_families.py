@@ -287,6 +287,8 @@ def test_a_missing_hidden_size_is_one_line_naming_it(row):
      r"required field 'mamba_num_heads' \(or mamba_n_heads, num_heads\) is missing"),
     ("gemma-3-4b", {"mm_tokens_per_image": 200},
      "mm_tokens_per_image=200 does not pool 4096 patches by a square"),
+    ("deepseek-v3.2-exp", {"attention_bias": True},
+     "attention_bias=True is not supported for MLA attention"),
 ])
 def test_a_bad_family_field_is_one_line_naming_it(name, changes, message):
     raw = json.loads((CONFIGS / f"{name}.json").read_text())
@@ -299,6 +301,17 @@ def test_a_bad_family_field_is_one_line_naming_it(name, changes, message):
             part[key] = value
     with pytest.raises(GpuplanError, match=message) as err:
         read_hf_config(raw)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(("given", "message"), [
+    ({1: "llama"}, "config dict: its keys must be strings"),
+    (42, "config=int is invalid: give a config.json path, its folder, or the parsed dict"),
+    ({"model_type": "llama", "text_config": 3}, "text_config must be a JSON object, not int"),
+])
+def test_a_config_of_the_wrong_shape_is_one_line(given, message):
+    with pytest.raises(GpuplanError, match=message) as err:
+        read_hf_config(given)
     assert "\n" not in str(err.value)
 
 

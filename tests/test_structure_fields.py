@@ -26,6 +26,10 @@ LLAMA, MIXTRAL = PRESETS["llama3-8b"], PRESETS["mixtral-8x7b"]
     (LLAMA, {"embedding_scale": 0.0}, "embedding_scale=0.0"),
     (LLAMA, {"ssm_conv_bias": True}, "ssm_conv_bias=True is set but ssm is None"),
     (PRESETS["deepseek-v3"], {"attention_sinks": True}, "attention_sinks=True is set but MLA"),
+    (PRESETS["deepseek-v3"], {"qk_norm": "head"},
+     "qk_norm='head' is set but MLA attention has its own norms"),
+    (LLAMA, {"layer_types": ("full",) * 3}, "layer_types has 3 entries but n_layers=32"),
+    (LLAMA, {"ffn_types": ["dense"] * 32}, "ffn_types=['dense', "),
 ])  # fmt: skip
 def test_a_bad_structural_field_is_one_line_naming_it(base, change, words):
     with pytest.raises(GpuplanError) as err:

@@ -130,10 +130,11 @@ def _gemma3(f: Fields, notes: list[str]) -> dict[str, Any]:
     width, heads = v.get("hidden_size", 1152), v.get("num_attention_heads", 16)
     patch, size = v.get("patch_size", 14), v.get("image_size", 896)
     patches = (size // patch) ** 2
-    merge = math.isqrt(patches // f.get("mm_tokens_per_image", 256))
-    if merge**2 * f.get("mm_tokens_per_image", 256) != patches:
-        raise GpuplanError(f"{f.origin}: mm_tokens_per_image={f.raw.get('mm_tokens_per_image')} "
-                           f"does not pool {patches} patches by a square: not supported")
+    tokens = f.get("mm_tokens_per_image", 256)
+    merge = math.isqrt(patches // tokens)
+    if merge**2 * tokens != patches:
+        raise GpuplanError(f"{f.origin}: mm_tokens_per_image={tokens} does not pool {patches} "
+                           "patches by a square: not supported")
     encoder = ModelConfig(
         name="vision", n_layers=v.get("num_hidden_layers", 27, "layers"), d_model=width,
         n_heads=heads, n_kv_heads=heads, d_ff=v.get("intermediate_size", 4304), vocab_size=0,

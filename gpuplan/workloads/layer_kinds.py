@@ -36,9 +36,16 @@ TOKEN_CACHE_KINDS = ("full", "sliding", "chunked", "nope", "dsa")  # a cache tha
 STATE_KINDS = ("linear", "mamba2")  # a fixed-size state per sequence
 
 
-def _check_fields(obj, what: str) -> None:
+def _check_fields(obj, what: str, multiple: tuple[str, str] | None = None) -> None:
+    """Every field a positive whole number; with ``multiple=(a, b)``, field a a multiple of b
+    (the heads that share one key head or one group)."""
     for field in obj.__dataclass_fields__:
         check_positive(f"{what}: {field}", getattr(obj, field))
+    if multiple is not None:
+        a, b = multiple
+        if getattr(obj, a) % getattr(obj, b):
+            raise GpuplanError(f"{what}: {a}={getattr(obj, a)} is not a multiple of "
+                               f"{b}={getattr(obj, b)}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,10 +61,7 @@ class LinearAttention:
     conv_kernel: int
 
     def __post_init__(self) -> None:
-        _check_fields(self, "linear_attention")
-        if self.n_value_heads % self.n_key_heads:
-            raise GpuplanError(f"linear_attention: n_value_heads={self.n_value_heads} is not a "
-                               f"multiple of n_key_heads={self.n_key_heads}")
+        _check_fields(self, "linear_attention", multiple=("n_value_heads", "n_key_heads"))
 
     @property
     def key_dim(self) -> int:
@@ -96,14 +100,16 @@ class Mamba2:
     chunk_size: int = 256  # HF Mamba2Config's default
 
     def __post_init__(self) -> None:
-        _check_fields(self, "ssm")
-        if self.n_heads % self.n_groups:
-            raise GpuplanError(f"ssm: n_heads={self.n_heads} is not a multiple of "
-                               f"n_groups={self.n_groups}")
+        _check_fields(self, "ssm", multiple=("n_heads", "n_groups"))
 
     @property
     def d_inner(self) -> int:
         return self.n_heads * self.head_dim
+
+    @property
+    def in_proj_width(self) -> int:
+        """in_proj's outputs: z, x, B, C and dt (``2 d_inner + 2 n_groups state + n_heads``)."""
+        return 2 * self.d_inner + 2 * self.n_groups * self.state_size + self.n_heads
 
     @property
     def conv_channels(self) -> int:
@@ -193,6 +199,7 @@ def check_moe(cfg) -> None:
             f"n_dense_layers={cfg.n_dense_layers} leaves no MoE layer among "
             f"n_layers={cfg.n_layers}"
         )
+
 
 def check_mla(cfg) -> None:
     """The latent-attention sizes (moved from ``model.py``)."""

@@ -94,6 +94,7 @@ def kv_cache_bytes_per_token(cfg: ModelConfig, dtype: str = "bf16") -> float:
 # 128 (vLLM ``DeepseekV32IndexerCache``: ``head_dim + head_dim // quant_block_size * 4`` uint8;
 # LightLLM ``Deepseek3_2MemoryManager``: fp8 keys, fp32 scales).
 INDEXER_QUANT_BLOCK = 128
+INDEXER_DTYPE = "fp8"  # the indexer's keys and queries (DeepSeek-V3.2-Exp: fp8 with scales)
 
 
 def indexer_bytes_per_token(cfg: ModelConfig) -> float:
@@ -101,7 +102,8 @@ def indexer_bytes_per_token(cfg: ModelConfig) -> float:
     if cfg.sparse_indexer is None:
         return 0
     d = cfg.sparse_indexer.head_dim
-    return d * 1 + -(-d // INDEXER_QUANT_BLOCK) * 4
+    scales = -(-d // INDEXER_QUANT_BLOCK)
+    return d * dtype_bytes(INDEXER_DTYPE) + scales * dtype_bytes("fp32")
 
 
 def kv_layer_tokens(cfg: ModelConfig, layer: int, tokens: float) -> float:
@@ -253,8 +255,7 @@ def _state_saved_elems(cfg: ModelConfig, kind: str) -> int:
         return 2 * la.key_dim + 2 * la.value_dim + 2 * la.n_value_heads + la.conv_channels + (
             2 * la.value_dim)
     ssm = cfg.ssm
-    in_proj = 2 * ssm.d_inner + 2 * ssm.n_groups * ssm.state_size + ssm.n_heads
-    return in_proj + ssm.conv_channels + 2 * ssm.d_inner
+    return ssm.in_proj_width + ssm.conv_channels + 2 * ssm.d_inner
 
 
 def _attention_saved_elems(cfg: ModelConfig) -> int:

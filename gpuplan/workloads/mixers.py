@@ -24,11 +24,11 @@ from __future__ import annotations
 
 from gpuplan.workloads.attention_block import attention_block
 from gpuplan.workloads.dtypes import dtype_bytes
+from gpuplan.workloads.memory import INDEXER_DTYPE
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.ops import Attention, Elementwise, Gemm, Memory, Op, Scan
 
 GATED_DELTA_CHUNK = 64  # FLA chunk_gated_delta_rule's chunk (BT = 64)
-INDEXER_DTYPE = "fp8"  # the indexer's keys and queries (DeepSeek-V3.2-Exp: fp8 with scales)
 
 
 def mixer_forward(cfg: ModelConfig, layer: int, *, batch: int, seq_q: int, seq_kv: int,

@@ -27,10 +27,8 @@ It covers the architectures of the catalogue (``presets.py``) and of the Hugging
   ``image_size`` square into ``patch_size`` patches plus one class token;
 - vision-language: a language model carrying a ``VisionTower``: a ViT, a projector, and image
   tokens inline in the prompt or behind cross-attention layers (``workloads.vision`` describes
-  the two styles and lists their operators).
-
-- per-layer structure (``layer_kinds``) and the structure a ``config.json`` states beyond the
-  shape, in the last block of fields (biases, q/k norms, norms per block, sinks, soft-capping,
+  the two styles and lists their operators);
+- the structure a ``config.json`` states beyond the shape, in the last block of fields (biases, q/k norms, norms per block, sinks, soft-capping,
   MTP modules, expert weight format; checked in ``structure.py``).
 
 Variants are made with ``dataclasses.replace``; every invalid combination is a ``GpuplanError``
@@ -210,7 +208,7 @@ class ModelConfig:
 
     @property
     def n_windowed_layers(self) -> int:
-        return sum(self.is_windowed_layer(i) for i in range(self.n_layers))
+        return self.layer_kinds.count("sliding")  # one derivation, not one per layer
 
     # --- derived sizes ----------------------------------------------------------------------
 

@@ -140,8 +140,7 @@ def mamba2_params(cfg: ModelConfig) -> int:
     z, x, B, C and dt (``2 d_inner + 2 n_groups state + n_heads``), a depthwise conv1d over x, B,
     C, dt_bias, A_log and D per head, a gated RMSNorm over d_inner, out_proj."""
     s, d = cfg.ssm, cfg.d_model
-    in_proj = linear_params(d, 2 * s.d_inner + 2 * s.n_groups * s.state_size + s.n_heads,
-                            bias=cfg.ssm_proj_bias)  # fmt: skip
+    in_proj = linear_params(d, s.in_proj_width, bias=cfg.ssm_proj_bias)
     conv = s.conv_channels * s.conv_kernel + (s.conv_channels if cfg.ssm_conv_bias else 0)
     out = linear_params(s.d_inner, d, bias=cfg.ssm_proj_bias)
     return in_proj + conv + 3 * s.n_heads + s.d_inner + out
