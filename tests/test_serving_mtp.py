@@ -3,6 +3,7 @@ own MTP module priced and held in memory, and a model without one refused."""
 
 import itertools
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -75,6 +76,9 @@ def test_the_default_acceptance_reproduces_the_published_figures():
     assert reach == sorted(reach, reverse=True) and len(set(reach)) == 3
     with pytest.raises(GpuplanError, match="--accept-rate"):
         default_acceptance(cfg, 4)  # nothing published beyond three draft tokens
+    llama_mtp = replace(get_model("llama3-8b"), mtp_layers=1)  # an MTP module, not DeepSeek's
+    with pytest.raises(GpuplanError, match="llama3-8b: no published acceptance"):
+        default_acceptance(llama_mtp, 1)
 
 
 def test_the_verification_is_k_plus_1_tokens_through_the_main_model(step):
