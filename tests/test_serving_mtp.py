@@ -163,3 +163,10 @@ def test_a_model_without_mtp_layers_is_refused_by_the_simulator():
         Speculator(Speculation(method="mtp", k=1, acceptance=0.8), llama)
     with pytest.raises(GpuplanError, match="no MTP layers"):
         serving_speculation("mtp", 1, None, llama.model)
+
+
+def test_per_position_rates_must_number_k_and_mtp_without_a_model_needs_a_rate():
+    with pytest.raises(GpuplanError, match=r"gives 3 rates for k=2 draft tokens"):
+        Speculation(method="mtp", k=2, acceptance=(0.9, 0.8, 0.7))
+    with pytest.raises(GpuplanError, match=r"mtp needs the model .*give --accept-rate"):
+        serving_speculation("mtp", 2, None)  # no model: no published default to take
