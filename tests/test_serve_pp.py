@@ -141,8 +141,9 @@ def test_deepseek_v3_fits_two_h100_nodes_as_tp8_pp2_and_is_refused_on_one():
     assert two.gpus == 16 and cap.blocks > 0 and cap.weights_bytes < 0.9 * two.acc.hbm_bytes
     one = deployment("deepseek-v3", "h100-sxm", tp=8, weight_dtype="fp8")
     with pytest.raises(GpuplanError, match=r"it needs tp=8 x pp=2 \(16 GPUs per replica: "
-                       r"--tp 8 --pp 2 --pp-layers 30,31\)"):  # fmt: skip
+                       r"--tp 8 --pp 2 --pp-layers 30,31\)") as err:  # fmt: skip
         kv_capacity(one, SCHED)
+    assert err.value.fix == {"--tp": "8", "--pp": "2", "--pp-layers": "30,31"}  # the same flags
 
 
 def test_a_pipelined_replica_serves_a_workload_deterministically():

@@ -3,6 +3,7 @@ own MTP module priced and held in memory, and a model without one refused."""
 
 import itertools
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -75,6 +76,9 @@ def test_the_default_acceptance_reproduces_the_published_figures():
     assert reach == sorted(reach, reverse=True) and len(set(reach)) == 3
     with pytest.raises(GpuplanError, match="--accept-rate"):
         default_acceptance(cfg, 4)  # nothing published beyond three draft tokens
+    llama_mtp = replace(get_model("llama3-8b"), mtp_layers=1)  # an MTP module, not DeepSeek's
+    with pytest.raises(GpuplanError, match="llama3-8b: no published acceptance"):
+        default_acceptance(llama_mtp, 1)
 
 
 def test_the_verification_is_k_plus_1_tokens_through_the_main_model(step):
@@ -159,3 +163,10 @@ def test_a_model_without_mtp_layers_is_refused_by_the_simulator():
         Speculator(Speculation(method="mtp", k=1, acceptance=0.8), llama)
     with pytest.raises(GpuplanError, match="no MTP layers"):
         serving_speculation("mtp", 1, None, llama.model)
+
+
+def test_per_position_rates_must_number_k_and_mtp_without_a_model_needs_a_rate():
+    with pytest.raises(GpuplanError, match=r"gives 3 rates for k=2 draft tokens"):
+        Speculation(method="mtp", k=2, acceptance=(0.9, 0.8, 0.7))
+    with pytest.raises(GpuplanError, match=r"mtp needs the model .*give --accept-rate"):
+        serving_speculation("mtp", 2, None)  # no model: no published default to take

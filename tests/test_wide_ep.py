@@ -147,6 +147,7 @@ def test_two_batch_overlap_hides_communication_of_prefill():
     ({"ep": 1}, "multiple of tp"),
     ({"expert_imbalance": 0.5}, "[1, ep=32]"),
     ({"redundant_experts": -1}, "0 or more"),
+    ({"pp": 61}, "pp=61 is invalid with dp_attention"),
 ])  # fmt: skip
 def test_invalid_groups_are_refused_by_name(kw, words):
     kw = dict(kw)

@@ -27,6 +27,9 @@ CUSTOM_MAX_BYTES = 8192 * 1024  # vLLM CustomAllreduce(max_size=8192 * 1024)
 CUSTOM_WORLDS = (2, 4, 6, 8)  # vLLM CustomAllreduce._SUPPORTED_WORLD_SIZES
 FUSION_WORLDS = (2, 4, 8, 16)  # TensorRT-LLM allreduce_fusion_op's NRanks cases
 ONE_SHOT_MAX_TOKENS = 128  # TensorRT-LLM kOneShotMaxToken
+# vLLM csrc/custom_all_reduce.cuh REDUCE_CASE: one-shot below these message sizes
+ONE_SHOT_MAX_BYTES_4 = 512 * 1024  # on up to 4 GPUs
+ONE_SHOT_MAX_BYTES_8 = 256 * 1024  # on up to 8 GPUs
 
 
 def check_all_reduce(value: str) -> None:
@@ -45,7 +48,8 @@ def all_reduce_kernel(dep, *, world: int, nbytes: float, tokens: int) -> str:
         return "one_shot" if tokens <= ONE_SHOT_MAX_TOKENS else "two_shot"
     if world not in CUSTOM_WORLDS or nbytes >= CUSTOM_MAX_BYTES:
         return "nccl"
-    one = world == 2 or (world <= 4 and nbytes < 512 * 1024) or nbytes < 256 * 1024
+    one = (world == 2 or (world <= 4 and nbytes < ONE_SHOT_MAX_BYTES_4)
+           or nbytes < ONE_SHOT_MAX_BYTES_8)
     return "one_shot" if one else "two_shot"
 
 

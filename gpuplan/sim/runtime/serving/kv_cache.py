@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import functools
 import math
-import re
 from dataclasses import dataclass, replace
 
 from gpuplan.errors import GpuplanError, Infeasible
@@ -292,8 +291,8 @@ def _does_not_fit(dep, sched, cap: KvCapacity, needed: int) -> tuple[str, dict]:
         return f"{head}; lower --max-model-len or the batch limits", {}
     pipeline = fitting_pp(dep, sched, lambda d: _capacity(d, sched, d.tp).blocks >= needed)
     if pipeline is not None:
-        flags = re.findall(r"(--tp|--pp|--pp-layers) (\S+?)(?=[ )]|$)", pipeline)
-        return f"{head}; {pipeline}", dict(flags)
+        advice, flags = pipeline
+        return f"{head}; {advice}", flags
     shorter = fitting_model_len(dep, sched)
     if shorter is not None:  # vLLM refuses the same way until --max-model-len is lowered
         return (f"{head}; give --max-model-len {shorter} or less (the longest that fits at "

@@ -52,7 +52,7 @@ def offered_load(requests, rate_per_s: float | None) -> dict:
     every request at once; module docstring)."""
     arrival = np.asarray(requests["arrival_s"], dtype=float)
     window = float(arrival.max() - arrival.min()) if len(arrival) else 0.0
-    if rate_per_s is not None and math.isinf(rate_per_s) or window <= 0:
+    if (rate_per_s is not None and math.isinf(rate_per_s)) or window <= 0:
         return {"offered_requests_per_s": None, "offered_output_tokens_per_s": None}
     rate = float(rate_per_s) if rate_per_s is not None else (len(arrival) - 1) / window
     mean_out = float(np.mean(np.asarray(requests["output_tokens"], dtype=float)))
@@ -61,8 +61,9 @@ def offered_load(requests, rate_per_s: float | None) -> dict:
 
 def load_verdict(requests, timeline, *, rate_per_s: float | None) -> dict:
     """The offered load, ``saturated``, ``queue_growth_per_s`` and, when saturated,
-    ``sustainable_requests_per_s`` and the output tokens per second it makes of a run (module docstring); ``timeline``: the run's
-    ``Timeline.columns()`` (empty: the queue read from ``requests``)."""
+    ``sustainable_requests_per_s`` and the output tokens per second it makes of a run (module
+    docstring); ``timeline``: the run's ``Timeline.columns()`` (empty: the queue read from
+    ``requests``)."""
     out = offered_load(requests, rate_per_s)
     out |= {"saturated": False, "queue_growth_per_s": None, "sustainable_requests_per_s": None,
             "sustainable_output_tokens_per_s": None}

@@ -271,9 +271,10 @@ def binding_stage(
 MAX_PP_ADVICE = 16  # the deepest pipeline an error message suggests (16 nodes of 8 GPUs)
 
 
-def fitting_pp(dep, sched, fits) -> str | None:
+def fitting_pp(dep, sched, fits) -> tuple[str, dict[str, str]] | None:
     """Advice for a model that fits no single node: the shallowest pipeline of stages of the
-    widest TP that divides the heads on which ``fits(deployment)`` holds, or None."""
+    widest TP that divides the heads on which ``fits(deployment)`` holds, as (advice, its flags),
+    or None."""
     cfg = dep.model
     tp = max(t for t in range(1, NODE_GPUS + 1) if cfg.n_heads % t == 0)
     for pp in range(2, min(cfg.n_layers, MAX_PP_ADVICE) + 1):
@@ -286,9 +287,9 @@ def fitting_pp(dep, sched, fits) -> str | None:
         except GpuplanError:
             continue
         if fits(trial):
-            split = "" if layers is None else " --pp-layers " + ",".join(map(str, layers))
-            return (
-                f"it needs tp={tp} x pp={pp} ({tp * pp} GPUs per replica: --tp {tp} --pp {pp}"
-                f"{split})"
-            )
+            flags = {"--tp": str(tp), "--pp": str(pp)}
+            if layers is not None:
+                flags["--pp-layers"] = ",".join(map(str, layers))
+            given = " ".join(f"{k} {v}" for k, v in flags.items())
+            return f"it needs tp={tp} x pp={pp} ({tp * pp} GPUs per replica: {given})", flags
     return None

@@ -102,8 +102,20 @@ def weight_path(acc, weight_dtype: str) -> str:
 def op_weight_dtype(model, op_name: str, weight_dtype: str) -> str:
     """The format of the weights of GEMM ``op_name``: a routed expert's in the model's own
     expert format where it has one (``expert_``-named GEMMs, ``workloads.feed_forward``)."""
-    expert = getattr(model, "expert_weight_dtype", "")
-    return expert if expert and op_name.startswith("expert_") else weight_dtype
+    if op_name.startswith("expert_"):
+        return expert_weight_dtype(model, weight_dtype)
+    return weight_dtype
+
+
+def routed_expert_params(cfg) -> int:
+    """Parameters of all the model's routed experts, every MoE block's."""
+    return cfg.n_moe_layers * cfg.n_experts * ffn_params(cfg, cfg.d_ff_expert)
+
+
+def expert_weight_dtype(cfg, weight_dtype: str) -> str:
+    """The routed experts' weight format: the model's own where it has one (gpt-oss: mxfp4),
+    else the deployment's ``weight_dtype``."""
+    return getattr(cfg, "expert_weight_dtype", "") or weight_dtype
 
 
 def block_weights_bytes(cfg, block_params: float, weight_dtype: str) -> float:
@@ -113,8 +125,7 @@ def block_weights_bytes(cfg, block_params: float, weight_dtype: str) -> float:
     expert = getattr(cfg, "expert_weight_dtype", "")
     if not expert or not cfg.n_experts:
         return block_params * weight_bytes_per_param(weight_dtype)
-    experts = cfg.n_moe_layers * cfg.n_experts * ffn_params(cfg, cfg.d_ff_expert)
-    share = experts / sum(count_params(cfg).per_layer)
+    share = routed_expert_params(cfg) / sum(count_params(cfg).per_layer)
     return block_params * ((1 - share) * weight_bytes_per_param(weight_dtype)
                            + share * weight_bytes_per_param(expert))  # fmt: skip
 

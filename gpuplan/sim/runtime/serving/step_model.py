@@ -220,7 +220,6 @@ class StepModel(DecodeRuns):
         token = [outer_ops(dep, tokens=1, first=self._first, last=self._last)] + [
             token_ops(dep, tokens=1, layer=layer) for layer, _ in self._groups
         ]
-        weights = [1] + [count for _, count in self._groups]
         parts = 2 if dep.two_batch_overlap else 1  # two micro-batches issue the blocks twice
         weights = [1] + [count * parts for _, count in self._groups]
         self._token_kernels = sum(w * _kernels(ops) for w, ops in zip(weights, token, strict=True))

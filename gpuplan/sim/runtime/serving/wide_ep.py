@@ -55,10 +55,15 @@ from dataclasses import dataclass, replace
 
 from gpuplan.errors import GpuplanError
 from gpuplan.sim.runtime.serving.pipeline import NODE_GPUS, expert_parallel_ops
-from gpuplan.sim.runtime.serving.quantization import block_weights_bytes, weight_bytes_per_param
+from gpuplan.sim.runtime.serving.quantization import (
+    block_weights_bytes,
+    expert_weight_dtype,
+    routed_expert_params,
+    weight_bytes_per_param,
+)
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.ops import Collective, Elementwise, Gemm, Op
-from gpuplan.workloads.params import count_params, ffn_params
+from gpuplan.workloads.params import count_params
 
 # GPUs of one NVLink domain where it is wider than a node: "NVIDIA GB200 NVL72" page (72
 # Blackwell GPUs in one NVLink domain), the same for GB300 NVL72
@@ -306,9 +311,8 @@ def dp_weights_bytes(dep) -> float:
     cfg = dep.model
     pc = count_params(cfg)
     blocks = sum(pc.per_layer)
-    experts = cfg.n_moe_layers * cfg.n_experts * ffn_params(cfg, cfg.d_ff_expert)
-    fmt = getattr(cfg, "expert_weight_dtype", "") or dep.weight_dtype
-    per_expert = experts / cfg.n_experts * weight_bytes_per_param(fmt)
+    fmt = expert_weight_dtype(cfg, dep.weight_dtype)
+    per_expert = routed_expert_params(cfg) / cfg.n_experts * weight_bytes_per_param(fmt)
     expert_bytes = per_expert * cfg.n_experts
     rest = block_weights_bytes(cfg, blocks, dep.weight_dtype) - expert_bytes
     slots = cfg.n_experts + dep.redundant_experts
