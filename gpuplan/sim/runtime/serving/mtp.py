@@ -173,6 +173,9 @@ class MtpDraft:
 
 
 def _pass_token_part(dep, *, seqs: int, rows: int) -> tuple[float, int, int]:
+    """(seconds, kernels, torch calls) of one MTP pass's token part: its block through
+    ``iteration.token_part`` (the one price of a block's token part: a wide-EP group's busiest
+    rank, its all-to-alls and two-batch overlap included), and its ends at that rank's share."""
     from gpuplan.hwmodels.price import host_calls, kernel_count
     from gpuplan.sim.runtime.serving.iteration import (
         decode_ops,
@@ -180,20 +183,24 @@ def _pass_token_part(dep, *, seqs: int, rows: int) -> tuple[float, int, int]:
         outer_ops,
         price_op,
         sample_ops,
-        token_ops,
+        token_part,
     )
+    from gpuplan.sim.runtime.serving.wide_ep import busiest_rank_tokens
     from gpuplan.workloads.ops import Elementwise, Gemm
 
     cfg = dep.model
-    tokens, layer, d = seqs * rows, mtp_layer(cfg), cfg.d_model
+    group, layer, d = seqs * rows, mtp_layer(cfg), cfg.d_model
+    tokens, rank_seqs = busiest_rank_tokens(dep, group), -(-seqs // dep.dp)
     norms = [Elementwise(name=f"mtp_{n}", op=cfg.norm, tokens=tokens, hidden=d, pass_="fwd",
                          dtype=dep.act_dtype) for n in ("enorm", "hnorm")]  # fmt: skip
     eh_proj = Gemm(name="eh_proj", m=tokens, n=d, k=2 * d, dtype=dep.act_dtype)
-    ops = [*outer_ops(dep, tokens=tokens), *norms, *token_ops(dep, tokens=tokens, layer=layer),
-           *sample_ops(dep, seqs=seqs)]  # fmt: skip
-    seconds = sum(price_op(op, dep).total_s for op in ops)
+    block, times, parts = token_part(dep, tokens=tokens, layer=layer, group_tokens=group)
+    ends = [*outer_ops(dep, tokens=tokens), *norms, *sample_ops(dep, seqs=rank_seqs)]
+    seconds = sum(price_op(op, dep).total_s for op in ends)
+    seconds += parts * sum(times[id(op)].total_s for op in block)
     seconds += price_op(eh_proj, replace(dep, weight_dtype="bf16")).total_s  # unquantized
-    ops.append(eh_proj)
-    ops += [op for att in mixer_templates(dep, layer=layer)
-            for op in decode_ops(dep, att, seqs=1, kv_tokens=1)]  # fmt: skip
-    return (seconds, sum(kernel_count(op) for op in ops), sum(host_calls(op) for op in ops))
+    ops = [*ends, eh_proj, *[op for att in mixer_templates(dep, layer=layer)
+                             for op in decode_ops(dep, att, seqs=1, kv_tokens=1)]]  # fmt: skip
+    kernels = sum(kernel_count(op) for op in ops) + parts * sum(kernel_count(op) for op in block)
+    calls = sum(host_calls(op) for op in ops) + parts * sum(host_calls(op) for op in block)
+    return seconds, kernels, calls
