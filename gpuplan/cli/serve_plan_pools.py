@@ -9,6 +9,7 @@ import argparse
 import math
 
 from gpuplan.cli.argtypes import int_list, word
+from gpuplan.cli.serve_pools import POOLS
 from gpuplan.errors import GpuplanError
 from gpuplan.limits import MAX_GPUS
 from gpuplan.tables import format_seconds, render_table
@@ -43,7 +44,7 @@ def tp_list_option(p, flag: str, help: str) -> None:
 
 def add_plan_pool_options(p) -> None:
     """``--prefill-gpu``, ``--decode-gpu``, ``--prefill-tp`` and ``--decode-tp`` of the plan."""
-    for pool in ("prefill", "decode"):
+    for pool in POOLS:
         p.add_argument(f"--{pool}-gpu", type=word, nargs="+", action=FlatList, default=(),
                        metavar="GPU", help=f"disaggregated units: {pool} pool GPU types to try "
                        "(default --gpu)")  # fmt: skip
