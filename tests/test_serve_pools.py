@@ -274,3 +274,13 @@ def test_pools_with_dp_attention_are_a_one_line_error(capsys):
         code, _, err = run(capsys, *moe, *pools)
         assert code == 2 and "--dp-attention with disaggregated pools" in err, err
         assert err.count("\n") == 1
+
+
+def test_an_unknown_pool_gpu_is_a_one_line_error_naming_its_flag(capsys):
+    code, _, err = run(capsys, "serve", "--model", "llama3-8b", "--prefill-gpu", "nope",
+                       "--decode-gpu", "h200", *TRAFFIC)  # fmt: skip
+    assert code == 2 and "--prefill-gpu 'nope': unknown accelerator 'nope'" in err, err
+    assert err.count("\n") == 1
+    code, _, err = run(capsys, *PLAN, "--slo-ttft-s", "1", "--decode-gpu", "nope")
+    assert code == 2 and "--decode-gpu 'nope': unknown accelerator" in err, err
+    assert err.count("\n") == 1

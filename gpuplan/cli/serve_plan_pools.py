@@ -9,7 +9,7 @@ import argparse
 import math
 
 from gpuplan.cli.argtypes import int_list, word
-from gpuplan.cli.serve_pools import POOLS
+from gpuplan.cli.serve_pools import POOLS, flag_gpu
 from gpuplan.errors import GpuplanError
 from gpuplan.limits import MAX_GPUS
 from gpuplan.tables import format_seconds, render_table
@@ -56,6 +56,10 @@ def plan_pools(args):
     """The pools the plan pairs (``plan_disagg.PoolSpace``)."""
     from gpuplan.sim.runtime.serving.plan_disagg import PoolSpace
 
+    for flag, names in (("--gpu", getattr(args, "more_gpus", ())),
+                        ("--prefill-gpu", args.prefill_gpu), ("--decode-gpu", args.decode_gpu)):
+        for name in names:
+            flag_gpu(flag, name)
     return PoolSpace(gpus=getattr(args, "more_gpus", ()), prefill_gpus=tuple(args.prefill_gpu),
                      decode_gpus=tuple(args.decode_gpu), prefill_tps=args.prefill_tp,
                      decode_tps=args.decode_tp)  # fmt: skip
