@@ -253,3 +253,34 @@ def test_a_disaggregated_unit_never_pairs_a_wide_ep_group():
     wide = Candidate(tp=1, ep=16, dp_attention=True, weight_dtype="fp8", kv_dtype="fp8",
                      max_seqs=64, policy="chunked")  # fmt: skip
     assert [c for c, _ in _bases([(plain, None), (wide, None)], None)] == [plain]
+
+
+def test_plan_pool_gpu_without_a_price_is_a_one_line_error_naming_its_flag(capsys):
+    # l40s: the price file has none, and only --gpu's first takes --price-per-gpu-hour
+    assert price_for("l40s") is None
+    for flag in ("--prefill-gpu", "--decode-gpu"):
+        code, _, err = run(capsys, *PLAN, "--slo-ttft-s", "1", flag, "l40s")
+        assert code == 2 and f"{flag} l40s: the price file has no price" in err, err
+        assert err.count("\n") == 1
+    code, _, err = run(capsys, *PLAN[:5], "h100-sxm", "l40s", *PLAN[6:], "--slo-ttft-s", "1")
+    assert code == 2 and "--gpu l40s: the price file has no price" in err, err
+
+
+def test_pools_with_dp_attention_are_a_one_line_error(capsys):
+    moe = ["serve", "--model", "deepseek-v3", "--gpu", "h200", "--weight-dtype", "fp8",
+           "--kv-dtype", "fp8", "--tp", "4", "--ep", "8", "--dp-attention",
+           "--max-model-len", "8192", *TRAFFIC]  # fmt: skip
+    for pools in (["--disaggregate", "1:1"], ["--decode-replicas", "2"]):
+        code, _, err = run(capsys, *moe, *pools)
+        assert code == 2 and "--dp-attention with disaggregated pools" in err, err
+        assert err.count("\n") == 1
+
+
+def test_an_unknown_pool_gpu_is_a_one_line_error_naming_its_flag(capsys):
+    code, _, err = run(capsys, "serve", "--model", "llama3-8b", "--prefill-gpu", "nope",
+                       "--decode-gpu", "h200", *TRAFFIC)  # fmt: skip
+    assert code == 2 and "--prefill-gpu 'nope': unknown accelerator 'nope'" in err, err
+    assert err.count("\n") == 1
+    code, _, err = run(capsys, *PLAN, "--slo-ttft-s", "1", "--decode-gpu", "nope")
+    assert code == 2 and "--decode-gpu 'nope': unknown accelerator" in err, err
+    assert err.count("\n") == 1

@@ -96,7 +96,8 @@ def run_serve(args) -> int:
     pools = {}
     if pools_asked(args):
         if dep.dp_attention:
-            raise GpuplanError("--disaggregate with --dp-attention is not modelled yet: drop one")
+            raise GpuplanError("--dp-attention with disaggregated pools (--disaggregate or a "
+                               "--prefill-/--decode- flag) is not modelled yet: drop one")  # fmt: skip
         if speculator is not None:
             raise GpuplanError("--speculative with --disaggregate is not modelled: drop one")
         result, (dep, stack, sched), pools = serve_pools(args, workload, common, _pool_build)

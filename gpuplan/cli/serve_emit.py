@@ -34,9 +34,10 @@ def serve_launch(args, dep, sched, speculation, stack) -> list[dict]:
     """The launch commands of ``serve``'s simulated deployment; [] without --emit."""
     if not getattr(args, "emit", None):
         return []
+    from gpuplan.cli.serve_pools import POOLS
     from gpuplan.sim.runtime.serving.launch import launch_commands, pool_of
 
-    roles = (dict(zip(("prefill", "decode"), args.disaggregate, strict=True)) if args.disaggregate
+    roles = (dict(zip(POOLS, args.disaggregate, strict=True)) if args.disaggregate
              else {"colocated": args.replicas})  # fmt: skip
     pools = [pool_of(dep, sched, role=role, replicas=n, speculation=speculation)
              for role, n in roles.items()]  # fmt: skip

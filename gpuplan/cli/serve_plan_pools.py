@@ -9,6 +9,7 @@ import argparse
 import math
 
 from gpuplan.cli.argtypes import int_list, word
+from gpuplan.cli.serve_pools import POOLS, flag_gpu
 from gpuplan.errors import GpuplanError
 from gpuplan.limits import MAX_GPUS
 from gpuplan.tables import format_seconds, render_table
@@ -43,7 +44,7 @@ def tp_list_option(p, flag: str, help: str) -> None:
 
 def add_plan_pool_options(p) -> None:
     """``--prefill-gpu``, ``--decode-gpu``, ``--prefill-tp`` and ``--decode-tp`` of the plan."""
-    for pool in ("prefill", "decode"):
+    for pool in POOLS:
         p.add_argument(f"--{pool}-gpu", type=word, nargs="+", action=FlatList, default=(),
                        metavar="GPU", help=f"disaggregated units: {pool} pool GPU types to try "
                        "(default --gpu)")  # fmt: skip
@@ -55,6 +56,10 @@ def plan_pools(args):
     """The pools the plan pairs (``plan_disagg.PoolSpace``)."""
     from gpuplan.sim.runtime.serving.plan_disagg import PoolSpace
 
+    for flag, names in (("--gpu", getattr(args, "more_gpus", ())),
+                        ("--prefill-gpu", args.prefill_gpu), ("--decode-gpu", args.decode_gpu)):
+        for name in names:
+            flag_gpu(flag, name)
     return PoolSpace(gpus=getattr(args, "more_gpus", ()), prefill_gpus=tuple(args.prefill_gpu),
                      decode_gpus=tuple(args.decode_gpu), prefill_tps=args.prefill_tp,
                      decode_tps=args.decode_tp)  # fmt: skip

@@ -72,13 +72,27 @@ def pool_args(args) -> tuple[PoolArgs, PoolArgs]:
             )
         out.append(PoolArgs(
             name=pool,
-            gpu=getattr(args, f"{pool}_gpu") or args.gpu,
+            gpu=flag_gpu(f"--{pool}-gpu", getattr(args, f"{pool}_gpu")) or args.gpu,
             tp=getattr(args, f"{pool}_tp") or args.tp,
             ep=getattr(args, f"{pool}_ep") or args.ep,
             replicas=replicas or (given[k] if given else 1),
         ))  # fmt: skip
     args.disaggregate = (out[0].replicas, out[1].replicas)
     return out[0], out[1]
+
+
+def flag_gpu(flag: str, name: str | None) -> str | None:
+    """``name`` (None: not given), checked to be a catalogued accelerator; an unknown one is an
+    error that names ``flag``."""
+    from gpuplan.hwmodels.accelerators import get_accelerator
+
+    if name is None:
+        return None
+    try:
+        get_accelerator(name)
+    except GpuplanError as err:
+        raise GpuplanError(f"{flag} {name!r}: {err}") from None
+    return name
 
 
 def pool_namespace(args, pool: PoolArgs) -> argparse.Namespace:

@@ -135,8 +135,7 @@ def plan(
     started = time.perf_counter()
     cfg, acc = get_model(model), get_accelerator(gpu)
     hourly, source = _price(acc.key, usd_per_gpu_hour)
-    eff = (serving_efficiency(acc.key, space.attention_kernel, fit) if space.stack is None
-           else stack_serving_efficiency(space.stack, acc, fit))  # fmt: skip
+    eff = _efficiency(acc, space, fit)
     found = candidates(cfg, acc, eff, space)
     found += _pooled(cfg, acc, space, pools, found, hourly)
     specs = {id(dep): speculator_for(space, dep) for c, dep in found if c.speculative}
@@ -186,12 +185,19 @@ def _pooled(cfg, acc, space: SearchSpace, pools: PoolSpace, found, hourly: float
     colocated = {acc.key: found}
     for key in keys:  # each other GPU's colocated candidates, on its built-in efficiency fit
         other = get_accelerator(key)
-        eff = (serving_efficiency(key, space.attention_kernel) if space.stack is None
-               else stack_serving_efficiency(space.stack, other, None))  # fmt: skip
-        colocated[key] = candidates(cfg, other, eff, replace(space, ratios=(), speculation=None))
+        colocated[key] = candidates(cfg, other, _efficiency(other, space, None),
+                                    replace(space, ratios=(), speculation=None))  # fmt: skip
     out = other_gpu_candidates(colocated, named.gpus, prices)
     return out + (pool_candidates(colocated, space.ratios, named, acc.key, prices)
                   if space.ratios else [])  # fmt: skip
+
+
+def _efficiency(acc, space: SearchSpace, fit: Efficiency | None) -> Efficiency:
+    """``acc``'s serving efficiency: its stack's when the space has one, else the attention
+    kernel's (``fit``: a fitted one in place of the built-in)."""
+    if space.stack is None:
+        return serving_efficiency(acc.key, space.attention_kernel, fit)
+    return stack_serving_efficiency(space.stack, acc, fit)
 
 
 def _piece(ordered, steps, specs, k: int, cap_usd: tuple[float, float], seen) -> tuple:

@@ -155,11 +155,14 @@ def pool_columns(c, dep, hourly: float) -> dict:
 
 
 def check_pool_gpus(pools: PoolSpace, prices: dict) -> None:
-    """Every pool GPU has a price to weigh it by."""
-    for key in (*pools.gpus, *pools.prefill_gpus, *pools.decode_gpus):
+    """Every pool GPU has a price to weigh it by (--price-per-gpu-hour is --gpu's first's)."""
+    given = (("--gpu", pools.gpus), ("--prefill-gpu", pools.prefill_gpus),
+             ("--decode-gpu", pools.decode_gpus))  # fmt: skip
+    for flag, key in ((flag, key) for flag, keys in given for key in keys):
         if prices.get(key) is None:
-            raise GpuplanError(f"the price file has no price for {key} (one of the plan's "
-                               "GPUs beside --gpu's first): choose another")  # fmt: skip
+            raise GpuplanError(f"{flag} {key}: the price file has no price for it, and the plan "
+                               "weighs each GPU type beside --gpu's first by it: give a GPU "
+                               "type the price file prices")  # fmt: skip
 
 
 def searched_rows(rows: list[dict], top: int) -> list[dict]:
