@@ -6,8 +6,8 @@ from gpuplan.hwmodels.collectives import collective_time
 from gpuplan.hwmodels.gemm import GROUPED_CUTLASS_DTYPES, gemm_time, grouped_gemm_time
 from gpuplan.hwmodels.launch import launch_cost
 from gpuplan.sim.estimate.breakdown import Breakdown, Item, priced_items
-from gpuplan.workloads.operators import backward_of as backward_ops
 from gpuplan.workloads.dtypes import dtype_bytes
+from gpuplan.workloads.operators import backward_of as backward_ops
 from gpuplan.workloads.ops import Attention, Elementwise, Gemm
 
 
