@@ -20,12 +20,14 @@ import numpy as np
 import pandas as pd
 
 from gpuplan.errors import GpuplanError
+from gpuplan.units import TFLOPS
 from gpuplan.validate.published import aiconfigurator as aic
 from gpuplan.validate.published import aiconfigurator_cases as cases
+from gpuplan.workloads.dtypes import dtype_bytes
 
 M_BINS = ([0, 16, 128, 1024, 8192, np.inf],)
 SIZE_BINS = ([0, 64e3, 1e6, 16e6, 256e6, np.inf],)
-US = 1e6
+US_PER_S, US_PER_MS = 1e6, 1e3  # the tables' latency is in milliseconds
 
 
 def scored_rows(args) -> pd.DataFrame:
@@ -46,7 +48,7 @@ def fp8_vs_bf16(g: pd.DataFrame, value: str) -> pd.DataFrame:
         if dt not in p or "bfloat16" not in p:
             continue
         q = p.dropna(subset=[dt, "bfloat16"])
-        r = q.assign(ratio=q["bfloat16"] / q[dt], extra_us=(q[dt] - q["bfloat16"]) * 1e3)
+        r = q.assign(ratio=q["bfloat16"] / q[dt], extra_us=(q[dt] - q["bfloat16"]) * US_PER_MS)
         out.append(r.groupby(["device", "fw", "m_bin"], observed=True)
                    .agg(pairs=("m", "size"), bf16_over=("ratio", "median"),
                         extra_us=("extra_us", "median")).assign(dtype=dt))
@@ -58,7 +60,7 @@ def large_gemms(f: pd.DataFrame) -> pd.DataFrame:
     g = f[(f["kind"] == "gemm") & (f["reason"] == "")]
     g = g[(g["m"] >= 4096) & (g["n"] >= 4096) & (g["k"] >= 4096)]
     flops = 2.0 * g["m"] * g["n"] * g["k"]
-    g = g.assign(meas=flops / g["measured_s"] / 1e12, pred=flops / g["predicted_s"] / 1e12)
+    g = g.assign(meas=flops / g["measured_s"] / TFLOPS, pred=flops / g["predicted_s"] / TFLOPS)
     return g.groupby(["device", "label", "kernel_source"]).agg(
         n=("m", "size"), measured_tflops=("meas", "median"), predicted_tflops=("pred", "median"),
         signed_pct=("signed_pct", "median"))
@@ -67,15 +69,15 @@ def large_gemms(f: pd.DataFrame) -> pd.DataFrame:
 def tiny_gemms(f: pd.DataFrame) -> pd.DataFrame:
     g = f[(f["kind"] == "gemm") & (f["reason"] == "") & (f["n"] * f["k"] < 1e6)]
     return g.groupby(["device", "label"]).agg(
-        n=("m", "size"), measured_us=("measured_s", lambda x: np.median(x) * US),
-        predicted_us=("predicted_s", lambda x: np.median(x) * US))
+        n=("m", "size"), measured_us=("measured_s", lambda x: np.median(x) * US_PER_S),
+        predicted_us=("predicted_s", lambda x: np.median(x) * US_PER_S))
 
 
 def context_attention(f: pd.DataFrame) -> pd.DataFrame:
     a = f[(f["kind"] == "context_attention") & (f["reason"] == "")]
     a = a[(a["window_size"].fillna(0) == 0) & (a["isl"] >= 4096)]
     flops = 4.0 * a["batch_size"] * a["num_heads"] * a["isl"] * (a["isl"] + 1) / 2 * a["head_dim"]
-    a = a.assign(meas=flops / a["measured_s"] / 1e12, pred=flops / a["predicted_s"] / 1e12)
+    a = a.assign(meas=flops / a["measured_s"] / TFLOPS, pred=flops / a["predicted_s"] / TFLOPS)
     return a.groupby(["device", "label", "fw", "kernel_source", "head_dim"]).agg(
         n=("isl", "size"), measured_tflops=("meas", "median"), predicted_tflops=("pred", "median"),
         signed_pct=("signed_pct", "median"))
@@ -92,17 +94,18 @@ def by_size(f: pd.DataFrame, kind: str, index: list[str]) -> pd.DataFrame:
     c = f[(f["kind"] == kind) & (f["reason"] == "")]
     dtype_col = "nccl_dtype" if kind == "nccl" else "allreduce_dtype"
     c = c[c[dtype_col].isin(["half", "bfloat16"])]
-    # message_size is an element count (aiconfigurator_cases' docstring); 2 bytes each (half, bf16)
-    c = c.assign(size=pd.cut(c["message_size"] * 2, *SIZE_BINS))
+    # message_size is an element count (aiconfigurator_cases' docstring), half or bf16 each
+    c = c.assign(size=pd.cut(c["message_size"] * dtype_bytes("bf16"), *SIZE_BINS))
     return c.pivot_table(index=index, columns="size", values="signed_pct", aggfunc="median",
                          observed=True)
 
 
 def small_allreduce(f: pd.DataFrame) -> pd.DataFrame:
-    c = f[(f["kind"] == "custom_allreduce") & (f["reason"] == "") & (f["message_size"] * 2 < 64e3)]
+    small = f["message_size"] * dtype_bytes("bf16") < 64e3
+    c = f[(f["kind"] == "custom_allreduce") & (f["reason"] == "") & small]
     return c.groupby(["device", "kernel_source", "num_gpus"]).agg(
-        measured_us=("measured_s", lambda x: np.median(x) * US),
-        predicted_us=("predicted_s", lambda x: np.median(x) * US))
+        measured_us=("measured_s", lambda x: np.median(x) * US_PER_S),
+        predicted_us=("predicted_s", lambda x: np.median(x) * US_PER_S))
 
 
 def main(argv=None) -> int:

@@ -37,8 +37,6 @@ import vs_aiconfigurator_gpuplan as gp  # noqa: E402
 
 ANSWERS = HERE / "data" / "vs_aiconfigurator_answers.json"
 INSTALL = "pip install 'gpuplan[aiconfigurator]'  (aiconfigurator==0.12.0)"
-PUBLISHED = (Path(__file__).resolve().parents[1] / "gpuplan" / "validate" / "published" / "data"
-             / "published_serving.csv")  # fmt: skip
 # the published rows that answer a question's model: Llama-3.3-70B has Llama-3.1-70B's
 # architecture (its Hugging Face config.json differs in nothing the step is priced on)
 PUBLISHED_MODELS = {"llama3.1-70b": ("llama3.1-70b", "llama3.3-70b")}
@@ -63,21 +61,20 @@ def record(questions, path: Path = ANSWERS) -> dict:
 def published(q) -> dict | None:
     """The best published output tokens/s per GPU for ``q``'s model, GPU, engine, FP8 weights
     and lengths, over deployments whose GPU count divides the question's (replicas of it)."""
-    import csv
+    from gpuplan.validate.published.serving import load_rows
 
+    f = load_rows()
     names = PUBLISHED_MODELS.get(q.model, (q.model,))
-    best = None
-    with PUBLISHED.open() as f:
-        for r in csv.DictReader(f):
-            if (r["model"] in names and r["gpu"] == q.gpu and r["engine"] == q.stack
-                    and r["weight_dtype"] == gp.FORMAT[0] and int(r["prompt_tokens"]) == q.isl
-                    and int(r["output_tokens"]) == q.osl and r["metric"] == "output_tokens_per_s"
-                    and r["per"] == "total" and q.gpus % int(r["gpus"]) == 0):  # fmt: skip
-                per_gpu = float(r["value"]) / int(r["gpus"])
-                if best is None or per_gpu > best["tokens_per_s_per_gpu"]:
-                    best = {"tokens_per_s_per_gpu": per_gpu, "id": r["id"], "tp": int(r["tp"]),
-                            "source": r["source"], "load": r["load"]}  # fmt: skip
-    return best
+    f = f[f["model"].isin(names) & (f["gpu"] == q.gpu) & (f["engine"] == q.stack)
+          & (f["weight_dtype"] == gp.FORMAT[0]) & (f["prompt_tokens"] == q.isl)
+          & (f["output_tokens"] == q.osl) & (f["metric"] == "output_tokens_per_s")
+          & (f["per"] == "total") & (q.gpus % f["gpus"] == 0)]  # fmt: skip
+    if f.empty:
+        return None
+    per_gpu = f["value"] / f["gpus"]
+    r = f.loc[per_gpu.idxmax()]  # the first of equal bests, as the row-by-row scan kept
+    return {"tokens_per_s_per_gpu": float(per_gpu.max()), "id": r["id"], "tp": int(r["tp"]),
+            "source": r["source"], "load": r["load"]}
 
 
 def gpuplan_side(q, answer: dict, requests: int) -> dict:

@@ -24,9 +24,9 @@ from gpuplan.sim.runtime.serving.deployment import Deployment, serving_efficienc
 from gpuplan.sim.runtime.serving.iteration import price_op
 from gpuplan.sim.runtime.serving.step_model import Batch, StepModel
 from gpuplan.sim.runtime.serving.wide_ep import concurrent_links, dispatch_combine_ops
+from gpuplan.units import GB, US
 from gpuplan.workloads.presets import get_model
 
-US = 1e-6
 # DeepEP docs/legacy.md low-latency table: EP -> (dispatch us, combine us)
 DEEPEP_LL = {8: (77, 114), 16: (118, 195), 32: (155, 273), 64: (173, 314), 128: (192, 369),
              256: (194, 360)}  # fmt: skip
@@ -72,7 +72,7 @@ def part1() -> None:
             op = next(o for o in ops if o.name.startswith(name) and o.link == link)
             sent = op.bytes_per_rank * (op.world - 1) / op.world
             t = a2a_s(dep, 4096, low_latency=False)[name == "ep combine"]
-            out.append(f"{name.split()[1]} {pub} vs {sent / t / 1e9:.0f}")
+            out.append(f"{name.split()[1]} {pub} vs {sent / t / GB:.0f}")
         print(f"  EP{ep} ({link}): " + "; ".join(out))
 
 

@@ -44,6 +44,16 @@ def test_without_a_scale_up_link_engines_fall_back_to_nccl():
     assert all_reduce_kernel(dep, world=2, nbytes=1024, tokens=1) == "nccl"
 
 
+def test_a_collective_between_nodes_on_a_device_without_a_nic_figure_is_one_line():
+    from gpuplan.hwmodels.price import price
+
+    op = Collective(name="ep dispatch", op="all_to_all", world=16, bytes_per_rank=1e6,
+                    link="scaleout")
+    with pytest.raises(GpuplanError, match="l40s has no scale-out bandwidth in the catalogue"):
+        price(op, get_accelerator("l40s"), efficiency_for("l40s"))
+    assert price(op, H200, EFF).total_s > 0
+
+
 def test_a_small_custom_all_reduce_beats_nccl_and_a_one_rank_one_is_free():
     nbytes = 8192 * 2  # one token of Llama-3-70B in bf16
     nccl = collective_time(H200, "all_reduce", 8, nbytes, EFF).total_s

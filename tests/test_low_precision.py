@@ -14,6 +14,7 @@ from gpuplan.errors import GpuplanError
 from gpuplan.hwmodels.accelerators import get_accelerator
 from gpuplan.hwmodels.efficiency import efficiency_for
 from gpuplan.hwmodels.formats import MXFP4, MXFP8, NVFP4, device_formats
+from gpuplan.hwmodels.gemm import gemm_time
 from gpuplan.sim.estimate.kernels import gemm_breakdown
 from gpuplan.sim.parallel.fp8 import BLOCK_CAST_BYTES, CAST_BYTES, fp8_cast_ops
 from gpuplan.sim.parallel.topology import get_cluster
@@ -128,6 +129,12 @@ def test_estimate_gemm_refuses_a_format_the_device_lacks_in_one_line():
     assert "tpu-v7" in line and "Blackwell or CDNA4" in line
     rc, _, err = _run([*base, "--gpu", "mi355x", "--dtype", "mxfp4"])
     assert rc == 0, err
+
+
+def test_the_gemm_model_refuses_a_block_format_the_device_lacks():
+    # Hopper has an fp8 rate but no MX tensor cores: mxfp8 must not price as fp8 there
+    with pytest.raises(GpuplanError, match=r"dtype='mxfp8' cannot run on h200 \(sm_90\)"):
+        gemm_time(get_accelerator("h200"), 256, 1024, 1024, "mxfp8", efficiency_for("h200"))
 
 
 def test_estimate_gemm_int4_is_the_weight_only_gemm_serve_prices():

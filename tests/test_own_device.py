@@ -281,6 +281,7 @@ BAD_OVERRIDES = [
     (["--gpu", "h200", "--override", "tdp_w=-5"], ["tdp_w=-5.0", "greater than zero"]),
     (["--gpu", "h200", "--override", "hbm_bandwidth=0x"], ["hbm_bytes_per_s=0.0", "greater than zero"]),
     (["--gpu", "h200", "--override", "vendor=AMD"], ["vendor", "only numeric fields"]),
+    (["--gpu", "h200", "--override", "base=b200"], ["base=b200", "only numeric fields"]),
     (["--gpu", "h200", "--override", "n_sms=1.5x"], ["n_sms=", "whole number"]),
     (["--gpu", "l4", "--override", "scaleup_bytes_per_s=2x"], ["no scaleup_bytes_per_s to scale"]),
     (["--override", "tdp_w=800"], ["needs --gpu"]),
@@ -295,7 +296,8 @@ def test_a_bad_override_is_one_line(capsys, argv, words):
         assert word in err, (word, err)
 
 
-def test_a_device_of_ones_own_refuses_dask_workers_in_one_line(capsys):
+@pytest.mark.parametrize("dask", [["--workers", "2"], ["--scheduler", "tcp://host:8786"]])
+def test_a_device_of_ones_own_refuses_dask_workers_in_one_line(capsys, dask):
     code, _, err = run(capsys, "search", "train", *SMALL_TRAIN, "--gpu", "h200", "--override",
-                       "tdp_w=800", "--workers", "2")  # fmt: skip
-    assert code == 2 and "--workers" in err and len(err.splitlines()) == 1
+                       "tdp_w=800", *dask)  # fmt: skip
+    assert code == 2 and "--workers/--scheduler" in err and len(err.splitlines()) == 1

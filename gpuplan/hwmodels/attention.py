@@ -340,7 +340,7 @@ def eager_attention_time(acc, op: Attention, eff: Efficiency) -> KernelTime:
 # data/decode_probe_h200/kernels.json: 128 blocks split, 256 do not.
 ATTENTION_KERNELS = ("flash2", "flash3", "cudnn", "efficient", "math", "flashinfer", "eager")
 # composites of ATen kernels, priced op by op (no fused kernel): SDPA's math backend and
-# transformers' ``eager_attention_forward`` (``hwmodels.eager_attention``)
+# transformers' ``eager_attention_forward`` (``eager_attention_time`` above)
 COMPOSITE_KERNELS = ("math", "eager")
 INFERENCE_ONLY = ("flashinfer",)  # kernels with no backward pass
 SPLIT_FILL = 0.8

@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 
 from gpuplan.hwmodels.efficiency import Efficiency
-from gpuplan.hwmodels.formats import BLOCK_FORMATS, block_format
+from gpuplan.hwmodels.formats import BLOCK_FORMATS, block_format, check_format
 from gpuplan.hwmodels.kernel_time import KernelTime
 from gpuplan.hwmodels.power import SIMT_DTYPES, throttled
 from gpuplan.workloads.dtypes import dtype_bytes
@@ -95,7 +95,9 @@ def block_scaled_gemm_time(acc, m, n, k, dtype: str, eff: Efficiency) -> KernelT
     """Both operands in a block-scaled format (``hwmodels.formats``): the fp8 model's tiles at the
     device's rate for the format (its catalogue peak over the fp8 one: Blackwell's FP4 2x or
     2.9x, MXFP8 1x), its memory term scaled to the format's bytes (scales included) and a bf16
-    output. No fitted rate of its own: the fp8 GEMM's share of peak stands for it."""
+    output. No fitted rate of its own: the fp8 GEMM's share of peak stands for it. A device
+    without the format's tensor-core path is a one-line error (``formats.check_format``)."""
+    check_format(acc, dtype)
     fmt = block_format(dtype)
     base = gemm_time(acc, m, n, k, "fp8", eff)
     moved = fmt.tensor_bytes(m * k) + fmt.tensor_bytes(k * n) + m * n * dtype_bytes("bf16")

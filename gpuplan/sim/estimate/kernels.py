@@ -6,23 +6,24 @@ from gpuplan.hwmodels.collectives import collective_time
 from gpuplan.hwmodels.gemm import GROUPED_CUTLASS_DTYPES, gemm_time, grouped_gemm_time
 from gpuplan.hwmodels.launch import launch_cost
 from gpuplan.sim.estimate.breakdown import Breakdown, Item, priced_items
+from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.operators import backward_of as backward_ops
 from gpuplan.workloads.ops import Attention, Elementwise, Gemm
 
 
 def gemm_breakdown(acc, eff, *, m: int, n: int, k: int, dtype: str) -> Breakdown:
+    op = Gemm(name="gemm", m=m, n=n, k=k, dtype=dtype)
     if dtype in LOW_PRECISION_GEMM:
         kt, moved = low_precision_gemm(acc, eff, m=m, n=n, k=k, dtype=dtype)
     else:
-        kt = gemm_time(acc, m, n, k, dtype, eff)
-        moved = Gemm(name="gemm", m=m, n=n, k=k, dtype=dtype).bytes
+        kt, moved = gemm_time(acc, m, n, k, dtype, eff), op.bytes
     item = Item(
         layer="model",
         category="gemm",
         op=f"gemm {m}x{n}x{k} {dtype}",
         phase="fwd",
         time_s=kt.total_s,
-        flops=2.0 * m * n * k,
+        flops=op.flops,
         bytes=moved,
         kernels=1,
         bound=kt.bound,
@@ -47,13 +48,14 @@ def low_precision_gemm(acc, eff, *, m: int, n: int, k: int, dtype: str):
     )
 
     op = Gemm(name="gemm", m=m, n=n, k=k, dtype="bf16")
+    act = dtype_bytes("bf16")  # activations and the output stay bf16
     if dtype == "int4":
-        moved = (m * k + m * n) * 2 + k * n * weight_bytes_per_param("int4")
+        moved = (m * k + m * n) * act + k * n * weight_bytes_per_param("int4")
         return quantized_gemm_time(acc, op, eff, weight_dtype="int4"), moved
     plain = [d for d in _PLAIN if acc.supports(d)]
     check_format(acc, dtype, field="estimate gemm: --dtype", others=(*plain, "int4 (W4A16)"))
     fmt = block_format(dtype)
-    moved = fmt.tensor_bytes(m * k) + fmt.tensor_bytes(k * n) + m * n * 2
+    moved = fmt.tensor_bytes(m * k) + fmt.tensor_bytes(k * n) + m * n * act
     return block_gemm_time(acc, op, eff, fmt.name), moved
 
 

@@ -29,7 +29,7 @@ How much HBM traffic that is depends on who casts (bytes per element of the bf16
 from __future__ import annotations
 
 from gpuplan.errors import GpuplanError
-from gpuplan.hwmodels.formats import check_format, has_format
+from gpuplan.hwmodels.formats import MXFP8, NVFP4, check_format, has_format
 from gpuplan.workloads.ops import Gemm, Memory
 
 # The GEMM precisions of training, as the search encodes them (index = code); bf16 first.
@@ -39,7 +39,7 @@ BLOCK_RECIPES = ("mxfp8", "nvfp4")  # Transformer Engine's block-scaled recipes 
 # fp8 one (TE's fp8 weight; its transpose is not counted, as before); mxfp8 and nvfp4 both
 # orientations with their scales (a block-scaled tensor's transpose needs its own layout; NVFP4's
 # 2D weight scales make its values the same, but Blackwell's FP4 MMA reads K-major operands).
-WEIGHT_COPY_BYTES = (0.0, 1.0, 2 * (1 + 1 / 32), 2 * (0.5 + 1 / 16))
+WEIGHT_COPY_BYTES = (0.0, 1.0, 2 * MXFP8.bytes_per_value, 2 * NVFP4.bytes_per_value)
 # the catalogue peak each precision's GEMMs run at (MFU is taken against it)
 RATE_DTYPE = {"bf16": "bf16", "fp8": "fp8", "mxfp8": "fp8", "nvfp4": "fp4"}
 
@@ -69,9 +69,11 @@ CAST_CLASS = "copy"  # priced as a bandwidth-bound copy (hwmodels efficiency cla
 #   Weights take 2D 16 x 16 block scales so the transpose reuses them (the paper, sec. 4.3),
 #   quantized once per step. The paper keeps a few last layers in BF16; every GEMM runs in
 #   NVFP4 here.
+_MXFP8_CAST = 2 + 2 * MXFP8.bytes_per_value  # read bf16, write both orientations
+_NVFP4_CAST = 2 + 2 + 2 + 2 * NVFP4.bytes_per_value  # amax, Hadamard amax, read; write both
 BLOCK_CAST_BYTES = {
-    "mxfp8": {"x": 2 + 2 * (1 + 1 / 32), "w": 0, "dy": 2 + 2 * (1 + 1 / 32)},
-    "nvfp4": {"x": 2 + 2 + 2 + 2 * (0.5 + 1 / 16), "w": 0, "dy": 2 + 2 + 2 + 2 * (0.5 + 1 / 16)},
+    "mxfp8": {"x": _MXFP8_CAST, "w": 0, "dy": _MXFP8_CAST},
+    "nvfp4": {"x": _NVFP4_CAST, "w": 0, "dy": _NVFP4_CAST},
 }
 
 

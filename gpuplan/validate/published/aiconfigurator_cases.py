@@ -13,9 +13,8 @@ How a row becomes a case (decided from the tables' definitions, before any error
 - ``gemm``: C[m, n] = A[m, k] B[k, n] (aiconfigurator's m, n, k). ``bfloat16`` -> bf16;
   ``fp8`` (per-tensor scaled) and ``fp8_block`` (1x128 / 128x128 block-scaled, DeepGEMM or
   CUTLASS) -> fp8, gpuplan having one FP8 GEMM; ``sq`` (SmoothQuant W8A8) -> int8; ``nvfp4``
-  -> gpuplan's FP4 GEMM format where its GEMM takes one (``fp4_name``), else no answer;
-  ``int4_wo`` (weight-only INT4, bf16 activations) -> ``int4``, estimate gemm's W4A16 GEMM, where
-  it takes one; the other weight-only formats (``int8_wo``, ``w4a8``...) are no answer.
+  -> nvfp4; ``int4_wo`` (weight-only INT4, bf16 activations) -> ``int4``, estimate gemm's W4A16
+  GEMM; the other weight-only formats (``int8_wo``, ``w4a8``...) are no answer.
 - ``context_attention``: a causal prefill of ``isl`` tokens, ``seq_q = seq_kv = isl``, in
   ``attn_dtype`` (bf16 or FP8 FMHA), with its ``window_size`` as a sliding window.
 - ``generation_attention``: one query per sequence over ``isl + step`` cached tokens (the
@@ -41,26 +40,21 @@ from gpuplan.errors import GpuplanError
 from gpuplan.units import MS
 from gpuplan.validate.published.aiconfigurator import FRAMEWORKS
 from gpuplan.validate.record_kinds import GEMM_DTYPES
+from gpuplan.workloads.dtypes import dtype_bytes
 
 NCCL_STACK = "trt-llm"  # NCCL's tables are collected in aiconfigurator's TensorRT-LLM image
 FLOAT_NAMES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "fp8": "fp8",
                "float32": "fp32", "int8": "int8"}
 GEMM_NAMES = {"bfloat16": "bf16", "float16": "fp16", "fp8": "fp8", "fp8_block": "fp8",
-              "sq": "int8"}
+              "sq": "int8", "nvfp4": "nvfp4", "int4_wo": "int4"}
 WEIGHT_ONLY = ("int8_wo", "int4_wo", "w4a8", "w4a16", "int4_awq", "w4a8_awq")
 COLLECTIVE_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather",
                   "reduce_scatter": "reduce_scatter", "alltoall": "all_to_all",
                   "all_to_all": "all_to_all"}
-ELEMENT_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4, "fp8": 1, "int8": 1}
 
 
 class NoAnswer(Exception):
     """A row gpuplan cannot price, with the one-line reason."""
-
-
-def fp4_name() -> str | None:
-    """gpuplan's name of NVFP4 GEMMs, where ``estimate gemm`` takes one."""
-    return next((n for n in ("nvfp4", "fp4") if n in GEMM_DTYPES), None)
 
 
 def row_case(row: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -78,15 +72,13 @@ def row_case(row: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 def _gemm(row) -> dict[str, Any]:
     src = row["gemm_dtype"]
-    dtype = fp4_name() if src == "nvfp4" else GEMM_NAMES.get(src)
-    if src == "int4_wo" and "int4" in GEMM_DTYPES:
-        dtype = "int4"
+    dtype = GEMM_NAMES.get(src)
     if dtype is None:
         if src in WEIGHT_ONLY:
             raise NoAnswer(f"gemm_dtype={src}: a weight-only GEMM is not a kernel of `estimate "
                            "gemm` (serve --weight-dtype prices it inside a model)")
         raise NoAnswer(f"gemm_dtype={src}: `estimate gemm --dtype` takes "
-                       f"{', '.join(GEMM_DTYPES)} (no FP4 GEMM format)")
+                       f"{', '.join(GEMM_DTYPES)}")
     return {"m": int(row["m"]), "n": int(row["n"]), "k": int(row["k"]), "dtype": dtype}
 
 
@@ -124,7 +116,7 @@ def _collective(row) -> dict[str, Any]:
     if dtype is None:
         raise NoAnswer(f"dtype={src}: not a format of `estimate collective`")
     world = int(row["num_gpus"])
-    nbytes = int(row["message_size"]) * ELEMENT_BYTES[dtype]
+    nbytes = int(row["message_size"]) * dtype_bytes(dtype)
     per_rank = nbytes // world if op == "all_gather" else nbytes
     if per_rank < 1:
         raise NoAnswer(f"message_size={row['message_size']} leaves no bytes per rank")
