@@ -175,6 +175,7 @@ def _structure_details(cfg: Any, params: Any) -> dict[str, Any]:
         "final_logit_softcap": cfg.final_logit_softcap or None,
         "shared_expert_gate": True if cfg.shared_expert_gate else None,
         "expert_weight_dtype": cfg.expert_weight_dtype or None,
+        "checkpoint_weight_dtype": cfg.checkpoint_weight_dtype or None,
         "mtp_layers": cfg.mtp_layers or None,
         "mtp_params": params.mtp or None,
     }

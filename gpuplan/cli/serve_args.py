@@ -145,7 +145,9 @@ def add_replica_options(p) -> None:
     p.add_argument("--replicas", type=gpu_count, default=1)
     p.add_argument("--router", choices=ROUTERS, default="round_robin")
     p.add_argument("--policy", choices=POLICIES, default=None, help="default: the stack's")
-    p.add_argument("--weight-dtype", choices=WEIGHT_DTYPES, default="bf16")
+    p.add_argument("--weight-dtype", choices=WEIGHT_DTYPES, default=None,
+                   help="default: the checkpoint's own format (fp8 for deepseek-v3 and configs "
+                        "whose quantization_config says fp8), else bf16")
     p.add_argument("--kv-dtype", choices=KV_DTYPES, default="bf16")
     p.add_argument("--max-seqs", type=positive(int), default=None, help="default: the stack's")
     p.add_argument("--max-batched-tokens", type=positive(int), default=None,

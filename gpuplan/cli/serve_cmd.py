@@ -250,6 +250,7 @@ def _serve_doc(args, dep, sched, workload, result, replicas: int, stack=None) ->
         "max_seqs": sched.max_seqs,
         "max_batched_tokens": sched.batched_tokens(dep.model),
         "weight_dtype": dep.weight_dtype,
+        **({"expert_weight_dtype": e} if (e := dep.model.expert_weight_dtype) else {}),
         "kv_dtype": dep.kv_dtype,
         "rate_per_s": args.rate,
         "requests": workload.n,
@@ -266,6 +267,9 @@ def _serve_doc(args, dep, sched, workload, result, replicas: int, stack=None) ->
         "kv_cache": {
             "blocks": cap.blocks,
             "block_tokens": cap.block_tokens,
+            # windowed or chunked layers page the cache per layer (blocks.py): a block is then
+            # one layer's, and this many of them hold a block of tokens in every layer
+            "layer_blocks_per_block": cap.rule.units if cap.rule and cap.rule.paged_per_layer else 1,
             "tokens": cap.tokens,
             "kv_bytes_per_gpu": cap.kv_bytes / dep.dp,  # a wide-EP group pools dp ranks
             "weights_bytes_per_gpu": cap.weights_bytes,

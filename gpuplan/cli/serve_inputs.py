@@ -89,6 +89,11 @@ def serve_defaults(args, *, tokens: tuple[int, int] | None = None) -> list[str]:
         out += [f"--output-tokens {tokens[1]}"] * (args.output_tokens is None)
     if args.requests is None and not args.trace:
         out.append("--requests 1000")
+    if getattr(args, "weight_dtype", "") is None:  # serve's flag left unset
+        from gpuplan.workloads.presets import get_model
+
+        own = get_model(args.model).checkpoint_weight_dtype
+        out += [f"--weight-dtype {own} (the checkpoint's own format)"] * bool(own)
     if not getattr(args, "no_cuda_graph", False):
         from gpuplan.sim.stacks import get_stack
 

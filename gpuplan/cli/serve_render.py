@@ -49,11 +49,13 @@ def _setup_lines(doc: dict) -> list[str]:
         + (f"ep={c['ep']}, " if c.get("ep", 1) > 1 else "")
         + (f"attention data-parallel over {c['ep_groups']} group(s) of ep={c['ep']}, "
            if c.get("dp_attention") else "")
-        + f"{c['weight_dtype']} weights, {c['kv_dtype']} KV cache, {c['policy']} batching "
+        + f"{c['weight_dtype']} weights"
+        + (f" (routed experts {c['expert_weight_dtype']})" if c.get("expert_weight_dtype") else "")
+        + f", {c['kv_dtype']} KV cache, {c['policy']} batching "
         f"(max {c['max_seqs']} sequences)",
         defaults_line(c.get("defaults", [])),
         *([c["weight_path"]] if c.get("weight_path") else []),
-        f"KV cache per replica: {kv['blocks']:,} blocks of {kv['block_tokens']} tokens "
+        f"KV cache per replica: {_blocks_text(kv)} "
         f"({kv['tokens']:,} tokens, {format_value('bytes', kv['kv_bytes_per_gpu'])} per GPU); "
         f"weights {format_value('bytes', kv['weights_bytes_per_gpu'])} per GPU",
         f"{c['requests']:,} requests {_offered(c)}: {doc['finished']:,} finished, "
@@ -62,6 +64,15 @@ def _setup_lines(doc: dict) -> list[str]:
         + (f" in {format_seconds(doc['timing']['wall_s'])}" if "timing" in doc else ""),
         _render_conservation(doc["conservation"]),
     ]
+
+
+def _blocks_text(kv: dict) -> str:
+    """The pool's blocks; one layer's blocks where windowed layers page the cache per layer."""
+    units = kv.get("layer_blocks_per_block", 1)
+    if units == 1:
+        return f"{kv['blocks']:,} blocks of {kv['block_tokens']} tokens"
+    return (f"{kv['blocks']:,} one-layer blocks of {kv['block_tokens']} tokens, "
+            f"{units} to a block in every layer")
 
 
 def _feature_lines(doc: dict) -> list[str]:

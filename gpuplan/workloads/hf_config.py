@@ -44,7 +44,7 @@ from typing import Any
 
 from gpuplan.errors import GpuplanError
 from gpuplan.workloads.hf_fields import Fields, load, part
-from gpuplan.workloads.hf_structural import read_decoder
+from gpuplan.workloads.hf_structural import checkpoint_format, read_decoder
 from gpuplan.workloads.hf_traits import TRAITS
 from gpuplan.workloads.model import ModelConfig, VisionTower
 
@@ -179,6 +179,7 @@ def read_hf_config(
         kwargs = _wrapped(fields, model_type, notes)
     else:
         kwargs = read_decoder(fields, model_type, notes)
+    kwargs |= checkpoint_format(fields)  # quantization_config sits at the top, wrapped or not
     cfg = ModelConfig(
         name=name or default_name,
         source=f"Hugging Face config.json ({fields.origin}), model_type {model_type}",

@@ -192,6 +192,20 @@ def _moe(f: Fields, entry: dict[str, Any], out: dict[str, Any]) -> dict[str, Any
     return moe
 
 
+def checkpoint_format(f: Fields) -> dict[str, Any]:
+    """The checkpoint's own weight format from ``quantization_config`` (transformers'
+    ``quantizers/auto.py`` names the methods): ``fp8`` (DeepSeek-V3, Kimi-K2: block-wise FP8
+    e4m3) and AWQ/GPTQ at 4 or 8 bits; anything else (mxfp4 is the experts' own, read with them)
+    leaves the 16-bit default."""
+    quant = f.get("quantization_config", {}, "dict")
+    method = quant.get("quant_method")
+    if method == "fp8":
+        return {"checkpoint_weight_dtype": "fp8"}
+    if method in ("awq", "gptq") and quant.get("bits") in (4, 8):
+        return {"checkpoint_weight_dtype": f"int{quant['bits']}"}
+    return {}
+
+
 def _extras(f: Fields, entry: dict[str, Any], out: dict[str, Any],
             notes: list[str]) -> dict[str, Any]:  # fmt: skip
     extra = {"attn_logit_softcap": f.get("attn_logit_softcapping", 0.0, "number"),

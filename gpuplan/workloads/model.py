@@ -129,6 +129,9 @@ class ModelConfig:
     ssm_proj_bias: bool = False  # biases on the Mamba-2 in_proj and out_proj (use_bias)
     mtp_layers: int = 0  # multi-token-prediction modules beside the model (DeepSeek-V3)
     expert_weight_dtype: str = ""  # "": as the other weights; "mxfp4" (gpt-oss's experts)
+    # the format the published checkpoint stores its linear weights in, which engines serve
+    # as is ("": 16-bit; "fp8": DeepSeek-V3's and Kimi-K2's block-wise FP8 e4m3, 128x128 scales)
+    checkpoint_weight_dtype: str = ""
 
     def __post_init__(self) -> None:
         self._check_sizes()

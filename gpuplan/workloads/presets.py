@@ -143,8 +143,9 @@ _MOE = {
         n_experts=256, top_k=8, n_shared_experts=1, d_ff_expert=2048, n_dense_layers=3,
         router_score_bias=True,
         q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
-        v_head_dim=128, mtp_layers=1,
-        source=_hf("deepseek-ai/DeepSeek-V3") + " (its MTP module counted apart, not in the total)",
+        v_head_dim=128, mtp_layers=1, checkpoint_weight_dtype="fp8",
+        source=_hf("deepseek-ai/DeepSeek-V3") + " (its MTP module counted apart, not in the total;"
+        " its quantization_config: quant_method fp8, fmt e4m3, weight_block_size [128, 128])",
     ),
 }  # fmt: skip
 

@@ -12,6 +12,8 @@ from gpuplan.workloads.layer_kinds import require_unset
 
 QK_NORMS = ("", "head", "all")  # none; RMSNorm over each head; over all heads at once (OLMo 2)
 EXPERT_WEIGHT_DTYPES = ("", "mxfp4")  # "": the model's weight dtype; OCP MX FP4 (gpt-oss)
+# a checkpoint's own format: "" 16-bit, fp8 (quant_method fp8), int8/int4 (AWQ, GPTQ bits)
+CHECKPOINT_WEIGHT_DTYPES = ("", "fp8", "int8", "int4")
 # the norms a block can hold: one (Mamba-2, Nemotron-H: one pre-norm before each mixer), two
 # (pre-norms or post-norms), four (Gemma 2/3: a pre- and a post-norm around each half)
 NORMS_PER_BLOCK = (1, 2, 4)
@@ -24,6 +26,8 @@ def check_structure(cfg) -> None:
     name = cfg.name
     check_choice(f"{name}: qk_norm", cfg.qk_norm, QK_NORMS)
     check_choice(f"{name}: expert_weight_dtype", cfg.expert_weight_dtype, EXPERT_WEIGHT_DTYPES)
+    check_choice(f"{name}: checkpoint_weight_dtype", cfg.checkpoint_weight_dtype,
+                 CHECKPOINT_WEIGHT_DTYPES)  # fmt: skip
     if cfg.norms_per_block not in NORMS_PER_BLOCK:
         raise GpuplanError(f"{name}: norms_per_block={cfg.norms_per_block!r} is invalid: choose "
                            f"one of {', '.join(map(str, NORMS_PER_BLOCK))}")

@@ -38,7 +38,7 @@ from gpuplan.sim.runtime.serving.pipeline import (
     stage_split,
     stages,
 )
-from gpuplan.sim.runtime.serving.quantization import check_formats
+from gpuplan.sim.runtime.serving.quantization import check_formats, served_weight_dtype
 from gpuplan.sim.runtime.serving.wide_ep import check_wide_ep_fields, dp_ranks
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.presets import get_model
@@ -214,6 +214,7 @@ def deployment(
     cfg = model if isinstance(model, ModelConfig) else get_model(model)
     acc = get_accelerator(gpu)
     eff = serving_efficiency(acc.key, attention_kernel, fit)
+    kw["weight_dtype"] = served_weight_dtype(cfg, kw.get("weight_dtype"))
     return Deployment(model=cfg, acc=acc, eff=eff, **kw)
 
 

@@ -282,6 +282,11 @@ def _does_not_fit(dep, sched, cap: KvCapacity, needed: int) -> tuple[str, dict]:
         f"GB of workspace per GPU leave room for {cap.tokens} cached tokens of the "
         f"{sched.model_len(cfg)} one request may need ({cap.usable_bytes / gb:.1f} GB usable)"
     )
+    own = cfg.checkpoint_weight_dtype  # the checkpoint's format: the same GPUs, as shipped
+    if own and own != dep.weight_dtype and _capacity(
+            replace(dep, weight_dtype=own), sched, dep.tp).blocks >= needed:  # fmt: skip
+        return (f"{head}; serve the checkpoint's own {own} weights (--weight-dtype {own})",
+                {"--weight-dtype": own})  # fmt: skip
     if dep.dp_attention:  # a wide-EP group: its experts over more GPUs
         return f"{head}; spread the experts over more GPUs (a wider --ep)", {}
     tp = fitting_tp(dep, sched)

@@ -16,6 +16,7 @@ from gpuplan.hwmodels.accelerators import get_accelerator
 from gpuplan.hwmodels.efficiency import Efficiency, efficiency_for, queued
 from gpuplan.sim.runtime.serving.deployment import Deployment, SchedulerConfig
 from gpuplan.sim.runtime.serving.pipeline import pipeline_fields
+from gpuplan.sim.runtime.serving.quantization import served_weight_dtype
 from gpuplan.sim.stacks import Stack, get_stack, stack_efficiency
 from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.presets import get_model
@@ -70,6 +71,7 @@ def stack_deployment(model: str | ModelConfig, gpu: str, stack: str | Stack = "v
     acc = get_accelerator(gpu)
     eff = stack_serving_efficiency(stack, acc, fit)
     choices = deployment_fields(stack, tp=kw.get("tp", 1), gpu=acc.key)
+    kw["weight_dtype"] = served_weight_dtype(cfg, kw.get("weight_dtype"))
     return Deployment(model=cfg, acc=acc, eff=eff, **{**choices, **kw})
 
 

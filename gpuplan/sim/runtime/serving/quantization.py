@@ -112,6 +112,15 @@ def routed_expert_params(cfg) -> int:
     return cfg.n_moe_layers * cfg.n_experts * ffn_params(cfg, cfg.d_ff_expert)
 
 
+def served_weight_dtype(cfg, weight_dtype: str | None = None) -> str:
+    """The weight format a replica serves: ``weight_dtype`` where given, else the checkpoint's
+    own (``ModelConfig.checkpoint_weight_dtype``): vLLM, SGLang and TensorRT-LLM load a
+    quantized checkpoint in its format (vLLM reads ``quantization_config``:
+    ``vllm/model_executor/layers/quantization/__init__.py``; DeepSeek-V3's model card serves its
+    FP8 weights as shipped), else bf16."""
+    return weight_dtype or getattr(cfg, "checkpoint_weight_dtype", "") or "bf16"
+
+
 def expert_weight_dtype(cfg, weight_dtype: str) -> str:
     """The routed experts' weight format: the model's own where it has one (gpt-oss: mxfp4),
     else the deployment's ``weight_dtype``."""
