@@ -32,7 +32,37 @@ KEYS = {
     "vit-l-14",
     "qwen2-vl-7b",  # vision-language models (workloads.vision)
     "llama3.2-11b-vision",
+    # read from committed config.json files (workloads/data/hf_presets)
+    "qwen3-235b-a22b", "llama4-maverick", "gpt-oss-120b", "kimi-k2",
 }
+
+
+def test_the_config_presets_are_the_readers_answer_for_their_files():
+    """One path: a config preset is what `--model <its config.json>` reads, renamed."""
+    import dataclasses
+
+    from gpuplan.workloads.presets import _CONFIG_PRESETS
+
+    folder = Path(__file__).parents[1] / "gpuplan" / "workloads" / "data" / "hf_presets"
+    for key in _CONFIG_PRESETS:
+        read = get_model(str(folder / f"{key}.json"))
+        assert dataclasses.replace(read, name=key, source="") == dataclasses.replace(
+            PRESETS[key], source="")
+
+
+def test_the_wide_ep_presets_have_their_published_sizes():
+    """Totals and active parameters as their model cards give them (Qwen3 report Table 2:
+    235B/22B; Kimi-K2 card: 1T/32B; gpt-oss card: 117B/5.1B; Llama 4 card: 400B/17B)."""
+    from gpuplan.workloads.params import count_params
+
+    cards = {"qwen3-235b-a22b": (235e9, 22e9), "kimi-k2": (1.0e12, 32e9),
+             "gpt-oss-120b": (117e9, 5.1e9), "llama4-maverick": (400e9, 17e9)}  # fmt: skip
+    for key, (total, active) in cards.items():
+        p = count_params(PRESETS[key])
+        assert p.total == pytest.approx(total, rel=0.03), key
+        assert p.active == pytest.approx(active, rel=0.12), key
+    assert PRESETS["kimi-k2"].checkpoint_weight_dtype == "fp8"
+    assert PRESETS["gpt-oss-120b"].expert_weight_dtype == "mxfp4"
 
 
 def test_the_catalogue_has_exactly_the_documented_keys():

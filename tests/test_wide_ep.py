@@ -204,3 +204,11 @@ def test_dp_attention_holds_more_of_mla_s_cache_than_tp8_on_the_same_gpus():
     wide = kv_capacity(_group(), replace(sched, max_seqs=256 * 32,
                                          max_batched_tokens=2048 * 32)).tokens  # fmt: skip
     assert wide > 4 * tp8 * 8  # 4 replicas, each caching every token on all 8 of its GPUs
+
+
+def test_an_ep_that_leaves_expert_slots_over_names_the_redundant_experts_that_fit_it():
+    """256 experts over EP72 (an NVL72 rack): 256 % 72 = 40, so 32 more slots make 288 = 4 x 72."""
+    with pytest.raises(GpuplanError, match=r"ep=72 does not divide .* 256 expert slots; valid ep:"
+                                           r" .* or keep ep=72 with --redundant-experts 32"):
+        _group(ep=72)
+    assert _group(ep=72, redundant_experts=32).ep == 72

@@ -220,7 +220,27 @@ def _vlm() -> dict[str, ModelConfig]:
     }  # fmt: skip
 
 
-PRESETS: dict[str, ModelConfig] = {**_OTHERS, **_megatron(), **_LLAMA, **_MOE, **_vlm()}
+# presets read from a committed config.json by the reader a user's own file goes through
+# (data/hf_presets/README.md says where each file's fields come from)
+_CONFIG_PRESETS = {
+    "qwen3-235b-a22b": "Qwen/Qwen3-235B-A22B",
+    "llama4-maverick": "meta-llama/Llama-4-Maverick-17B-128E",
+    "gpt-oss-120b": "openai/gpt-oss-120b",
+    "kimi-k2": "moonshotai/Kimi-K2-Instruct",
+}
+
+
+def _from_configs() -> dict[str, ModelConfig]:
+    import dataclasses
+
+    folder = Path(__file__).parent / "data" / "hf_presets"
+    return {key: dataclasses.replace(from_hf_config(folder / f"{key}.json", key),
+                                     source=_hf(repo) + f" (data/hf_presets/{key}.json)")
+            for key, repo in _CONFIG_PRESETS.items()}  # fmt: skip
+
+
+PRESETS: dict[str, ModelConfig] = {**_OTHERS, **_megatron(), **_LLAMA, **_MOE,
+                                   **_from_configs(), **_vlm()}  # fmt: skip
 
 
 def get_model(key_or_path: str) -> ModelConfig:

@@ -99,7 +99,8 @@ def check_dp_attention(dep) -> None:
         raise GpuplanError(
             f"ep={ep} does not divide {cfg.name}'s {cfg.n_experts} experts + "
             f"{dep.redundant_experts} redundant = {slots} expert slots; valid ep: "
-            f"{', '.join(map(str, valid[:12]))}"
+            f"{', '.join(map(str, valid[:12]))}, or keep ep={ep} with --redundant-experts "
+            f"{dep.redundant_experts + ep - slots % ep} (a second copy of that many experts)"
         )
 
 
