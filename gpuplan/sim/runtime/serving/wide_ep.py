@@ -160,8 +160,7 @@ def moe_ops(ops: list[Op], dep, *, tokens: int, group_tokens: int | None,
     ``dp`` times as many; DeepEP's ``low_latency`` or normal kernels), or experts over ``ep``
     GPUs of a stage (``pipeline.expert_parallel_ops``)."""
     if not dep.dp_attention:
-        return expert_parallel_ops(ops, dep.model, tokens=tokens, tp=dep.tp, ep=dep.ep,
-                                   act_dtype=dep.act_dtype)  # fmt: skip
+        return expert_parallel_ops(ops, ep=dep.ep)
     group = tokens * dep.dp if group_tokens is None else group_tokens
     return wide_expert_ops(ops, dep, group_tokens=group) + dispatch_combine_ops(
         dep, rank_tokens=tokens, low_latency=low_latency)
