@@ -212,3 +212,34 @@ def test_an_ep_that_leaves_expert_slots_over_names_the_redundant_experts_that_fi
                                            r" .* or keep ep=72 with --redundant-experts 32"):
         _group(ep=72)
     assert _group(ep=72, redundant_experts=32).ep == 72
+
+
+def _experts(ops, name):
+    return next(op for op in ops if op.name == name)
+
+
+def test_grouped_experts_read_only_the_experts_a_small_decode_batch_routes_to():
+    # 8 decode tokens over EP8 (32 expert slots a GPU): each token picks 8 of 256 experts, so
+    # about 32 (1 - (1 - 8/256)^8) = 7.2 of a GPU's slots get a row; the others' weights are
+    # not read (TensorRT-LLM's and vLLM's grouped MoE kernels skip an expert with no rows)
+    dep = _group(ep=8, grouped_experts=True, expert_imbalance=1.0)
+    ops = token_ops(dep, tokens=1, layer=MOE, group_tokens=8)
+    gate_up = _experts(ops, "expert_gate_up_proj")
+    assert gate_up.count == 7 and gate_up.m == 1  # was all 32 slots
+    act = _experts(ops, "expert_silu_mul")
+    assert act.count == 1 and act.tokens == 8  # one grouped activation kernel, not one per slot
+    # a full decode batch reaches every slot
+    full = _experts(token_ops(dep, tokens=128, layer=MOE, group_tokens=1024), "expert_down_proj")
+    assert full.count == 32
+
+
+def test_small_batch_expert_time_is_the_same_under_tp_or_dp_attention():
+    # the same 8 tokens over the same EP8 experts read the same expert weights whether the
+    # attention is TP8 or eight DP ranks (balanced routing in both)
+    wide = _group(ep=8, grouped_experts=True, expert_imbalance=1.0)
+    narrow = deployment("deepseek-v3", "h200", tp=8, ep=8, weight_dtype="fp8", kv_dtype="fp8",
+                        grouped_experts=True)  # fmt: skip
+    a = _experts(token_ops(wide, tokens=1, layer=MOE, group_tokens=8), "expert_gate_up_proj")
+    b = _experts(token_ops(narrow, tokens=8, layer=MOE), "expert_gate_up_proj")
+    assert (a.count, a.m, a.n, a.k) == (b.count, b.m, b.n, b.k)
+

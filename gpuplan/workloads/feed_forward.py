@@ -61,11 +61,18 @@ def mlp_block(
     ]
 
 
+def expert_hit_share(cfg: ModelConfig, tokens: float) -> float:
+    """The chance that one routed expert receives a token when ``tokens`` tokens each pick
+    ``top_k`` of ``n_experts`` uniformly: 1 - (1 - k/n)^tokens (a token picks k distinct experts,
+    so it misses a given one with chance 1 - k/n)."""
+    return 1.0 - (1.0 - cfg.top_k / cfg.n_experts) ** tokens
+
+
 def experts_hit(cfg: ModelConfig, tokens: int) -> int:
     """Routed experts that receive a token when ``tokens`` tokens each pick ``top_k`` of
     ``n_experts`` uniformly: the expected count n (1 - (1 - k/n)^tokens), rounded."""
-    n, k = cfg.n_experts, cfg.top_k
-    return max(1, min(n, round(n * (1.0 - (1.0 - k / n) ** tokens))))
+    n = cfg.n_experts
+    return max(1, min(n, round(n * expert_hit_share(cfg, tokens))))
 
 
 def moe_block(cfg: ModelConfig, *, tokens: int, dtype: str, tp: int = 1,

@@ -32,9 +32,10 @@ Under pipeline parallelism (``pipeline``) each stage runs the token part and the
 its own blocks, the first the embedding, the last the final norm and the sampling part, and
 every stage issues its own kernels (one worker process per GPU); the stages of one iteration
 are joined by point-to-point sends (``pipeline_breakdown``, whose time is ``StepModel``'s).
-Under expert parallelism a MoE block's routed experts are cut whole and their tokens move in
-two all-to-alls (``pipeline.expert_parallel_ops``); a wide-EP group with data-parallel attention
-(``wide_ep``) runs in lockstep, its iteration priced as its busiest rank runs it.
+Under expert parallelism a MoE block's routed experts are cut whole, every GPU of the stage
+holding every token and the MoE all-reduce combining (``pipeline.expert_parallel_ops``); a
+wide-EP group with data-parallel attention (``wide_ep``) moves its tokens in all-to-alls and
+runs in lockstep, its iteration priced as its busiest rank runs it.
 """
 
 from __future__ import annotations

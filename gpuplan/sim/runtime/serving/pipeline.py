@@ -16,12 +16,15 @@ the last (vLLM's ``PPMissingLayer`` placement, ``vllm/model_executor/models/util
   stage, ``n_experts / ep`` whole experts each, each sliced over the remaining ``tp / ep``
   (SGLang's ``moe_tp_size = tp_size / ep_size``, ``python/sglang/srt/server_args.py``; vLLM's
   ``--enable-expert-parallel`` is the case ``ep = tp``, docs "Expert Parallel Deployment").
-  Routing is balanced: each GPU runs ``tokens * top_k / ep`` routed rows. Tokens are dispatched
-  to their experts and combined back by two all-to-alls per MoE block, each GPU sending its
-  ``tokens / ep`` share's ``top_k`` copies of ``d_model`` activations (DeepEP's dispatch and
-  combine, DeepSeek-V3 sec. 3.4; bytes per rank as the measurement contract counts them).
-  The block's two TP all-reduces stay as they are (assumption, named: an upper bound where an
-  engine replaces the MoE one by the combine and an all-gather for the next attention).
+  Routing is balanced: each GPU runs ``tokens * top_k / ep`` routed rows. No all-to-all runs:
+  the attention is tensor-parallel, so after its all-reduce every GPU of the stage holds every
+  token, picks the rows routed to its own experts, and the block's MoE all-reduce (one of its
+  two TP all-reduces) sums the experts' outputs, as the engines run expert parallelism without
+  attention data parallelism (vLLM ``FusedMoEParallelConfig.use_all2all_kernels``: ``dp_size >
+  1 and use_ep``, vllm/model_executor/layers/fused_moe/config.py; TensorRT-LLM
+  ``select_alltoall_method_type``: ``NotEnabled`` unless ``mapping.enable_attention_dp``,
+  tensorrt_llm/_torch/modules/fused_moe/fused_moe_cutlass.py). Dispatch and combine
+  all-to-alls belong to data-parallel attention ranks (``wide_ep``).
   Weight bytes per GPU are unchanged by ``ep``: the same experts cut whole rather than in slices.
 """
 
@@ -36,7 +39,7 @@ from gpuplan.sim.estimate.breakdown import Item
 from gpuplan.sim.runtime.serving.quantization import block_weights_bytes
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.model import ModelConfig
-from gpuplan.workloads.ops import Collective, Gemm, Op
+from gpuplan.workloads.ops import Gemm, Op
 from gpuplan.workloads.params import count_params
 
 # GPUs of one node joined by the scale-up link (DGX/HGX H100: 8 GPUs over NVSwitch, NVIDIA DGX
@@ -139,11 +142,11 @@ def check_ep(cfg: ModelConfig, tp: int, ep: int) -> None:
         )
 
 
-def expert_parallel_ops(ops: list[Op], cfg: ModelConfig, *, tokens: int, tp: int, ep: int,
-                        act_dtype: str) -> list[Op]:  # fmt: skip
+def expert_parallel_ops(ops: list[Op], *, ep: int) -> list[Op]:
     """One MoE block's kernels (``ops``, priced at ``tp``) under ``ep``: the routed experts'
     GEMMs and activation for the GPU's ``n_experts / ep`` experts, each sliced over ``tp / ep``
-    only (``ep`` times wider than under pure TP), plus the dispatch and combine all-to-alls."""
+    only (``ep`` times wider than under pure TP); no all-to-all (module docstring: the tokens
+    are on every GPU of the stage, the MoE all-reduce combines)."""
     out: list[Op] = []
     for op in ops:
         if not op.name.startswith("expert_") or op.name.startswith("expert_grouping"):
@@ -158,9 +161,6 @@ def expert_parallel_ops(ops: list[Op], cfg: ModelConfig, *, tokens: int, tp: int
         else:  # the activation between the projections: per expert, ep times wider
             out.append(replace(op, hidden=op.hidden * ep, count=max(1, op.count // ep),
                                tokens=op.tokens if op.count > 1 else max(1, op.tokens // ep)))  # fmt: skip
-    nbytes = tokens / ep * cfg.top_k * cfg.d_model * dtype_bytes(act_dtype)
-    out.append(Collective(name="ep dispatch/combine all_to_all", op="all_to_all", world=ep,
-                          bytes_per_rank=nbytes, count=2))  # fmt: skip
     return out
 
 

@@ -24,7 +24,9 @@ How the simulator represents it (``Deployment.dp_attention``):
   mean), or the expectation of the busiest of ``ep`` ranks under uniform top-k routing of the
   batch (Gaussian approximation of the multinomial: ``1 + sqrt(2 ln(ep) * rho / mean)``, rho the
   variance-to-mean ratio, ``1 - r / (2 n)`` with ``r`` redundant copies of ``n`` experts, each
-  copy taking half of its expert's rows as EPLB splits them; capped at ``ep``).
+  copy taking half of its expert's rows as EPLB splits them; capped at ``ep``). As grouped
+  GEMMs they read the weights of the experts that receive rows only (``local_experts_hit``: at
+  a decode batch of a few tokens, a few of the GPU's expert slots), not every slot's.
 - Dispatch and combine (``dispatch_combine_ops``): DeepEP (``deepseek-ai/DeepEP`` docs/legacy.md).
   Each GPU sends its ``ceil(t / tp)`` tokens (the rank's tokens scattered over its tp GPUs)
   ``top_k`` times: dispatch in FP8 with one fp32 scale per 128 values when the weights are FP8
@@ -62,6 +64,7 @@ from gpuplan.sim.runtime.serving.quantization import (
     weight_bytes_per_param,
 )
 from gpuplan.workloads.dtypes import dtype_bytes
+from gpuplan.workloads.feed_forward import expert_hit_share
 from gpuplan.workloads.ops import Collective, Elementwise, Gemm, Op
 from gpuplan.workloads.params import count_params
 
@@ -158,19 +161,35 @@ def moe_ops(ops: list[Op], dep, *, tokens: int, group_tokens: int | None,
     ``dp`` times as many; DeepEP's ``low_latency`` or normal kernels), or experts over ``ep``
     GPUs of a stage (``pipeline.expert_parallel_ops``)."""
     if not dep.dp_attention:
-        return expert_parallel_ops(ops, dep.model, tokens=tokens, tp=dep.tp, ep=dep.ep,
-                                   act_dtype=dep.act_dtype)  # fmt: skip
+        return expert_parallel_ops(ops, ep=dep.ep)
     group = tokens * dep.dp if group_tokens is None else group_tokens
     return wide_expert_ops(ops, dep, group_tokens=group) + dispatch_combine_ops(
         dep, rank_tokens=tokens, low_latency=low_latency)
 
 
-def wide_expert_ops(ops: list[Op], dep, *, group_tokens: int) -> list[Op]:
-    """One MoE block's kernels (``ops``, built at the rank's tokens and ``tp``) on the busiest
-    GPU of a group: its expert slots whole (not sliced over tp) over ``expert_rows`` rows."""
+def local_experts_hit(dep, group_tokens: int) -> int:
+    """Expert slots of the busiest GPU that receive a routed row in one MoE block: each of its
+    ``slots`` is picked by a token with chance ``top_k / n_experts`` under uniform routing, so
+    ``slots (1 - (1 - k/n)^T)`` of them (``feed_forward.expert_hit_share``) over the ``T`` tokens
+    whose rows the busiest GPU runs (the group's times ``expert_imbalance``); at least one, at
+    most its rows. The grouped MoE kernels of the engines read the weights of these experts
+    only (TensorRT-LLM's CUTLASS MoE and vLLM's fused_moe skip an expert with no rows)."""
     slots = (dep.model.n_experts + dep.redundant_experts) // dep.ep
     rows = expert_rows(dep, group_tokens)
-    per_slot = max(1, round(rows / slots)) if rows else 0
+    share = expert_hit_share(dep.model, group_tokens * expert_imbalance(dep, group_tokens))
+    return max(1, min(slots, math.ceil(rows), round(slots * share)))
+
+
+def wide_expert_ops(ops: list[Op], dep, *, group_tokens: int) -> list[Op]:
+    """One MoE block's kernels (``ops``, built at the rank's tokens and ``tp``) on the busiest
+    GPU of a group: its experts whole (not sliced over tp) over ``expert_rows`` rows: as grouped
+    GEMMs (``dep.grouped_experts``), the ``local_experts_hit`` experts that receive rows and one
+    activation kernel over every row, as ``moe_block(grouped=True)`` runs them; else every
+    expert slot its own GEMMs and activation."""
+    slots = (dep.model.n_experts + dep.redundant_experts) // dep.ep
+    rows = expert_rows(dep, group_tokens)
+    run = local_experts_hit(dep, group_tokens) if dep.grouped_experts else slots
+    per_slot = max(1, round(rows / run)) if rows else 0
     wide = {"gate_up_proj": "n", "fc1": "n", "down_proj": "k", "fc2": "k"}
     out: list[Op] = []
     for op in ops:
@@ -182,9 +201,12 @@ def wide_expert_ops(ops: list[Op], dep, *, group_tokens: int) -> list[Op]:
         elif isinstance(op, Gemm):
             dim = wide.get(name.removeprefix("expert_"))
             grown = {dim: getattr(op, dim) * dep.tp} if dim else {}
-            out.append(replace(op, count=slots, m=max(1, per_slot), **grown))
-        else:  # the activation between the projections, per slot
-            out.append(replace(op, hidden=op.hidden * dep.tp, count=slots,
+            out.append(replace(op, count=run, m=max(1, per_slot), **grown))
+        elif dep.grouped_experts:  # the activation between the projections: one kernel
+            out.append(replace(op, hidden=op.hidden * dep.tp, count=1,
+                               tokens=max(1, math.ceil(rows))))  # fmt: skip
+        else:  # per slot
+            out.append(replace(op, hidden=op.hidden * dep.tp, count=run,
                                tokens=max(1, per_slot)))  # fmt: skip
     return out
 
