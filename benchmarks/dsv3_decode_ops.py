@@ -44,7 +44,7 @@ GROUPS = {
     "router": (("router", "router_softmax"), ("generation_router_gemm",)),
     "routed experts": (("expert_gate_up_proj", "expert_silu_mul", "expert_down_proj", "permute",
                         "unpermute"), ("generation_moe",)),
-    "expert grouping": (("expert_grouping",), ()),
+    "expert grouping": (("expert_grouping", "moe_sort_rows", "moe_align_block_size"), ()),
     "shared expert": (("shared_gate_up_proj", "shared_silu_mul", "shared_down_proj"),
                       ("generation_shared_gate_up_gemm", "generation_shared_act_gate",
                        "generation_shared_ffn2_gemm")),

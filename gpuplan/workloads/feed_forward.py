@@ -84,22 +84,29 @@ def moe_block(cfg: ModelConfig, *, tokens: int, dtype: str, tp: int = 1,
     ``experts_implementation="grouped_mm"``, docs/source/en/experts_interface.md), so their
     weights are read only for those experts and each projection and the activation launch one
     kernel; otherwise every expert runs its own GEMMs over an equal share of the tokens.
-    ``glue="transformers"`` (grouped, 16-bit): the library code around them
-    (``_transformers_glue``)."""
-    h, e = cfg.d_model, dtype
-    ops = _routing(cfg, tokens=tokens, dtype=dtype)
+    ``glue`` (grouped): the code around the grouped GEMMs. ``none`` and ``transformers``: the
+    routed rows sorted as transformers' grouped_mm forward sorts them (``_expert_grouping``);
+    ``transformers`` (16-bit) also its unvectorized activation and copies
+    (``_transformers_glue``). ``fused-moe-triton`` and ``cutlass-moe``: a serving engine's fused
+    MoE (``_fused_moe_glue``)."""
+    e, rows = dtype, tokens * cfg.top_k
+    fused = grouped and glue in FUSED_MOE_GLUES
+    ops = _routing(cfg, tokens=tokens, dtype=dtype, permute=not (
+        fused and glue == "fused-moe-triton"))
     experts = _routed_experts(cfg, tokens=tokens, dtype=dtype, tp=tp, grouped=grouped)
-    if grouped:
+    if fused:
+        ops += _fused_moe_glue(cfg, tokens=tokens, glue=glue)
+    elif grouped:
         ops += _expert_grouping(cfg, tokens=tokens, dtype=dtype)
     if grouped and glue == "transformers" and dtype_bytes(e) == 2:
-        experts = _transformers_glue(experts, cfg, tokens=tokens, rows=tokens * cfg.top_k,
-                                     dtype=e, tp=tp)
+        experts = _transformers_glue(experts, cfg, tokens=tokens, rows=rows, dtype=e, tp=tp)
     ops += experts
-    ops.append(
-        Elementwise(
-            name="unpermute", op="copy", tokens=tokens * cfg.top_k, hidden=h, pass_="fwd", dtype=e
-        )
-    )
+    # the rows back to their tokens: a copy of the routed rows; a fused engine's reduce
+    # (vLLM moe_sum, SGLang moe_sum_reduce, TensorRT-LLM finalizeMoeRouting) reads the rows and
+    # writes the tokens, priced as a copy over their mean
+    back = -(-(rows + tokens) // 2) if fused else rows
+    ops.append(Elementwise(name="unpermute", op="copy", tokens=back, hidden=cfg.d_model,
+                           pass_="fwd", dtype=e))
     if cfg.n_shared_experts:
         ops += mlp_block(
             cfg,
@@ -125,10 +132,12 @@ def _shared_expert_gate(cfg: ModelConfig, *, tokens: int, dtype: str) -> list[Op
     ]
 
 
-def _routing(cfg: ModelConfig, *, tokens: int, dtype: str) -> list[Op]:
-    """The router's GEMM and softmax, and the permutation of each token's copies to its experts."""
+def _routing(cfg: ModelConfig, *, tokens: int, dtype: str, permute: bool = True) -> list[Op]:
+    """The router's GEMM and softmax (a fused engine's top-k softmax kernel), and the
+    permutation of each token's copies to its experts (``permute``: vLLM's fused_moe GEMM
+    gathers the rows itself)."""
     h = cfg.d_model
-    return [
+    ops: list[Op] = [
         Gemm(name="router", m=tokens, n=cfg.n_experts, k=h, dtype=dtype),
         Elementwise(
             name="router_softmax",
@@ -138,11 +147,11 @@ def _routing(cfg: ModelConfig, *, tokens: int, dtype: str) -> list[Op]:
             pass_="fwd",
             dtype=dtype,
         ),
-        Elementwise(
-            name="permute", op="copy", tokens=tokens * cfg.top_k, hidden=h, pass_="fwd",
-            dtype=dtype,
-        ),
     ]
+    if permute:
+        ops.append(Elementwise(name="permute", op="copy", tokens=tokens * cfg.top_k, hidden=h,
+                               pass_="fwd", dtype=dtype))
+    return ops
 
 
 def _routed_experts(cfg: ModelConfig, *, tokens: int, dtype: str, tp: int,
@@ -165,6 +174,45 @@ def _routed_experts(cfg: ModelConfig, *, tokens: int, dtype: str, tp: int,
         return experts
     return [replace(op, launches=1) if isinstance(op, Gemm)
             else replace(op, tokens=op.tokens * n_run, count=1) for op in experts]
+
+
+# the serving engines' fused MoE paths (``Stack.moe_glue``)
+FUSED_MOE_GLUES = ("fused-moe-triton", "cutlass-moe")
+_INDEX_BYTES = 4  # int32 expert ids and row indices (both engines' index buffers)
+
+
+def _fused_moe_glue(cfg: ModelConfig, *, tokens: int, glue: str) -> list[Op]:
+    """What a serving engine's fused MoE runs beyond the router, the top-k softmax, the
+    permutation, the two grouped GEMMs, their activation and the reduce back to the tokens
+    (all priced in ``moe_block``): the kernels that sort the routed rows by expert, over int32
+    indices (each moves about one index per routed row in and out).
+
+    ``fused-moe-triton``: vLLM ``fused_experts_impl`` (vllm/model_executor/layers/fused_moe/
+    fused_moe.py, commit 000d1458): ``moe_align_block_size``, ``fused_moe_kernel`` (w1, rows
+    gathered by ``sorted_token_ids``: no permutation copy), ``silu_and_mul``,
+    ``fused_moe_kernel`` (w2, the routing weight applied), ``moe_sum``; SGLang's default
+    Triton runner the same (python/sglang/srt/layers/moe/fused_moe_triton/fused_moe.py,
+    adapted from vLLM's; ``moe_sum_reduce``). ``moe_align_block_size``
+    (fused_moe/moe_align_block_size.py, commit 05be9924) launches three kernels:
+    ``sorted_ids.fill_``, the ``torch.zeros`` of ``expert_ids`` and the align kernel
+    (``ops.moe_align_block_size``; ``sgl_moe_align_block_size`` at 256 experts).
+
+    ``cutlass-moe``: TensorRT-LLM ``CutlassMoeFCRunner::runMoe``: the top-k softmax, the sort
+    of the routed rows by expert (v0.9, cpp/tensorrt_llm/kernels/mixtureOfExperts/
+    moe_kernels.cu commit 03cff08f: ``CubKeyValueSorter::run`` and
+    ``computeTotalRowsBeforeExpert``; 1.x, cutlass_kernels/moe_gemm/moe_kernels.cu:
+    ``threeStepBuildExpertMapsSortFirstToken``, three kernels: blockExpertPrefixSum,
+    globalExpertPrefixSum, mergeExpertPrefixSum), ``expandInputRowsKernel`` (the
+    permutation), the first grouped GEMM, ``doGatedActivation``, the second grouped GEMM and
+    ``finalizeMoeRoutingKernel`` (the reduce): three sorting kernels (1.x; v0.9's CUB radix
+    sort and offsets kernel, two or more).
+
+    The fp8 paths' activation quantization (vLLM ``per_token_group_quant_fp8`` before each
+    grouped GEMM; TensorRT-LLM's fused into the expansion) is not priced here, as no fp8 GEMM's
+    is (``sim.runtime.serving.quantization``: W8A8 taken at the GEMM)."""
+    rows = tokens * cfg.top_k
+    name = "moe_align_block_size" if glue == "fused-moe-triton" else "moe_sort_rows"
+    return [Memory(name=name, op="copy", bytes_moved=2 * _INDEX_BYTES * rows, count=3)]
 
 
 def _expert_grouping(cfg: ModelConfig, *, tokens: int, dtype: str) -> list[Op]:

@@ -223,6 +223,7 @@ VLLM = Stack(
     title="vLLM V1: FlashAttention (FA3 on Hopper), torch.compile, CUDA-graph buckets, chunked",
     attention=_FA,
     elementwise="compiled",
+    moe_glue="fused-moe-triton",
     host=HostModel(mode="cuda_graph"),
     kv_cache="paged",
     logits="last",
@@ -234,7 +235,8 @@ VLLM = Stack(
     sources=("vllm/attention/utils/fa_utils.py get_flash_attn_version",
              "vllm/platforms/cuda.py get_attn_backend_cls (FlashInfer on Blackwell)",
              "vllm docs/design/cuda_graphs.md; vllm/config set_cudagraph_sizes",
-             "vllm EngineArgs default_max_num_batched_tokens, max_num_seqs, block_size"),
+             "vllm EngineArgs default_max_num_batched_tokens, max_num_seqs, block_size",
+             "vllm/model_executor/layers/fused_moe/fused_moe.py fused_experts_impl (MoE)"),
     notes=("iteration_overhead_s=0.5 ms is an unmeasured prior",),
 )
 
@@ -245,6 +247,7 @@ SGLANG = Stack(
     on_arch=(*_CUDNN_ON_BLACKWELL, ("gfx942", _all("flash2")), ("gfx950", _all("flash2"))),
     platform="cuda-rocm",
     elementwise="fused",
+    moe_glue="fused-moe-triton",
     host=HostModel(mode="cuda_graph"),
     kv_cache="paged",
     logits="last",
@@ -255,7 +258,8 @@ SGLANG = Stack(
     sources=("SGLang docs, 'Attention Backend' and 'CUDA Graph Capture'",
              "sglang/srt/server_args.py (chunked_prefill_size, mem_fraction_static)",
              "sglang/srt/server_args.py attention_backend: trtllm_mha on sm100, aiter on HIP",
-             "SGLang v0.4 release blog (zero-overhead batch scheduler)"),
+             "SGLang v0.4 release blog (zero-overhead batch scheduler)",
+             "sglang/srt/layers/moe/fused_moe_triton/fused_moe.py fused_experts_impl (MoE)"),
     notes=("FlashInfer's prefill kernel priced as FlashAttention-2, the design it follows "
            "(Ye et al., FlashInfer, MLSys 2025)",
            "Blackwell: trtllm_mha priced as cuDNN's fused attention; ROCm: aiter priced as "
@@ -267,6 +271,7 @@ TRT_LLM = Stack(
     title="TensorRT-LLM: fused engine, C++ runtime, in-flight batching, FP8 kernels",
     attention=_FA,
     elementwise="fused",
+    moe_glue="cutlass-moe",
     host=HostModel(mode="eager", call_factor=_fit("trt-llm", "call_factor", 0.2)),
     platform="cuda",
     kv_cache="paged",
@@ -279,7 +284,8 @@ TRT_LLM = Stack(
                            all_reduce="fusion"),
     sources=("TensorRT-LLM docs, 'Multi-Head, Multi-Query, and Group-Query Attention' (XQA)",
              "tensorrt_llm/builder.py BuildConfig (max_batch_size, max_num_tokens)",
-             "TensorRT-LLM KvCacheConfig.free_gpu_memory_fraction (0.9)"),
+             "TensorRT-LLM KvCacheConfig.free_gpu_memory_fraction (0.9)",
+             "cpp/tensorrt_llm/kernels/cutlass_kernels/moe_gemm/moe_kernels.cu runMoe (MoE)"),
     notes=("context FMHA and XQA priced as the device's FlashAttention build (not fitted apart)",
            "call_factor and iteration_overhead_s fitted on published rows (stack_fit.json)"),
 )

@@ -25,7 +25,7 @@ ELEMENTWISE_IMPLS = ("eager", "fused", "compiled")
 HOST_MODES = ("eager", "cuda_graph", "compiled")
 KV_CACHES = ("dynamic", "static", "paged")
 MOE_IMPLS = ("grouped_gemm", "expert_loop")
-MOE_GLUES = ("none", "transformers")
+MOE_GLUES = ("none", "transformers", "fused-moe-triton", "cutlass-moe")
 # How a training step runs an MoE block's routed experts (``--expert-gemms``): ``grouped``,
 # one grouped GEMM per expert projection per layer per pass over the experts that receive
 # tokens, one kernel and one host call each, priced by ``hwmodels.gemm.grouped_gemm_time``
@@ -112,10 +112,12 @@ class Stack:
     attention: AttentionChoice
     elementwise: str = "eager"  # eager ATen kernels, hand-fused, or torch.compile's Triton
     moe: str = "grouped_gemm"
-    # the library code around the grouped GEMMs: ``none`` (the GEMMs and the routing's gathers
-    # alone: fused MoE kernels of serving engines, Megatron's grouped GEMM) or ``transformers``
-    # (its grouped_mm experts forward, as an H200 profile of transformers 5.17 shows it:
-    # ``workloads.feed_forward.moe_block``'s ``glue``)
+    # the library code around the grouped GEMMs (``workloads.feed_forward.moe_block``'s
+    # ``glue``): ``none`` (the routing's gathers and the sort of the routed rows as
+    # transformers' grouped_mm forward runs it: the stacks whose MoE glue is not modelled
+    # apart), ``transformers`` (its grouped_mm experts forward, as an H200 profile of
+    # transformers 5.17 shows it), ``fused-moe-triton`` (vLLM's and SGLang's Triton fused_moe)
+    # or ``cutlass-moe`` (TensorRT-LLM's CUTLASS MoE runner)
     moe_glue: str = "none"
     # the dtype the routed experts' GEMMs run in when training under autocast over fp32 weights
     # (``mixed_precision='autocast'``): ``fp32`` where they are ``torch._grouped_mm`` calls,
