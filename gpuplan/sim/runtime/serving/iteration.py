@@ -46,7 +46,7 @@ from gpuplan.hwmodels.kernel_time import KernelTime
 from gpuplan.hwmodels.launch import launch_cost
 from gpuplan.hwmodels.price import price
 from gpuplan.sim.estimate.breakdown import Breakdown, Item, priced_items
-from gpuplan.sim.estimate.compilation import eager, fuse_elementwise
+from gpuplan.sim.estimate.compilation import eager, fuse_elementwise, fuse_residual_norms
 from gpuplan.sim.estimate.composite import layer_groups
 from gpuplan.sim.runtime.serving.all_reduce import tp_all_reduce
 from gpuplan.sim.runtime.serving.batch import Batch
@@ -93,7 +93,13 @@ from gpuplan.workloads.ops import (
 
 
 def _as_run(ops: list[Op], impl: str) -> list[Op]:
-    return {"fused": list, "eager": eager, "compiled": fuse_elementwise}[impl](ops)
+    """The block's kernels as the runtime's elementwise implementation runs them: eager PyTorch
+    op by op; an engine's fused kernels with each residual add inside its RMSNorm
+    (``fuse_residual_norms``), and under torch.compile the remaining runs fused by Inductor."""
+    if impl == "eager":
+        return eager(ops)
+    ops = fuse_residual_norms(ops)
+    return fuse_elementwise(ops) if impl == "compiled" else ops
 
 
 def token_ops(dep, *, tokens: int, layer: int = 0, group_tokens: int | None = None,
