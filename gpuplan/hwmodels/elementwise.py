@@ -10,12 +10,9 @@ Waterman and Patterson (CACM 2009), with per-op efficiencies as in LLMCompass (Z
 
 from __future__ import annotations
 
-import functools
-import json
 import math
-from importlib import resources
 
-from gpuplan.hwmodels.efficiency import Efficiency
+from gpuplan.hwmodels.efficiency import Efficiency, engine_norm_data
 from gpuplan.hwmodels.kernel_time import ZERO, KernelTime
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.ops import Elementwise, Memory
@@ -23,21 +20,12 @@ from gpuplan.workloads.ops import Elementwise, Memory
 ROW_REDUCTIONS = ("rmsnorm", "layernorm", "softmax", "add_rmsnorm")
 
 
-@functools.cache
-def engine_norm_s_per_elem() -> float:
-    """The row latency of a serving engine's fused add + RMSNorm kernel, measured on the H200
-    (``data/engine_norm.json``, by ``gpuplan.validate.engine_norm_fit``); other devices borrow it
-    as they borrow the H200 fit."""
-    path = resources.files("gpuplan.hwmodels") / "data" / "engine_norm.json"
-    return float(json.loads(path.read_text())["add_rmsnorm_s_per_elem"])
-
-
 def row_per_elem_s(table: dict[str, float], op) -> float:
     """One row's reduction latency per element for ``op`` from ``eff.row_reduction_s_per_elem``
     (the engine's fused add + RMSNorm: its own measured kernel unless the table names it)."""
     family = kernel_family(op)
     if family == "add_rmsnorm":
-        return table.get(family, engine_norm_s_per_elem())
+        return table.get(family, engine_norm_data()["add_rmsnorm_s_per_elem"])
     return table.get(family, table.get(op.op, 0.0))
 
 

@@ -11,6 +11,10 @@ cost plus a latency proportional to the row's length. The fit is the least-squar
 Inductor specializes a size-1 dimension and emits a split reduction for it). ``s_per_elem`` is
 the row latency the pricing uses (``hwmodels.elementwise.row_per_elem_s``); ``fixed_s`` is
 printed beside it for comparison with the model's own per-kernel cost, which it does not replace.
+Over many rows the kernel is bandwidth-bound: ``add_rmsnorm_hbm_fraction`` is the median, over
+the Inductor records of at least 512 tokens, of the bytes it must move (x and the residual read,
+the output and the new residual written) over the time, as a share of the device's catalogue
+HBM bandwidth (``efficiency.MEASURED_FRACTION``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ import numpy as np
 DEFAULT_RECORDS = "data/h200_engine_norm/engine_norm.jsonl"
 FORM = "inductor"
 MIN_TOKENS, MAX_TOKENS = 2, 64
+BANDWIDTH_TOKENS = 512  # and more: many waves of rows, bandwidth-bound
+DEVICE_KEYS = {"NVIDIA H200": "h200", "NVIDIA H100 80GB HBM3": "h100-sxm"}
 
 
 def fit(rows: list[dict]) -> dict:
@@ -31,13 +37,19 @@ def fit(rows: list[dict]) -> dict:
     time_s = np.array([r["graph_per_call_s"] for r in use])
     slope, fixed = np.polyfit(hidden, time_s, 1)
     resid = time_s - (fixed + slope * hidden)
+    from gpuplan.hwmodels.accelerators import get_accelerator
+
+    hbm = get_accelerator(DEVICE_KEYS[use[0]["device"]]).hbm_bytes_per_s
+    wide = [r for r in rows if r["form"] == FORM and r["tokens"] >= BANDWIDTH_TOKENS]
+    shares = [4 * r["tokens"] * r["hidden"] * 2 / r["graph_per_call_s"] / hbm for r in wide]
     return {
+        "add_rmsnorm_hbm_fraction": float(np.median(shares)),
         "add_rmsnorm_s_per_elem": float(slope),
         "fixed_s": float(fixed),
         "rows": len(use),
         "max_abs_residual_s": float(np.abs(resid).max()),
         "source": f"least squares over {len(use)} {FORM} records, {MIN_TOKENS}-{MAX_TOKENS} "
-                  f"tokens, of {DEFAULT_RECORDS} ({use[0]['device']}, torch {use[0]['torch']}) "
+                  f"tokens, and the median share of {len(wide)} of >= {BANDWIDTH_TOKENS} tokens, of {DEFAULT_RECORDS} ({use[0]['device']}, torch {use[0]['torch']}) "
                   "by gpuplan.validate.engine_norm_fit",
     }  # fmt: skip
 
