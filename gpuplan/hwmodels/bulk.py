@@ -37,7 +37,7 @@ from gpuplan.hwmodels.attention import (
     kernel_rate,
 )
 from gpuplan.hwmodels.collectives import ALGORITHMS, link_override_or_default, tree_terms
-from gpuplan.hwmodels.elementwise import ROW_REDUCTIONS, kernel_family
+from gpuplan.hwmodels.elementwise import ROW_REDUCTIONS, kernel_family, row_per_elem_s
 from gpuplan.hwmodels.formats import BLOCK_FORMATS
 from gpuplan.hwmodels.gemm import (
     ALIGN_BYTES,
@@ -254,7 +254,7 @@ def _row_reduction_s(acc, ops, eff, rows) -> np.ndarray:
     concurrent = acc.n_sms * eff.reduction_rows_per_sm
     tokens, hidden, count = (np.array([getattr(o, f) if r else 0 for o, r in zip(ops, rows, strict=True)],
                                       dtype=np.int64) for f in ("tokens", "hidden", "count"))  # fmt: skip
-    per_elem = _floats([table.get(kernel_family(o), table.get(o.op, 0.0)) if r else 0.0
+    per_elem = _floats([row_per_elem_s(table, o) if r else 0.0
                         for o, r in zip(ops, rows, strict=True)])  # fmt: skip
     waves = np.ceil(tokens / concurrent)
     return np.where(rows, waves * hidden * per_elem * count, 0.0)

@@ -35,7 +35,17 @@ REFERENCE_DEVICE = "h200"  # the device whose fit stands in for unmeasured devic
 # ``sim.estimate.inference.sliding_window_masked``); Inductor's ``repeat_kv`` copy, the median over a
 # seeded 70% of the compiled static-cache decodes profiled on the H200 (``python3 -m
 # gpuplan.validate.compare_compiled``, data/h200_stacks/run9).
+# A serving engine's fused residual add + RMSNorm has its own share (``engine_norm_data``).
 MEASURED_FRACTION = {UNVECTORIZED: 0.30, MEMCPY: 0.32, ATTN_MASK: 0.75, INDUCTOR_COPY: 0.75}
+
+
+@functools.cache
+def engine_norm_data() -> dict[str, Any]:
+    """``data/engine_norm.json``: the engine's fused add + RMSNorm kernel measured on the H200
+    (row latency per element and share of HBM bandwidth; ``gpuplan.validate.engine_norm_fit``).
+    Other devices borrow it, as they borrow the H200 fit."""
+    path = resources.files("gpuplan.hwmodels") / "data" / "engine_norm.json"
+    return json.loads(path.read_text())
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -138,6 +148,8 @@ class Efficiency:
         table = self.elementwise_hbm_fraction
         if pass_ == "bwd" and f"{op}_bwd" in table:
             return table[f"{op}_bwd"]
+        if op == "add_rmsnorm" and op not in table:
+            return engine_norm_data()["add_rmsnorm_hbm_fraction"]
         if op not in table:
             return MEASURED_FRACTION.get(op, table["default"])
         return table[op]

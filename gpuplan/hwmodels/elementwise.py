@@ -12,12 +12,21 @@ from __future__ import annotations
 
 import math
 
-from gpuplan.hwmodels.efficiency import Efficiency
+from gpuplan.hwmodels.efficiency import Efficiency, engine_norm_data
 from gpuplan.hwmodels.kernel_time import ZERO, KernelTime
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.ops import Elementwise, Memory
 
-ROW_REDUCTIONS = ("rmsnorm", "layernorm", "softmax")
+ROW_REDUCTIONS = ("rmsnorm", "layernorm", "softmax", "add_rmsnorm")
+
+
+def row_per_elem_s(table: dict[str, float], op) -> float:
+    """One row's reduction latency per element for ``op`` from ``eff.row_reduction_s_per_elem``
+    (the engine's fused add + RMSNorm: its own measured kernel unless the table names it)."""
+    family = kernel_family(op)
+    if family == "add_rmsnorm":
+        return table.get(family, engine_norm_data()["add_rmsnorm_s_per_elem"])
+    return table.get(family, table.get(op.op, 0.0))
 
 
 def elementwise_time(acc, op: Elementwise | Memory, eff: Efficiency) -> KernelTime:
@@ -56,6 +65,5 @@ def row_reduction_s(acc, op: Elementwise, eff: Efficiency) -> float:
         return 0.0
     concurrent = acc.n_sms * eff.reduction_rows_per_sm
     waves = math.ceil(op.tokens / concurrent)
-    table = eff.row_reduction_s_per_elem
-    per_elem_s = table.get(kernel_family(op), table.get(op.op, 0.0))
+    per_elem_s = row_per_elem_s(eff.row_reduction_s_per_elem, op)
     return waves * op.hidden * per_elem_s * op.count

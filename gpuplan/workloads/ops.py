@@ -32,6 +32,9 @@ ELEMENTWISE_TENSORS: dict[tuple[str, str], tuple[int, int]] = {
     ("softmax", "fwd"): (1, 1),
     ("softmax", "bwd"): (2, 1),  # y, dy -> dx
     ("add", "fwd"): (2, 1),  # x, residual -> y
+    # a serving engine's fused residual add + RMSNorm (vLLM fused_add_rms_norm or its Inductor
+    # form, SGLang/FlashInfer fused_add_rmsnorm): x, residual -> y, the new residual
+    ("add_rmsnorm", "fwd"): (2, 2),
     ("add", "bwd"): (0, 0),  # the gradient passes through: no kernel
     ("dropout_add", "fwd"): (2, 1),  # x, residual -> y (+ a one-byte mask)
     ("dropout_add", "bwd"): (1, 1),  # dy (+ mask) -> dx
@@ -66,6 +69,7 @@ EAGER_KERNELS: dict[tuple[str, str], tuple[int, int]] = {
     ("softmax", "fwd"): (1, 2),
     ("softmax", "bwd"): (1, 3),
     ("add", "fwd"): (1, 3),
+    ("add_rmsnorm", "fwd"): (2, 5),  # the add (3 passes), then the norm (2)
     ("add", "bwd"): (0, 0),
     ("dropout_add", "fwd"): (2, 5),  # dropout: x -> y (+mask); add: y, r -> out
     ("dropout_add", "bwd"): (1, 2),

@@ -47,6 +47,38 @@ def _fused(run: list[Elementwise]) -> Op:
     return Memory(name=name, op="fused", bytes_moved=total - saved)
 
 
+def _is(op, kind: str, pass_: str = "fwd") -> bool:
+    return isinstance(op, Elementwise) and op.op == kind and op.pass_ == pass_
+
+
+def fuse_residual_norms(ops: list[Op]) -> list[Op]:
+    """A serving engine's block: each residual add runs inside the RMSNorm that follows it, one
+    kernel reading x and the residual and writing the normalized output and the new residual
+    (vLLM ``RMSNorm.forward`` with ``residual``: ``fused_add_rms_norm``, or under Inductor its
+    ``forward_native`` compiled to one kernel; SGLang's ``RMSNorm.forward_cuda``:
+    ``fused_add_rmsnorm``; TensorRT-LLM's ``RMSNorm`` with a residual). An add followed by an
+    RMSNorm of the same shape becomes one ``add_rmsnorm``; the block's last residual add runs
+    inside the next block's input norm, so a block that starts with an RMSNorm and ends its
+    stream of elementwise ops with an unpaired add takes that add into its first norm (the first
+    block's norm has no add and the final norm takes the last block's: the count is the same)."""
+    out: list[Op] = []
+    for op in ops:
+        prev = out[-1] if out else None
+        if (_is(op, "rmsnorm") and prev is not None and _is(prev, "add")
+                and (prev.tokens, prev.hidden, prev.count) == (op.tokens, op.hidden, op.count)):
+            out[-1] = replace(op, name=f"{prev.name}+{op.name}", op="add_rmsnorm")
+            continue
+        out.append(op)
+    first = next((i for i, op in enumerate(out) if isinstance(op, Elementwise)), None)
+    last = next((i for i in range(len(out) - 1, -1, -1) if _is(out[i], "add")), None)
+    if first is not None and last is not None and last > first and _is(out[first], "rmsnorm"):
+        head, tail = out[first], out[last]
+        if (head.tokens, head.hidden, head.count) == (tail.tokens, tail.hidden, tail.count):
+            out[first] = replace(head, name=f"{tail.name}+{head.name}", op="add_rmsnorm")
+            del out[last]
+    return out
+
+
 def eager(ops: list[Op]) -> list[Op]:
     """The same ops as eager PyTorch runs them: each elementwise op in its ATen pieces."""
     return [replace(op, impl="eager") if isinstance(op, Elementwise) else op for op in ops]

@@ -61,9 +61,10 @@ Where each choice comes from:
   without padding (``CudaGraphConfig._generate_cuda_graph_batch_sizes``): the other sizes run
   eagerly there, and are priced as replays here (no per-size graph choice is modelled);
 - all-reduce: its all-reduce fusion kernels, one-shot up to 128 tokens, two-shot above
-  (``all_reduce="fusion"``, sim/runtime/serving/all_reduce.py); their fusion of the residual add
-  and the next RMSNorm (``AllReduceFusionOp.RESIDUAL_RMS_NORM``) is not modelled: the add and the
-  norm stay separate kernels;
+  (``all_reduce="fusion"``, sim/runtime/serving/all_reduce.py); the residual add runs inside
+  the next RMSNorm (``fused_add_norm``, as every engine here but ``eager-2023``), but the
+  all-reduce's own fusion with them (``AllReduceFusionOp.RESIDUAL_RMS_NORM``) is not modelled:
+  the all-reduce stays a kernel of its own;
 - scheduler: in-flight batching, ``max_batch_size=2048``, ``max_num_tokens=8192`` (BuildConfig
   defaults, tensorrt_llm/builder.py), chunked context off, the KV cache a share 0.9 of the memory
   left free after the weights (``KvCacheConfig.free_gpu_memory_fraction``);
@@ -139,6 +140,10 @@ class ServingRuntime:
     # its tensor-parallel all-reduce kernels (sim/runtime/serving/all_reduce.py): "nccl", vLLM's
     # and SGLang's "custom" one-shot/two-shot kernels, TensorRT-LLM's all-reduce "fusion" kernels
     all_reduce: str = "nccl"
+    # each residual add runs inside the RMSNorm after it (compilation.fuse_residual_norms): vLLM's
+    # fused_add_rms_norm (or its Inductor form), SGLang's fused_add_rmsnorm, TensorRT-LLM's
+    # RMSNorm with a residual; off for an engine whose kernels no source names
+    fused_add_norm: bool = True
 
     def __post_init__(self) -> None:
         check_choice("policy", self.policy, ("continuous", "chunked"))
@@ -300,6 +305,7 @@ EAGER_2023 = Stack(
     kv_cache="paged",
     logits="last",
     serving=ServingRuntime(cuda_graph=False, policy="continuous", max_seqs=256,
+                           fused_add_norm=False,  # the engine is not named: no fusion claimed
                            iteration_overhead_s=_fit("eager-2023", "iteration_overhead_s", 0.0),
                            overhead_per_rank_s=_fit("eager-2023", "overhead_per_rank_s", 0.0),
                            seq_overhead_s=_fit("eager-2023", "seq_overhead_s", 0.0),

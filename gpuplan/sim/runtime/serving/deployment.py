@@ -78,6 +78,7 @@ class Deployment:
     moe_glue: str = "none"  # the library code around them (``Stack.moe_glue``)
     repeat_kv_masked: bool = False  # a masked decode (static span) repeats K/V to every head
     host_overlap: float = 1.0  # share of device time hidden behind the host (launch_cost)
+    fused_add_norm: bool = True  # residual adds inside the next RMSNorm (ServingRuntime's)
     all_reduce: str = "nccl"  # the engine's TP all-reduce kernels (``all_reduce``): nccl, custom, fusion
     seq_overhead_s: float = 0.0  # CPU time per iteration per running sequence not hidden
     pp: int = 1  # pipeline stages of tp GPUs each (pipeline.py)

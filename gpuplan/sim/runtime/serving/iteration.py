@@ -46,7 +46,7 @@ from gpuplan.hwmodels.kernel_time import KernelTime
 from gpuplan.hwmodels.launch import launch_cost
 from gpuplan.hwmodels.price import price
 from gpuplan.sim.estimate.breakdown import Breakdown, Item, priced_items
-from gpuplan.sim.estimate.compilation import eager, fuse_elementwise
+from gpuplan.sim.estimate.compilation import eager, fuse_elementwise, fuse_residual_norms
 from gpuplan.sim.estimate.composite import layer_groups
 from gpuplan.sim.runtime.serving.all_reduce import tp_all_reduce
 from gpuplan.sim.runtime.serving.batch import Batch
@@ -92,8 +92,16 @@ from gpuplan.workloads.ops import (
 # --- the operators of an iteration (the reference) ------------------------------------------
 
 
-def _as_run(ops: list[Op], impl: str) -> list[Op]:
-    return {"fused": list, "eager": eager, "compiled": fuse_elementwise}[impl](ops)
+def _as_run(ops: list[Op], dep) -> list[Op]:
+    """The block's kernels as the runtime's elementwise implementation runs them: eager PyTorch
+    op by op; an engine's fused kernels, each residual add inside its RMSNorm where the engine
+    does that (``Deployment.fused_add_norm``: ``fuse_residual_norms``), and under torch.compile
+    the remaining runs fused by Inductor."""
+    if dep.impl == "eager":
+        return eager(ops)
+    if dep.fused_add_norm:
+        ops = fuse_residual_norms(ops)
+    return fuse_elementwise(ops) if dep.impl == "compiled" else ops
 
 
 def token_ops(dep, *, tokens: int, layer: int = 0, group_tokens: int | None = None,
@@ -116,7 +124,7 @@ def token_ops(dep, *, tokens: int, layer: int = 0, group_tokens: int | None = No
         reduce_bytes = tokens * cfg.d_model * dtype_bytes(dep.act_dtype)
         ops.append(tp_all_reduce(dep, "tp all_reduce", nbytes=reduce_bytes, tokens=tokens,
                                  count=2))
-    return _as_run(ops, dep.impl)
+    return _as_run(ops, dep)
 
 
 def token_part(dep, *, tokens: int, layer: int = 0, group_tokens: int | None = None,
@@ -143,7 +151,7 @@ def outer_ops(dep, *, tokens: int, first: bool = True, last: bool = True) -> lis
     if last:
         ops.append(Elementwise(name="final_norm", op=cfg.norm, tokens=tokens, hidden=cfg.d_model,
                                pass_="fwd", dtype=dep.act_dtype))  # fmt: skip
-    return _as_run(ops, dep.impl)
+    return _as_run(ops, dep)
 
 
 def sample_ops(dep, *, seqs: int) -> list[Op]:

@@ -61,6 +61,7 @@ def deployment_fields(stack: str | Stack, *, tp: int = 1, gpu: str | None = None
         "kv_cache": "paged",
         "stack": stack.name,
         "all_reduce": run.all_reduce if run else "nccl",
+        "fused_add_norm": run.fused_add_norm if run else False,
     }
 
 
