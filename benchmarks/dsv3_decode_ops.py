@@ -35,7 +35,8 @@ AIC_SYSTEM = {"h100-sxm": "h100_sxm", "h200": "h200_sxm"}
 AIC_BACKEND = {"trt-llm": "trtllm", "vllm": "vllm"}
 # group: (gpuplan's item names, aiconfigurator's operator names)
 GROUPS = {
-    "norms": (("attn_norm", "mlp_norm", "attn_residual", "mlp_residual", "final_norm"),
+    "norms": (("attn_norm", "mlp_norm", "attn_residual", "mlp_residual", "final_norm",
+               "mlp_residual+attn_norm", "attn_residual+mlp_norm"),  # engines' fused add + norm
               ("generation_add_norm_1", "generation_add_norm_2")),
     "MLA block": (("q_a_proj", "kv_a_proj", "q_b_proj", "mla_w_uk", "decode_attention", "mla_w_uv",
                    "o_proj", "rope_q", "rope_k", "attn_out_layout", "kv_cache_append",
