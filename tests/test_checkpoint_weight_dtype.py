@@ -93,3 +93,12 @@ def test_a_model_with_its_own_expert_format_names_it_beside_the_weights(capsys):
             "--requests", "2", "--no-timing"]  # fmt: skip
     assert main(args) == 0
     assert "bf16 weights (routed experts mxfp4), bf16 KV cache" in capsys.readouterr().out
+
+
+def test_a_plan_searches_weight_formats_so_names_no_default_for_them(capsys):
+    args = ["serve", "plan", "--model", "deepseek-v3", "--gpu", "h200", "--rate", "2",
+            "--prompt-tokens", "512", "--output-tokens", "32", "--slo-ttft-s", "5",
+            "--max-gpus", "8", "--stack", "sglang", "--requests", "30"]  # fmt: skip
+    assert main(args) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("defaults")]
+    assert len(lines) == 1 and "--weight-dtype" not in lines[0]

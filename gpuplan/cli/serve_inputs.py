@@ -81,15 +81,17 @@ def efficiency_fit(args):
     return efficiency_from_args(args, get_accelerator(args.gpu).key)
 
 
-def serve_defaults(args, *, tokens: tuple[int, int] | None = None) -> list[str]:
-    """The flags left unset whose defaults change the answer (before they are filled in)."""
+def serve_defaults(args, *, tokens: tuple[int, int] | None = None,
+                   weights: bool = True) -> list[str]:  # fmt: skip
+    """The flags left unset whose defaults change the answer (before they are filled in);
+    ``weights`` False where the weight format is searched, not defaulted (``serve plan``)."""
     out = []
     if tokens and not args.trace:
         out += [f"--prompt-tokens {tokens[0]}"] * (args.prompt_tokens is None)
         out += [f"--output-tokens {tokens[1]}"] * (args.output_tokens is None)
     if args.requests is None and not args.trace:
         out.append("--requests 1000")
-    if getattr(args, "weight_dtype", "") is None:  # serve's flag left unset
+    if weights and getattr(args, "weight_dtype", "") is None:  # serve's flag left unset
         from gpuplan.workloads.presets import get_model
 
         own = get_model(args.model).checkpoint_weight_dtype
