@@ -34,6 +34,7 @@ import json
 import math
 import os
 import random
+import re
 import signal
 import sys
 import tempfile
@@ -60,8 +61,11 @@ AMOUNT_ENDS = ("_s", "_usd", "_bytes", "bytes", "flops", "_j", "_wh", "_per_s", 
 AMOUNT_WORDS = ("cost", "usd", "time", "energy", "latency", "ttft", "tpot")
 # ... except where infinity means "never" or "no limit" (no checkpoint: an infinite interval)
 MAY_BE_INFINITE = ("interval", "horizon", "slo", "target", "limit", "deadline", "mtbf")
+# a statistic of no samples (no request finished before the horizon) is NaN, as numpy's is
+STATISTIC = re.compile(r"mean|median|std|min|max|p\d+(\.\d+)?")
 UTILIZATION = ("mfu", "hfu", "utilization", "utilisation")
 SKIP_MODULES = ("matplotlib", "PIL")
+SKIP_NAMES = (".provenance",)  # free-form metadata a caller gives, echoed
 
 
 def slots(call: Call, fn) -> list[tuple]:
@@ -101,8 +105,10 @@ def apply(call: Call, changes, objects) -> tuple[tuple, dict]:
             kwargs[UNKNOWN] = 1
         else:
             where = place[1]
-            inner = dict(args[where] if isinstance(where, int) else kwargs[where])
-            inner[place[2]] = value
+            inner = args[where] if isinstance(where, int) else kwargs[where]
+            if not isinstance(inner, dict):  # the other change replaced the dict itself
+                continue
+            inner = {**inner, place[2]: value}
             if isinstance(where, int):
                 args[where] = inner
             else:
@@ -121,8 +127,8 @@ def describe(call: Call, changes) -> str:
         elif place[0] == "unknown":
             shown.append(f"{UNKNOWN}=1")
         else:
-            shown.append(f"{place[1] if isinstance(place[1], str) else 'arg%d' % place[1]}"
-                         f"[{place[2]!r}]={label}")  # fmt: skip
+            where = place[1] if isinstance(place[1], str) else f"arg{place[1]}"
+            shown.append(f"{where}[{place[2]!r}]={label}")
     return f"{call.name}({', '.join(shown)})"
 
 
@@ -132,7 +138,7 @@ def _is_amount(name: str) -> bool:
 
 
 def _bad_number(name: str, x: float) -> str:
-    if x != x:
+    if x != x and not STATISTIC.fullmatch(name):
         return "NaN"
     if _is_amount(name) and math.isinf(x) and not any(w in name.lower() for w in MAY_BE_INFINITE):
         return "infinite"
@@ -143,19 +149,23 @@ def _bad_number(name: str, x: float) -> str:
     return ""
 
 
-def scan(obj, name: str = "result", depth: int = 0, seen=None):
-    """The first nonsense number in ``obj`` as 'path: why', else ''."""
+def scan(obj, name: str = "result", depth: int = 0, seen=None, *, nan_ok: bool = False):
+    """The first nonsense number in ``obj`` as 'path: why', else ''. A NaN in a table or an
+    array is a missing cell (a request unfinished at the horizon has no first token), a NaN
+    statistic (``mean``, ``p99``) one of no samples, and a summary of a serving run in which no
+    request finished (``finished`` 0) has NaN rates by design; ``provenance`` is free-form
+    metadata, echoed. Only numbers are judged."""
     import numpy as np
     import pandas as pd
 
     seen = set() if seen is None else seen
     if depth > 6 or id(obj) in seen or type(obj).__module__.startswith(SKIP_MODULES):
         return ""
-    if isinstance(obj, bool) or obj is None or isinstance(obj, str):
+    if isinstance(obj, bool) or obj is None or isinstance(obj, str) or name.endswith(SKIP_NAMES):
         return ""
     if isinstance(obj, int | float | np.number):
         why = _bad_number(name.rsplit(".", 1)[-1], float(obj))
-        return f"{name}={obj!r}: {why}" if why else ""
+        return f"{name}={obj!r}: {why}" if why and not (nan_ok and why == "NaN") else ""
     seen.add(id(obj))
     if isinstance(obj, pd.DataFrame):
         return next(filter(None, (scan(obj[c].to_numpy(), f"{name}.{c}", depth + 1, seen)
@@ -166,20 +176,20 @@ def scan(obj, name: str = "result", depth: int = 0, seen=None):
         if obj.dtype.kind not in "iuf" or obj.size == 0:
             return ""
         flat = obj.astype(float).ravel()
-        for x in (np.nanmin(flat) if not np.isnan(flat).all() else 0.0,
-                  np.nanmax(flat) if not np.isnan(flat).all() else 0.0,
-                  math.nan if np.isnan(flat).any() else 0.0):  # fmt: skip
+        flat = flat[~np.isnan(flat)]  # NaN in a column is a missing cell (pandas' convention)
+        for x in (flat.min(), flat.max()) if flat.size else ():
             if why := _bad_number(name.rsplit(".", 1)[-1], float(x)):
                 return f"{name}: {why}"
         return ""
     if isinstance(obj, dict):
+        nan_ok = nan_ok or obj.get("finished") == 0
         items = [(f"{name}.{k}" if isinstance(k, str) else name, v) for k, v in obj.items()]
     elif isinstance(obj, list | tuple | set | frozenset):
         items = [(name, v) for v in list(obj)[:200]]
     else:
         items = list(_attributes(obj, name))
     for path, value in items:
-        if found := scan(value, path, depth + 1, seen):
+        if found := scan(value, path, depth + 1, seen, nan_ok=nan_ok):
             return found
     return ""
 

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from dataclasses import dataclass
 from importlib import resources
 
-from gpuplan.errors import check_positive
+from gpuplan.errors import GpuplanError, check_positive, expects
 from gpuplan.sim.estimate.inputs import check_gpus
 from gpuplan.units import HOUR
 
@@ -71,6 +72,7 @@ class RunBudget:
         }
 
 
+@expects(acc="Accelerator")
 def run_budget(
     *,
     tokens: float,
@@ -88,6 +90,9 @@ def run_budget(
     check_positive("power_fraction", power_fraction)
     check_positive("pue", pue)
     time_s = tokens / tokens_per_s
+    if math.isinf(time_s):  # e.g. tokens_per_s=1e-300: beyond any float, not a duration
+        raise GpuplanError(f"tokens={tokens:g} at tokens_per_s={tokens_per_s:g} takes longer "
+                           "than any duration a float holds: give a realistic rate")  # fmt: skip
     gpu_hours = gpus * time_s / HOUR
     price = price_for(acc.key)
     if usd_per_gpu_hour is not None:
