@@ -12,7 +12,7 @@ from gpuplan.hwmodels.kernel_time import KernelTime
 from gpuplan.workloads.ops import Attention, Collective, Elementwise, Gemm, Memory, Op, Scan
 
 
-@expects(op="Op", acc="Accelerator", eff="Efficiency")
+@expects(acc="Accelerator", eff="Efficiency")  # an op of no kind: the GpuplanError below
 def price(op: Op, acc, eff: Efficiency) -> KernelTime:
     """Time of ``op`` (all ``op.count`` repetitions) on accelerator ``acc``."""
     if isinstance(op, Gemm) and is_grouped(op):

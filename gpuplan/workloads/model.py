@@ -134,6 +134,7 @@ class ModelConfig:
     checkpoint_weight_dtype: str = ""
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         self._check_sizes()
         self._check_choices()
         self._check_heads()
@@ -156,7 +157,6 @@ class ModelConfig:
             check_positive(self._field("d_head"), self.d_head)
 
     def _check_choices(self) -> None:
-        check_field_types(self)
         check_choice(self._field("norm"), self.norm, NORMS)
         check_choice(self._field("activation"), self.activation, ACTIVATIONS)
         check_choice(self._field("position"), self.position, POSITIONS)

@@ -60,7 +60,7 @@ def check_field_types(cfg) -> None:
         value, field = getattr(cfg, f.name), f"{cfg.name}: {f.name}"
         if f.type == "bool":
             check_switch(field, value)
-        elif f.type in ("int", "int | None") and value is not None:
+        elif f.type == "int" or f.type == "int | None" and value is not None:
             check_whole(field, value, low=0)
         elif f.type == "float":
             check_number(field, value)

@@ -115,7 +115,7 @@ class Strategy:
                                    "or False")  # fmt: skip
         if self.zero not in ZERO_STAGES:
             raise GpuplanError(
-                f"zero={self.zero!r} is invalid: choose one of 0, 1, 2, 3 (3 = FSDP)"
+                f"zero={shown(self.zero)} is invalid: choose one of 0, 1, 2, 3 (3 = FSDP)"
             )
         if self.capacity_factor is not None:
             check_positive("capacity_factor", self.capacity_factor)
