@@ -2,8 +2,8 @@
 
 Each call starts from a cheap valid call (``benchmarks/fuzz_api_calls.py``) and replaces one
 argument, or two (one time in five), with a hostile value: None, 0, -1, -2**63, 2**63, NaN,
-inf, -inf, "", "nope", unicode, a list, a dict, a float where an int is wanted, a bool, a
-ModelConfig or an Accelerator where a key is wanted and a key where an object is, an optional
+inf, -inf, 1e308, 10**30, -0.5, "", " ", "nope", unicode, bytes, numpy scalars, a list, a dict,
+an empty tuple, a float where an int is wanted, a bool, a ModelConfig or an Accelerator where a key is wanted and a key where an object is, an optional
 keyword the base leaves out, one entry of a dict argument (``params["m"]``), or an unknown
 keyword. Each call runs in a forked child (the parent imported gpuplan once) with a 20 s limit.
 
@@ -53,8 +53,11 @@ HOSTILE: list[tuple[str, object]] = [
     ("'ünïcødé'", "ünïcødé"), ("[1]", [1]), ("{'a': 1}", {"a": 1}), ("2.5", 2.5),
     ("True", True), ("False", False), ("1e-300", 1e-300), ("ModelConfig", "@model"),
     ("Accelerator", "@acc"), ("Cluster", "@cluster"), ("'llama3.2-3b'", "llama3.2-3b"),
-    ("'h200'", "h200"),
+    ("'h200'", "h200"), ("1e308", 1e308), ("-0.5", -0.5), ("10**30", 10**30), ("()", ()),
+    ("b'x'", b"x"), ("' '", " "), ("np.int64(-3)", "@np_negative"), ("np.nan", "@np_nan"),
 ]  # fmt: skip
+NUMPY = {"np_negative": lambda: __import__("numpy").int64(-3),
+         "np_nan": lambda: __import__("numpy").float64("nan")}  # fmt: skip
 UNKNOWN = "bogus_keyword"
 # result fields that are durations, costs, sizes or work: never NaN, infinite or negative
 AMOUNT_ENDS = ("_s", "_usd", "_bytes", "bytes", "flops", "_j", "_wh", "_per_s", "_per_hour")
@@ -96,7 +99,7 @@ def apply(call: Call, changes, objects) -> tuple[tuple, dict]:
     for place, h in changes:
         value = HOSTILE[h][1]
         if isinstance(value, str) and value.startswith("@"):
-            value = objects[value[1:]]
+            value = objects[value[1:]] if value[1:] in objects else NUMPY[value[1:]]()
         if place[0] == "pos":
             args[place[1]] = value
         elif place[0] == "kw":

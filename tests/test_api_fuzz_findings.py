@@ -158,6 +158,8 @@ BUILT_IN = {
         ClusterConfig(cluster=CL, nodes=1), [JOB], seed={"a": 1})),
     "simulate_cluster(jobs)": ("jobs", lambda: simulate_cluster(
         ClusterConfig(cluster=CL, nodes=1), math.nan)),
+    "simulate_cluster(no jobs)": ("jobs", lambda: simulate_cluster(
+        ClusterConfig(cluster=CL, nodes=1), ())),
     "Strategy(pp_layers)": ("pp_layers", lambda: Strategy(pp_layers=-(2**63))),
     "Strategy(sp)": ("sp", lambda: Strategy(sp=math.nan).label),
     "ModelConfig(kv_lora_rank)": ("kv_lora_rank",
@@ -192,6 +194,12 @@ NONSENSE = {
         tokens=1e12, tokens_per_s=1e-300, gpus=8, acc=ACC)),
     "decode_step_breakdown(extra_host_s=inf)": ("extra_host_s", lambda: decode_step_breakdown(
         ACC, EFF, M, batch=1, context=128, cuda_graph=False, extra_host_s=math.inf)),
+    "layer_forward(batch=1e308)": ("batch", lambda: layer_forward(M, batch=1e308, seq=128)),
+    "layer_activation_bytes(tokens=1e308)": ("tokens",
+                                             lambda: layer_activation_bytes(M, tokens=1e308)),
+    "training_state_bytes(1e308)": ("num_params", lambda: training_state_bytes(1e308)),
+    "run_budget(pue=1e308)": ("pue", lambda: run_budget(tokens=1e12, tokens_per_s=1e6, gpus=8,
+                                                        acc=ACC, pue=1e308)),
     "Images(count=2.5)": ("images", lambda: Images(count=2.5, width=224, height=224)),
 }  # fmt: skip
 

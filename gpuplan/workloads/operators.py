@@ -30,7 +30,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpuplan.errors import check_positive, check_whole, expects
+from gpuplan.errors import GpuplanError, check_positive, check_whole, expects
+from gpuplan.limits import MAX_DIM, MAX_GPUS
 from gpuplan.workloads.attention_block import kv_cache_append
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.feed_forward import mlp_block, moe_block
@@ -213,12 +214,13 @@ def model_flops(op: Op) -> float:
 
 
 def check_shape(*, batch: float, seq: float, tp: int = 1, context: float = 0) -> None:
-    """A GpuplanError unless the sizes of a forward are finite and positive (a batch may be a
-    mean, so a fraction) and ``tp`` a whole number of ranks."""
-    check_positive("batch", batch)
-    check_positive("seq", seq)
-    check_positive("context", context, allow_zero=True)
-    check_whole("tp", tp)
+    """A GpuplanError unless the sizes of a forward are positive and at most ``MAX_DIM`` (a
+    batch may be a mean, so a fraction) and ``tp`` a whole number of ranks."""
+    for field, value in (("batch", batch), ("seq", seq), ("context", context)):
+        check_positive(field, value, allow_zero=field == "context")
+        if value > MAX_DIM:
+            raise GpuplanError(f"{field}={value:g} is invalid: it must be at most {MAX_DIM:,}")
+    check_whole("tp", tp, high=MAX_GPUS)
 
 
 @expects(cfg="ModelConfig", dtype=str)

@@ -90,9 +90,6 @@ def run_budget(
     check_positive("power_fraction", power_fraction)
     check_positive("pue", pue)
     time_s = tokens / tokens_per_s
-    if math.isinf(time_s):  # e.g. tokens_per_s=1e-300: beyond any float, not a duration
-        raise GpuplanError(f"tokens={tokens:g} at tokens_per_s={tokens_per_s:g} takes longer "
-                           "than any duration a float holds: give a realistic rate")  # fmt: skip
     gpu_hours = gpus * time_s / HOUR
     price = price_for(acc.key)
     if usd_per_gpu_hour is not None:
@@ -103,11 +100,18 @@ def run_budget(
     else:
         rate, source = None, f"no price for {acc.key} in the price file; give one"
     energy_j = gpus * (acc.tdp_w or 0.0) * power_fraction * time_s * pue
+    cost = None if rate is None else gpu_hours * rate
+    for what, value in (("time", time_s), ("energy", energy_j), ("cost", cost or 0.0)):
+        if not math.isfinite(value):  # e.g. tokens_per_s=1e-300 or pue=1e308
+            raise GpuplanError(
+                f"tokens={tokens:g}, tokens_per_s={tokens_per_s:g}, gpus={gpus}, power_fraction="
+                f"{power_fraction:g}, pue={pue:g}, usd_per_gpu_hour={rate}: the run's {what} "
+                "overflows a float; give realistic values")  # fmt: skip
     return RunBudget(
         tokens=tokens,
         time_to_train_s=time_s,
         gpu_hours=gpu_hours,
-        cost_usd=None if rate is None else gpu_hours * rate,
+        cost_usd=cost,
         price_source=source,
         energy_kwh=energy_j / KWH,
         power_fraction=power_fraction,

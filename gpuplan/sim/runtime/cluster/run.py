@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from gpuplan.errors import check_kind, check_whole
+from gpuplan.errors import GpuplanError, check_kind, check_whole
 from gpuplan.limits import MAX_SEED
 from gpuplan.sim.runtime.cluster.config import ClusterConfig
 from gpuplan.sim.runtime.cluster.engine import ClusterSim
@@ -25,6 +25,8 @@ def simulate_cluster(config: ClusterConfig, jobs: list[JobSpec], *, seed: int = 
 
     check_kind("config", config, ClusterConfig)
     check_kind("jobs", jobs, (list, tuple))
+    if not jobs:
+        raise GpuplanError("jobs is empty: give at least one JobSpec")
     for job in jobs:
         check_kind("jobs[...]", job, JobSpec)
     check_whole("seed", seed, low=0, high=MAX_SEED)
