@@ -162,6 +162,8 @@ BUILT_IN = {
         ClusterConfig(cluster=CL, nodes=1), ())),
     "Strategy(pp_layers)": ("pp_layers", lambda: Strategy(pp_layers=-(2**63))),
     "Strategy(sp)": ("sp", lambda: Strategy(sp=math.nan).label),
+    "ModelConfig(n_layers=10**30)": ("n_layers",
+                                     lambda: dataclasses.replace(M, n_layers=10**30).layer_kinds),
     "ModelConfig(kv_lora_rank)": ("kv_lora_rank",
                                   lambda: dataclasses.replace(M, kv_lora_rank=None)),
     "simulate_step(gather_prefetch)": ("gather_prefetch", lambda: simulate_step(
@@ -200,6 +202,8 @@ NONSENSE = {
     "training_state_bytes(1e308)": ("num_params", lambda: training_state_bytes(1e308)),
     "run_budget(pue=1e308)": ("pue", lambda: run_budget(tokens=1e12, tokens_per_s=1e6, gpus=8,
                                                         acc=ACC, pue=1e308)),
+    "plan_serving(usd_per_gpu_hour=1e308)": ("price_per_gpu_hour",
+                                             lambda: plan(usd_per_gpu_hour=1e308)),
     "Images(count=2.5)": ("images", lambda: Images(count=2.5, width=224, height=224)),
 }  # fmt: skip
 
@@ -212,6 +216,7 @@ LONG = {
     "make_workload(prompt_tokens=ModelConfig)": lambda: make_workload(
         rate_per_s=1.0, n=8, prompt_tokens=M, output_tokens=8),
     "ModelConfig(layer_types=ModelConfig)": lambda: dataclasses.replace(M, layer_types=M),
+    "ModelConfig(name=Accelerator)": lambda: dataclasses.replace(M, name=ACC, linear_attention=True),
     "Accelerator(pcie_bytes_per_s=Accelerator)": lambda: Accelerator(
         **fields_of(ACC, pcie_bytes_per_s=ACC)),
 }  # fmt: skip

@@ -18,6 +18,7 @@ from gpuplan.errors import (
     check_switch,
     check_whole,
 )
+from gpuplan.limits import MAX_DIM, MAX_LAYERS
 from gpuplan.workloads.layer_kinds import require_unset
 
 QK_NORMS = ("", "head", "all")  # none; RMSNorm over each head; over all heads at once (OLMo 2)
@@ -56,12 +57,14 @@ def check_field_types(cfg) -> None:
     """Each field of ``cfg`` of its annotated kind: a switch True or False, a size a whole
     number from 0, a factor a finite number, a word a string, a part (``ssm``, ...) its class
     or None (a NaN or a list there would otherwise price a model silently)."""
+    check_kind("name", cfg.name, str)  # every other message starts with it
     for f in fields(cfg):
         value, field = getattr(cfg, f.name), f"{cfg.name}: {f.name}"
         if f.type == "bool":
             check_switch(field, value)
         elif f.type == "int" or f.type == "int | None" and value is not None:
-            check_whole(field, value, low=0)
+            top = MAX_LAYERS if f.name == "n_layers" else MAX_DIM
+            check_whole(field, value, low=0, high=top)
         elif f.type == "float":
             check_number(field, value)
         elif f.type == "str" or f.type.startswith("tuple["):

@@ -41,7 +41,7 @@ from tqdm import tqdm
 from gpuplan.errors import GpuplanError, check_kind, check_positive, check_whole, shown
 from gpuplan.hwmodels.accelerators import get_accelerator
 from gpuplan.hwmodels.efficiency import Efficiency
-from gpuplan.limits import MAX_REQUESTS, MAX_SEED
+from gpuplan.limits import MAX_FLOAT, MAX_REQUESTS, MAX_SEED
 from gpuplan.sim.runtime.serving.deployment import serving_efficiency
 from gpuplan.sim.runtime.serving.on_stack import stack_serving_efficiency
 from gpuplan.sim.runtime.serving.plan_disagg import (
@@ -273,6 +273,9 @@ def _price(gpu: str, override: float | None) -> tuple[float, str]:
 
     if override is not None:
         check_positive("price_per_gpu_hour", override)
+        if override > MAX_FLOAT:  # a price beyond it makes every cost per token infinite
+            raise GpuplanError(f"price_per_gpu_hour={override:g} is invalid: it must be at most "
+                               f"{MAX_FLOAT:g} USD")  # fmt: skip
         return override, "given by the user"
     price = price_for(gpu)
     if price is None:
