@@ -140,6 +140,7 @@ BUILT_IN = {
     "make_workload(shared_prefix)": ("shared_prefix", lambda: make_workload(
         rate_per_s=1.0, n=8, prompt_tokens=64, output_tokens=8, shared_prefix="h200")),
     "plan_serving(top)": ("top", lambda: plan(top="h200")),
+    "plan_serving(rate_per_s=1e308)": ("rate_per_s", lambda: plan(rate_per_s=1e308)),
     "plan_serving(seed)": ("seed", lambda: plan(seed="llama3.2-3b")),
     "plan_serving(lengths)": ("lengths", lambda: plan(lengths=M)),
     "model_breakdown(params)": ("micro_batch", lambda: model_breakdown(

@@ -133,6 +133,9 @@ def plan(
     check_positive("rate_per_s", rate_per_s, allow_inf=True)
     if math.isinf(rate_per_s):
         raise GpuplanError("rate_per_s=inf is invalid for planning: give a finite request rate")
+    if rate_per_s > MAX_FLOAT:
+        raise GpuplanError(f"rate_per_s={rate_per_s:g} is invalid: it must be at most "
+                           f"{MAX_FLOAT:g} requests/s")  # fmt: skip
     _check_inputs(slo=slo, lengths=lengths, requests=requests, seed=seed, space=space, top=top,
                   pool=pool, pools=pools)  # fmt: skip
     started = time.perf_counter()
