@@ -130,13 +130,7 @@ def plan(
     efficiency fit (default: its built-in one); ``prune`` False simulates every probe to its
     end and caps no search (the same answer, slower: for checking); ``pools``: the prefill and
     decode GPU types and TPs that disaggregated units pair (``plan_disagg``)."""
-    check_positive("rate_per_s", rate_per_s, allow_inf=True)
-    if math.isinf(rate_per_s):
-        raise GpuplanError("rate_per_s=inf is invalid for planning: give a finite request rate")
-    if rate_per_s > MAX_FLOAT:
-        raise GpuplanError(f"rate_per_s={rate_per_s:g} is invalid: it must be at most "
-                           f"{MAX_FLOAT:g} requests/s")  # fmt: skip
-    _check_inputs(slo=slo, lengths=lengths, requests=requests, seed=seed, space=space, top=top,
+    _check_inputs(rate_per_s=rate_per_s, slo=slo, lengths=lengths, requests=requests, seed=seed, space=space, top=top,
                   pool=pool, pools=pools)  # fmt: skip
     started = time.perf_counter()
     cfg, acc = get_model(model), get_accelerator(gpu)
@@ -171,9 +165,16 @@ def plan(
                       wall_s=time.perf_counter() - started)  # fmt: skip
 
 
-def _check_inputs(*, slo, lengths, requests, seed, space, top, pool, pools) -> None:
-    """A plan's objects of their kinds, its counts whole, and ``lengths`` two arrays of at
-    least ``requests`` whole token counts (a GpuplanError naming the first that is not)."""
+def _check_inputs(*, rate_per_s, slo, lengths, requests, seed, space, top, pool, pools) -> None:
+    """A plan's rate finite, its objects of their kinds, its counts whole, and ``lengths`` two
+    arrays of at least ``requests`` whole token counts (a GpuplanError naming the first that is
+    not)."""
+    check_positive("rate_per_s", rate_per_s, allow_inf=True)
+    if math.isinf(rate_per_s):
+        raise GpuplanError("rate_per_s=inf is invalid for planning: give a finite request rate")
+    if rate_per_s > MAX_FLOAT:
+        raise GpuplanError(f"rate_per_s={rate_per_s:g} is invalid: it must be at most "
+                           f"{MAX_FLOAT:g} requests/s")  # fmt: skip
     check_kind("slo", slo, "Slo")
     check_kind("space", space, "SearchSpace")
     check_kind("pools", pools, "PoolSpace")
