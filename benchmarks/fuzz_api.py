@@ -3,9 +3,10 @@
 Each call starts from a cheap valid call (``benchmarks/fuzz_api_calls.py``) and replaces one
 argument, or two (one time in five), with a hostile value: None, 0, -1, -2**63, 2**63, NaN,
 inf, -inf, 1e308, 10**30, -0.5, "", " ", "nope", unicode, bytes, numpy scalars, a list, a dict,
-an empty tuple, a float where an int is wanted, a bool, a ModelConfig or an Accelerator where a key is wanted and a key where an object is, an optional
-keyword the base leaves out, one entry of a dict argument (``params["m"]``), or an unknown
-keyword. Each call runs in a forked child (the parent imported gpuplan once) with a 20 s limit.
+an empty tuple, a float where an int is wanted, a bool, a ModelConfig, an Accelerator or a
+Cluster where a key is wanted and a key where an object is. The places: each argument of the
+base call, each optional keyword it leaves out, each entry of a dict argument
+(``params["m"]``), and an unknown keyword. The same seed draws the same calls. Each call runs in a forked child (the parent imported gpuplan once) with a 20 s limit.
 
 Outcome classes, the first that applies:
   hang              still running after the limit
@@ -18,9 +19,11 @@ Outcome classes, the first that applies:
 A ``TypeError`` raised by Python's own signature check when binding the arguments (a missing
 or unknown keyword of the public callable itself) counts as ok: it is the language's one-line
 answer, naming the argument, before any gpuplan code runs. ``GpuplanError`` itself (an
-exception class) is not fuzzed.
+exception class) is not fuzzed. Results are judged by name: fields ending in _s, _usd,
+_bytes, _per_s, ... (and words such as cost, time, energy) are durations, costs and sizes.
 
     python3 benchmarks/fuzz_api.py [--n 2000] [--seed 0] [--workers 2] [--examples 3]
+                                   [--only NAME] [--json PATH]
 """
 
 from __future__ import annotations
