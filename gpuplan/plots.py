@@ -25,7 +25,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from gpuplan.errors import GpuplanError, check_choice
+from gpuplan.errors import GpuplanError, check_choice, check_kind, expects
 from gpuplan.hwmodels.price import price
 from gpuplan.units import MS, TFLOPS
 from gpuplan.workloads.ops import Op, op_class
@@ -38,6 +38,7 @@ BREAKDOWN_GROUPS = ("layer", "category", "op", "phase", "bound")
 
 def _axes(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axes]:
     """The given axes and their figure, or a new pyplot-free figure with one axes."""
+    check_kind("ax", ax, ("Axes", None))
     if ax is not None:
         return ax.figure, ax
     fig = Figure(figsize=figsize, layout="constrained")
@@ -47,6 +48,7 @@ def _axes(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axes]:
 # --- roofline -----------------------------------------------------------------------------
 
 
+@expects(ops=Iterable, acc="Accelerator", eff="Efficiency")
 def operator_points(ops: Iterable[Op], acc, eff) -> pd.DataFrame:
     """One row per operator that does FLOPs: name, class, intensity and achieved FLOP/s."""
     rows = []
@@ -142,6 +144,7 @@ def _label_clusters(points: pd.DataFrame) -> dict[tuple[float, float], list[str]
     return clusters
 
 
+@expects(ops=Iterable, acc="Accelerator", eff="Efficiency", dtypes=(list, tuple, None))
 def roofline(
     ops: Iterable[Op], acc, eff, ax: Axes | None = None, *, dtypes: Sequence[str] | None = None
 ) -> Figure:
@@ -183,6 +186,7 @@ def roofline(
 
 def breakdown_bar(breakdown, by: str = "category", ax: Axes | None = None) -> Figure:
     """Horizontal bars of a ``Breakdown``'s time by ``by``, largest on top, share annotated."""
+    check_kind("breakdown", breakdown, "Breakdown")
     check_choice("by", by, BREAKDOWN_GROUPS)
     groups = breakdown.by(by).sort_values("time_s")
     fig, ax = _axes(ax, (6.0, 0.4 * len(groups) + 1.2))
@@ -260,6 +264,8 @@ def predicted_vs_measured(rows_df: pd.DataFrame, ax: Axes | None = None) -> Figu
     one panel per metric (their units differ). ``rows_df`` has columns kind, metric, measured,
     predicted (the rows of ``gpuplan validate score``); rows with a value of zero or less are
     left out. An ``ax`` can hold one metric only."""
+    check_kind("rows_df", rows_df, "DataFrame")
+    check_kind("ax", ax, ("Axes", None))
     rows = _plottable_rows(rows_df)
     metrics = list(rows["metric"].unique())
     if ax is not None and len(metrics) > 1:

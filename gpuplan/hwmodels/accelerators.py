@@ -34,7 +34,14 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING
 
-from gpuplan.errors import GpuplanError, check_choice, check_key, check_positive, unknown_key
+from gpuplan.errors import (
+    GpuplanError,
+    check_choice,
+    check_key,
+    check_kind,
+    check_positive,
+    unknown_key,
+)
 
 if TYPE_CHECKING:
     import pandas
@@ -105,7 +112,10 @@ class Accelerator:
     notes: str = ""
 
     def __post_init__(self) -> None:
+        for column in ("key", "name", "vendor", "source", "notes"):
+            check_kind(f"accelerator.{column}", getattr(self, column), str)
         check_choice(f"{self.key}.form", self.form, FORMS)
+        check_kind(f"{self.key}.peak_flops_per_s", self.peak_flops_per_s, dict)
         if not self.peak_flops_per_s:
             raise GpuplanError(f"{self.key}: peak_flops_per_s is empty: give at least one dtype")
         for dtype, rate in self.peak_flops_per_s.items():

@@ -22,7 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from gpuplan.errors import GpuplanError, check_key, unknown_key
+from gpuplan.errors import GpuplanError, check_key, check_kind, check_positive, unknown_key
 from gpuplan.workloads.ops import ATTN_MASK, INDUCTOR_COPY, MEMCPY, UNVECTORIZED
 
 REFERENCE_DEVICE = "h200"  # the device whose fit stands in for unmeasured devices
@@ -137,6 +137,20 @@ class Efficiency:
     simt_gemv_hbm_fraction: float = 0.5
     grouped_fallback_s: float = 2e-6
 
+    def __post_init__(self) -> None:
+        """Every fitted number finite and not negative, every table a dict of them, every
+        switch True or False: a NaN or an infinity here would price every kernel as NaN."""
+        for field_name, kind in _FIELD_KINDS:
+            value = getattr(self, field_name)
+            if kind == "number":
+                _check_amount(field_name, value)
+            elif kind == "table":
+                check_kind(f"efficiency.{field_name}", value, dict)
+                for key, x in value.items():
+                    _check_amount(f"{field_name}[{key!r}]", x)
+            elif type(value) is not kind:
+                check_kind(f"efficiency.{field_name}", value, kind)
+
     def gemm_fraction(self, dtype: str, *, aligned: bool = True) -> float:
         table = self.gemm_peak_fraction if aligned else self.gemm_unaligned_fraction
         return table.get(dtype, table.get("default", self.gemm_peak_fraction["bf16"]))
@@ -156,6 +170,16 @@ class Efficiency:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+_FIELD_KINDS = [(f.name, {"float": "number", "int": "number", "dict[str, float]": "table",
+                          "bool": bool, "str": str}.get(f.type, dict))
+                for f in dataclasses.fields(Efficiency)]  # fmt: skip
+
+
+def _check_amount(name: str, value: float) -> None:
+    if not (type(value) in (float, int) and 0 <= value < math.inf):  # the quick common case
+        check_positive(f"efficiency.{name}", value, allow_zero=True)
 
 
 def queued(eff: Efficiency) -> Efficiency:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuplan.errors import GpuplanError
+from gpuplan.errors import GpuplanError, expects, shown
 from gpuplan.hwmodels.attention import attention_time
 from gpuplan.hwmodels.collectives import collective_time, custom_all_reduce_time
 from gpuplan.hwmodels.efficiency import Efficiency
@@ -12,6 +12,7 @@ from gpuplan.hwmodels.kernel_time import KernelTime
 from gpuplan.workloads.ops import Attention, Collective, Elementwise, Gemm, Memory, Op, Scan
 
 
+@expects(acc="Accelerator", eff="Efficiency")  # an op of no kind: the GpuplanError below
 def price(op: Op, acc, eff: Efficiency) -> KernelTime:
     """Time of ``op`` (all ``op.count`` repetitions) on accelerator ``acc``."""
     if isinstance(op, Gemm) and is_grouped(op):
@@ -31,7 +32,8 @@ def price(op: Op, acc, eff: Efficiency) -> KernelTime:
                                link_bytes_per_s_override=link).scaled(op.count)
     if isinstance(op, Scan):
         return scan_time(acc, op, eff)
-    raise TypeError(f"no price for {type(op).__name__}")
+    raise GpuplanError(f"op={shown(op)} is invalid: give an operator (Gemm, Attention, "
+                       "Elementwise, Memory, Collective, Scan), e.g. from layer_forward")
 
 
 def scaleout_link(acc) -> float:

@@ -24,7 +24,7 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
-from gpuplan.errors import GpuplanError
+from gpuplan.errors import GpuplanError, shown
 
 MAX_LOCAL_WORKERS = 256  # more worker processes than this on one machine is a typo
 CONNECT_TIMEOUT_S = 10.0  # how long to wait for a --scheduler to answer
@@ -40,6 +40,13 @@ class Pool(Protocol):
 
     def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
         """``[fn(x) for x in items]``, in the order of ``items``."""
+
+
+def check_pool(pool: object) -> None:
+    """A GpuplanError unless ``pool`` is None or a ``Pool`` (a ``map`` and a ``width``)."""
+    if pool is not None and not (callable(getattr(pool, "map", None)) and hasattr(pool, "width")):
+        raise GpuplanError(f"pool={shown(pool)} is invalid: give None (this process) or a Pool "
+                           "(gpuplan.sim.sweep: InProcess, DaskPool)")  # fmt: skip
 
 
 class InProcess:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from gpuplan.errors import GpuplanError, check_choice
+from gpuplan.errors import GpuplanError, check_choice, expects
 from gpuplan.hwmodels.accelerators import get_accelerator
 from gpuplan.hwmodels.device_timing import device_efficiency
 from gpuplan.hwmodels.efficiency import Efficiency, efficiency_for
@@ -203,6 +203,8 @@ def _phase(kind: str, params: Mapping[str, Any]) -> str:
     return "train" if params.get("pass") == "fwd_bwd" else "prefill"
 
 
+@expects(kind=str, device=str, params=dict, eff=("Efficiency", None), stack=("Stack", None),
+         isolated_call_s=(dict, None))
 def predict_breakdown(
     kind: str,
     device: str,

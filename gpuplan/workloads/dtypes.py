@@ -8,7 +8,7 @@ Formats (MX) v1.0 Specification", sec. 5); ``hwmodels.formats`` prices them.
 
 from __future__ import annotations
 
-from gpuplan.errors import GpuplanError
+from gpuplan.errors import GpuplanError, shown
 
 DTYPE_BYTES: dict[str, float] = {
     "fp32": 4,
@@ -28,7 +28,7 @@ def dtype_bytes(dtype: str) -> float:
     """Bytes per element of ``dtype``; an unknown name is an error listing the known ones."""
     try:
         return DTYPE_BYTES[dtype]
-    except KeyError:
+    except (KeyError, TypeError):  # TypeError: a list or a dict, which cannot be a key
         raise GpuplanError(
-            f"dtype={dtype!r} is unknown: choose one of {', '.join(DTYPE_BYTES)}"
+            f"dtype={shown(dtype)} is unknown: choose one of {', '.join(DTYPE_BYTES)}"
         ) from None

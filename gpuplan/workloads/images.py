@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuplan.errors import GpuplanError, check_positive
+from gpuplan.errors import GpuplanError, check_whole, shown
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -17,11 +17,11 @@ class Images:
     height: int
 
     def __post_init__(self) -> None:
-        check_positive("images", self.count, allow_zero=True)
+        check_whole("images", self.count, low=0)
         for field in ("width", "height"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise GpuplanError(f"image {field}={value!r} is invalid: give a whole number of "
+                raise GpuplanError(f"image {field}={shown(value)} is invalid: give a whole number of "
                                    "pixels, 1 or more (--image-size WxH)")
 
 

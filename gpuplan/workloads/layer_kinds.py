@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuplan.errors import GpuplanError, check_choice, check_positive
+from gpuplan.errors import GpuplanError, check_choice, check_positive, shown
 
 MIXER_KINDS = ("full", "sliding", "chunked", "nope", "linear", "mamba2", "dsa", "none")
 FFN_KINDS = ("dense", "moe", "none")
@@ -224,7 +224,7 @@ def require_unset(cfg, because: str, fields: tuple[str, ...]) -> None:
         value = getattr(cfg, field)
         if value:
             raise GpuplanError(
-                f"{cfg.name}: {field}={value!r} is set but {because}; set both or neither"
+                f"{cfg.name}: {field}={shown(value)} is set but {because}; set both or neither"
             )
 
 
@@ -245,7 +245,7 @@ def check_layer_kinds(cfg) -> None:
     for field, known in (("layer_types", MIXER_KINDS), ("ffn_types", FFN_KINDS)):
         kinds = getattr(cfg, field)
         if not isinstance(kinds, tuple):
-            raise GpuplanError(f"{cfg.name}: {field}={kinds!r} is invalid: give a tuple of kinds")
+            raise GpuplanError(f"{cfg.name}: {field}={shown(kinds)} is invalid: give a tuple of kinds")
         if kinds and len(kinds) != cfg.n_layers:
             raise GpuplanError(f"{cfg.name}: {field} has {len(kinds)} entries but n_layers="
                                f"{cfg.n_layers}: give one per layer (or none)")

@@ -53,9 +53,11 @@ recomputes the attention core, which a flash kernel already never stores, so it 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from gpuplan.errors import check_choice
+from gpuplan.errors import GpuplanError, check_choice, check_positive, check_whole, expects
+from gpuplan.limits import MAX_DIM, MAX_GPUS
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.layer_kinds import TOKEN_CACHE_KINDS
 from gpuplan.workloads.model import ModelConfig
@@ -81,6 +83,7 @@ def kv_cache_bytes_per_token_layer(cfg: ModelConfig, dtype: str = "bf16") -> flo
     return cfg.n_kv_heads * (cfg.qk_head_dim + cfg.v_dim_per_head) * dtype_bytes(dtype)
 
 
+@expects(cfg="ModelConfig", dtype=str)
 def kv_cache_bytes_per_token(cfg: ModelConfig, dtype: str = "bf16") -> float:
     """KV-cache bytes one token adds across all blocks that cache tokens (every such block
     keeping it: the bound of a sequence no longer than any window; ``kv_cache_bytes_per_sequence``
@@ -177,8 +180,11 @@ class TrainingState:
 
 def training_state_bytes(num_params: float, precision: str = "bf16-mixed") -> TrainingState:
     """Weights, gradients and Adam state for ``num_params`` parameters."""
+    check_positive("num_params", num_params, allow_zero=True)
     check_choice("precision", precision, PRECISION_BYTES)
     w, g, o = PRECISION_BYTES[precision]
+    if not math.isfinite(o * num_params):
+        raise GpuplanError(f"num_params={num_params:g} is invalid: its bytes overflow a float")
     return TrainingState(w * num_params, g * num_params, o * num_params)
 
 
@@ -194,6 +200,7 @@ class LayerActivations:
         return self.replicated_bytes + self.split_bytes
 
 
+@expects(cfg="ModelConfig", dtype=str)
 def layer_activation_bytes(
     cfg: ModelConfig,
     *,
@@ -207,6 +214,10 @@ def layer_activation_bytes(
 ) -> LayerActivations:
     """Activation bytes of one block for ``tokens`` tokens (module docstring has the terms)."""
     check_choice("recompute", recompute, RECOMPUTE)
+    check_positive("tokens", tokens, allow_zero=True)
+    if tokens > MAX_DIM:
+        raise GpuplanError(f"tokens={tokens:g} is invalid: it must be at most {MAX_DIM:,}")
+    check_whole("tp", tp, high=MAX_GPUS)
     e, h = dtype_bytes(dtype), cfg.d_model
     rep_div = tp if sp else 1
     if recompute == "full":  # only the block input survives

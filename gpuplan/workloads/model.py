@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gpuplan.errors import GpuplanError, check_choice, check_positive
+from gpuplan.errors import GpuplanError, check_choice, check_positive, check_whole
 from gpuplan.workloads.images import Images
 from gpuplan.workloads.layer_kinds import (
     LinearAttention,
@@ -53,7 +53,7 @@ from gpuplan.workloads.layer_kinds import (
     derived_layer_kinds,
     require_unset,
 )
-from gpuplan.workloads.structure import check_structure
+from gpuplan.workloads.structure import check_field_types, check_structure
 
 NORMS = ("rmsnorm", "layernorm")
 ACTIVATIONS = ("swiglu", "gelu", "relu2")  # relu2: squared ReLU, two matrices (Nemotron-H)
@@ -134,6 +134,7 @@ class ModelConfig:
     checkpoint_weight_dtype: str = ""
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         self._check_sizes()
         self._check_choices()
         self._check_heads()
@@ -270,6 +271,7 @@ class ModelConfig:
         return self.ffn_kind(layer) == "moe"
 
     def _layer(self, layer: int) -> int:
+        check_whole("layer", layer, low=0)
         if not 0 <= layer < self.n_layers:
             raise GpuplanError(
                 f"{self.name}: layer={layer} is invalid: choose 0 to {self.n_layers - 1}"

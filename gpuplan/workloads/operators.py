@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from gpuplan.errors import GpuplanError, check_positive, check_whole, expects
+from gpuplan.limits import MAX_DIM, MAX_GPUS
 from gpuplan.workloads.attention_block import kv_cache_append
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.feed_forward import mlp_block, moe_block
@@ -39,6 +41,7 @@ from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.ops import Attention, Elementwise, Gemm, Memory, Op, Scan
 
 
+@expects(cfg="ModelConfig", dtype=str, moe_glue=str)
 def layer_forward(
     cfg: ModelConfig,
     *,
@@ -55,6 +58,7 @@ def layer_forward(
     ``context`` tokens already in a KV cache (decode: seq=1, context>0); ``grouped_experts``:
     MoE experts as grouped GEMMs (``moe_block``), with ``moe_glue``'s library code around
     them."""
+    check_shape(batch=batch, seq=seq, tp=tp, context=context)
     t, h = batch * seq, cfg.d_model
     norm = cfg.norm
     add = "dropout_add" if cfg.bias and not cfg.is_vision else "add"  # GPT keeps dropout
@@ -94,6 +98,7 @@ def _post_norm(cfg: ModelConfig, name: str, tokens: int, dtype: str) -> Elementw
                        dtype=dtype)
 
 
+@expects(ops=(list, tuple))
 def backward_of(ops: list[Op]) -> list[Op]:
     """The backward kernels of a forward list, in reverse order."""
     out: list[Op] = []
@@ -190,10 +195,12 @@ def embedding_backward(cfg: ModelConfig, *, tokens: int, dtype: str) -> list[Op]
     return [Memory(name="embedding.bwd", op="embedding", bytes_moved=table + 2 * grad)]
 
 
+@expects(cfg="ModelConfig", dtype=str)
 def model_forward(
     cfg: ModelConfig, *, batch: int, seq: int, dtype: str = "bf16", tp: int = 1
 ) -> list[Op]:
     """Every kernel of one forward pass of the whole model."""
+    check_shape(batch=batch, seq=seq, tp=tp)
     t = batch * seq
     ops = embedding_forward(cfg, tokens=t, dtype=dtype)
     for layer in range(cfg.n_layers):
@@ -206,6 +213,17 @@ def model_flops(op: Op) -> float:
     return getattr(op, "model_flops", op.flops)
 
 
+def check_shape(*, batch: float, seq: float, tp: int = 1, context: float = 0) -> None:
+    """A GpuplanError unless the sizes of a forward are positive and at most ``MAX_DIM`` (a
+    batch may be a mean, so a fraction) and ``tp`` a whole number of ranks."""
+    for field, value in (("batch", batch), ("seq", seq), ("context", context)):
+        check_positive(field, value, allow_zero=field == "context")
+        if value > MAX_DIM:
+            raise GpuplanError(f"{field}={value:g} is invalid: it must be at most {MAX_DIM:,}")
+    check_whole("tp", tp, high=MAX_GPUS)
+
+
+@expects(cfg="ModelConfig", dtype=str)
 def training_flops(
     cfg: ModelConfig, *, batch: int, seq: int, dtype: str = "bf16", hardware: bool = False
 ) -> float:

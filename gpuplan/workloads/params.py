@@ -48,6 +48,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpuplan.errors import expects
 from gpuplan.workloads.model import ModelConfig, VisionTower
 
 
@@ -69,6 +70,7 @@ class ParamCount:
         return self.total - self.embedding - self.lm_head - sum(self.per_layer) - self.vision
 
 
+@expects(cfg="ModelConfig")
 def count_params(cfg: ModelConfig) -> ParamCount:
     """Exact stored and per-token-active parameters of ``cfg``."""
     per_layer = tuple(layer_params(cfg, layer) for layer in range(cfg.n_layers))

@@ -7,7 +7,18 @@ The functions take the ``ModelConfig`` as ``cfg`` untyped: ``model.py`` imports 
 
 from __future__ import annotations
 
-from gpuplan.errors import GpuplanError, check_choice, check_positive
+from dataclasses import fields
+
+from gpuplan.errors import (
+    GpuplanError,
+    check_choice,
+    check_kind,
+    check_number,
+    check_positive,
+    check_switch,
+    check_whole,
+)
+from gpuplan.limits import MAX_DIM, MAX_LAYERS
 from gpuplan.workloads.layer_kinds import require_unset
 
 QK_NORMS = ("", "head", "all")  # none; RMSNorm over each head; over all heads at once (OLMo 2)
@@ -40,3 +51,23 @@ def check_structure(cfg) -> None:
         require_unset(cfg, "MLA attention has its own norms", (*_ATTENTION_ONLY, "qk_norm"))
     if cfg.ssm is None:
         require_unset(cfg, "ssm is None (no Mamba-2 layer)", ("ssm_conv_bias", "ssm_proj_bias"))
+
+
+def check_field_types(cfg) -> None:
+    """Each field of ``cfg`` of its annotated kind: a switch True or False, a size a whole
+    number from 0, a factor a finite number, a word a string, a part (``ssm``, ...) its class
+    or None (a NaN or a list there would otherwise price a model silently)."""
+    check_kind("name", cfg.name, str)  # every other message starts with it
+    for f in fields(cfg):
+        value, field = getattr(cfg, f.name), f"{cfg.name}: {f.name}"
+        if f.type == "bool":
+            check_switch(field, value)
+        elif f.type == "int" or f.type == "int | None" and value is not None:
+            top = MAX_LAYERS if f.name == "n_layers" else MAX_DIM
+            check_whole(field, value, low=0, high=top)
+        elif f.type == "float":
+            check_number(field, value)
+        elif f.type == "str" or f.type.startswith("tuple["):
+            check_kind(field, value, str if f.type == "str" else (tuple, list))
+        elif f.type.endswith(" | None"):
+            check_kind(field, value, (f.type.removesuffix(" | None"), None))

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from gpuplan.errors import GpuplanError
+from gpuplan.errors import GpuplanError, expects
 from gpuplan.workloads.attention_block import attention_block
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.feed_forward import mlp_block
@@ -68,6 +68,7 @@ def default_image_size(cfg: ModelConfig) -> tuple[int, int]:
     return side, side
 
 
+@expects(cfg="ModelConfig", images=("Images", None))
 def image_tokens(cfg: ModelConfig, images: Images | None) -> int:
     """Image tokens of one sequence (0 without images)."""
     check_images(cfg, images)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from gpuplan.errors import check_kind
 from gpuplan.hwmodels.kernel_time import KernelTime
 from gpuplan.hwmodels.price import host_calls, kernel_count, price
 from gpuplan.workloads.ops import Collective, Op, op_class
@@ -40,6 +41,14 @@ class Breakdown:
     items: tuple[Item, ...]
     memory_bytes: dict[str, float] = field(default_factory=dict)  # named terms of peak memory
     notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_kind("items", self.items, (tuple, list))
+        for item in self.items:
+            if not isinstance(item, Item):
+                check_kind("items[...]", item, Item)
+        check_kind("memory_bytes", self.memory_bytes, dict)
+        check_kind("notes", self.notes, (tuple, list))
 
     @property
     def total_s(self) -> float:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from gpuplan.errors import check_choice, check_positive, expects
 from gpuplan.hwmodels.collectives import collective_time
 from gpuplan.hwmodels.efficiency import queued
 from gpuplan.hwmodels.launch import launch_cost
@@ -38,6 +39,8 @@ from gpuplan.workloads.operators import (
     layer_forward,
     logit_softcap,
 )
+
+IMPLS = ("fused", "eager", "compiled")
 
 
 def _as_run(ops, impl: str):
@@ -194,6 +197,8 @@ def _first_dense(cfg: ModelConfig) -> int:
     return next((i for i in range(cfg.n_layers) if not cfg.is_moe_layer(i)), 0)
 
 
+@expects(acc="Accelerator", eff="Efficiency", cfg="ModelConfig", dtype=str,
+         extra_ops=(list, tuple))
 def decode_step_breakdown(
     acc,
     eff,
@@ -216,6 +221,8 @@ def decode_step_breakdown(
     contract's harness does). ``extra_ops``: per-block work a stack adds (a KV cache's copy);
     ``extra_host_s``: CPU time a framework adds beyond its torch calls."""
     check_params({"batch": batch, "context": context, "tp": tp, "cuda_graph": cuda_graph})
+    check_choice("impl", impl, IMPLS)
+    check_positive("extra_host_s", extra_host_s, allow_zero=True)
     eff = queued(eff)
     items = []
     if with_head:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpuplan.errors import GpuplanError, check_whole
+from gpuplan.errors import GpuplanError, check_whole, shown
 from gpuplan.limits import MAX_BYTES, MAX_DIM, MAX_GPUS, MAX_LAYERS, MAX_SEED
 
 # Bounds of the whole-number params of a case (the record contract's names, ARCHITECTURE.md).
@@ -21,18 +21,27 @@ WHOLE_PARAMS = ("m", "n", "k", "batch", "heads_q", "heads_kv", "seq_q", "seq_kv"
                 "tokens", "hidden", "ffn", "seq", "micro_batch", "vocab", "layers", "context",
                 "world", "tp", "bytes", "max_cache_len")  # fmt: skip
 BOOL_PARAMS = ("causal", "compiled", "cuda_graph")
+# The word params of a case: a string where given (None: the default)
+WORD_PARAMS = ("dtype", "op", "impl", "pass", "model", "stack", "timing", "attention_kernel",
+               "kv_cache", "recompute", "precision", "optimizer", "optimizer_impl",
+               "kv_dtype", "weight_dtype")  # fmt: skip
 
 
 def check_params(params: Mapping[str, Any]) -> None:
     """The whole-number and boolean params of a case, where given, of the right type and size."""
     if not isinstance(params, Mapping):
-        raise GpuplanError(f"params={params!r} is invalid: it must be a mapping of names to values")
+        raise GpuplanError(f"params={shown(params)} is invalid: it must be a mapping of names "
+                           "to values")  # fmt: skip
+    for name in WORD_PARAMS:
+        if params.get(name) is not None and not isinstance(params[name], str):
+            raise GpuplanError(f"{name}={shown(params[name])} is invalid: it must be a string")
     for name in WHOLE_PARAMS:
         if name in params:
             check_whole(name, params[name], high=PARAM_BOUNDS.get(name, MAX_DIM))
     for name in BOOL_PARAMS:
         if name in params and not isinstance(params[name], bool):
-            raise GpuplanError(f"{name}={params[name]!r} is invalid: it must be True or False")
+            raise GpuplanError(f"{name}={shown(params[name])} is invalid: it must be True or "
+                               "False")  # fmt: skip
 
 
 def check_seq(cfg, seq: int, field: str = "seq") -> None:

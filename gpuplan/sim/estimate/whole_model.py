@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from gpuplan.errors import GpuplanError, check_choice
+from gpuplan.errors import GpuplanError, check_choice, expects
 from gpuplan.sim.estimate import composite as step
 from gpuplan.sim.estimate.breakdown import Breakdown
 from gpuplan.sim.estimate.inference import decode_breakdown, prefill_breakdown
@@ -21,9 +21,14 @@ from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.presets import get_model
 
 MODEL_KINDS = ("layer", "prefill_step", "train_step", "decode_step")
+# the params each kind cannot do without (the others have defaults)
+NEEDED = {"layer": ("micro_batch", "seq", "pass", "dtype"), "prefill_step": ("batch", "seq"),
+          "train_step": ("micro_batch", "seq"), "decode_step": ("batch", "context")}  # fmt: skip
 _PHASE = {"prefill_step": "prefill", "decode_step": "decode", "train_step": "train"}
 
 
+@expects(kind=str, acc="Accelerator", eff="Efficiency", model=(str, "ModelConfig"),
+         params=dict, impl=(str, None), stack=(str, "Stack"))
 def model_breakdown(
     kind: str,
     acc,
@@ -38,6 +43,10 @@ def model_breakdown(
     ``params`` sets batch, seq, ... (``impl`` overrides the stack's elementwise kernels)."""
     check_choice("kind", kind, MODEL_KINDS)
     check_params(params)
+    missing = [name for name in NEEDED[kind] if name not in params]
+    if missing:
+        raise GpuplanError(f"{kind}: params lacks {', '.join(missing)} (give "
+                           f"{', '.join(NEEDED[kind])})")  # fmt: skip
     cfg = model if isinstance(model, ModelConfig) else get_model(model)
     for field in ("seq", "context"):  # tokens of one sequence: within its position table
         if field in params:
@@ -187,6 +196,8 @@ def config_breakdown(
     )
 
 
+@expects(acc="Accelerator", eff="Efficiency", cfg="ModelConfig", recompute=str, precision=str,
+         impl=str, stack=(str, "Stack"))
 def train_step_breakdown(
     acc, eff, cfg: ModelConfig, *, micro_batch: int, seq: int, recompute: str = "none",
     precision: str = "bf16-mixed", impl: str = "eager", stack: str | Stack = "pytorch",

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from dataclasses import dataclass
 from importlib import resources
 
-from gpuplan.errors import check_positive
+from gpuplan.errors import GpuplanError, check_positive, expects
 from gpuplan.sim.estimate.inputs import check_gpus
 from gpuplan.units import HOUR
 
@@ -71,6 +72,7 @@ class RunBudget:
         }
 
 
+@expects(acc="Accelerator")
 def run_budget(
     *,
     tokens: float,
@@ -98,11 +100,18 @@ def run_budget(
     else:
         rate, source = None, f"no price for {acc.key} in the price file; give one"
     energy_j = gpus * (acc.tdp_w or 0.0) * power_fraction * time_s * pue
+    cost = None if rate is None else gpu_hours * rate
+    for what, value in (("time", time_s), ("energy", energy_j), ("cost", cost or 0.0)):
+        if not math.isfinite(value):  # e.g. tokens_per_s=1e-300 or pue=1e308
+            raise GpuplanError(
+                f"tokens={tokens:g}, tokens_per_s={tokens_per_s:g}, gpus={gpus}, power_fraction="
+                f"{power_fraction:g}, pue={pue:g}, usd_per_gpu_hour={rate}: the run's {what} "
+                "overflows a float; give realistic values")  # fmt: skip
     return RunBudget(
         tokens=tokens,
         time_to_train_s=time_s,
         gpu_hours=gpu_hours,
-        cost_usd=None if rate is None else gpu_hours * rate,
+        cost_usd=cost,
         price_source=source,
         energy_kwh=energy_j / KWH,
         power_fraction=power_fraction,

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from gpuplan.errors import expects
 from gpuplan.hwmodels.efficiency import efficiency_for, queued
 from gpuplan.sim.estimate.breakdown import Breakdown
 from gpuplan.sim.parallel.compute import CostCache
@@ -176,6 +177,8 @@ def flops_per_sequence(cfg: ModelConfig, seq: int, hardware: bool) -> float:
     return training_flops(cfg, batch=1, seq=seq, hardware=hardware)
 
 
+@expects(cfg="ModelConfig", strategy="Strategy", cluster="Cluster", eff=("Efficiency", None),
+         costs=("CostCache", None), stack=(str, "Stack", None))
 def estimate_training(
     cfg: ModelConfig,
     strategy: Strategy,

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gpuplan.errors import GpuplanError, check_positive, check_whole
+from gpuplan.errors import GpuplanError, check_positive, check_whole, expects
 from gpuplan.hwmodels.efficiency import efficiency_for
 from gpuplan.limits import MAX_DIM
 from gpuplan.sim.estimate.inputs import check_gpus, check_seq
@@ -61,7 +61,7 @@ from gpuplan.sim.parallel.strategy import Strategy, validate
 from gpuplan.sim.parallel.topology import Cluster
 from gpuplan.sim.stacks import get_stack
 from gpuplan.sim.stacks.training import layout_mask, runtime_of
-from gpuplan.sim.sweep import InProcess, Pool, chunks
+from gpuplan.sim.sweep import InProcess, Pool, check_pool, chunks
 from gpuplan.units import HOUR
 
 if TYPE_CHECKING:
@@ -106,6 +106,8 @@ def _progress(total: int):
     return wrap
 
 
+@expects(cfg="ModelConfig", cluster="Cluster", space=("SearchSpace", None),
+         eff=("Efficiency", None))
 def search(
     cfg,
     *,
@@ -122,6 +124,7 @@ def search(
     """Evaluate every valid strategy; return those that fit and their Pareto front (``pool``:
     where the pieces of the search run, ``sim.sweep``; in this process by default)."""
     check_gpus(gpus)
+    check_pool(pool)
     check_whole("global_batch", global_batch, high=MAX_DIM)
     check_seq(cfg, seq)
     if tokens is not None:

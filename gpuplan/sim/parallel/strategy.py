@@ -45,7 +45,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuplan.errors import GpuplanError, check_choice, check_number, check_positive, check_whole
+from gpuplan.errors import (
+    GpuplanError,
+    check_choice,
+    check_number,
+    check_positive,
+    check_whole,
+    shown,
+)
 from gpuplan.limits import MAX_DIM
 from gpuplan.sim.estimate.inputs import check_gpus, check_seq
 from gpuplan.sim.parallel.degrees import divisors, nearest, valid_pp, valid_tp, valid_virtual_stages
@@ -100,9 +107,15 @@ class Strategy:
         check_choice("precision", self.precision, PRECISIONS)
         check_choice("state_precision", self.state_precision, PRECISION_BYTES)
         check_choice("attention", self.attention, ATTENTION_IMPLS)
+        for field in ("sp", "overlap_dp", "overlap_tp", "overlap_pp", "overlap_ep",
+                      "fused_grad_accumulation"):  # fmt: skip
+            value = getattr(self, field)  # a bool (numpy's too), or 0 or 1
+            if not (isinstance(value, int) and value in (0, 1) or type(value).__name__ == "bool_"):
+                raise GpuplanError(f"{field}={shown(getattr(self, field))} is invalid: give True "
+                                   "or False")  # fmt: skip
         if self.zero not in ZERO_STAGES:
             raise GpuplanError(
-                f"zero={self.zero!r} is invalid: choose one of 0, 1, 2, 3 (3 = FSDP)"
+                f"zero={shown(self.zero)} is invalid: choose one of 0, 1, 2, 3 (3 = FSDP)"
             )
         if self.capacity_factor is not None:
             check_positive("capacity_factor", self.capacity_factor)
@@ -152,6 +165,9 @@ class Strategy:
 
 def _check_pp_layers(value, pp: int) -> tuple[int, ...]:
     """``value`` as a tuple of positive whole numbers, one per pipeline stage."""
+    if not isinstance(value, tuple | list):
+        raise GpuplanError(f"pp_layers={shown(value)} is invalid: give a tuple of blocks per "
+                           "stage, e.g. (10, 12, 12, 10)")  # fmt: skip
     layers = tuple(value)
     text = ",".join(str(n) for n in layers)
     if any(not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in layers):

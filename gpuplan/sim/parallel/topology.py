@@ -30,7 +30,15 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from gpuplan.errors import GpuplanError, check_key, check_positive, unknown_key
+from gpuplan.errors import (
+    GpuplanError,
+    check_key,
+    check_kind,
+    check_number,
+    check_positive,
+    shown,
+    unknown_key,
+)
 from gpuplan.hwmodels.accelerators import get_accelerator
 from gpuplan.units import US
 
@@ -65,14 +73,21 @@ class Cluster:
             check_positive(field, getattr(self, field))
         for field in ("scaleup_bytes_per_s", "scaleout_bytes_per_s", "oversubscription"):
             check_positive(field, getattr(self, field))
+        check_positive("scaleout_latency_s", self.scaleout_latency_s, allow_zero=True)
+        for field in ("key", "name", "gpu", "source"):
+            check_kind(field, getattr(self, field), str)
+        check_number("scaleout_efficiency", self.scaleout_efficiency)
         if not 0 < self.scaleout_efficiency <= 1:
             raise GpuplanError(
                 f"scaleout_efficiency={self.scaleout_efficiency!r} is invalid: it is a fraction "
                 "in (0, 1]"
             )
-        if sorted(self.placement) != sorted(PLACEMENT_DIMS):
+        placement = self.placement
+        if not isinstance(placement, tuple | list) or sorted(map(str, placement)) != sorted(
+            PLACEMENT_DIMS
+        ) or not all(isinstance(d, str) for d in placement):
             raise GpuplanError(
-                f"placement={self.placement!r} is invalid: order each of "
+                f"placement={shown(self.placement)} is invalid: order each of "
                 f"{', '.join(PLACEMENT_DIMS)} once, innermost first"
             )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpuplan.errors import GpuplanError, check_choice, unknown_key
+from gpuplan.errors import GpuplanError, check_choice, shown, unknown_key
 from gpuplan.hwmodels.attention import ATTENTION_KERNELS
 from gpuplan.sim.stacks.stack import KV_CACHES, TRAIN_ONLY_KERNELS, AttentionChoice, Stack
 
@@ -35,7 +35,7 @@ def get_stack(name: str | Stack) -> Stack:
     if isinstance(name, Stack):
         return name
     if not isinstance(name, str) or not name:
-        raise GpuplanError(f"stack={name!r} is invalid: choose one of {', '.join(_load())}")
+        raise GpuplanError(f"stack={shown(name)} is invalid: choose one of {', '.join(_load())}")
     stacks = _load()
     if name not in stacks:
         raise unknown_key("stack", name, stacks)

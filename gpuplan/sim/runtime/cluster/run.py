@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from gpuplan.errors import GpuplanError, check_kind, check_whole
+from gpuplan.limits import MAX_SEED
 from gpuplan.sim.runtime.cluster.config import ClusterConfig
 from gpuplan.sim.runtime.cluster.engine import ClusterSim
 from gpuplan.sim.runtime.cluster.jobs import JobSpec
@@ -21,6 +23,15 @@ def simulate_cluster(config: ClusterConfig, jobs: list[JobSpec], *, seed: int = 
     the GPU's efficiency fit (default its built-in one); the summary names it."""
     import pandas as pd
 
+    check_kind("config", config, ClusterConfig)
+    check_kind("jobs", jobs, (list, tuple))
+    if not jobs:
+        raise GpuplanError("jobs is empty: give at least one JobSpec")
+    for job in jobs:
+        check_kind("jobs[...]", job, JobSpec)
+    check_whole("seed", seed, low=0, high=MAX_SEED)
+    check_kind("name", name, str)
+    check_kind("fit", fit, ("Efficiency", None))
     sim = ClusterSim(config, jobs, seed=seed, progress=progress, fit=fit)
     wall_s = sim.run()
     jf, ev = job_frame(sim), event_frame(sim)

@@ -32,11 +32,12 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
-from gpuplan.errors import GpuplanError, unknown_key
+from gpuplan.errors import GpuplanError, check_kind, unknown_key
 from gpuplan.sim.parallel.topology import built_of, get_cluster
 from gpuplan.sim.runtime.cluster.checkpoint import CheckpointConfig
 from gpuplan.sim.runtime.cluster.config import ClusterConfig
@@ -85,6 +86,7 @@ def builtin_scenarios() -> dict[str, Path]:
 
 def scenario_path(name_or_path: str | Path) -> Path:
     """A built-in scenario's file, or the path given."""
+    check_kind("scenario", name_or_path, (str, os.PathLike))
     if not str(name_or_path).strip():
         raise GpuplanError("scenario='' is invalid: give a YAML file or a built-in name")
     path = Path(name_or_path)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from gpuplan.errors import GpuplanError, check_choice, check_positive
+from gpuplan.errors import GpuplanError, check_choice, check_kind, check_positive, unknown_key
 from gpuplan.hwmodels.accelerators import Accelerator, get_accelerator
 from gpuplan.hwmodels.attention import ATTENTION_KERNELS
 from gpuplan.hwmodels.efficiency import Efficiency, efficiency_for, queued
@@ -198,6 +198,7 @@ def serving_efficiency(
     meets it: a stream of kernels, each keeping only the queued share of its fixed cost, with the
     fused-attention kernels the server runs (``ATTENTION_KERNELS``)."""
     check_choice("attention_kernel", attention_kernel, ATTENTION_KERNELS)
+    check_kind("fit", fit, ("Efficiency", None))
     base = fit or efficiency_for(acc_key)
     return dataclasses.replace(queued(base), attention_kernel=attention_kernel)
 
@@ -212,6 +213,10 @@ def deployment(
 ) -> Deployment:
     """A ``Deployment`` from catalogue keys (or a ModelConfig), with ``serving_efficiency`` of
     ``fit`` (default: the device's built-in fit)."""
+    options = {f.name for f in dataclasses.fields(Deployment)} - {"model", "acc", "eff"}
+    for name in kw:
+        if name not in options:
+            raise unknown_key("deployment option", name, options)
     cfg = model if isinstance(model, ModelConfig) else get_model(model)
     acc = get_accelerator(gpu)
     eff = serving_efficiency(acc.key, attention_kernel, fit)

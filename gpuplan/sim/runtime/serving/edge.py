@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from gpuplan.errors import check_kind
 from gpuplan.hwmodels.architecture import ARCH
 from gpuplan.sim.estimate.inputs import check_params
 from gpuplan.sim.runtime.serving.deployment import deployment
@@ -118,6 +119,10 @@ def edge_estimates(
     import pandas as pd
 
     check_params({"context": context, "tokens": prompt_tokens})
+    check_kind("weight_dtypes", weight_dtypes, (tuple, list))
+    check_kind("batches", batches, (tuple, list))
+    check_kind("speculation", speculation, ("Speculation", None))
+    check_kind("fit", fit, ("Efficiency", None))
     for b in batches:
         check_params({"batch": b})
     rows = [

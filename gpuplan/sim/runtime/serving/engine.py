@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import simpy
 
-from gpuplan.errors import GpuplanError, check_positive
+from gpuplan.errors import GpuplanError, check_kind, check_positive, check_whole, shown
 from gpuplan.sim.estimate.inputs import check_gpus
 from gpuplan.sim.runtime.serving.kv_cache import KvCapacity, kv_capacity
 from gpuplan.sim.runtime.serving.metrics import (
@@ -247,6 +247,8 @@ def simulate(
     at_s)`` and ``arrival(table, rid, at_s)``, if it has them, at each first token and arrival;
     any may raise ``Settled``, which propagates; ``speculator``: a ``speculative.Speculator``,
     whose decode steps are speculative and whose summary joins the result's)."""
+    _check_inputs(dep, sched, workload, step=step, watch=watch, speculator=speculator,
+                  slo=(slo_ttft_s, slo_tpot_s), max_run_iterations=max_run_iterations)  # fmt: skip
     _check_run(sched, replicas, horizon_s, speculator)
     started = time.perf_counter()
     workload = prepare_images(dep, workload)  # a VLM's image tokens and encoder, if any
@@ -282,6 +284,25 @@ def simulate(
         end_s=end_s,
         wall_s=time.perf_counter() - started,
     )
+
+
+def _check_inputs(dep, sched, workload, *, step, watch, speculator, slo,
+                  max_run_iterations) -> None:  # fmt: skip
+    """The objects a run is given, each of its kind, and its SLO targets and run cap numbers (a
+    GpuplanError naming the first that is not)."""
+    for name, target in zip(("slo_ttft_s", "slo_tpot_s"), slo, strict=True):
+        if target is not None:
+            check_positive(name, target, allow_inf=True)
+    if max_run_iterations is not None:
+        check_whole("max_run_iterations", max_run_iterations)
+    check_kind("dep", dep, "Deployment")
+    check_kind("sched", sched, "SchedulerConfig")
+    check_kind("workload", workload, "Workload")
+    check_kind("step", step, ("StepModel", None))
+    check_kind("speculator", speculator, ("Speculator", None))
+    if watch is not None and not callable(watch):
+        raise GpuplanError(f"watch={shown(watch)} is invalid: give None or a callable "
+                           "watch(table, rid, at_s)")  # fmt: skip
 
 
 def _check_run(sched, replicas: int, horizon_s: float | None, speculator) -> None:

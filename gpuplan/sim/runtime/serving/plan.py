@@ -38,9 +38,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tqdm import tqdm
 
-from gpuplan.errors import GpuplanError, check_positive
+from gpuplan.errors import GpuplanError, check_kind, check_positive, check_whole, shown
 from gpuplan.hwmodels.accelerators import get_accelerator
 from gpuplan.hwmodels.efficiency import Efficiency
+from gpuplan.limits import MAX_FLOAT, MAX_REQUESTS, MAX_SEED
 from gpuplan.sim.runtime.serving.deployment import serving_efficiency
 from gpuplan.sim.runtime.serving.on_stack import stack_serving_efficiency
 from gpuplan.sim.runtime.serving.plan_disagg import (
@@ -52,7 +53,7 @@ from gpuplan.sim.runtime.serving.plan_disagg import (
 from gpuplan.sim.runtime.serving.plan_pruning import candidate_order, enough_met, scout, top_cost
 from gpuplan.sim.runtime.serving.plan_search import evaluate_candidate
 from gpuplan.sim.runtime.serving.plan_space import SearchSpace, Slo, candidates, speculator_for
-from gpuplan.sim.sweep import InProcess, Pool
+from gpuplan.sim.sweep import InProcess, Pool, check_pool
 from gpuplan.units import HOUR
 from gpuplan.workloads.presets import get_model
 
@@ -129,9 +130,8 @@ def plan(
     efficiency fit (default: its built-in one); ``prune`` False simulates every probe to its
     end and caps no search (the same answer, slower: for checking); ``pools``: the prefill and
     decode GPU types and TPs that disaggregated units pair (``plan_disagg``)."""
-    check_positive("rate_per_s", rate_per_s, allow_inf=True)
-    if math.isinf(rate_per_s):
-        raise GpuplanError("rate_per_s=inf is invalid for planning: give a finite request rate")
+    _check_inputs(rate_per_s=rate_per_s, slo=slo, lengths=lengths, requests=requests, seed=seed, space=space, top=top,
+                  pool=pool, pools=pools)  # fmt: skip
     started = time.perf_counter()
     cfg, acc = get_model(model), get_accelerator(gpu)
     hourly, source = _price(acc.key, usd_per_gpu_hour)
@@ -163,6 +163,38 @@ def plan(
     return PlanResult(rows=rows, top=top, speculation=space.speculation is not None,
                       candidates=len(found), price_source=source,
                       wall_s=time.perf_counter() - started)  # fmt: skip
+
+
+def _check_inputs(*, rate_per_s, slo, lengths, requests, seed, space, top, pool, pools) -> None:
+    """A plan's rate finite, its objects of their kinds, its counts whole, and ``lengths`` two
+    arrays of at least ``requests`` whole token counts (a GpuplanError naming the first that is
+    not)."""
+    check_positive("rate_per_s", rate_per_s, allow_inf=True)
+    if math.isinf(rate_per_s):
+        raise GpuplanError("rate_per_s=inf is invalid for planning: give a finite request rate")
+    if rate_per_s > MAX_FLOAT:
+        raise GpuplanError(f"rate_per_s={rate_per_s:g} is invalid: it must be at most "
+                           f"{MAX_FLOAT:g} requests/s")  # fmt: skip
+    check_kind("slo", slo, "Slo")
+    check_kind("space", space, "SearchSpace")
+    check_kind("pools", pools, "PoolSpace")
+    check_pool(pool)
+    check_whole("requests", requests, high=MAX_REQUESTS)
+    check_whole("seed", seed, low=0, high=MAX_SEED)
+    check_whole("top", top, high=MAX_REQUESTS)
+    check_kind("lengths", lengths, (tuple, list))
+    if len(lengths) != 2:
+        raise GpuplanError(f"lengths has {len(lengths)} parts: give (prompt, output) arrays")
+    for name, column in zip(("prompt", "output"), lengths, strict=True):
+        values = np.asarray(column) if isinstance(column, np.ndarray | list | tuple) else None
+        whole = values is not None and values.ndim == 1 and values.dtype.kind in "iuf" and bool(
+            np.all(np.isfinite(values) & (values >= 0) & (values == np.round(values))))
+        if not whole:
+            raise GpuplanError(f"lengths ({name})={shown(column)} is invalid: give a 1-D array "
+                               "of whole token counts")  # fmt: skip
+        if len(values) < requests:
+            raise GpuplanError(f"lengths ({name}) has {len(values)} entries, fewer than "
+                               f"requests={requests}: give at least that many")  # fmt: skip
 
 
 def _pooled(cfg, acc, space: SearchSpace, pools: PoolSpace, found, hourly: float) -> list:
@@ -245,6 +277,9 @@ def _price(gpu: str, override: float | None) -> tuple[float, str]:
 
     if override is not None:
         check_positive("price_per_gpu_hour", override)
+        if override > MAX_FLOAT:  # a price beyond it makes every cost per token infinite
+            raise GpuplanError(f"price_per_gpu_hour={override:g} is invalid: it must be at most "
+                               f"{MAX_FLOAT:g} USD")  # fmt: skip
         return override, "given by the user"
     price = price_for(gpu)
     if price is None:

@@ -42,7 +42,14 @@ from pathlib import Path
 
 import numpy as np
 
-from gpuplan.errors import GpuplanError, check_choice, check_positive, check_whole
+from gpuplan.errors import (
+    GpuplanError,
+    check_choice,
+    check_kind,
+    check_positive,
+    check_whole,
+    shown,
+)
 from gpuplan.limits import MAX_CV, MAX_DIM, MAX_REQUESTS, MAX_SEED
 
 ARRIVALS = ("poisson", "gamma")
@@ -109,6 +116,8 @@ class Workload:
         """Images of each request: the ``images`` column, else one where it has image tokens."""
         if self.images is not None:
             return self.images
+        if self.image_tokens is None:  # a text workload
+            return np.zeros(self.n, dtype=np.int64)
         return (self.image_tokens > 0).astype(np.int64)
 
     def _check_prefixes(self) -> None:
@@ -181,7 +190,7 @@ def arrivals(
 def lengths(spec: int | str, n: int, rng: np.random.Generator, *, what: str) -> np.ndarray:
     """``n`` token counts from a spec: a number, ``uniform:LO:HI``, ``lognormal:MEDIAN:P90[:MAX]``."""
     if isinstance(spec, bool) or not isinstance(spec, int | np.integer | str):
-        raise GpuplanError(f"{what}={spec!r} is invalid: give a whole number of tokens or a spec")
+        raise GpuplanError(f"{what}={shown(spec)} is invalid: give a whole number of tokens or a spec")
     if isinstance(spec, int | np.integer):
         check_whole(what, int(spec), high=MAX_DIM)
         return np.full(n, int(spec), dtype=np.int64)
@@ -255,9 +264,13 @@ def make_workload(
         output = lengths(output_tokens, n, rng, what="output_tokens")
     prefixes = {}
     if shared_prefix is not None:
+        check_kind("shared_prefix", shared_prefix, (tuple, list))
+        if len(shared_prefix) != 2:
+            raise GpuplanError(f"shared_prefix={shared_prefix!r} is invalid: give (TOKENS, "
+                               "GROUPS)")  # fmt: skip
         tokens, groups = shared_prefix
-        check_positive("shared prefix tokens", tokens)
-        check_positive("shared prefix groups", groups)
+        check_whole("shared prefix tokens", tokens, high=MAX_DIM)
+        check_whole("shared prefix groups", groups, high=MAX_DIM)
         own = np.random.default_rng([seed, 1])  # not the arrivals' and lengths' stream
         prefixes = {"prefix_id": own.integers(0, groups, size=n),
                     "prefix_tokens": np.minimum(tokens, np.asarray(prompt) - 1)}  # fmt: skip
@@ -268,6 +281,7 @@ def with_images(workload: Workload, *, images: int, image_tokens: int) -> Worklo
     """``workload`` with ``images`` images, of ``image_tokens`` tokens in all, on every request."""
     from dataclasses import replace
 
+    check_kind("workload", workload, Workload)
     check_whole("images per request", images, low=0, high=MAX_DIM)
     check_whole("image tokens per request", image_tokens, low=0, high=MAX_DIM)
     n = workload.n

@@ -25,9 +25,16 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from gpuplan.errors import GpuplanError, check_number
+from gpuplan.errors import (
+    GpuplanError,
+    check_kind,
+    check_number,
+    check_switch,
+    check_whole,
+    expects,
+)
 from gpuplan.hwmodels.efficiency import efficiency_for
-from gpuplan.limits import MAX_CV
+from gpuplan.limits import MAX_CV, MAX_DIM
 from gpuplan.sim.estimate.inputs import check_seed
 from gpuplan.sim.parallel.strategy import Strategy, validate
 from gpuplan.sim.parallel.topology import Cluster, strides
@@ -85,6 +92,18 @@ def _factors(stragglers, st: Strategy, cluster: Cluster) -> dict:
     return out
 
 
+def _check_inputs(strategy, stragglers, all_ranks, contention, gather_prefetch) -> None:
+    check_kind("strategy", strategy, "Strategy")
+    check_kind("stragglers", stragglers, (tuple, list))
+    for straggler in stragglers:
+        check_kind("stragglers[...]", straggler, "Straggler")
+    check_switch("all_ranks", all_ranks)
+    check_switch("contention", contention)
+    check_whole("gather_prefetch", gather_prefetch, low=0, high=MAX_DIM)
+
+
+@expects(cfg="ModelConfig", strategy="Strategy", cluster="Cluster", eff=("Efficiency", None),
+         impl=str)
 def simulate_step(
     cfg,
     strategy: Strategy,
@@ -101,6 +120,7 @@ def simulate_step(
     impl: str = "fused",
 ) -> StepTimeline:
     """One training step of ``cfg`` under ``strategy`` on ``cluster``, played out in time."""
+    _check_inputs(strategy, stragglers, all_ranks, contention, gather_prefetch)
     validate(strategy, cfg, strategy.world, seq)
     check_seed(seed)
     check_number("jitter", jitter)
