@@ -39,6 +39,18 @@ def test_trt_llm_fusion_is_one_shot_up_to_128_tokens():
     assert all_reduce_kernel(dep, world=8, nbytes=1, tokens=129) == "two_shot"
 
 
+@pytest.mark.parametrize("world,tokens,kernel", [
+    (8, 256, "two_shot"), (8, 512, "nccl"),   # hidden 8192 in bf16: 4.2 MB fits 8 MB, 8.4 MB not
+    (4, 512, "nccl"), (2, 512, "two_shot"),   # 2 GPUs: a 16 MB workspace
+    (2, 1024, "nccl"),
+])
+def test_trt_llm_sends_a_message_larger_than_its_workspace_to_nccl(world, tokens, kernel):
+    """customAllReduceUtils.h: 16 MB on up to 2 GPUs, 8 MB on more; its SM90 strategy table
+    picks NCCL at the same sizes (TP8 hidden 8192 from 512 tokens, TP2 from 1024)."""
+    dep = _dep("fusion", tp=world)
+    assert all_reduce_kernel(dep, world=world, nbytes=tokens * 8192 * 2, tokens=tokens) == kernel
+
+
 def test_without_a_scale_up_link_engines_fall_back_to_nccl():
     dep = deployment("llama3-8b", "l40s", tp=2, all_reduce="custom")
     assert all_reduce_kernel(dep, world=2, nbytes=1024, tokens=1) == "nccl"
