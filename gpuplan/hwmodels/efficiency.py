@@ -44,8 +44,7 @@ def engine_norm_data() -> dict[str, Any]:
     """``data/engine_norm.json``: the engine's fused add + RMSNorm kernel measured on the H200
     (row latency per element and share of HBM bandwidth; ``gpuplan.validate.engine_norm_fit``).
     Other devices borrow it, as they borrow the H200 fit."""
-    path = resources.files("gpuplan.hwmodels") / "data" / "engine_norm.json"
-    return json.loads(path.read_text())
+    return _read_json("engine_norm.json")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -18,6 +18,8 @@ from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.ops import Elementwise, Memory, Op
 
 _FUSIBLE = (Elementwise,)
+# how elementwise ops run: a hand-fused kernel each, eager PyTorch's pieces, Inductor's fusion
+IMPLS = ("fused", "eager", "compiled")
 
 
 def fuse_elementwise(ops: list[Op]) -> list[Op]:

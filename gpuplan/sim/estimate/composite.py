@@ -25,7 +25,7 @@ from gpuplan.hwmodels.collectives import collective_time
 from gpuplan.hwmodels.efficiency import queued
 from gpuplan.hwmodels.launch import launch_cost
 from gpuplan.sim.estimate.breakdown import Breakdown, Item, priced_items
-from gpuplan.sim.estimate.compilation import eager, fuse_elementwise
+from gpuplan.sim.estimate.compilation import IMPLS, eager, fuse_elementwise
 from gpuplan.sim.estimate.inputs import check_params
 from gpuplan.sim.estimate.kernels import latency_item
 from gpuplan.workloads.dtypes import dtype_bytes
@@ -39,8 +39,6 @@ from gpuplan.workloads.operators import (
     layer_forward,
     logit_softcap,
 )
-
-IMPLS = ("fused", "eager", "compiled")
 
 
 def _as_run(ops, impl: str):

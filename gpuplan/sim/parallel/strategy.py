@@ -50,6 +50,7 @@ from gpuplan.errors import (
     check_choice,
     check_number,
     check_positive,
+    check_switch,
     check_whole,
     shown,
 )
@@ -109,10 +110,7 @@ class Strategy:
         check_choice("attention", self.attention, ATTENTION_IMPLS)
         for field in ("sp", "overlap_dp", "overlap_tp", "overlap_pp", "overlap_ep",
                       "fused_grad_accumulation"):  # fmt: skip
-            value = getattr(self, field)  # a bool (numpy's too), or 0 or 1
-            if not (isinstance(value, int) and value in (0, 1) or type(value).__name__ == "bool_"):
-                raise GpuplanError(f"{field}={shown(getattr(self, field))} is invalid: give True "
-                                   "or False")  # fmt: skip
+            check_switch(field, getattr(self, field))
         if self.zero not in ZERO_STAGES:
             raise GpuplanError(
                 f"zero={shown(self.zero)} is invalid: choose one of 0, 1, 2, 3 (3 = FSDP)"

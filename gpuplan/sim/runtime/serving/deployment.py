@@ -29,6 +29,7 @@ from gpuplan.errors import GpuplanError, check_choice, check_kind, check_positiv
 from gpuplan.hwmodels.accelerators import Accelerator, get_accelerator
 from gpuplan.hwmodels.attention import ATTENTION_KERNELS
 from gpuplan.hwmodels.efficiency import Efficiency, efficiency_for, queued
+from gpuplan.sim.estimate.compilation import IMPLS
 from gpuplan.sim.runtime.serving.all_reduce import check_all_reduce
 from gpuplan.sim.runtime.serving.pipeline import (
     NODE_GPUS,
@@ -44,7 +45,6 @@ from gpuplan.workloads.model import ModelConfig
 from gpuplan.workloads.presets import get_model
 
 MAX_TP = NODE_GPUS  # GPUs of one node joined by the scale-up link
-IMPLS = ("fused", "eager", "compiled")
 POLICIES = ("static", "dynamic", "continuous", "chunked")
 PREEMPTION = ("recompute", "swap")
 VLLM_MIN_BATCHED_TOKENS = 2048  # vLLM's floor for max_num_batched_tokens without chunking
