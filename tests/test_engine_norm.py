@@ -73,3 +73,15 @@ def test_the_committed_constants_are_the_fit_of_the_committed_records():
     again = fit(rows)
     for key in ("add_rmsnorm_s_per_elem", "add_rmsnorm_hbm_fraction"):
         assert data[key] == pytest.approx(again[key], rel=1e-9)
+
+
+def test_the_fit_script_answers_a_missing_or_foreign_file_in_one_line(tmp_path, capsys):
+    from gpuplan.validate.engine_norm_fit import main
+
+    assert main([str(tmp_path / "none.jsonl")]) == 2
+    assert "No such file" in capsys.readouterr().err
+    foreign = tmp_path / "ops.jsonl"
+    foreign.write_text('{"kind": "gemm"}\n')
+    assert main([str(foreign)]) == 2
+    err = capsys.readouterr().err
+    assert "not the records of harness.engine_norm" in err and len(err.strip().splitlines()) == 1

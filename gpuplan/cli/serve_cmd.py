@@ -83,7 +83,7 @@ def run_serve(args) -> int:
     _check_serve_outputs(args)
     dep, stack = _stack_deployment(args)
     sched = group_scheduler(_stack_scheduler(args, stack, dep), dep)
-    defaults = serve_defaults(args)
+    defaults = serve_defaults(args, model=dep.model)
     workload = _workload(args, default_requests=1000)
     common = {
         "horizon_s": args.horizon_s,
@@ -267,9 +267,7 @@ def _serve_doc(args, dep, sched, workload, result, replicas: int, stack=None) ->
         "kv_cache": {
             "blocks": cap.blocks,
             "block_tokens": cap.block_tokens,
-            # windowed or chunked layers page the cache per layer (blocks.py): a block is then
-            # one layer's, and this many of them hold a block of tokens in every layer
-            "layer_blocks_per_block": cap.rule.units if cap.rule and cap.rule.paged_per_layer else 1,
+            "layer_blocks_per_block": cap.layer_blocks_per_block,
             "tokens": cap.tokens,
             "kv_bytes_per_gpu": cap.kv_bytes / dep.dp,  # a wide-EP group pools dp ranks
             "weights_bytes_per_gpu": cap.weights_bytes,

@@ -81,21 +81,19 @@ def efficiency_fit(args):
     return efficiency_from_args(args, get_accelerator(args.gpu).key)
 
 
-def serve_defaults(args, *, tokens: tuple[int, int] | None = None,
-                   weights: bool = True) -> list[str]:  # fmt: skip
+def serve_defaults(args, *, tokens: tuple[int, int] | None = None, model=None) -> list[str]:
     """The flags left unset whose defaults change the answer (before they are filled in);
-    ``weights`` False where the weight format is searched, not defaulted (``serve plan``)."""
+    ``model`` the one served, whose checkpoint format stands in for an unset --weight-dtype
+    (None where the format is searched, not defaulted: ``serve plan``)."""
     out = []
     if tokens and not args.trace:
         out += [f"--prompt-tokens {tokens[0]}"] * (args.prompt_tokens is None)
         out += [f"--output-tokens {tokens[1]}"] * (args.output_tokens is None)
     if args.requests is None and not args.trace:
         out.append("--requests 1000")
-    if weights and getattr(args, "weight_dtype", "") is None:  # serve's flag left unset
-        from gpuplan.workloads.presets import get_model
-
-        own = get_model(args.model).checkpoint_weight_dtype
-        out += [f"--weight-dtype {own} (the checkpoint's own format)"] * bool(own)
+    own = model.checkpoint_weight_dtype if model is not None else ""
+    if own and args.weight_dtype is None:  # serve's flag left unset
+        out.append(f"--weight-dtype {own} (the checkpoint's own format)")
     if not getattr(args, "no_cuda_graph", False):
         from gpuplan.sim.stacks import get_stack
 

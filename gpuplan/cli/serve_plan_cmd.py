@@ -71,7 +71,7 @@ def run_plan(args) -> int:
         from gpuplan.sim.runtime.serving.requests import read_trace
 
         load = read_trace(args.trace, rate_per_s=args.rate, seed=args.seed, limit=args.requests)
-    defaults = serve_defaults(args, tokens=(1024, 256), weights=False)  # formats are searched
+    defaults = serve_defaults(args, tokens=(1024, 256))  # weight formats are searched
     if not args.trace:
         args.prompt_tokens = args.prompt_tokens or 1024
         args.output_tokens = args.output_tokens or 256

@@ -53,6 +53,10 @@ def _is(op, kind: str, pass_: str = "fwd") -> bool:
     return isinstance(op, Elementwise) and op.op == kind and op.pass_ == pass_
 
 
+def _same_rows(a: Elementwise, b: Elementwise) -> bool:
+    return (a.tokens, a.hidden, a.count) == (b.tokens, b.hidden, b.count)
+
+
 def fuse_residual_norms(ops: list[Op]) -> list[Op]:
     """A serving engine's block: each residual add runs inside the RMSNorm that follows it, one
     kernel reading x and the residual and writing the normalized output and the new residual
@@ -66,18 +70,17 @@ def fuse_residual_norms(ops: list[Op]) -> list[Op]:
     out: list[Op] = []
     for op in ops:
         prev = out[-1] if out else None
-        if (_is(op, "rmsnorm") and prev is not None and _is(prev, "add")
-                and (prev.tokens, prev.hidden, prev.count) == (op.tokens, op.hidden, op.count)):
+        if _is(op, "rmsnorm") and prev is not None and _is(prev, "add") and _same_rows(prev, op):
             out[-1] = replace(op, name=f"{prev.name}+{op.name}", op="add_rmsnorm")
             continue
         out.append(op)
     first = next((i for i, op in enumerate(out) if isinstance(op, Elementwise)), None)
     last = next((i for i in range(len(out) - 1, -1, -1) if _is(out[i], "add")), None)
-    if first is not None and last is not None and last > first and _is(out[first], "rmsnorm"):
+    if (first is not None and last is not None and last > first and _is(out[first], "rmsnorm")
+            and _same_rows(out[first], out[last])):
         head, tail = out[first], out[last]
-        if (head.tokens, head.hidden, head.count) == (tail.tokens, tail.hidden, tail.count):
-            out[first] = replace(head, name=f"{tail.name}+{head.name}", op="add_rmsnorm")
-            del out[last]
+        out[first] = replace(head, name=f"{tail.name}+{head.name}", op="add_rmsnorm")
+        del out[last]
     return out
 
 

@@ -79,9 +79,7 @@ def run_world(job: Job, world: int) -> None:
     nothing, so it is reported as a warning; a rank that dies earlier fails the run."""
     os.environ.update(NO_MULTICAST)
     markers = [_done_path(job, r) for r in range(world)]
-    for m in markers:
-        if os.path.exists(m):
-            os.remove(m)
+    _remove(markers)  # a previous run's
     try:
         torch.multiprocessing.spawn(_entry, args=(world, job), nprocs=world, join=True)
     except torch.multiprocessing.ProcessExitedException as exc:
@@ -90,9 +88,13 @@ def run_world(job: Job, world: int) -> None:
         print(f"[{job.kind}] warning: {exc} in process-group teardown, after every rank "
               "had finished and written its records; nothing was lost", flush=True)  # fmt: skip
     finally:
-        for m in markers:
-            if os.path.exists(m):
-                os.remove(m)
+        _remove(markers)
+
+
+def _remove(paths: list[str]) -> None:
+    for path in paths:
+        if os.path.exists(path):
+            os.remove(path)
 
 
 def _entry(rank: int, world: int, job: Job) -> None:

@@ -168,6 +168,12 @@ class KvCapacity:
     rule: BlockRule | None = None  # None: one block holds its tokens in every layer
 
     @property
+    def layer_blocks_per_block(self) -> int:
+        """One-layer blocks that hold a block of tokens in every layer where windowed or chunked
+        layers page the cache per layer (``blocks.BlockRule``); 1 where a block is every layer's."""
+        return self.rule.units if self.rule and self.rule.paged_per_layer else 1
+
+    @property
     def tokens(self) -> int:
         """Cached tokens the blocks hold when no window has cut them (every layer's)."""
         units = self.rule.units if self.rule else 1
