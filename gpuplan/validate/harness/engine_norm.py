@@ -33,6 +33,8 @@ EPS = 1e-6
 TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 2048)
 HIDDEN = (2048, 2880, 4096, 5120, 7168, 8192, 12288, 16384)
 CALLS_PER_GRAPH = 64
+REPLAYS = 21  # the first replay is left out (warm-up), the median of the other 20 kept
+PROFILED_CALLS = 20
 SETS = 8
 
 
@@ -62,7 +64,7 @@ def _graph_per_call_s(fn, sets) -> float:
         for i in range(CALLS_PER_GRAPH):
             fn(*sets[i % len(sets)])
     times = []
-    for _ in range(21):
+    for _ in range(REPLAYS):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         graph.replay()
@@ -76,12 +78,12 @@ def _kernel_s(fn, sets) -> tuple[float, float]:
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for i in range(20):
+        for i in range(PROFILED_CALLS):
             fn(*sets[i % len(sets)])
         torch.cuda.synchronize()
     events = [e for e in prof.events() if e.device_type.name == "CUDA"]
     total_s = sum(e.device_time for e in events) * 1e-6  # device_time in microseconds
-    return total_s / 20, len(events) / 20
+    return total_s / PROFILED_CALLS, len(events) / PROFILED_CALLS
 
 
 def _check(fn, x, r, w) -> float:

@@ -266,7 +266,7 @@ def make_workload(
     if shared_prefix is not None:
         check_kind("shared_prefix", shared_prefix, (tuple, list))
         if len(shared_prefix) != 2:
-            raise GpuplanError(f"shared_prefix={shared_prefix!r} is invalid: give (TOKENS, "
+            raise GpuplanError(f"shared_prefix={shown(shared_prefix)} is invalid: give (TOKENS, "
                                "GROUPS)")  # fmt: skip
         tokens, groups = shared_prefix
         check_whole("shared prefix tokens", tokens, high=MAX_DIM)
