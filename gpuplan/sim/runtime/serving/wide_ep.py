@@ -132,8 +132,9 @@ def domain_gpus(dep) -> int:
 
 
 def busiest_rank_tokens(dep, tokens: int, largest_piece: int = 0) -> int:
-    """Tokens of the busiest attention rank of an iteration of ``tokens`` in all (module
-    docstring): an even spread, or the largest prefill chunk when that is more."""
+    """Tokens (or sequences) of the busiest attention rank of an iteration of ``tokens`` in all
+    (module docstring): an even spread, ``ceil(tokens / dp)``, or the largest prefill chunk when
+    that is more."""
     return max(-(-tokens // dp_ranks(dep)), largest_piece) if tokens else 0
 
 
@@ -282,10 +283,10 @@ def rank_share(dep, batch) -> RankShare:
     if n == 1:
         return RankShare(batch.tokens, batch.decode_seqs, batch.decode_kv_tokens, batch.samples)
     largest = max((c for c, _, _ in batch.prefill), default=0)
-    seqs = -(-batch.decode_seqs // n)
+    seqs = busiest_rank_tokens(dep, batch.decode_seqs)
     kv = batch.decode_kv_tokens * seqs / batch.decode_seqs if batch.decode_seqs else 0.0
     return RankShare(busiest_rank_tokens(dep, batch.tokens, largest), seqs, kv,
-                     -(-batch.samples // n))  # fmt: skip
+                     busiest_rank_tokens(dep, batch.samples))  # fmt: skip
 
 
 def prefill_share(dep, piece_s: list[float]) -> float:
