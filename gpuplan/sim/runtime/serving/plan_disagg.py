@@ -140,7 +140,7 @@ def decode_side(c, dep, step):
     return dep, step
 
 
-def pool_columns(c, dep, hourly: float) -> dict:
+def pool_columns(c, dep) -> dict:
     """A row's GPU type (a colocated candidate's; "" for a disaggregated one) and its pools:
     each one's GPU type and TP (a colocated candidate has none: "" and 0, which a DataFrame
     keeps as they are, where None would become NaN)."""
