@@ -77,6 +77,12 @@ def test_a_bad_slo_is_an_error():
         plan("llama3-8b", "h100-sxm", rate_per_s=math.inf, slo=SLO, lengths=LENGTHS)
 
 
+def test_an_slo_without_any_target_names_the_two_flags():
+    with pytest.raises(GpuplanError, match=r"a TTFT target, a TPOT target or both "
+                                           r"\(--slo-ttft-s, --slo-tpot-s\)"):
+        Slo(percentile=90)
+
+
 def test_quantized_weights_decode_faster_on_edge_devices_and_memory_bounds_them():
     frame = edge_estimates("llama3-8b", "jetson-agx-orin-64gb", batches=(1,), context=512)
     by = frame.set_index("weight_dtype")

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from gpuplan.errors import GpuplanError
+from gpuplan.errors import GpuplanError, Infeasible
 from gpuplan.sim.runtime.serving.deployment import SchedulerConfig, deployment
 from gpuplan.sim.runtime.serving.iteration import token_ops
 from gpuplan.sim.runtime.serving.kv_cache import kv_capacity
@@ -243,3 +243,10 @@ def test_small_batch_expert_time_is_the_same_under_tp_or_dp_attention():
     b = _experts(token_ops(narrow, tokens=8, layer=MOE), "expert_gate_up_proj")
     assert (a.count, a.m, a.n, a.k) == (b.count, b.m, b.n, b.k)
 
+
+
+def test_a_group_too_small_for_its_weights_names_a_wider_ep():
+    dep = _group(ep=4)  # 671 GB of fp8 weights over 4 GPUs of 141 GB
+    with pytest.raises(Infeasible, match=r"does not fit on h200 .*more GPUs \(a wider --ep\)$") as err:
+        kv_capacity(dep, SchedulerConfig())
+    assert err.value.fix == {}

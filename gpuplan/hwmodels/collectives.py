@@ -124,12 +124,12 @@ def link_override_or_default(acc, override: float | None) -> float:
     return override or link_bytes_per_s(acc)
 
 
-CUSTOM_KERNELS = ("one_shot", "two_shot")
 # (barriers, bytes each rank reads from its peers per byte of its buffer, as a function of n)
 _CUSTOM_TERMS = {
     "one_shot": (2, lambda n: n - 1.0),
     "two_shot": (3, lambda n: 2.0 * (n - 1) / n),
 }
+CUSTOM_KERNELS = tuple(_CUSTOM_TERMS)
 
 
 def custom_all_reduce_time(acc, world: int, bytes_per_rank: float, eff: Efficiency,

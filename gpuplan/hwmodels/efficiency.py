@@ -369,8 +369,7 @@ def _check_parameter(where: str, name: str, value: Any, prior: dict[str, Any]) -
         raise GpuplanError(f"{where}: parameter {name!r} is {value!r}: it must be {want}")
     for key, number in value.items() if expected_dict else [("", value)]:
         label = f"{name}.{key}" if key else name
-        plain = isinstance(number, int | float) and not isinstance(number, bool)
-        if not plain or not math.isfinite(number) or number < 0:
+        if not _is_number(number) or not math.isfinite(number) or number < 0:
             raise GpuplanError(f"{where}: {label}={number!r} is invalid: a finite number >= 0")
         if name.endswith("_fraction") and not 0 < number <= 1:
             raise GpuplanError(f"{where}: {label}={number!r} is invalid: a fraction of a peak is "
@@ -380,4 +379,8 @@ def _check_parameter(where: str, name: str, value: Any, prior: dict[str, Any]) -
 def _is_numbers(value: Any) -> bool:
     if isinstance(value, dict):
         return all(_is_numbers(v) for v in value.values())
+    return _is_number(value)
+
+
+def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)

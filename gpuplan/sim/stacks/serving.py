@@ -112,6 +112,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuplan.errors import GpuplanError, check_choice, check_positive
+from gpuplan.sim.runtime.serving.all_reduce import check_all_reduce
 from gpuplan.sim.stacks.kernels import FA_DEFAULT
 from gpuplan.sim.stacks.stack import AttentionChoice, HostModel, Stack
 
@@ -148,7 +149,7 @@ class ServingRuntime:
     def __post_init__(self) -> None:
         check_choice("policy", self.policy, ("continuous", "chunked"))
         check_choice("kv_memory", self.kv_memory, KV_MEMORY)
-        check_choice("all_reduce", self.all_reduce, ("nccl", "custom", "fusion"))
+        check_all_reduce(self.all_reduce)
         check_positive("max_seqs", self.max_seqs)
         check_positive("block_tokens", self.block_tokens)
         for name in ("iteration_overhead_s", "overhead_per_rank_s", "seq_overhead_s"):

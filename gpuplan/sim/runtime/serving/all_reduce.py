@@ -47,7 +47,7 @@ def check_all_reduce(value: str) -> None:
 def all_reduce_kernel(dep, *, world: int, nbytes: float, tokens: int) -> str:
     """The kernel (``Collective.kernel``) the deployment's engine runs for one all-reduce of
     ``nbytes`` per rank over ``tokens`` rows (module docstring)."""
-    rule = getattr(dep, "all_reduce", "nccl")
+    rule = dep.all_reduce
     if rule == "nccl" or not dep.acc.scaleup_bytes_per_s:
         return "nccl"
     if rule == "fusion":

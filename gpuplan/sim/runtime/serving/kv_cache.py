@@ -33,7 +33,7 @@ from gpuplan.errors import GpuplanError, Infeasible
 from gpuplan.sim.runtime.serving.blocks import BlockRule
 from gpuplan.sim.runtime.serving.pipeline import binding_stage, fitting_pp
 from gpuplan.sim.runtime.serving.quantization import block_weights_bytes
-from gpuplan.sim.runtime.serving.wide_ep import dp_weights_bytes
+from gpuplan.sim.runtime.serving.wide_ep import busiest_rank_tokens, dp_weights_bytes
 from gpuplan.workloads.dtypes import dtype_bytes
 from gpuplan.workloads.layer_kinds import STATE_KINDS, TOKEN_CACHE_KINDS
 from gpuplan.workloads.memory import (
@@ -238,8 +238,8 @@ def _capacity(dep, sched, tp: int, speculator=None) -> KvCapacity:
     block_bytes = sched.block_tokens * per_token
     usable = dep.acc.hbm_bytes * sched.memory_utilization
     # a wide-EP group's limits are its ranks' together (``wide_ep.group_scheduler``)
-    work = workspace_bytes(cfg, tp=tp, tokens=-(-tokens // dep.dp),
-                           seqs=-(-sched.max_seqs // dep.dp), act_dtype=dep.act_dtype)
+    work = workspace_bytes(cfg, tp=tp, tokens=busiest_rank_tokens(dep, tokens),
+                           seqs=busiest_rank_tokens(dep, sched.max_seqs), act_dtype=dep.act_dtype)
     blocks = max(0, math.floor((usable - weights - work) / block_bytes))
     if dep.pp > 1:  # each stage its own weights and its blocks' share: the tightest one binds
         weights, block_bytes, blocks = binding_stage(dep, tp=tp, free_bytes=usable - work,

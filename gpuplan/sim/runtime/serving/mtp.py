@@ -190,7 +190,7 @@ def _pass_token_part(dep, *, seqs: int, rows: int) -> tuple[float, int, int]:
 
     cfg = dep.model
     group, layer, d = seqs * rows, mtp_layer(cfg), cfg.d_model
-    tokens, rank_seqs = busiest_rank_tokens(dep, group), -(-seqs // dep.dp)
+    tokens, rank_seqs = busiest_rank_tokens(dep, group), busiest_rank_tokens(dep, seqs)
     norms = [Elementwise(name=f"mtp_{n}", op=cfg.norm, tokens=tokens, hidden=d, pass_="fwd",
                          dtype=dep.act_dtype) for n in ("enorm", "hnorm")]  # fmt: skip
     eh_proj = Gemm(name="eh_proj", m=tokens, n=d, k=2 * d, dtype=dep.act_dtype)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from itertools import product
 
 from gpuplan.errors import GpuplanError
 from gpuplan.sim.runtime.serving.plan_space import Candidate
@@ -101,21 +102,20 @@ def pool_candidates(colocated: dict, ratios, pools: PoolSpace, main_gpu: str,
     and ``max_seqs`` whose pools differ; ``colocated``: GPU key -> its colocated (candidate,
     deployment) pairs that fit; ``prices``: GPU key -> price over the reference price."""
     out, steps = [], {}
-    for pg in pools.prefill_gpus or (main_gpu, *pools.gpus):
-        for dg in pools.decode_gpus or (main_gpu, *pools.gpus):
-            for cp, dp in _bases(colocated[pg], pools.prefill_tps):
-                for cd, dd in _bases(colocated[dg], pools.decode_tps):
-                    same_pool = (pg, cp.tp) == (dg, cd.tp)
-                    if (same_pool and pg == main_gpu) or not _pairs(cp, cd):
-                        continue  # plan_space's own disaggregated candidates
-                    step = steps.setdefault(id(dd), StepModel(dd))
-                    out += [(PoolCandidate(tp=cp.tp, weight_dtype=cp.weight_dtype,
-                                           kv_dtype=cp.kv_dtype, max_seqs=cp.max_seqs,
-                                           policy=cp.policy, prefill=p, decode=d,
-                                           decode_tp=cd.tp, prefill_gpu=pg, decode_gpu=dg,
-                                           prefill_price=prices[pg], decode_price=prices[dg],
-                                           decode_dep=dd, decode_step=step), dp)
-                            for p, d in ratios]  # fmt: skip
+    gpus = (main_gpu, *pools.gpus)
+    for pg, dg in product(pools.prefill_gpus or gpus, pools.decode_gpus or gpus):
+        for (cp, dp), (cd, dd) in product(_bases(colocated[pg], pools.prefill_tps),
+                                          _bases(colocated[dg], pools.decode_tps)):  # fmt: skip
+            same_pool = (pg, cp.tp) == (dg, cd.tp)
+            if (same_pool and pg == main_gpu) or not _pairs(cp, cd):
+                continue  # plan_space's own disaggregated candidates
+            step = steps.setdefault(id(dd), StepModel(dd))
+            out += [(PoolCandidate(tp=cp.tp, weight_dtype=cp.weight_dtype, kv_dtype=cp.kv_dtype,
+                                   max_seqs=cp.max_seqs, policy=cp.policy, prefill=p, decode=d,
+                                   decode_tp=cd.tp, prefill_gpu=pg, decode_gpu=dg,
+                                   prefill_price=prices[pg], decode_price=prices[dg],
+                                   decode_dep=dd, decode_step=step), dp)
+                    for p, d in ratios]  # fmt: skip
     return out
 
 
@@ -140,7 +140,7 @@ def decode_side(c, dep, step):
     return dep, step
 
 
-def pool_columns(c, dep, hourly: float) -> dict:
+def pool_columns(c, dep) -> dict:
     """A row's GPU type (a colocated candidate's; "" for a disaggregated one) and its pools:
     each one's GPU type and TP (a colocated candidate has none: "" and 0, which a DataFrame
     keeps as they are, where None would become NaN)."""

@@ -82,7 +82,7 @@ def evaluate_candidate(piece, *, rate_per_s, lengths, slo, requests, seed, max_g
     cap = min((u for u in caps if u is not None), default=None)
     units = fewest_units(probe, start, max(1, max_gpus // c.unit_gpus), cap)
     row = _row(c, units, probe, hourly, per_m, slo)
-    return row | pool_columns(c, dep, hourly) | {"_seen": probe.seen}
+    return row | pool_columns(c, dep) | {"_seen": probe.seen}
 
 
 def _row(c: Candidate, units, probe: Probe, hourly: float, per_m: float, slo: Slo) -> dict:

@@ -49,6 +49,14 @@ import math
 from dataclasses import dataclass
 
 from gpuplan.errors import GpuplanError, check_choice, check_positive
+from gpuplan.sim.runtime.serving.mtp import (
+    ACCEPT_SOURCE,
+    MtpDraft,
+    check_mtp,
+    default_acceptance,
+    mtp_kv_bytes_per_token,
+    mtp_weights_bytes,
+)
 
 METHODS = ("ngram", "eagle", "draft", "mtp")
 
@@ -123,8 +131,6 @@ def _draft_s(spec: Speculation, step, draft_step, seqs: int, kv_tokens: float) -
     if spec.method == "ngram":
         return 0.0
     if spec.method == "mtp":  # ``draft_step``: the speculator's ``mtp.MtpDraft``, if any
-        from gpuplan.sim.runtime.serving.mtp import MtpDraft
-
         drafter = draft_step if isinstance(draft_step, MtpDraft) else MtpDraft(step.dep)
         return drafter.draft_s(step, spec.k, seqs=seqs, context=round((kv_tokens - seqs) / seqs))
     if spec.method == "eagle":
@@ -195,8 +201,6 @@ class Speculator:
             self.draft_dep = draft
         self.draft_step = None if draft is None else StepModel(draft)
         if spec.method == "mtp":  # the model's own MTP module (refused for a model without)
-            from gpuplan.sim.runtime.serving.mtp import MtpDraft
-
             self.draft_step = MtpDraft(dep)
         self.reset()
 
@@ -240,8 +244,6 @@ class Speculator:
             block = max(pc.per_layer) * weight_bytes_per_param(self.dep.weight_dtype)
             return block / tp
         if self.spec.method == "mtp":
-            from gpuplan.sim.runtime.serving.mtp import mtp_weights_bytes
-
             return mtp_weights_bytes(self.dep, tp)
         return 0.0
 
@@ -259,8 +261,6 @@ class Speculator:
             dep = self.dep
             return kv_bytes_per_token_layer(dep.model, tp=tp, kv_dtype=dep.kv_dtype)
         if self.spec.method == "mtp":
-            from gpuplan.sim.runtime.serving.mtp import mtp_kv_bytes_per_token
-
             return mtp_kv_bytes_per_token(self.dep, tp)
         return 0.0
 
@@ -308,8 +308,6 @@ def serving_speculation(method: str, spec_tokens, accept_rate,
                            "least 1")  # fmt: skip
     source = ""
     if name == "mtp" and model is not None:
-        from gpuplan.sim.runtime.serving.mtp import ACCEPT_SOURCE, check_mtp, default_acceptance
-
         check_mtp(model)
         if accept_rate is None:
             accept_rate, source = default_acceptance(model, spec_tokens), ACCEPT_SOURCE

@@ -130,7 +130,7 @@ class StepModel(DecodeRuns):
     def sample_s(self, seqs: int) -> float:
         """Sampling part: LM head and logits of ``seqs`` sequences (a wide-EP group: of its
         busiest rank's share)."""
-        seqs = -(-seqs // self.dep.dp)
+        seqs = busiest_rank_tokens(self.dep, seqs)
         hit = self._sample_memo.get(seqs)
         if hit is None:
             hit = _total_s(sample_ops(self.dep, seqs=seqs), self.dep) if seqs and self._last else 0.0
@@ -153,7 +153,7 @@ class StepModel(DecodeRuns):
         are a masked decode's K/V repeat and a dynamic cache's concatenation). A wide-EP
         group's: its busiest rank's ``ceil(seqs / dp)`` sequences and their share of the
         cached tokens."""
-        rank = -(-seqs // self.dep.dp)
+        rank = busiest_rank_tokens(self.dep, seqs)
         fixed, per_kv = self._rank_terms(rank)
         return fixed, per_kv * rank / seqs
 
@@ -192,7 +192,7 @@ class StepModel(DecodeRuns):
     def decode_attention_s(self, seqs: int, kv_tokens: float) -> float:
         """Decode attention of ``seqs`` sequences reading ``kv_tokens`` in all, all layers (a
         wide-EP group: its busiest rank's share, ``decode_attention_terms``)."""
-        rank = -(-seqs // self.dep.dp)
+        rank = busiest_rank_tokens(self.dep, seqs)
         seqs, kv_tokens = rank, kv_tokens * rank / seqs
         fixed, per_kv = self._rank_terms(seqs)
         total = fixed + per_kv * kv_tokens

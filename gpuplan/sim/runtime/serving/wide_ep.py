@@ -132,8 +132,9 @@ def domain_gpus(dep) -> int:
 
 
 def busiest_rank_tokens(dep, tokens: int, largest_piece: int = 0) -> int:
-    """Tokens of the busiest attention rank of an iteration of ``tokens`` in all (module
-    docstring): an even spread, or the largest prefill chunk when that is more."""
+    """Tokens (or sequences) of the busiest attention rank of an iteration of ``tokens`` in all
+    (module docstring): an even spread, ``ceil(tokens / dp)``, or the largest prefill chunk when
+    that is more."""
     return max(-(-tokens // dp_ranks(dep)), largest_piece) if tokens else 0
 
 
@@ -167,6 +168,11 @@ def moe_ops(ops: list[Op], dep, *, tokens: int, group_tokens: int | None,
         dep, rank_tokens=tokens, low_latency=low_latency)
 
 
+def gpu_expert_slots(dep) -> int:
+    """Expert slots on each GPU of a group: the experts and their redundant copies over ``ep``."""
+    return (dep.model.n_experts + dep.redundant_experts) // dep.ep
+
+
 def local_experts_hit(dep, group_tokens: int) -> int:
     """Expert slots of the busiest GPU that receive a routed row in one MoE block: each of its
     ``slots`` is picked by a token with chance ``top_k / n_experts`` under uniform routing, so
@@ -174,7 +180,7 @@ def local_experts_hit(dep, group_tokens: int) -> int:
     whose rows the busiest GPU runs (the group's times ``expert_imbalance``); at least one, at
     most its rows. The grouped MoE kernels of the engines read the weights of these experts
     only (TensorRT-LLM's CUTLASS MoE and vLLM's fused_moe skip an expert with no rows)."""
-    slots = (dep.model.n_experts + dep.redundant_experts) // dep.ep
+    slots = gpu_expert_slots(dep)
     rows = expert_rows(dep, group_tokens)
     share = expert_hit_share(dep.model, group_tokens * expert_imbalance(dep, group_tokens))
     return max(1, min(slots, math.ceil(rows), round(slots * share)))
@@ -186,7 +192,7 @@ def wide_expert_ops(ops: list[Op], dep, *, group_tokens: int) -> list[Op]:
     GEMMs (``dep.grouped_experts``), the ``local_experts_hit`` experts that receive rows and one
     activation kernel over every row, as ``moe_block(grouped=True)`` runs them; else every
     expert slot its own GEMMs and activation."""
-    slots = (dep.model.n_experts + dep.redundant_experts) // dep.ep
+    slots = gpu_expert_slots(dep)
     rows = expert_rows(dep, group_tokens)
     run = local_experts_hit(dep, group_tokens) if dep.grouped_experts else slots
     per_slot = max(1, round(rows / run)) if rows else 0
@@ -282,10 +288,10 @@ def rank_share(dep, batch) -> RankShare:
     if n == 1:
         return RankShare(batch.tokens, batch.decode_seqs, batch.decode_kv_tokens, batch.samples)
     largest = max((c for c, _, _ in batch.prefill), default=0)
-    seqs = -(-batch.decode_seqs // n)
+    seqs = busiest_rank_tokens(dep, batch.decode_seqs)
     kv = batch.decode_kv_tokens * seqs / batch.decode_seqs if batch.decode_seqs else 0.0
     return RankShare(busiest_rank_tokens(dep, batch.tokens, largest), seqs, kv,
-                     -(-batch.samples // n))  # fmt: skip
+                     busiest_rank_tokens(dep, batch.samples))  # fmt: skip
 
 
 def prefill_share(dep, piece_s: list[float]) -> float:
