@@ -21,8 +21,9 @@ from typing import Any
 from gpuplan.cli.feasibility import flags_text, training_infeasible
 from gpuplan.errors import Infeasible
 from gpuplan.tables import format_value
+from gpuplan.workloads.ops import FLASH_BWD_FLOPS, MODEL_BWD_FLOPS
 
-FLASH_BWD_RATIO = 2.0 / 2.5  # model / executed FLOPs of a flash attention backward (ops.py)
+FLASH_BWD_RATIO = MODEL_BWD_FLOPS / FLASH_BWD_FLOPS  # model / executed FLOPs of a flash backward
 MAX_HALVINGS = 12
 
 
