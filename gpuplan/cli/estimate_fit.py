@@ -73,10 +73,10 @@ def check_fits(kind: str, args: argparse.Namespace, out: dict[str, Any], estimat
     for edits in _candidates(kind, out["params"]):
         trial = estimate(_with(args, edits))
         if trial["fits"]:
-            flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in edits.items())
+            fix = {f"--{k.replace('_', '-')}": str(v) for k, v in edits.items()}
             raise Infeasible(
-                f"{what}; nearest change that fits: {flags} ({format_value('bytes', trial['peak_bytes'])})"
-                + tail, fix={f"--{k.replace('_', '-')}": str(v) for k, v in edits.items()})
+                f"{what}; nearest change that fits: {flags_text(fix)} "
+                f"({format_value('bytes', trial['peak_bytes'])})" + tail, fix=fix)
     if kind == "train_step":
         raise _training_elsewhere(args, out, what)
     if kind in ("decode_step", "prefill_step"):
