@@ -35,6 +35,11 @@ def label_what_if(text: str) -> str:
     return "\n".join(WHAT_IF + line if line.strip() else line for line in text.split("\n"))
 
 
+def as_priced(text: str, feasible: bool) -> str:
+    """``text`` as printed: as it is for a plan that fits, else marked as a what-if."""
+    return text if feasible else label_what_if(text)
+
+
 def flags_text(edits: dict) -> str:
     """Flag edits as a command line's words: ``--tp 2 --sp``."""
     return " ".join(f"{k} {v}" if v is not True else k for k, v in edits.items()
