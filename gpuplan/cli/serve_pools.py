@@ -131,7 +131,7 @@ def pool_doc(pool: PoolArgs, dep, cap) -> dict:
         "usd_per_gpu_hour": usd,
         "usd_per_hour": None if usd is None else gpus * usd,
         "price_source": "the price file has none" if price is None
-        else f"{price.source} ({price.date})",
+        else price.cited,
     }
 
 
