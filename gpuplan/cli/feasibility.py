@@ -19,7 +19,9 @@ from gpuplan.errors import GpuplanError, Infeasible
 from gpuplan.tables import format_value
 
 WHAT_IF = "[WHAT-IF: does not fit] "
-MAX_DOUBLINGS = 8  # GPU counts tried beyond the plan's: up to 256x (a 1-GPU plan: 256 GPUs)
+# GPU counts tried beyond the plan's (``_next_count``): a 1-GPU plan on 8-GPU nodes tries up to
+# 8 x 2**7 = 1,024 GPUs, a plan of whole nodes up to 2**8 = 256 times its own
+MAX_DOUBLINGS = 8
 
 
 def add_allow_infeasible(parser: argparse.ArgumentParser) -> None:
