@@ -17,11 +17,8 @@ from dataclasses import dataclass
 
 from gpuplan.workloads.dtypes import dtype_bytes
 
-# an attention backward's FLOPs over its forward's: the flash kernel executes five products
-# against the forward's two (Dao 2023, FlashAttention-2, sec. 3.2); the math needs two, the
-# convention of MFU (Narayanan et al. 2021, appendix; Chowdhery et al. 2022)
-FLASH_BWD_FLOPS = 2.5
-MODEL_BWD_FLOPS = 2.0
+# an attention backward's FLOPs over its forward's: flash's (module docstring), and MFU's
+FLASH_BWD_FLOPS, MODEL_BWD_FLOPS = 2.5, 2.0
 # (tensors read, tensors written) of tokens x hidden elements, per op and pass, for the ideal
 # single kernel (what a fusing compiler or a hand-fused kernel moves). The one-byte dropout mask
 # is added in ``Elementwise.bytes``; norm weights and per-row statistics are negligible.
