@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuplan.errors import GpuplanError, check_number
+from gpuplan.units import TFLOPS
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +98,7 @@ def _training(doc: dict) -> Plan:
         "mfu": Target("mfu", _num(doc, "mfu"), _band(doc, "mfu")),
     }  # fmt: skip
     if isinstance(flops, int | float) and flops > 0:
-        per = flops / gpus / 1e12
+        per = flops / gpus / TFLOPS  # TFLOP a step per GPU
         tb = (per / band[1], per / band[0]) if band else None
         targets["tflops_per_gpu"] = Target("tflops_per_gpu", per / step, tb)
     cats: dict[str, float] = {}
