@@ -38,7 +38,7 @@ from gpuplan.cli.serve_plan_pools import (
 )
 from gpuplan.cli.serve_render import defaults_line
 from gpuplan.cli.stack_flags import add_stack_options, stack_doc, stack_line
-from gpuplan.tables import dump_json, format_banded, format_seconds, render_table
+from gpuplan.tables import band_text, dump_json, format_banded, format_seconds, render_table
 from gpuplan.validate.bands import documents as bands
 
 
@@ -148,8 +148,8 @@ def _print_plan(args, doc: dict, result, space) -> None:
     print(render_table(shown, cols))
     if doc["configs"]:
         print(_chosen_line(doc))
-    if doc.get("error_band_words") or doc["error_band_label"]:
-        print(f"band p10-p90: {doc.get('error_band_words') or doc['error_band_label']}")
+    if text := band_text(doc):
+        print(f"band p10-p90: {text}")
     took = f" in {format_seconds(result.wall_s)} ({pool_label(args)})" if timed(args) else ""
     print(
         f"\n{len(result.rows)} of {result.candidates} candidates simulated{took}; "
