@@ -166,13 +166,19 @@ def chosen_band_check(doc: dict, *, pct: str) -> dict:
     point prediction; its band says whether the truth may not."""
     if not doc["configs"]:
         return {"chosen_band_within_slo": None, "chosen_band_crossings": []}
-    row, crossings = doc["configs"][0], []
-    for metric, slo in (("ttft", doc["slo"]["ttft_s"]), ("tpot", doc["slo"]["tpot_s"])):
+    crossings = _crossings(doc["configs"][0], doc["slo"], pct)
+    return {"chosen_band_within_slo": not crossings, "chosen_band_crossings": crossings}
+
+
+def _crossings(row: dict, slo: dict, pct: str) -> list[dict]:
+    """Each latency of ``row`` whose band's top passes its target in ``slo``."""
+    crossings = []
+    for metric, target in (("ttft", slo["ttft_s"]), ("tpot", slo["tpot_s"])):
         key = f"{metric}_{pct}_s"
         band = row.get("error_band", {}).get(key)
-        if slo is not None and band and band[1] > slo:
-            crossings.append({"metric": key, "value": row[key], "band_high": band[1], "slo": slo})
-    return {"chosen_band_within_slo": not crossings, "chosen_band_crossings": crossings}
+        if target is not None and band and band[1] > target:
+            crossings.append({"metric": key, "value": row[key], "band_high": band[1], "slo": target})
+    return crossings
 
 
 def _chosen_line(doc: dict) -> str:
@@ -182,19 +188,13 @@ def _chosen_line(doc: dict) -> str:
     parts = [f"{c['metric']} {format_seconds(c['value'])} reaches {format_seconds(c['band_high'])}"
              f" at the band's top, against {format_seconds(c['slo'])}"
              for c in doc["chosen_band_crossings"]]
-    safe = next((i + 1 for i, r in enumerate(doc["configs"]) if _within(r, doc)), None)
+    pct = f"p{doc['slo']['percentile']:g}"
+    safe = next((i + 1 for i, r in enumerate(doc["configs"]) if not _crossings(r, doc["slo"], pct)),
+                None)  # fmt: skip
     return ("chosen (first row): meets the SLO as predicted but its p10-p90 band does not: "
             + "; ".join(parts) + " - it may miss the SLO when deployed; "
             + (f"row {safe} keeps its whole band within" if safe else
                "no row shown keeps its whole band within (tighten the search or add GPUs)"))
-
-
-def _within(row: dict, doc: dict) -> bool:
-    return chosen_band_check({**doc, "configs": [row]}, pct=_pct(doc))["chosen_band_within_slo"]
-
-
-def _pct(doc: dict) -> str:
-    return f"p{doc['slo']['percentile']:g}"
 
 
 def _plan_stack(args):
