@@ -24,7 +24,7 @@ from gpuplan.tables import format_value
 from gpuplan.workloads.ops import FLASH_BWD_FLOPS, MODEL_BWD_FLOPS
 
 FLASH_BWD_RATIO = MODEL_BWD_FLOPS / FLASH_BWD_FLOPS  # model / executed FLOPs of a flash backward
-MAX_HALVINGS = 12
+MAX_HALVINGS = 12  # batches tried below the given: halving 12 times takes 4,096 sequences to one
 
 
 def tokens_per_step(kind: str, params: dict[str, Any]) -> float | None:
