@@ -137,6 +137,12 @@ def format_banded(name: str, value: Any, band: Any, fmt=None) -> str:
     return f"{text} ({low}–{high})"
 
 
+def band_text(doc: Any) -> str:
+    """What a document's bands stand on, in words (``error_band_words``), else its label; ''
+    where it has neither (``validate.bands.documents``)."""
+    return doc.get("error_band_words") or doc.get("error_band_label") or ""
+
+
 def _records(rows: Any) -> list[dict[str, Any]]:
     """A DataFrame (any object with ``to_dict('records')``) or a sequence of mappings."""
     if hasattr(rows, "to_dict"):

@@ -94,3 +94,13 @@ def test_diagnose_train_of_a_setup_that_does_not_fit_starts_from_the_fix(capsys)
     doc = json.loads(out)
     assert code == 0 and doc["notes"][0].startswith("as given it does not fit")
     assert doc["baseline"]["peak_memory_per_gpu_bytes"] <= 80e9
+
+
+def test_estimate_of_weights_beyond_a_node_points_to_serve_plan_without_a_fix(capsys):
+    argv = ["estimate", "decode-step", "--model", "llama3.1-405b", "--gpu", "l4", "--batch", "1",
+            "--context", "2048"]  # fmt: skip
+    code, out, err = run(capsys, *argv)
+    assert code == 1 and out == "" and err.count("\n") == 1
+    assert "need more than one node: `gpuplan serve plan --model llama3.1-405b --gpu l4" in err
+    code, out, _ = run(capsys, *argv, "--json")
+    assert code == 1 and json.loads(out)["nearest_fix"] == {}

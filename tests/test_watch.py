@@ -188,3 +188,13 @@ def test_more_bad_input_is_one_line(capsys, tmp_path):
     code, _, err = run(capsys, "watch", SERVE_PLAN, "http://127.0.0.1:9/metrics",
                        "--duration-s", "1")  # fmt: skip
     assert code == 2 and err.count("\n") == 1 and "does not answer" in err
+
+
+def test_a_plan_not_an_object_or_a_serving_plan_held_against_a_log_is_one_line(capsys, tmp_path):
+    steps = str(DATA / "steps.jsonl")
+    not_object = tmp_path / "list.json"
+    not_object.write_text("[1, 2]")
+    code, _, err = run(capsys, "watch", str(not_object), steps)
+    assert code == 2 and err.count("\n") == 1 and "a JSON object is expected" in err
+    code, _, err = run(capsys, "watch", SERVE_PLAN, steps)
+    assert code == 2 and err.count("\n") == 1 and "is a serving plan: give the engine's" in err

@@ -23,7 +23,7 @@ from gpuplan.cli.calibration import add_calibration_option, efficiency_from_args
 from gpuplan.cli.device_args import add_gpu_argument
 from gpuplan.cli.estimate_fit import check_fits, headline
 from gpuplan.cli.estimate_render import render_case
-from gpuplan.cli.feasibility import add_allow_infeasible, label_what_if
+from gpuplan.cli.feasibility import add_allow_infeasible, as_priced
 from gpuplan.cli.stack_flags import add_stack_options, stack_doc, stack_from_args, stack_line
 from gpuplan.errors import GpuplanError
 from gpuplan.tables import dump_json
@@ -198,8 +198,7 @@ def run(args) -> int:
     if args.json:
         print(dump_json(results[0] if len(results) == 1 else {"scenario": results}))
         return 0
-    print("\n\n".join(render_case(r, args.by) if r["feasible"] else
-                      label_what_if(render_case(r, args.by)) for r in results))  # fmt: skip
+    print("\n\n".join(as_priced(render_case(r, args.by), r["feasible"]) for r in results))
     return 0
 
 

@@ -21,9 +21,10 @@ from typing import Any
 from gpuplan.cli.feasibility import flags_text, training_infeasible
 from gpuplan.errors import Infeasible
 from gpuplan.tables import format_value
+from gpuplan.workloads.ops import FLASH_BWD_FLOPS, MODEL_BWD_FLOPS
 
-FLASH_BWD_RATIO = 2.0 / 2.5  # model / executed FLOPs of a flash attention backward (ops.py)
-MAX_HALVINGS = 12
+FLASH_BWD_RATIO = MODEL_BWD_FLOPS / FLASH_BWD_FLOPS  # model / executed FLOPs of a flash backward
+MAX_HALVINGS = 12  # batches tried below the given: halving 12 times takes 4,096 sequences to one
 
 
 def tokens_per_step(kind: str, params: dict[str, Any]) -> float | None:
@@ -72,10 +73,10 @@ def check_fits(kind: str, args: argparse.Namespace, out: dict[str, Any], estimat
     for edits in _candidates(kind, out["params"]):
         trial = estimate(_with(args, edits))
         if trial["fits"]:
-            flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in edits.items())
+            fix = {f"--{k.replace('_', '-')}": str(v) for k, v in edits.items()}
             raise Infeasible(
-                f"{what}; nearest change that fits: {flags} ({format_value('bytes', trial['peak_bytes'])})"
-                + tail, fix={f"--{k.replace('_', '-')}": str(v) for k, v in edits.items()})
+                f"{what}; nearest change that fits: {flags_text(fix)} "
+                f"({format_value('bytes', trial['peak_bytes'])})" + tail, fix=fix)
     if kind == "train_step":
         raise _training_elsewhere(args, out, what)
     if kind in ("decode_step", "prefill_step"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuplan.tables import format_banded, format_value, render_table
+from gpuplan.tables import band_text, format_banded, format_value, render_table
 
 
 def render_case(r: dict[str, Any], by: str) -> str:
@@ -49,8 +49,8 @@ def render_case(r: dict[str, Any], by: str) -> str:
         f"predicted time: {_banded(r, 'time_s')}   achieved: "
         f"{_banded(r, 'achieved_flops_per_s')}",
     ]
-    if r.get("error_band_words") or r.get("error_band_label"):
-        lines.append(f"band p10-p90: {r.get('error_band_words') or r['error_band_label']}")
+    if text := band_text(r):
+        lines.append(f"band p10-p90: {text}")
     if r["peak_bytes"] is not None:
         terms = ", ".join(f"{k} {_fmt('bytes', v)}" for k, v in r["memory_bytes"].items() if v)
         fits = "fits" if r["fits"] else "DOES NOT FIT"

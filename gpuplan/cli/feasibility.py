@@ -19,7 +19,9 @@ from gpuplan.errors import GpuplanError, Infeasible
 from gpuplan.tables import format_value
 
 WHAT_IF = "[WHAT-IF: does not fit] "
-MAX_DOUBLINGS = 8  # GPU counts tried beyond the plan's: up to 256x (a 1-GPU plan: 256 GPUs)
+# GPU counts tried beyond the plan's (``_next_count``): a 1-GPU plan on 8-GPU nodes tries up to
+# 8 x 2**7 = 1,024 GPUs, a plan of whole nodes up to 2**8 = 256 times its own
+MAX_DOUBLINGS = 8
 
 
 def add_allow_infeasible(parser: argparse.ArgumentParser) -> None:
@@ -33,6 +35,11 @@ def add_allow_infeasible(parser: argparse.ArgumentParser) -> None:
 def label_what_if(text: str) -> str:
     """Every non-empty line of ``text`` marked as the what-if of a plan that does not fit."""
     return "\n".join(WHAT_IF + line if line.strip() else line for line in text.split("\n"))
+
+
+def as_priced(text: str, feasible: bool) -> str:
+    """``text`` as printed: as it is for a plan that fits, else marked as a what-if."""
+    return text if feasible else label_what_if(text)
 
 
 def flags_text(edits: dict) -> str:

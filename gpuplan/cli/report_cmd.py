@@ -34,6 +34,7 @@ KINDS = ("train", "serve", "cluster")
 OWN = ("--out", "--electricity-price")
 REFUSED = {"train": ("--reproduce", "--timeline"), "serve": ("--reproduce", "--disaggregate"),
            "cluster": ("--list", "--check")}  # what prints another document than one setup's
+NO_PRICE = "no price in the file"  # a report's price source where the price file has none
 
 
 def register(subparsers) -> None:
@@ -125,15 +126,15 @@ def _cluster_inputs(args, command: str) -> dict:
 
     scenario, path = load_scenario(args.scenario)
     gpu = args.gpu or get_cluster(scenario["cluster"]["preset"]).gpu
-    price = price_for(gpu)
-    source = f"{price.source} ({price.date})" if price else "no price in the file"
+    price, rate = price_for(gpu), usd_per_hour(gpu)
+    source = price.cited if price else NO_PRICE
     rows = (("scenario", f"{scenario.get('name')}: {scenario.get('description', '')} ({path.name})"),
-            ("GPU", gpu), ("GPU-hour price", f"${usd_per_hour(gpu):,.2f} ({source})"),
+            ("GPU", gpu), ("GPU-hour price", f"${rate:,.2f} ({source})"),
             ("electricity price", "not given (--electricity-price $/kWh)"
              if args.electricity_price is None else f"${args.electricity_price:g}/kWh"))  # fmt: skip
     inputs = Section(title="Inputs and assumptions", paragraphs=(f"command: {command}",),
                      tables=(Table(columns=("input", "value (source)"), rows=rows),))
-    return {"usd_per_gpu_hour": usd_per_hour(gpu), "gpu": gpu, "price_source": source,
+    return {"usd_per_gpu_hour": rate, "gpu": gpu, "price_source": source,
             "inputs_section": inputs}
 
 
@@ -154,6 +155,6 @@ def _serve_inputs(args) -> dict:
             a.rate = args.rate * factor
             at_rates[name] = _document(a)
     return {"usd_per_gpu_hour": usd_per_hour(acc.key),
-            "price_source": f"{price.source} ({price.date})" if price else "no price in the file",
+            "price_source": price.cited if price else NO_PRICE,
             "tdp_w": acc.tdp_w or 0.0, "electricity_usd_per_kwh": args.electricity_price,
             "at_rates": at_rates}  # fmt: skip

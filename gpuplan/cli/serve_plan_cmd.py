@@ -38,7 +38,7 @@ from gpuplan.cli.serve_plan_pools import (
 )
 from gpuplan.cli.serve_render import defaults_line
 from gpuplan.cli.stack_flags import add_stack_options, stack_doc, stack_line
-from gpuplan.tables import dump_json, format_banded, format_seconds, render_table
+from gpuplan.tables import band_text, dump_json, format_banded, format_seconds, render_table
 from gpuplan.validate.bands import documents as bands
 
 
@@ -148,8 +148,8 @@ def _print_plan(args, doc: dict, result, space) -> None:
     print(render_table(shown, cols))
     if doc["configs"]:
         print(_chosen_line(doc))
-    if doc.get("error_band_words") or doc["error_band_label"]:
-        print(f"band p10-p90: {doc.get('error_band_words') or doc['error_band_label']}")
+    if text := band_text(doc):
+        print(f"band p10-p90: {text}")
     took = f" in {format_seconds(result.wall_s)} ({pool_label(args)})" if timed(args) else ""
     print(
         f"\n{len(result.rows)} of {result.candidates} candidates simulated{took}; "
@@ -166,13 +166,19 @@ def chosen_band_check(doc: dict, *, pct: str) -> dict:
     point prediction; its band says whether the truth may not."""
     if not doc["configs"]:
         return {"chosen_band_within_slo": None, "chosen_band_crossings": []}
-    row, crossings = doc["configs"][0], []
-    for metric, slo in (("ttft", doc["slo"]["ttft_s"]), ("tpot", doc["slo"]["tpot_s"])):
+    crossings = _crossings(doc["configs"][0], doc["slo"], pct)
+    return {"chosen_band_within_slo": not crossings, "chosen_band_crossings": crossings}
+
+
+def _crossings(row: dict, slo: dict, pct: str) -> list[dict]:
+    """Each latency of ``row`` whose band's top passes its target in ``slo``."""
+    crossings = []
+    for metric, target in (("ttft", slo["ttft_s"]), ("tpot", slo["tpot_s"])):
         key = f"{metric}_{pct}_s"
         band = row.get("error_band", {}).get(key)
-        if slo is not None and band and band[1] > slo:
-            crossings.append({"metric": key, "value": row[key], "band_high": band[1], "slo": slo})
-    return {"chosen_band_within_slo": not crossings, "chosen_band_crossings": crossings}
+        if target is not None and band and band[1] > target:
+            crossings.append({"metric": key, "value": row[key], "band_high": band[1], "slo": target})
+    return crossings
 
 
 def _chosen_line(doc: dict) -> str:
@@ -182,19 +188,13 @@ def _chosen_line(doc: dict) -> str:
     parts = [f"{c['metric']} {format_seconds(c['value'])} reaches {format_seconds(c['band_high'])}"
              f" at the band's top, against {format_seconds(c['slo'])}"
              for c in doc["chosen_band_crossings"]]
-    safe = next((i + 1 for i, r in enumerate(doc["configs"]) if _within(r, doc)), None)
+    pct = f"p{doc['slo']['percentile']:g}"
+    safe = next((i + 1 for i, r in enumerate(doc["configs"]) if not _crossings(r, doc["slo"], pct)),
+                None)  # fmt: skip
     return ("chosen (first row): meets the SLO as predicted but its p10-p90 band does not: "
             + "; ".join(parts) + " - it may miss the SLO when deployed; "
             + (f"row {safe} keeps its whole band within" if safe else
                "no row shown keeps its whole band within (tighten the search or add GPUs)"))
-
-
-def _within(row: dict, doc: dict) -> bool:
-    return chosen_band_check({**doc, "configs": [row]}, pct=_pct(doc))["chosen_band_within_slo"]
-
-
-def _pct(doc: dict) -> str:
-    return f"p{doc['slo']['percentile']:g}"
 
 
 def _plan_stack(args):

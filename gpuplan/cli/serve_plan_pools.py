@@ -133,7 +133,7 @@ def gpu_prices(args, result) -> dict:
     for key in dict.fromkeys(get_accelerator(n).key for n in names):
         if key not in out and (price := price_for(key)) is not None:
             out[key] = {"usd_per_gpu_hour": price.usd_per_gpu_hour,
-                        "source": f"{price.source} ({price.date})"}  # fmt: skip
+                        "source": price.cited}  # fmt: skip
     return out
 
 

@@ -131,7 +131,7 @@ def pool_doc(pool: PoolArgs, dep, cap) -> dict:
         "usd_per_gpu_hour": usd,
         "usd_per_hour": None if usd is None else gpus * usd,
         "price_source": "the price file has none" if price is None
-        else f"{price.source} ({price.date})",
+        else price.cited,
     }
 
 
@@ -170,8 +170,10 @@ def pool_lines(doc: dict) -> list[str]:
     rate = link["bytes_per_s"] / 1e9
     total = doc["pools_total"]
     money = "" if total["usd_per_hour"] is None else f", ${total['usd_per_hour']:,.2f}/h"
-    lines.append(f"KV transfer over {link['link']}: {rate:g} GB/s per GPU, bound by "
-                 f"{link['bound_by'] if link['bound_by'] == 'both sides' else 'the ' + link['bound_by'] + ' side'}; {total['gpus']} GPUs in all{money}")  # fmt: skip
+    side = link["bound_by"]
+    bound = side if side == "both sides" else f"the {side} side"
+    lines.append(f"KV transfer over {link['link']}: {rate:g} GB/s per GPU, bound by {bound}; "
+                 f"{total['gpus']} GPUs in all{money}")  # fmt: skip
     return lines
 
 

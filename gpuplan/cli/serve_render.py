@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gpuplan.cli.calibration import efficiency_line
 from gpuplan.cli.serve_pools import gpus_text, pool_lines
-from gpuplan.tables import format_banded, format_seconds, format_value, render_table
+from gpuplan.tables import band_text, format_banded, format_seconds, format_value, render_table
 from gpuplan.validate.bands import documents as bands
 
 
@@ -122,8 +122,8 @@ def _latency_lines(doc: dict) -> list[str]:
         f"throughput: {tps} output tokens/s (first arrival to last "
         f"finish), {rps} requests/s ({_rate_window(doc)})" + _offered_note(doc),
     ]
-    if doc.get("error_band_words") or doc.get("error_band_label"):
-        lines.append(f"band p10-p90: {doc.get('error_band_words') or doc['error_band_label']}")
+    if text := band_text(doc):
+        lines.append(f"band p10-p90: {text}")
     if "goodput_requests_per_s" in doc:
         lines.append(
             f"goodput: {doc['goodput_requests_per_s']:.4g} requests/s within "

@@ -22,7 +22,7 @@ from gpuplan.cli.argtypes import gpu_count, positive_float, word
 from gpuplan.cli.calibration import add_calibration_option, efficiency_from_args
 from gpuplan.cli.dask_workers import add_timing_option, with_timing
 from gpuplan.cli.device_args import add_gpu_argument
-from gpuplan.cli.feasibility import add_allow_infeasible, label_what_if, training_infeasible
+from gpuplan.cli.feasibility import add_allow_infeasible, as_priced, training_infeasible
 from gpuplan.cli.stack_flags import add_stack_options, stack_doc, stack_from_args
 from gpuplan.cli.train_args import add_strategy_options, add_timeline_options, resolve_pp_layers
 from gpuplan.cli.train_render import render_estimate
@@ -285,7 +285,7 @@ def run(args) -> int:
     if args.json:
         print(dump_json(doc))
         return 0
-    print(render_estimate(doc) if est.fits else label_what_if(render_estimate(doc)))
+    print(as_priced(render_estimate(doc), bool(est.fits)))
     return 0
 
 

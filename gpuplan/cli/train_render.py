@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuplan.cli.train_timeline import render_timeline
-from gpuplan.tables import format_banded, format_value, render_table
+from gpuplan.tables import band_text, format_banded, format_value, render_table
 
 
 def render_interruptions(i: dict[str, Any], with_failures_s: float) -> str:
@@ -68,8 +68,8 @@ def _headline(doc: dict[str, Any]) -> list[str]:
         f"{format_value('bytes', doc['device_memory_bytes'])} ({fits})",
         f"overlaps        {render_overlaps(doc['overlaps'])}",
     ]
-    if doc.get("error_band_words") or doc.get("error_band_label"):
-        lines.append(f"band p10-p90    {doc.get('error_band_words') or doc['error_band_label']}")
+    if text := band_text(doc):
+        lines.append(f"band p10-p90    {text}")
     if "stack" in doc:
         s = doc["stack"]
         measured = "" if s.get("measured") else "; not measured as a whole"

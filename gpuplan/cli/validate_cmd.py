@@ -109,9 +109,9 @@ def score(args: argparse.Namespace) -> int:
     read_records = importlib.import_module("gpuplan.validate.records").read_records
     score_records = importlib.import_module("gpuplan.validate.score").score_records
     records, errors = read_records(args.file, known_devices=known_device_keys)
-    shown = [r for r in records if not r.source.lower().startswith("illustrative")]
-    if len(shown) < len(records):  # a test sample's rows are not measurements
-        print(f"gpuplan: note: {len(records) - len(shown)} of {len(records)} records of "
+    illustrative = sum(r.source.lower().startswith("illustrative") for r in records)
+    if illustrative:  # a test sample's rows are not measurements
+        print(f"gpuplan: note: {illustrative} of {len(records)} records of "
               f"{args.file!r} are marked illustrative (their source says so), not measurements: "
               "their errors say nothing of gpuplan's accuracy (score a measured file, e.g. "
               "data/h200/gemm.jsonl)", file=sys.stderr)  # fmt: skip

@@ -139,8 +139,7 @@ def _render(doc: dict) -> str:
     seen = f"{doc['records']} records" if doc["kind"] == "train" else f"{doc['polls']} polls"
     lines = [f"watch: {doc['plan']} against {doc['source']} ({', '.join(doc['formats']) or doc['kind']}; "
              f"{seen}; {doc['stopped']}): {verdict}", ""]  # fmt: skip
-    lines.append(render_table(rows, list(rows[0]) if rows else ["figure"]) if rows else
-                 "no figure of the plan was observed")  # fmt: skip
+    lines.append(render_table(rows, list(rows[0])) if rows else "no figure of the plan was observed")
     lines += ["", f"drift attributed to: {doc['attribution']}"]
     return "\n".join(lines)
 

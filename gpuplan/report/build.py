@@ -19,7 +19,7 @@ from gpuplan.sim.parallel.cost import (
     kwh_per_million_tokens,
     usd_per_million_tokens,
 )
-from gpuplan.tables import format_value
+from gpuplan.tables import band_text, format_value
 from gpuplan.units import HOUR
 
 SWING = 0.2  # the sensitivity table's +-20%
@@ -58,7 +58,7 @@ def band_section(doc: dict) -> Section:
             "no band: this document carries no error_band (gpuplan prints bands from the "
             "validation residuals where they exist)",))  # fmt: skip
     rows = tuple((label(k), f"{fmt(k, lo)} to {fmt(k, hi)}") for k, (lo, hi) in sorted(band.items()))
-    words = doc.get("error_band_words") or doc.get("error_band_label")
+    words = band_text(doc)
     return Section(title="Error bands", paragraphs=(
         "p10-p90: the range in which 80% of comparable past predictions' true values fell, "
         "composed over the setup's parts", *((words,) if words else ())),

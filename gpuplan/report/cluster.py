@@ -13,6 +13,7 @@ import dataclasses
 from gpuplan.report import FigurePng, Report, Section, Table
 from gpuplan.report.figures import bars
 from gpuplan.report.first_page import cluster_first_page, kwh, usd
+from gpuplan.units import HOUR
 
 SWING = 0.2
 COLUMNS = (("utilization", "utilization"), ("goodput", "goodput"),
@@ -28,7 +29,7 @@ def _cell(key: str, v) -> str:
     if key in ("utilization", "goodput", "effective_utilization"):
         return f"{100 * v:.1f}%"
     if key.endswith("_s"):
-        return f"{v / 3600:,.1f}"
+        return f"{v / HOUR:,.1f}"
     if isinstance(v, float):
         return f"{v:,.0f}"
     return str(v)

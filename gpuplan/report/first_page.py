@@ -18,6 +18,9 @@ from gpuplan.sim.parallel.cost import (
     usd_per_million_tokens,
 )
 from gpuplan.tables import format_value
+from gpuplan.units import HOUR
+
+DAY_S = 24 * HOUR
 
 # what a document key is called in a report (never the raw key)
 LABELS = {
@@ -90,7 +93,7 @@ def train_first_page(doc: dict, diag: dict | None, *, usd_per_gpu_hour: float, t
                ("cost per million tokens", f"{usd(per_m)} and {kwh(kwh_m)}")]  # fmt: skip
     b = doc.get("budget")
     if b:
-        answer = (f"{b['time_to_train_with_failures_s'] / 86400:,.1f} days (with interruptions) "
+        answer = (f"{b['time_to_train_with_failures_s'] / DAY_S:,.1f} days (with interruptions) "
                   f"and {usd(b['cost_usd'] or 0.0)} of GPU time for {b['tokens']:.3g} tokens, "
                   f"{kwh(b['energy_kwh'])}")  # fmt: skip
         figures.append(("whole run", answer))
@@ -140,7 +143,7 @@ def cluster_first_page(doc: dict, *, usd_per_gpu_hour: float, gpu: str,
                        electricity: float | None) -> FirstPage:  # fmt: skip
     runs = doc["runs"]
     first = runs[0]["summary"]
-    days = first["simulated_s"] / 86400
+    days = first["simulated_s"] / DAY_S
     cost = first["allocated_gpu_hours"] * usd_per_gpu_hour
     eff = first["effective_utilization"]
     figures = [("capacity", f"{first['capacity_gpus']:,} GPUs of {gpu} for {days:,.1f} days"),

@@ -28,8 +28,9 @@ It covers the architectures of the catalogue (``presets.py``) and of the Hugging
 - vision-language: a language model carrying a ``VisionTower``: a ViT, a projector, and image
   tokens inline in the prompt or behind cross-attention layers (``workloads.vision`` describes
   the two styles and lists their operators);
-- the structure a ``config.json`` states beyond the shape, in the last block of fields (biases, q/k norms, norms per block, sinks, soft-capping,
-  MTP modules, expert weight format; checked in ``structure.py``).
+- the structure a ``config.json`` states beyond the shape, in the last block of fields (biases,
+  q/k norms, norms per block, sinks, soft-capping, MTP modules, expert weight format; checked in
+  ``structure.py``).
 
 Variants are made with ``dataclasses.replace``; every invalid combination is a ``GpuplanError``
 that prints the numbers.

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 from gpuplan.workloads.dtypes import dtype_bytes
 
+# an attention backward's FLOPs over its forward's: flash's (module docstring), and MFU's
+FLASH_BWD_FLOPS, MODEL_BWD_FLOPS = 2.5, 2.0
 # (tensors read, tensors written) of tokens x hidden elements, per op and pass, for the ideal
 # single kernel (what a fusing compiler or a hand-fused kernel moves). The one-byte dropout mask
 # is added in ``Elementwise.bytes``; norm weights and per-row statistics are negligible.
@@ -194,13 +196,13 @@ class Attention:
     @property
     def flops(self) -> float:
         """FLOPs the kernel executes: the flash backward recomputes QK^T (five products)."""
-        return self.fwd_flops * (2.5 if self.pass_ == "bwd" else 1.0)
+        return self.fwd_flops * (FLASH_BWD_FLOPS if self.pass_ == "bwd" else 1.0)
 
     @property
     def model_flops(self) -> float:
         """FLOPs the math needs (no recomputation): a backward is twice its forward
         (Narayanan et al. 2021, appendix), the convention of MFU (Chowdhery et al. 2022)."""
-        return self.fwd_flops * (2.0 if self.pass_ == "bwd" else 1.0)
+        return self.fwd_flops * (MODEL_BWD_FLOPS if self.pass_ == "bwd" else 1.0)
 
     @property
     def bytes(self) -> float:
@@ -281,7 +283,7 @@ class Scan:
     def flops(self) -> float:
         """A backward recomputes the forward's chunk terms and runs its products twice
         (FLA's chunk backward): 2x the forward, as for a GEMM (Narayanan et al. 2021)."""
-        return self.fwd_flops * (2.0 if self.pass_ == "bwd" else 1.0)
+        return self.fwd_flops * (MODEL_BWD_FLOPS if self.pass_ == "bwd" else 1.0)
 
     @property
     def model_flops(self) -> float:

@@ -33,6 +33,11 @@ class Price:
     source: str
     date: str
 
+    @property
+    def cited(self) -> str:
+        """Where the price is from and when: ``source (date)``."""
+        return f"{self.source} ({self.date})"
+
 
 @functools.cache
 def _prices() -> dict[str, Price]:
@@ -96,7 +101,7 @@ def run_budget(
         check_positive("price_per_gpu_hour", usd_per_gpu_hour)
         rate, source = usd_per_gpu_hour, "given by the user"
     elif price is not None:
-        rate, source = price.usd_per_gpu_hour, f"{price.source} ({price.date})"
+        rate, source = price.usd_per_gpu_hour, price.cited
     else:
         rate, source = None, f"no price for {acc.key} in the price file; give one"
     energy_j = gpus * (acc.tdp_w or 0.0) * power_fraction * time_s * pue

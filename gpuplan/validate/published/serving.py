@@ -243,10 +243,11 @@ def _static(row, dep, step, sched) -> dict[str, float]:
     the rest wait for a wave to finish. TTFT and TPOT are the first wave's (the batch's prefill
     and its decode, as the engine runs it), end-to-end latency the whole run."""
     b, p, o = int(row["batch"]), row["prompt_tokens"], row["output_tokens"]
-    fit = min(b, _capacity(dep, sched).sequences(p + o))
+    cap = _capacity(dep, sched)
+    fit = min(b, cap.sequences(p + o))
     if fit < 1:
-        raise CannotRun(f"one request of {p + o} tokens exceeds the "
-                        f"{_capacity(dep, sched).tokens:,} KV tokens that fit")  # fmt: skip
+        raise CannotRun(f"one request of {p + o} tokens exceeds the {cap.tokens:,} KV tokens "
+                        "that fit")  # fmt: skip
     full, rest = divmod(b, fit)
     waves = [fit] * full + ([rest] if rest else [])
     prefill = [step.iteration_s(Batch(prefill=((p, 0, w),))) for w in waves]

@@ -28,9 +28,9 @@ import math
 import re
 from dataclasses import dataclass
 
+from gpuplan.units import GiB, MiB
+
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-GIB = 2**30
-MIB = 2**20
 _NUM = r"([0-9][0-9,]*\.?[0-9]*(?:[eE][-+]?[0-9]+)?)"
 TITAN = re.compile(r"\bstep:\s*(\d+)\s+loss:")
 TITAN_FIELDS = {
@@ -72,7 +72,7 @@ def _torchtitan(line: str) -> StepRecord | None:
     return StepRecord(
         source="torchtitan", step=int(m.group(1)),
         tokens_per_s_per_gpu=got.get("tps"),
-        peak_memory_bytes=got["memory_gib"] * GIB if "memory_gib" in got else None,
+        peak_memory_bytes=got["memory_gib"] * GiB if "memory_gib" in got else None,
         mfu=got["mfu_pct"] / 100 if "mfu_pct" in got else None,
         tflops_per_gpu=got.get("tflops"),
     )  # fmt: skip
@@ -81,7 +81,7 @@ def _torchtitan(line: str) -> StepRecord | None:
 def _megatron(line: str) -> StepRecord | None:
     mem = MEGATRON_MEMORY.search(line)
     if mem is not None:  # the memory report (rank 0 first): peak reserved, no step
-        return StepRecord(source="megatron", peak_memory_bytes=_num(mem.group(1)) * MIB)
+        return StepRecord(source="megatron", peak_memory_bytes=_num(mem.group(1)) * MiB)
     m = MEGATRON.search(line)
     ms = MEGATRON_MS.search(line)
     if m is None or ms is None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuplan.errors import GpuplanError, check_number
+from gpuplan.units import TFLOPS
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +26,6 @@ class Target:
     name: str
     point: float
     band: tuple[float, float] | None
-    higher_is_better: bool = False
 
     def inside(self, value: float) -> bool | None:
         if self.band is None:
@@ -92,15 +92,15 @@ def _training(doc: dict) -> Plan:
     targets = {
         "step_time_s": Target("step_time_s", step, band),
         "tokens_per_s_per_gpu": Target("tokens_per_s_per_gpu", tokens / step / gpus,
-                                       _band(doc, "tokens_per_s", 1 / gpus), True),
+                                       _band(doc, "tokens_per_s", 1 / gpus)),
         "peak_memory_bytes": Target("peak_memory_bytes", _num(doc, "peak_memory_per_gpu_bytes"),
                                     _band(doc, "peak_memory_per_gpu_bytes")),
-        "mfu": Target("mfu", _num(doc, "mfu"), _band(doc, "mfu"), True),
+        "mfu": Target("mfu", _num(doc, "mfu"), _band(doc, "mfu")),
     }  # fmt: skip
     if isinstance(flops, int | float) and flops > 0:
-        per = flops / gpus / 1e12
+        per = flops / gpus / TFLOPS  # TFLOP a step per GPU
         tb = (per / band[1], per / band[0]) if band else None
-        targets["tflops_per_gpu"] = Target("tflops_per_gpu", per / step, tb, True)
+        targets["tflops_per_gpu"] = Target("tflops_per_gpu", per / step, tb)
     cats: dict[str, float] = {}
     for row in doc.get("by_category", []):
         cls = _class_of(row.get("category", ""))
@@ -121,19 +121,18 @@ def _class_of(category: str) -> str:
     return "compute"
 
 
-SERVING = (("ttft_s", "ttft_mean_s", False), ("tpot_s", "tpot_mean_s", False),
-           ("e2e_s", "e2e_mean_s", False))  # fmt: skip
+SERVING = (("ttft_s", "ttft_mean_s"), ("tpot_s", "tpot_mean_s"), ("e2e_s", "e2e_mean_s"))
 
 
 def _serving(doc: dict) -> Plan:
     targets = {}
-    for key, band_key, better in SERVING:
+    for key, band_key in SERVING:
         point = doc[key].get("mean") if isinstance(doc[key], dict) else None
         if isinstance(point, int | float) and math.isfinite(point):
-            targets[key] = Target(key, float(point), _band(doc, band_key), better)
+            targets[key] = Target(key, float(point), _band(doc, band_key))
     for key in ("output_tokens_per_s", "requests_per_s"):
         if isinstance(doc.get(key), int | float):
-            targets[key] = Target(key, float(doc[key]), _band(doc, key), True)
+            targets[key] = Target(key, float(doc[key]), _band(doc, key))
     cfg = doc.get("config") or {}
     gpus = int(cfg.get("gpus", 0) or 0)
     waiting = doc.get("waiting_mean")
